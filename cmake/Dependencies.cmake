@@ -1,0 +1,31 @@
+# External dependencies: the CUDA toolkit headers (no GPU needed to build), LMDB, Python for the
+# table generator. Every one of them is installed by scripts/setup.sh.
+set(CUDA_HOME "$ENV{CUDA_HOME}" CACHE PATH "CUDA toolkit root")
+if(NOT CUDA_HOME)
+  set(CUDA_HOME /usr/local/cuda CACHE PATH "CUDA toolkit root" FORCE)
+endif()
+find_path(CUDA_INCLUDE_DIR cudaTypedefs.h HINTS ${CUDA_HOME}/include NO_DEFAULT_PATH)
+if(NOT CUDA_INCLUDE_DIR)
+  message(FATAL_ERROR "CUDA toolkit headers (cuda.h, cudaTypedefs.h) not found under ${CUDA_HOME}/include; "
+                      "install the CUDA 13 toolkit or set CUDA_HOME")
+endif()
+find_program(NVCC_EXECUTABLE nvcc HINTS ${CUDA_HOME}/bin NO_DEFAULT_PATH)
+if(NOT NVCC_EXECUTABLE)
+  message(FATAL_ERROR "nvcc not found under ${CUDA_HOME}/bin")
+endif()
+set(CUDA_STUB_LIBCUDA ${CUDA_HOME}/lib64/stubs/libcuda.so)
+
+find_path(LMDB_INCLUDE_DIR lmdb.h)
+find_library(LMDB_LIBRARY lmdb)
+if(NOT LMDB_INCLUDE_DIR OR NOT LMDB_LIBRARY)
+  message(FATAL_ERROR "LMDB not found: run scripts/setup.sh (Debian package liblmdb-dev)")
+endif()
+add_library(lmdb::lmdb UNKNOWN IMPORTED)
+set_target_properties(lmdb::lmdb PROPERTIES IMPORTED_LOCATION ${LMDB_LIBRARY}
+                                            INTERFACE_INCLUDE_DIRECTORIES ${LMDB_INCLUDE_DIR})
+
+find_package(Python3 REQUIRED COMPONENTS Interpreter)
+find_package(Threads REQUIRED)
+
+# Where scripts/setup.sh builds CRIU (project-local prefix).
+set(CRCUDA_DEPS_DIR ${PROJECT_SOURCE_DIR}/.deps CACHE PATH "project-local dependency prefix")

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The README's test command: sets everything up, builds crcuda twice (plain, and with ASan+UBSan)
+# and runs the tests that need no GPU. gpu-labelled tests run on the GPU machine:
+# tests/gpu/run-on-gpu.sh.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+jobs=$(nproc)
+
+"$top/scripts/setup.sh"
+
+build() { # dir, extra cmake args...
+	local dir=$1; shift
+	cmake -S "$top" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+	cmake --build "$dir" -j "$jobs"
+}
+
+echo "== build (plain)"
+build "$top/build"
+echo "== tests (plain): unit, sim, criu"
+ctest --test-dir "$top/build" -L 'unit|sim|criu' --output-on-failure -j "$jobs"
+
+echo "== build (ASan+UBSan)"
+build "$top/build-asan" -DCRCUDA_SANITIZE=ON
+echo "== tests (ASan+UBSan): unit, sim"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	ctest --test-dir "$top/build-asan" -L 'unit|sim' --output-on-failure -j "$jobs"
+
+echo "== clang-format"
+"$top/scripts/format.sh" --check
+echo "all tests passed"
