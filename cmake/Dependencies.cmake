@@ -24,6 +24,26 @@ add_library(lmdb::lmdb UNKNOWN IMPORTED)
 set_target_properties(lmdb::lmdb PROPERTIES IMPORTED_LOCATION ${LMDB_LIBRARY}
                                             INTERFACE_INCLUDE_DIRECTORIES ${LMDB_INCLUDE_DIR})
 
+# xxHash (Debian libxxhash-dev): XXH3-128 content addresses of the store's chunks.
+find_path(XXHASH_INCLUDE_DIR xxhash.h)
+find_library(XXHASH_LIBRARY xxhash)
+if(NOT XXHASH_INCLUDE_DIR OR NOT XXHASH_LIBRARY)
+  message(FATAL_ERROR "xxHash not found: run scripts/setup.sh (Debian package libxxhash-dev)")
+endif()
+add_library(xxhash::xxhash UNKNOWN IMPORTED)
+set_target_properties(xxhash::xxhash PROPERTIES IMPORTED_LOCATION ${XXHASH_LIBRARY}
+                                                INTERFACE_INCLUDE_DIRECTORIES ${XXHASH_INCLUDE_DIR})
+
+# Jansson (Debian libjansson-dev): crcudactl's --json output.
+find_path(JANSSON_INCLUDE_DIR jansson.h)
+find_library(JANSSON_LIBRARY jansson)
+if(NOT JANSSON_INCLUDE_DIR OR NOT JANSSON_LIBRARY)
+  message(FATAL_ERROR "Jansson not found: run scripts/setup.sh (Debian package libjansson-dev)")
+endif()
+add_library(jansson::jansson UNKNOWN IMPORTED)
+set_target_properties(jansson::jansson PROPERTIES IMPORTED_LOCATION ${JANSSON_LIBRARY}
+                                                  INTERFACE_INCLUDE_DIRECTORIES ${JANSSON_INCLUDE_DIR})
+
 find_package(Python3 REQUIRED COMPONENTS Interpreter)
 find_package(Threads REQUIRED)
 

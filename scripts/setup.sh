@@ -15,9 +15,10 @@ for f in "$CUDA_HOME/bin/nvcc" "$CUDA_HOME/include/cuda.h" "$CUDA_HOME/include/c
   and builds its test programs with nvcc even where there is no GPU."
 done
 
-# Debian packages: build tools, LMDB, and CRIU's build dependencies.
+# Debian packages: build tools, LMDB, xxHash (store chunk hashes), Jansson (crcudactl --json),
+# and CRIU's build dependencies.
 packages=(build-essential cmake pkg-config python3 clang-format liblmdb-dev lmdb-utils
-	iproute2 libzstd-dev libssl-dev
+	iproute2 libzstd-dev libssl-dev libxxhash-dev libjansson-dev
 	libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler python3-protobuf
 	libnl-3-dev libnl-route-3-dev libnet1-dev libcap-dev libbsd-dev uuid-dev
 	libgnutls28-dev libnftables-dev xz-utils)

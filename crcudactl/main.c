@@ -1,0 +1,119 @@
+/* crcudactl: the user's tool. Global options, then one subcommand from the table below; each
+ * subcommand lives in its own cmd_*.c and parses its own options. */
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "crc_store.h"
+#include "crcuda/log.h"
+#include "crcudactl.h"
+
+static const struct ctl_cmd {
+	const char *name;
+	ctl_cmd_fn fn;
+	const char *summary;
+} commands[] = {
+    {"store", cmd_store, "list, inspect, verify and garbage-collect the checkpoint store"},
+};
+
+void ctl_error(const char *fmt, ...)
+{
+	va_list ap;
+	fputs("crcudactl: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+int ctl_json_print(json_t *v)
+{
+	if (!v)
+		return -1;
+	int rc = json_dumpf(v, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	fputc('\n', stdout);
+	json_decref(v);
+	return rc;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "Usage: crcudactl [OPTIONS] COMMAND [ARGS...]\n"
+		   "\n"
+		   "Transparent checkpoint/restart for CUDA applications.\n"
+		   "\n"
+		   "Commands:\n");
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+	fprintf(f, "\n"
+		   "Options:\n"
+		   "  -h, --help     show this help (COMMAND --help for a command's own)\n"
+		   "  -V, --version  print the version\n"
+		   "  -v, --verbose  more log output (repeat for debug)\n"
+		   "  -q, --quiet    errors only\n"
+		   "      --json     machine-readable output on stdout (also accepted after COMMAND)\n"
+		   "\n"
+		   "Environment:\n"
+		   "  CRCUDA_STORE      store directory (default ~/.local/share/crcuda/store)\n"
+		   "  CRCUDA_LOG_LEVEL  error|warn|info|debug; CRCUDA_LOG_FILE: log to a file\n"
+		   "\n"
+		   "Exit status:\n"
+		   "  0  success\n"
+		   "  1  failure (including a store that verify finds damaged)\n"
+		   "  2  usage error (unknown command or option, missing argument)\n");
+}
+
+int main(int argc, char **argv)
+{
+	enum { OPT_JSON = 256 };
+	static const struct option longopts[] = {
+	    {"help", no_argument, NULL, 'h'},	   {"version", no_argument, NULL, 'V'},
+	    {"verbose", no_argument, NULL, 'v'},   {"quiet", no_argument, NULL, 'q'},
+	    {"json", no_argument, NULL, OPT_JSON}, {NULL, 0, NULL, 0},
+	};
+	struct ctl_opts opts = {0};
+	int level = CRC_LOG_WARN, c;
+	/* "+": stop at the command name; what follows belongs to the command. */
+	while ((c = getopt_long(argc, argv, "+hVvq", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'h':
+			usage(stdout);
+			return CTL_EXIT_OK;
+		case 'V':
+			printf("crcudactl %s (store schema %d)\n", CRCUDA_VERSION, CRC_STORE_SCHEMA_VERSION);
+			return CTL_EXIT_OK;
+		case 'v':
+			level = level < CRC_LOG_DEBUG ? level + 1 : level;
+			break;
+		case 'q':
+			level = CRC_LOG_ERROR;
+			break;
+		case OPT_JSON:
+			opts.json = true;
+			break;
+		default:
+			usage(stderr);
+			return CTL_EXIT_USAGE;
+		}
+	}
+	if (level != CRC_LOG_WARN || !getenv("CRCUDA_LOG_LEVEL"))
+		crc_log_set_level(level);
+	if (optind >= argc) {
+		ctl_error("no command given");
+		usage(stderr);
+		return CTL_EXIT_USAGE;
+	}
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		if (strcmp(argv[optind], commands[i].name))
+			continue;
+		int sub_argc = argc - optind;
+		char **sub_argv = argv + optind;
+		optind = 0; /* reset getopt for the command's own parsing */
+		return commands[i].fn(sub_argc, sub_argv, &opts);
+	}
+	ctl_error("unknown command '%s'", argv[optind]);
+	usage(stderr);
+	return CTL_EXIT_USAGE;
+}

@@ -1,0 +1,403 @@
+/* Writing checkpoints (and blobs): chunks into pack files, then one LMDB commit naming them all. */
+#define LOG_PREFIX "store: "
+
+#include <stdlib.h>
+
+#include "crcuda/errno.h"
+#include "crcuda/log.h"
+#include "store_internal.h"
+
+int crc__next_ckpt_id(struct crc_store *st, MDB_txn *txn, uint64_t *out);
+
+struct ckpt_region {
+	struct crc_region r; /* chunks grow as put_chunk appends */
+	uint32_t capchunks;
+};
+
+struct crc_ckpt {
+	struct crc_store *st;
+	uint64_t session;
+	int64_t created_ns;
+	struct ckpt_region *regions;
+	uint32_t nregions, capregions;
+	struct crc_meta_kv *meta;
+	uint32_t nmeta, capmeta;
+	/* Every distinct chunk this checkpoint names; value = index in newlocs + 1 when this checkpoint
+	 * wrote it, 0 when it was already in the store (commit checks those are still there). */
+	struct hset chunks;
+	struct chunk_loc *newlocs;
+	struct crc_hash *newhashes;
+	size_t nnew, capnew;
+	struct pack_writer pw;
+	int error; /* sticky: after a failed write only abort makes sense */
+};
+
+int crc_ckpt_begin(struct crc_store *st, uint64_t session, struct crc_ckpt **out)
+{
+	if (!st || !out)
+		return CRC_EINVAL;
+	MDB_txn *txn;
+	int rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn);
+	if (rc)
+		return crc__mdb_err(rc, "mdb_txn_begin");
+	rc = crc__session_check(st, txn, session);
+	mdb_txn_abort(txn);
+	if (rc)
+		return rc;
+	struct crc_ckpt *ck = calloc(1, sizeof(*ck));
+	if (!ck)
+		return CRC_ENOMEM;
+	ck->st = st;
+	ck->session = session;
+	ck->created_ns = crc__now_ns();
+	crc__pw_init(&ck->pw, st);
+	*out = ck;
+	return 0;
+}
+
+int crc_ckpt_region_add(struct crc_ckpt *ck, const struct crc_region_desc *desc, uint32_t *out_index)
+{
+	if (!ck || !desc || !out_index)
+		return CRC_EINVAL;
+	if (ck->nregions == ck->capregions) {
+		uint32_t cap = ck->capregions ? ck->capregions * 2 : 8;
+		struct ckpt_region *p = realloc(ck->regions, cap * sizeof(*p));
+		if (!p)
+			return CRC_ENOMEM;
+		ck->regions = p;
+		ck->capregions = cap;
+	}
+	struct ckpt_region *cr = &ck->regions[ck->nregions];
+	memset(cr, 0, sizeof(*cr));
+	cr->r.kind = desc->kind;
+	cr->r.addr = desc->addr;
+	cr->r.size = desc->size;
+	cr->r.module = desc->module;
+	if (desc->name && !(cr->r.name = strdup(desc->name)))
+		return CRC_ENOMEM;
+	*out_index = ck->nregions++;
+	return 0;
+}
+
+int crc_ckpt_meta_set(struct crc_ckpt *ck, const char *key, const char *value)
+{
+	if (!ck || !key || !value)
+		return CRC_EINVAL;
+	char *v = strdup(value);
+	if (!v)
+		return CRC_ENOMEM;
+	for (uint32_t i = 0; i < ck->nmeta; i++) {
+		if (!strcmp(ck->meta[i].key, key)) {
+			free(ck->meta[i].value);
+			ck->meta[i].value = v;
+			return 0;
+		}
+	}
+	if (ck->nmeta == ck->capmeta) {
+		uint32_t cap = ck->capmeta ? ck->capmeta * 2 : 8;
+		struct crc_meta_kv *p = realloc(ck->meta, cap * sizeof(*p));
+		if (!p)
+			goto oom;
+		ck->meta = p;
+		ck->capmeta = cap;
+	}
+	char *k = strdup(key);
+	if (!k)
+		goto oom;
+	ck->meta[ck->nmeta++] = (struct crc_meta_kv){k, v};
+	return 0;
+oom:
+	free(v);
+	return CRC_ENOMEM;
+}
+
+/* Is the chunk already in the store's committed index? */
+static int chunk_exists(struct crc_store *st, const struct crc_hash *hash, bool *out)
+{
+	MDB_txn *txn;
+	struct chunk_loc loc;
+	int rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn);
+	if (rc)
+		return crc__mdb_err(rc, "mdb_txn_begin");
+	rc = crc__chunk_locate(st, txn, hash, &loc);
+	mdb_txn_abort(txn);
+	if (rc && rc != CRC_ENOTFOUND)
+		return rc;
+	*out = rc == 0;
+	return 0;
+}
+
+static int record_new_chunk(struct crc_ckpt *ck, const struct crc_hash *hash, const struct chunk_loc *loc)
+{
+	if (ck->nnew == ck->capnew) {
+		size_t cap = ck->capnew ? ck->capnew * 2 : 64;
+		struct chunk_loc *l = realloc(ck->newlocs, cap * sizeof(*l));
+		if (!l)
+			return CRC_ENOMEM;
+		ck->newlocs = l;
+		struct crc_hash *h = realloc(ck->newhashes, cap * sizeof(*h));
+		if (!h)
+			return CRC_ENOMEM;
+		ck->newhashes = h;
+		ck->capnew = cap;
+	}
+	ck->newlocs[ck->nnew] = *loc;
+	ck->newhashes[ck->nnew] = *hash;
+	ck->nnew++;
+	return 0;
+}
+
+/* Adds the chunk to the checkpoint's set, writing it unless the store or this checkpoint has it. */
+static int ckpt_add_chunk(struct crc_ckpt *ck, const void *data, size_t len, struct crc_hash *hash)
+{
+	bool fresh, exists = false;
+	crc_hash_compute(data, len, hash);
+	struct hset_slot *slot = crc__hset_insert(&ck->chunks, hash, &fresh);
+	if (!slot)
+		return CRC_ENOMEM;
+	if (!fresh)
+		return 0;
+	int rc = chunk_exists(ck->st, hash, &exists);
+	if (rc || exists)
+		return rc;
+	struct chunk_loc loc;
+	if ((rc = crc__pw_append(&ck->pw, hash, data, len, &loc)) || (rc = record_new_chunk(ck, hash, &loc)))
+		return rc;
+	/* Re-find: the set did not grow since insert, so the slot is still valid. */
+	slot->value = ck->nnew;
+	return 0;
+}
+
+int crc_ckpt_put_chunk(struct crc_ckpt *ck, uint32_t region, const void *data, size_t len,
+		       struct crc_hash *out_hash)
+{
+	if (!ck || region >= ck->nregions || !data || !len || len > CRC_CHUNK_MAX)
+		return CRC_EINVAL;
+	if (ck->error)
+		return ck->error;
+	struct crc_region *r = &ck->regions[region].r;
+	if (r->nchunks == ck->regions[region].capchunks) {
+		uint32_t cap = r->nchunks ? r->nchunks * 2 : 16;
+		struct crc_chunk_ref *p = realloc(r->chunks, cap * sizeof(*p));
+		if (!p)
+			return CRC_ENOMEM;
+		r->chunks = p;
+		ck->regions[region].capchunks = cap;
+	}
+	struct crc_hash hash;
+	int rc = ckpt_add_chunk(ck, data, len, &hash);
+	if (rc) {
+		ck->error = rc;
+		return rc;
+	}
+	r->chunks[r->nchunks++] = (struct crc_chunk_ref){hash, len};
+	if (out_hash)
+		*out_hash = hash;
+	return 0;
+}
+
+/* In txn: index the chunks this writer wrote, record its packs, and check that the chunks it reused
+ * are still indexed (a gc between put_chunk and commit may have removed them). */
+static int commit_chunks(struct crc_store *st, MDB_txn *txn, struct pack_writer *pw,
+			 const struct hset *chunks, const struct crc_hash *newhashes,
+			 const struct chunk_loc *newlocs, size_t nnew)
+{
+	int rc;
+	for (size_t i = 0; i < chunks->cap; i++) {
+		if (!chunks->slots[i].used || chunks->slots[i].value)
+			continue;
+		struct chunk_loc loc;
+		rc = crc__chunk_locate(st, txn, &chunks->slots[i].key, &loc);
+		if (rc == CRC_ENOTFOUND) {
+			pr_warn(
+			    "a reused chunk was removed by a concurrent gc; the checkpoint must be retried");
+			return CRC_EAGAIN;
+		}
+		if (rc)
+			return rc;
+	}
+	for (size_t i = 0; i < nnew; i++) {
+		uint8_t v[CHUNK_LOC_SIZE];
+		crc__chunk_loc_encode(&newlocs[i], v);
+		MDB_val k = {16, (void *)newhashes[i].bytes}, val = {sizeof(v), v};
+		rc = mdb_put(txn, st->dbi_chunks, &k, &val, MDB_NOOVERWRITE);
+		/* Another writer indexed the same bytes meanwhile: keep theirs; ours become dead bytes. */
+		if (rc && rc != MDB_KEYEXIST)
+			return crc__mdb_err(rc, "indexing a chunk");
+		STORE_FAULT("commit-chunk-indexed");
+	}
+	for (size_t i = 0; i < pw->nfiles; i++) {
+		uint8_t key[8], v[8];
+		put_be64(key, pw->files[i].id);
+		put_le64(v, pw->files[i].size);
+		MDB_val k = {8, key}, val = {8, v};
+		rc = mdb_put(txn, st->dbi_packs, &k, &val, 0);
+		if (rc)
+			return crc__mdb_err(rc, "recording a pack file");
+	}
+	STORE_FAULT("commit-packs-recorded");
+	return 0;
+}
+
+static void ckpt_free(struct crc_ckpt *ck, bool discard_packs)
+{
+	crc__pw_release(&ck->pw, discard_packs);
+	for (uint32_t i = 0; i < ck->nregions; i++) {
+		free(ck->regions[i].r.name);
+		free(ck->regions[i].r.chunks);
+	}
+	for (uint32_t i = 0; i < ck->nmeta; i++) {
+		free(ck->meta[i].key);
+		free(ck->meta[i].value);
+	}
+	free(ck->regions);
+	free(ck->meta);
+	crc__hset_free(&ck->chunks);
+	free(ck->newlocs);
+	free(ck->newhashes);
+	free(ck);
+}
+
+void crc_ckpt_abort(struct crc_ckpt *ck)
+{
+	if (ck)
+		ckpt_free(ck, true);
+}
+
+int crc_ckpt_commit(struct crc_ckpt *ck, uint64_t *out_id)
+{
+	if (!ck)
+		return CRC_EINVAL;
+	struct crc_store *st = ck->st;
+	MDB_txn *txn = NULL;
+	uint8_t *enc = NULL;
+	size_t enclen;
+	uint64_t id;
+	int rc = ck->error;
+	if (rc)
+		goto fail;
+	for (uint32_t i = 0; i < ck->nregions; i++) {
+		uint64_t sum = 0;
+		for (uint32_t c = 0; c < ck->regions[i].r.nchunks; c++)
+			sum += ck->regions[i].r.chunks[c].length;
+		if (sum != ck->regions[i].r.size) {
+			pr_err("region %u: chunks hold %llu bytes, the region is %llu", i,
+			       (unsigned long long)sum, (unsigned long long)ck->regions[i].r.size);
+			rc = CRC_EINVAL;
+			goto fail;
+		}
+	}
+	STORE_FAULT("commit-start");
+	rc = crc__pw_sync(&ck->pw);
+	if (rc)
+		goto fail;
+
+	rc = mdb_txn_begin(st->env, NULL, 0, &txn);
+	if (rc) {
+		rc = crc__mdb_err(rc, "mdb_txn_begin");
+		goto fail;
+	}
+	if ((rc = crc__session_check(st, txn, ck->session)) || (rc = crc__next_ckpt_id(st, txn, &id)))
+		goto fail;
+	STORE_FAULT("commit-txn-begun");
+	rc = commit_chunks(st, txn, &ck->pw, &ck->chunks, ck->newhashes, ck->newlocs, ck->nnew);
+	if (rc)
+		goto fail;
+
+	struct crc_manifest m = {
+	    .ckpt_id = id,
+	    .session_id = ck->session,
+	    .created_ns = ck->created_ns,
+	    .nmeta = ck->nmeta,
+	    .meta = ck->meta,
+	    .nregions = ck->nregions,
+	};
+	m.regions = calloc(ck->nregions ? ck->nregions : 1, sizeof(*m.regions));
+	if (!m.regions) {
+		rc = CRC_ENOMEM;
+		goto fail;
+	}
+	for (uint32_t i = 0; i < ck->nregions; i++)
+		m.regions[i] = ck->regions[i].r;
+	rc = crc__manifest_encode(&m, &enc, &enclen);
+	free(m.regions);
+	if (rc)
+		goto fail;
+	uint8_t key[8];
+	put_be64(key, id);
+	MDB_val k = {8, key}, v = {enclen, enc};
+	rc = mdb_put(txn, st->dbi_manifests, &k, &v, MDB_NOOVERWRITE);
+	if (rc) {
+		rc = crc__mdb_err(rc, "writing the manifest");
+		goto fail;
+	}
+	STORE_FAULT("commit-before-txn-commit");
+	rc = mdb_txn_commit(txn);
+	txn = NULL;
+	if (rc) {
+		rc = crc__mdb_err(rc, "committing the checkpoint");
+		goto fail;
+	}
+	STORE_FAULT("commit-done");
+	free(enc);
+	/* Committed: the packs are named now, so releasing their locks is safe. */
+	ckpt_free(ck, false);
+	if (out_id)
+		*out_id = id;
+	return 0;
+fail:
+	if (txn)
+		mdb_txn_abort(txn);
+	free(enc);
+	ckpt_free(ck, true);
+	return rc;
+}
+
+int crc_store_blob_put(struct crc_store *st, uint64_t session, const void *data, size_t len,
+		       struct crc_hash *out_hash)
+{
+	if (!st || !data || !len || len > CRC_CHUNK_MAX || !out_hash)
+		return CRC_EINVAL;
+	struct crc_ckpt *ck;
+	struct crc_hash hash;
+	MDB_txn *txn = NULL;
+	int rc = crc_ckpt_begin(st, session, &ck);
+	if (rc)
+		return rc;
+	if ((rc = ckpt_add_chunk(ck, data, len, &hash)) || (rc = crc__pw_sync(&ck->pw)))
+		goto fail;
+	rc = mdb_txn_begin(st->env, NULL, 0, &txn);
+	if (rc) {
+		rc = crc__mdb_err(rc, "mdb_txn_begin");
+		goto fail;
+	}
+	if ((rc = crc__session_check(st, txn, session)))
+		goto fail;
+	rc = commit_chunks(st, txn, &ck->pw, &ck->chunks, ck->newhashes, ck->newlocs, ck->nnew);
+	if (rc)
+		goto fail;
+	uint8_t key[24], val[8];
+	put_be64(key, session);
+	memcpy(key + 8, hash.bytes, 16);
+	put_le64(val, len);
+	MDB_val k = {sizeof(key), key}, v = {sizeof(val), val};
+	rc = mdb_put(txn, st->dbi_blobs, &k, &v, 0);
+	if (rc) {
+		rc = crc__mdb_err(rc, "pinning a blob");
+		goto fail;
+	}
+	rc = mdb_txn_commit(txn);
+	txn = NULL;
+	if (rc) {
+		rc = crc__mdb_err(rc, "committing a blob");
+		goto fail;
+	}
+	ckpt_free(ck, false);
+	*out_hash = hash;
+	return 0;
+fail:
+	if (txn)
+		mdb_txn_abort(txn);
+	ckpt_free(ck, true);
+	return rc;
+}

@@ -1,0 +1,330 @@
+/* Pack files: writing chunks in large sequential writes, reading them back with their hash checked. */
+#define LOG_PREFIX "store: "
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "crcuda/errno.h"
+#include "crcuda/log.h"
+#include "store_internal.h"
+
+/* Writes are gathered to this size; chunks at least half as big bypass the buffer. */
+#define PW_BUF_SIZE (8u << 20)
+/* With a fault hook set, writes go in pieces this big so a test can stop a writer mid-file. */
+#define FAULT_PIECE (256u << 10)
+
+void crc__pack_path(const struct crc_store *st, uint64_t pack, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s/%016" PRIx64 ".pack", st->packs_dir, pack);
+}
+
+bool crc__pack_name_parse(const char *name, uint64_t *out)
+{
+	if (strlen(name) != 21 || strcmp(name + 16, ".pack"))
+		return false;
+	uint64_t v = 0;
+	for (int i = 0; i < 16; i++) {
+		char c = name[i];
+		int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+		if (d < 0)
+			return false;
+		v = v << 4 | (uint64_t)d;
+	}
+	*out = v;
+	return true;
+}
+
+void crc__chunk_loc_decode(const uint8_t *v, struct chunk_loc *out)
+{
+	out->pack = get_le64(v);
+	out->offset = get_le64(v + 8);
+	out->length = get_le64(v + 16);
+}
+
+void crc__chunk_loc_encode(const struct chunk_loc *loc, uint8_t *v)
+{
+	put_le64(v, loc->pack);
+	put_le64(v + 8, loc->offset);
+	put_le64(v + 16, loc->length);
+}
+
+static int write_all(int fd, const void *data, size_t len)
+{
+	const uint8_t *p = data;
+	while (len) {
+		size_t n = len;
+		if (crc__store_fault_hook && n > FAULT_PIECE)
+			n = FAULT_PIECE;
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -errno;
+		p += w;
+		len -= (size_t)w;
+		STORE_FAULT("pack-write-piece");
+	}
+	return 0;
+}
+
+void crc__pw_init(struct pack_writer *pw, struct crc_store *st)
+{
+	memset(pw, 0, sizeof(*pw));
+	pw->st = st;
+}
+
+static int pw_flush(struct pack_writer *pw)
+{
+	if (!pw->used)
+		return 0;
+	struct pack_file *pf = &pw->files[pw->nfiles - 1];
+	int rc = write_all(pf->fd, pw->buf, pw->used);
+	if (rc) {
+		pr_err("writing pack %016" PRIx64 ": %s", pf->id, strerror(-rc));
+		return rc;
+	}
+	pw->used = 0;
+	return 0;
+}
+
+static void buf_put(struct pack_writer *pw, const void *data, size_t len)
+{
+	memcpy(pw->buf + pw->used, data, len);
+	pw->used += len;
+}
+
+/* Creates a new pack file, locked, and queues its header. */
+static int pw_new_file(struct pack_writer *pw)
+{
+	char path[PATH_MAX];
+	int rc, fd = -1;
+	uint64_t id;
+	if (pw->nfiles == pw->capfiles) {
+		size_t cap = pw->capfiles ? pw->capfiles * 2 : 4;
+		struct pack_file *files = realloc(pw->files, cap * sizeof(*files));
+		if (!files)
+			return CRC_ENOMEM;
+		pw->files = files;
+		pw->capfiles = cap;
+	}
+	for (;;) {
+		if (getrandom(&id, sizeof(id), 0) != sizeof(id))
+			return -errno;
+		crc__pack_path(pw->st, id, path, sizeof(path));
+		fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		if (fd < 0 && errno == EEXIST)
+			continue;
+		if (fd < 0) {
+			rc = -errno;
+			pr_perror("creating %s", path);
+			return rc;
+		}
+		if (flock(fd, LOCK_EX)) {
+			rc = -errno;
+			pr_perror("locking %s", path);
+			close(fd);
+			unlink(path);
+			return rc;
+		}
+		/* gc unlinks unlocked packs that no commit names: if one did between our open and flock,
+		 * this file is gone and we start over with another name. */
+		struct stat sb;
+		if (fstat(fd, &sb) == 0 && sb.st_nlink > 0)
+			break;
+		close(fd);
+	}
+	pw->files[pw->nfiles++] = (struct pack_file){.id = id, .fd = fd, .size = PACK_HEADER_SIZE};
+	uint8_t hdr[PACK_HEADER_SIZE] = {0};
+	memcpy(hdr, PACK_MAGIC, 8);
+	put_le32(hdr + 8, PACK_VERSION);
+	put_le64(hdr + 16, id);
+	buf_put(pw, hdr, sizeof(hdr));
+	STORE_FAULT("pack-created");
+	return 0;
+}
+
+/* Writes out and fsyncs the current pack file (it stays open and locked). */
+static int pw_seal(struct pack_writer *pw)
+{
+	if (!pw->nfiles)
+		return 0;
+	int rc = pw_flush(pw);
+	if (rc)
+		return rc;
+	struct pack_file *pf = &pw->files[pw->nfiles - 1];
+	if (fsync(pf->fd)) {
+		rc = -errno;
+		pr_perror("fsync of pack %016" PRIx64, pf->id);
+		return rc;
+	}
+	STORE_FAULT("pack-synced");
+	return 0;
+}
+
+int crc__pw_append(struct pack_writer *pw, const struct crc_hash *hash, const void *data, size_t len,
+		   struct chunk_loc *out)
+{
+	int rc;
+	if (!pw->buf) {
+		pw->buf = malloc(PW_BUF_SIZE);
+		if (!pw->buf)
+			return CRC_ENOMEM;
+		pw->cap = PW_BUF_SIZE;
+	}
+	struct pack_file *pf = pw->nfiles ? &pw->files[pw->nfiles - 1] : NULL;
+	if (!pf || (pf->size > PACK_HEADER_SIZE && pf->size + CHUNK_HEADER_SIZE + len > PACK_TARGET_SIZE)) {
+		/* Sealing here, not at commit, spreads the fsyncs over the checkpoint. */
+		if ((rc = pw_seal(pw)) || (rc = pw_new_file(pw)))
+			return rc;
+		pf = &pw->files[pw->nfiles - 1];
+	}
+	uint8_t hdr[CHUNK_HEADER_SIZE] = {0};
+	put_le32(hdr, CHUNK_MAGIC);
+	put_le64(hdr + 8, len);
+	memcpy(hdr + 16, hash->bytes, 16);
+	if (pw->used + sizeof(hdr) > pw->cap && (rc = pw_flush(pw)))
+		return rc;
+	buf_put(pw, hdr, sizeof(hdr));
+	*out = (struct chunk_loc){.pack = pf->id, .offset = pf->size + CHUNK_HEADER_SIZE, .length = len};
+	pf->size += CHUNK_HEADER_SIZE + len;
+
+	if (len >= pw->cap / 2) {
+		/* Large chunks go straight from the caller's memory: no copy. */
+		if ((rc = pw_flush(pw)) || (rc = write_all(pf->fd, data, len))) {
+			pr_err("writing pack %016" PRIx64 ": %s", pf->id, strerror(-rc));
+			return rc;
+		}
+	} else {
+		if (pw->used + len > pw->cap && (rc = pw_flush(pw)))
+			return rc;
+		buf_put(pw, data, len);
+	}
+	STORE_FAULT("chunk-appended");
+	return 0;
+}
+
+int crc__pw_sync(struct pack_writer *pw)
+{
+	if (!pw->nfiles)
+		return 0;
+	int rc = pw_seal(pw);
+	if (rc)
+		return rc;
+	/* The new files' directory entries must be durable before a commit names them. */
+	if (fsync(pw->st->packs_dir_fd)) {
+		rc = -errno;
+		pr_perror("fsync of %s", pw->st->packs_dir);
+		return rc;
+	}
+	STORE_FAULT("packs-dir-synced");
+	return 0;
+}
+
+void crc__pw_release(struct pack_writer *pw, bool discard)
+{
+	char path[PATH_MAX];
+	for (size_t i = 0; i < pw->nfiles; i++) {
+		if (discard) {
+			crc__pack_path(pw->st, pw->files[i].id, path, sizeof(path));
+			unlink(path);
+		}
+		close(pw->files[i].fd);
+	}
+	free(pw->files);
+	free(pw->buf);
+	crc__pw_init(pw, pw->st);
+}
+
+int crc__chunk_locate(struct crc_store *st, MDB_txn *txn, const struct crc_hash *hash, struct chunk_loc *out)
+{
+	MDB_val k = {16, (void *)hash->bytes}, v;
+	int rc = mdb_get(txn, st->dbi_chunks, &k, &v);
+	if (rc == MDB_NOTFOUND)
+		return CRC_ENOTFOUND;
+	if (rc)
+		return crc__mdb_err(rc, "looking up a chunk");
+	if (v.mv_size != CHUNK_LOC_SIZE) {
+		pr_err("chunk index entry of %zu bytes (expected %u)", v.mv_size, CHUNK_LOC_SIZE);
+		return CRC_ECORRUPT;
+	}
+	crc__chunk_loc_decode(v.mv_data, out);
+	return 0;
+}
+
+int crc__chunk_read_at(struct crc_store *st, const struct crc_hash *hash, const struct chunk_loc *loc,
+		       void *buf)
+{
+	char path[PATH_MAX], hex[CRC_HASH_HEX_LEN + 1];
+	crc_hash_to_hex(hash, hex);
+	crc__pack_path(st, loc->pack, path, sizeof(path));
+	if (st->read_fd < 0 || st->read_pack != loc->pack) {
+		if (st->read_fd >= 0)
+			close(st->read_fd);
+		st->read_fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (st->read_fd < 0) {
+			int rc = errno == ENOENT ? CRC_ETRUNC : -errno;
+			pr_perror("chunk %s: opening %s", hex, path);
+			return rc;
+		}
+		st->read_pack = loc->pack;
+	}
+	uint8_t *p = buf;
+	size_t done = 0;
+	while (done < loc->length) {
+		ssize_t r = pread(st->read_fd, p + done, loc->length - done, (off_t)(loc->offset + done));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			int rc = -errno;
+			pr_perror("chunk %s: reading %s", hex, path);
+			return rc;
+		}
+		if (r == 0) {
+			pr_err("chunk %s: %s ends at byte %" PRIu64 ", inside the chunk (%" PRIu64
+			       "..%" PRIu64 ")",
+			       hex, path, loc->offset + done, loc->offset, loc->offset + loc->length);
+			return CRC_ETRUNC;
+		}
+		done += (size_t)r;
+	}
+	struct crc_hash got;
+	crc_hash_compute(buf, loc->length, &got);
+	if (memcmp(got.bytes, hash->bytes, 16)) {
+		char gothex[CRC_HASH_HEX_LEN + 1];
+		crc_hash_to_hex(&got, gothex);
+		pr_err("chunk %s: the %" PRIu64 " bytes at %s+%" PRIu64 " hash to %s", hex, loc->length, path,
+		       loc->offset, gothex);
+		return CRC_ECORRUPT;
+	}
+	return 0;
+}
+
+int crc_store_chunk_read(struct crc_store *st, const struct crc_hash *hash, void *buf, size_t buflen,
+			 size_t *out_len)
+{
+	if (!st || !hash || (!buf && buflen))
+		return CRC_EINVAL;
+	MDB_txn *txn;
+	struct chunk_loc loc;
+	int rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn);
+	if (rc)
+		return crc__mdb_err(rc, "mdb_txn_begin");
+	rc = crc__chunk_locate(st, txn, hash, &loc);
+	mdb_txn_abort(txn);
+	if (rc)
+		return rc;
+	if (out_len)
+		*out_len = loc.length;
+	if (buflen < loc.length)
+		return CRC_EINVAL;
+	return crc__chunk_read_at(st, hash, &loc, buf);
+}

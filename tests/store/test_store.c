@@ -1,0 +1,611 @@
+/* Store unit tests; argv[1] names the test (each is its own ctest entry). */
+#include <errno.h>
+#include <fcntl.h>
+#include <lmdb.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "crc_store.h"
+#include "crcuda/errno.h"
+#include "crcuda/log.h"
+#include "store_internal.h"
+#include "store_test.h"
+
+static struct crc_store *fresh_store(char **dir)
+{
+	struct crc_store *st;
+	*dir = test_tmpdir("store");
+	CHECK_OK(crc_store_open(*dir, CRC_STORE_CREATE, &st));
+	return st;
+}
+
+/* Sum of the sizes of the pack files on disk, and their count. */
+static uint64_t packs_on_disk(const char *dir, int *count)
+{
+	char *cmd, line[512];
+	uint64_t total = 0;
+	*count = 0;
+	CHECK(asprintf(&cmd, "stat -c %%s '%s'/packs/*.pack 2>/dev/null", dir) > 0);
+	FILE *f = popen(cmd, "r");
+	CHECK(f != NULL);
+	while (fgets(line, sizeof(line), f)) {
+		total += strtoull(line, NULL, 10);
+		(*count)++;
+	}
+	pclose(f);
+	free(cmd);
+	return total;
+}
+
+/* --- journal --- */
+
+struct jseen {
+	int n;
+	uint64_t seqs[16];
+	uint32_t types[16];
+	char payloads[16][32];
+	int stop_at;
+};
+
+static int jcollect(void *arg, uint64_t seq, uint32_t type, const void *payload, uint32_t len)
+{
+	struct jseen *s = arg;
+	CHECK(s->n < 16 && len < 32);
+	s->seqs[s->n] = seq;
+	s->types[s->n] = type;
+	memcpy(s->payloads[s->n], payload, len);
+	s->payloads[s->n][len] = 0;
+	s->n++;
+	return s->stop_at && s->n == s->stop_at ? 42 : 0;
+}
+
+static void test_journal(void)
+{
+	char *dir;
+	struct crc_store *st = fresh_store(&dir);
+	uint64_t s1, s2, seq;
+	CHECK_OK(crc_store_session_create(st, "one", &s1));
+	CHECK_OK(crc_store_session_create(st, NULL, &s2));
+	CHECK(s1 != s2);
+	/* Interleaved appends: each session numbers its own records from 1. */
+	CHECK_OK(crc_store_journal_append(st, s1, CRC_JREC_CONTEXT_CREATE, "ctx", 3, &seq));
+	CHECK_EQ_INT(seq, 1);
+	CHECK_OK(crc_store_journal_append(st, s2, CRC_JREC_MEM_ALLOC, "s2-alloc", 8, &seq));
+	CHECK_EQ_INT(seq, 1);
+	CHECK_OK(crc_store_journal_append(st, s1, CRC_JREC_MODULE_LOAD, "module", 6, &seq));
+	CHECK_EQ_INT(seq, 2);
+	CHECK_OK(crc_store_journal_append(st, s1, CRC_JREC_STREAM_CREATE, NULL, 0, &seq));
+	CHECK_EQ_INT(seq, 3);
+	CHECK_EQ_INT(crc_store_journal_append(st, 999, CRC_JREC_MEM_FREE, "x", 1, &seq), CRC_ENOTFOUND);
+	CHECK_EQ_INT(crc_store_journal_append(st, s1, CRC_JREC_MEM_FREE, "x", CRC_JREC_MAX_PAYLOAD + 1, &seq),
+		     CRC_EINVAL);
+	crc_store_close(st);
+
+	/* Durable across close: read it back from a new handle. */
+	CHECK_OK(crc_store_open(dir, 0, &st));
+	struct jseen seen = {0};
+	CHECK_OK(crc_store_journal_iterate(st, s1, jcollect, &seen));
+	CHECK_EQ_INT(seen.n, 3);
+	CHECK_EQ_INT(seen.seqs[0], 1);
+	CHECK_EQ_INT(seen.seqs[2], 3);
+	CHECK_EQ_INT(seen.types[0], CRC_JREC_CONTEXT_CREATE);
+	CHECK_EQ_INT(seen.types[1], CRC_JREC_MODULE_LOAD);
+	CHECK_EQ_INT(seen.types[2], CRC_JREC_STREAM_CREATE);
+	CHECK_EQ_STR(seen.payloads[0], "ctx");
+	CHECK_EQ_STR(seen.payloads[1], "module");
+	CHECK_EQ_STR(seen.payloads[2], "");
+	memset(&seen, 0, sizeof(seen));
+	CHECK_OK(crc_store_journal_iterate(st, s2, jcollect, &seen));
+	CHECK_EQ_INT(seen.n, 1);
+	CHECK_EQ_STR(seen.payloads[0], "s2-alloc");
+	/* The callback's non-zero result stops the walk and comes back. */
+	memset(&seen, 0, sizeof(seen));
+	seen.stop_at = 2;
+	CHECK_EQ_INT(crc_store_journal_iterate(st, s1, jcollect, &seen), 42);
+	CHECK_EQ_INT(seen.n, 2);
+	CHECK_EQ_INT(crc_store_journal_iterate(st, 12345, jcollect, &seen), CRC_ENOTFOUND);
+	CHECK_EQ_STR(crc_jrec_type_name(CRC_JREC_MODULE_LOAD), "MODULE_LOAD");
+	CHECK_EQ_STR(crc_jrec_type_name(9999), "UNKNOWN");
+	crc_store_close(st);
+	test_rmrf(dir);
+	free(dir);
+}
+
+/* --- manifest --- */
+
+static void test_manifest(void)
+{
+	char *dir;
+	struct crc_store *st = fresh_store(&dir);
+	uint64_t session, id;
+	struct crc_ckpt *ck;
+	uint32_t r0, r1, r2;
+	static uint8_t a[100000], b[4096], g[64];
+	test_fill(a, sizeof(a), 1);
+	test_fill(b, sizeof(b), 2);
+	test_fill(g, sizeof(g), 3);
+	struct crc_hash module;
+	CHECK_OK(crc_store_session_create(st, "m", &session));
+	CHECK_OK(crc_store_blob_put(st, session, "IMAGE", 5, &module));
+
+	CHECK_OK(crc_ckpt_begin(st, session, &ck));
+	struct crc_region_desc d0 = {
+	    .kind = CRC_REGION_DEVICE_ALLOC, .addr = 0x600000200000ull, .size = sizeof(a) + sizeof(b)};
+	struct crc_region_desc d1 = {
+	    .kind = CRC_REGION_DEVICE_GLOBAL, .size = sizeof(g), .name = "_Z7counter", .module = module};
+	struct crc_region_desc d2 = {.kind = CRC_REGION_HOST, .size = 0};
+	CHECK_OK(crc_ckpt_region_add(ck, &d0, &r0));
+	CHECK_OK(crc_ckpt_region_add(ck, &d1, &r1));
+	CHECK_OK(crc_ckpt_region_add(ck, &d2, &r2));
+	CHECK_EQ_INT(r2, 2);
+	CHECK_OK(crc_ckpt_put_chunk(ck, r0, a, sizeof(a), NULL));
+	CHECK_OK(crc_ckpt_put_chunk(ck, r0, b, sizeof(b), NULL));
+	CHECK_OK(crc_ckpt_put_chunk(ck, r1, g, sizeof(g), NULL));
+	CHECK_EQ_INT(crc_ckpt_put_chunk(ck, 7, g, sizeof(g), NULL), CRC_EINVAL);
+	CHECK_OK(crc_ckpt_meta_set(ck, "criu.images_dir", "/old"));
+	CHECK_OK(crc_ckpt_meta_set(ck, "criu.images_dir", "/var/lib/crcuda/x"));
+	CHECK_OK(crc_ckpt_meta_set(ck, "note", "second \"key\""));
+	CHECK_OK(crc_ckpt_commit(ck, &id));
+	crc_store_close(st);
+
+	CHECK_OK(crc_store_open(dir, 0, &st));
+	struct crc_manifest *m;
+	CHECK_OK(crc_store_manifest_get(st, id, &m));
+	CHECK_EQ_INT(m->ckpt_id, id);
+	CHECK_EQ_INT(m->session_id, session);
+	CHECK(m->created_ns > 1600000000ll * 1000000000ll);
+	CHECK_EQ_INT(m->nregions, 3);
+	CHECK_EQ_INT(m->regions[0].kind, CRC_REGION_DEVICE_ALLOC);
+	CHECK_EQ_INT(m->regions[0].addr, 0x600000200000ull);
+	CHECK_EQ_INT(m->regions[0].size, sizeof(a) + sizeof(b));
+	CHECK(m->regions[0].name == NULL);
+	CHECK_EQ_INT(m->regions[0].nchunks, 2);
+	CHECK_EQ_INT(m->regions[0].chunks[0].length, sizeof(a));
+	CHECK_EQ_INT(m->regions[0].chunks[1].length, sizeof(b));
+	CHECK_EQ_STR(m->regions[1].name, "_Z7counter");
+	CHECK(!memcmp(m->regions[1].module.bytes, module.bytes, 16));
+	CHECK_EQ_INT(m->regions[2].nchunks, 0);
+	CHECK_EQ_INT(m->nmeta, 2);
+	CHECK_EQ_STR(crc_manifest_meta_get(m, "criu.images_dir"), "/var/lib/crcuda/x");
+	CHECK_EQ_STR(crc_manifest_meta_get(m, "note"), "second \"key\"");
+	CHECK(crc_manifest_meta_get(m, "absent") == NULL);
+
+	/* The chunks read back byte for byte, and the hash is the content's. */
+	static uint8_t back[100000];
+	size_t len;
+	struct crc_hash h;
+	CHECK_OK(crc_store_chunk_read(st, &m->regions[0].chunks[0].hash, back, sizeof(back), &len));
+	CHECK_EQ_INT(len, sizeof(a));
+	CHECK(!memcmp(back, a, sizeof(a)));
+	crc_hash_compute(b, sizeof(b), &h);
+	CHECK(!memcmp(h.bytes, m->regions[0].chunks[1].hash.bytes, 16));
+	CHECK_OK(crc_store_chunk_read(st, &h, back, sizeof(back), &len));
+	CHECK(!memcmp(back, b, sizeof(b)));
+	CHECK_EQ_INT(crc_store_chunk_read(st, &h, back, 10, &len), CRC_EINVAL);
+	CHECK_EQ_INT(len, sizeof(b));
+	CHECK_OK(crc_store_chunk_read(st, &module, back, sizeof(back), &len));
+	CHECK(len == 5 && !memcmp(back, "IMAGE", 5));
+
+	/* Hex round trip. */
+	char hex[CRC_HASH_HEX_LEN + 1];
+	struct crc_hash h2;
+	crc_hash_to_hex(&h, hex);
+	CHECK_OK(crc_hash_from_hex(hex, &h2));
+	CHECK(!memcmp(h.bytes, h2.bytes, 16));
+	CHECK_EQ_INT(crc_hash_from_hex("xyz", &h2), CRC_EINVAL);
+
+	/* Every cut of the encoding is refused as corrupt, never misread. */
+	uint8_t *enc;
+	size_t enclen;
+	CHECK_OK(crc__manifest_encode(m, &enc, &enclen));
+	for (size_t cut = 0; cut < enclen; cut++) {
+		struct crc_manifest *bad = NULL;
+		CHECK_EQ_INT(crc__manifest_decode(enc, cut, &bad), CRC_ECORRUPT);
+	}
+	struct crc_manifest *again;
+	CHECK_OK(crc__manifest_decode(enc, enclen, &again));
+	CHECK_EQ_STR(again->regions[1].name, "_Z7counter");
+	crc_manifest_free(again);
+	free(enc);
+	crc_manifest_free(m);
+
+	uint64_t *ids;
+	size_t n;
+	CHECK_OK(crc_store_manifest_list(st, &ids, &n));
+	CHECK(n == 1 && ids[0] == id);
+	free(ids);
+	CHECK_EQ_INT(crc_store_manifest_get(st, id + 1, &m), CRC_ENOTFOUND);
+
+	/* A region whose chunks do not add up to its size is refused, and nothing becomes visible. */
+	CHECK_OK(crc_ckpt_begin(st, session, &ck));
+	CHECK_OK(crc_ckpt_region_add(ck, &d0, &r0));
+	CHECK_OK(crc_ckpt_put_chunk(ck, r0, a, sizeof(a), NULL));
+	CHECK_EQ_INT(crc_ckpt_commit(ck, NULL), CRC_EINVAL);
+	CHECK_OK(crc_store_manifest_list(st, &ids, &n));
+	CHECK_EQ_INT(n, 1);
+	free(ids);
+	CHECK_EQ_INT(crc_ckpt_begin(st, 77, &ck), CRC_ENOTFOUND);
+	crc_store_close(st);
+	test_rmrf(dir);
+	free(dir);
+}
+
+/* --- dedup --- */
+
+static uint64_t commit_chunks(struct crc_store *st, uint64_t session, const uint64_t *seeds, int n,
+			      size_t len)
+{
+	struct crc_ckpt *ck;
+	uint32_t r;
+	uint64_t id;
+	uint8_t *buf = malloc(len);
+	CHECK(buf);
+	CHECK_OK(crc_ckpt_begin(st, session, &ck));
+	struct crc_region_desc d = {
+	    .kind = CRC_REGION_DEVICE_ALLOC, .addr = 0x600000000000ull, .size = n * len};
+	CHECK_OK(crc_ckpt_region_add(ck, &d, &r));
+	for (int i = 0; i < n; i++) {
+		test_fill(buf, len, seeds[i]);
+		CHECK_OK(crc_ckpt_put_chunk(ck, r, buf, len, NULL));
+	}
+	CHECK_OK(crc_ckpt_commit(ck, &id));
+	free(buf);
+	return id;
+}
+
+static void test_dedup(void)
+{
+	char *dir;
+	struct crc_store *st = fresh_store(&dir);
+	uint64_t session;
+	int npacks;
+	const size_t len = 256 << 10;
+	CHECK_OK(crc_store_session_create(st, "d", &session));
+	commit_chunks(st, session, (uint64_t[]){1, 2}, 2, len);
+	uint64_t before = packs_on_disk(dir, &npacks);
+	CHECK_EQ_INT(npacks, 1);
+	CHECK(before >= 2 * len);
+	/* 1 and 2 are in the store, 3 twice in this checkpoint: only one new chunk is written. */
+	uint64_t id2 = commit_chunks(st, session, (uint64_t[]){1, 3, 2, 3}, 4, len);
+	uint64_t after = packs_on_disk(dir, &npacks);
+	CHECK_EQ_INT(npacks, 2);
+	CHECK_EQ_INT(after - before, PACK_HEADER_SIZE + CHUNK_HEADER_SIZE + len);
+	struct crc_store_stat ss;
+	CHECK_OK(crc_store_stat(st, &ss));
+	CHECK_EQ_INT(ss.chunks, 3);
+	CHECK_EQ_INT(ss.chunk_bytes, 3 * len);
+	CHECK_EQ_INT(ss.manifests, 2);
+	/* The second manifest still names all four chunks, in order. */
+	struct crc_manifest *m;
+	uint8_t *buf = malloc(len), *want = malloc(len);
+	CHECK_OK(crc_store_manifest_get(st, id2, &m));
+	CHECK_EQ_INT(m->regions[0].nchunks, 4);
+	const uint64_t seeds[] = {1, 3, 2, 3};
+	for (int i = 0; i < 4; i++) {
+		size_t got;
+		CHECK_OK(crc_store_chunk_read(st, &m->regions[0].chunks[i].hash, buf, len, &got));
+		test_fill(want, len, seeds[i]);
+		CHECK(got == len && !memcmp(buf, want, len));
+	}
+	crc_manifest_free(m);
+	free(buf);
+	free(want);
+	crc_store_close(st);
+	test_rmrf(dir);
+	free(dir);
+}
+
+/* --- verify --- */
+
+struct problems {
+	int n;
+	int err[8];
+	char id[8][64];
+};
+
+static void collect_problem(void *arg, int err, const char *id, const char *what)
+{
+	struct problems *p = arg;
+	(void)what;
+	if (p->n < 8) {
+		p->err[p->n] = err;
+		snprintf(p->id[p->n], sizeof(p->id[0]), "%s", id);
+	}
+	p->n++;
+}
+
+/* Finds the only pack file holding needle (a chunk's bytes) and returns its path and the offset. */
+static char *find_in_packs(const char *dir, const void *needle, size_t len, long *out_off)
+{
+	char *cmd, line[1024], *found = NULL;
+	CHECK(asprintf(&cmd, "ls '%s'/packs/*.pack", dir) > 0);
+	FILE *f = popen(cmd, "r");
+	while (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = 0;
+		FILE *pf = fopen(line, "rb");
+		CHECK(pf);
+		fseek(pf, 0, SEEK_END);
+		long size = ftell(pf);
+		uint8_t *data = malloc(size);
+		rewind(pf);
+		CHECK(fread(data, 1, size, pf) == (size_t)size);
+		fclose(pf);
+		uint8_t *hit = memmem(data, size, needle, len);
+		if (hit) {
+			CHECK(found == NULL);
+			found = strdup(line);
+			*out_off = hit - data;
+		}
+		free(data);
+	}
+	pclose(f);
+	free(cmd);
+	CHECK(found != NULL);
+	return found;
+}
+
+static void flip_byte(const char *path, long off)
+{
+	int fd = open(path, O_RDWR);
+	uint8_t c;
+	CHECK(fd >= 0);
+	CHECK(pread(fd, &c, 1, off) == 1);
+	c ^= 0x40;
+	CHECK(pwrite(fd, &c, 1, off) == 1);
+	close(fd);
+}
+
+static void test_verify_flip(void)
+{
+	char *dir;
+	struct crc_store *st = fresh_store(&dir);
+	uint64_t session;
+	const size_t len = 64 << 10;
+	uint8_t *chunk = malloc(len), *buf = malloc(len);
+	CHECK_OK(crc_store_session_create(st, "v", &session));
+	uint64_t id = commit_chunks(st, session, (uint64_t[]){10, 11, 12}, 3, len);
+	struct crc_verify_report rep;
+	CHECK_OK(crc_store_verify(st, NULL, NULL, &rep));
+	CHECK_EQ_INT(rep.chunks, 3);
+	CHECK_EQ_INT(rep.bytes, 3 * len);
+	CHECK_EQ_INT(rep.problems, 0);
+
+	long off;
+	test_fill(chunk, len, 11);
+	char *pack = find_in_packs(dir, chunk, len, &off);
+	flip_byte(pack, off + 1000);
+	struct crc_hash h;
+	size_t got;
+	crc_hash_compute(chunk, len, &h);
+	CHECK_EQ_INT(crc_store_chunk_read(st, &h, buf, len, &got), CRC_ECORRUPT);
+	struct problems p = {0};
+	CHECK_EQ_INT(crc_store_verify(st, collect_problem, &p, &rep), CRC_ECORRUPT);
+	CHECK_EQ_INT(p.n, 1);
+	CHECK_EQ_INT(p.err[0], CRC_ECORRUPT);
+	char hex[CRC_HASH_HEX_LEN + 1];
+	crc_hash_to_hex(&h, hex);
+	CHECK_EQ_STR(p.id[0], hex);
+	CHECK_EQ_INT(rep.bad_manifests, 1);
+	CHECK_EQ_INT(rep.problems, 1);
+	/* The other chunks of the checkpoint still read. */
+	test_fill(chunk, len, 12);
+	crc_hash_compute(chunk, len, &h);
+	CHECK_OK(crc_store_chunk_read(st, &h, buf, len, &got));
+	CHECK(!memcmp(buf, chunk, len));
+	/* gc must not take a damaged checkpoint or its chunks away. */
+	struct crc_manifest *m;
+	CHECK_OK(crc_store_gc(st, NULL));
+	CHECK_OK(crc_store_manifest_get(st, id, &m));
+	crc_manifest_free(m);
+	/* Flipping the byte back heals the store: the check really is over the bytes. */
+	flip_byte(pack, off + 1000);
+	CHECK_OK(crc_store_verify(st, NULL, NULL, &rep));
+	test_fill(chunk, len, 11);
+	crc_hash_compute(chunk, len, &h);
+	CHECK_OK(crc_store_chunk_read(st, &h, buf, len, &got));
+	CHECK(!memcmp(buf, chunk, len));
+	free(pack);
+	free(chunk);
+	free(buf);
+	crc_store_close(st);
+	test_rmrf(dir);
+	free(dir);
+}
+
+static void test_verify_trunc(void)
+{
+	char *dir;
+	struct crc_store *st = fresh_store(&dir);
+	uint64_t session;
+	const size_t len = 64 << 10;
+	uint8_t *chunk = malloc(len), *buf = malloc(len);
+	CHECK_OK(crc_store_session_create(st, "t", &session));
+	commit_chunks(st, session, (uint64_t[]){20, 21, 22}, 3, len);
+	long off;
+	test_fill(chunk, len, 22);
+	char *pack = find_in_packs(dir, chunk, len, &off);
+	/* Cut the pack in the middle of its last chunk. */
+	CHECK(truncate(pack, off + len / 2) == 0);
+	struct crc_hash h;
+	size_t got;
+	crc_hash_compute(chunk, len, &h);
+	CHECK_EQ_INT(crc_store_chunk_read(st, &h, buf, len, &got), CRC_ETRUNC);
+	struct problems p = {0};
+	struct crc_verify_report rep;
+	CHECK_EQ_INT(crc_store_verify(st, collect_problem, &p, &rep), CRC_ECORRUPT);
+	/* The pack's length and the chunk are both reported. */
+	CHECK_EQ_INT(p.n, 2);
+	CHECK_EQ_INT(p.err[0], CRC_ETRUNC);
+	CHECK_EQ_INT(p.err[1], CRC_ETRUNC);
+	CHECK_EQ_INT(rep.bad_manifests, 1);
+	/* A missing pack file is reported too. */
+	CHECK(unlink(pack) == 0);
+	memset(&p, 0, sizeof(p));
+	CHECK_EQ_INT(crc_store_verify(st, collect_problem, &p, &rep), CRC_ECORRUPT);
+	CHECK_EQ_INT(p.n, 4); /* the pack, and each of the three chunks */
+	free(pack);
+	free(chunk);
+	free(buf);
+	crc_store_close(st);
+	test_rmrf(dir);
+	free(dir);
+}
+
+/* --- schema --- */
+
+static void test_schema(void)
+{
+	char *dir;
+	struct crc_store *st = fresh_store(&dir);
+	crc_store_close(st);
+
+	/* Rewrite the schema record behind the store's back, as a future crcuda would. */
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	CHECK_EQ_INT(mdb_env_create(&env), 0);
+	CHECK_EQ_INT(mdb_env_set_maxdbs(env, 8), 0);
+	CHECK_EQ_INT(mdb_env_open(env, dir, 0, 0644), 0);
+	CHECK_EQ_INT(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	CHECK_EQ_INT(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
+	uint8_t v99[4] = {99, 0, 0, 0};
+	MDB_val k = {14, "schema_version"}, v = {4, v99};
+	CHECK_EQ_INT(mdb_put(txn, dbi, &k, &v, 0), 0);
+	CHECK_EQ_INT(mdb_txn_commit(txn), 0);
+	mdb_env_close(env);
+
+	char *log;
+	CHECK(asprintf(&log, "%s/log", dir) > 0);
+	CHECK_OK(crc_log_set_file(log));
+	CHECK_EQ_INT(crc_store_open(dir, 0, &st), CRC_ESCHEMA);
+	CHECK_EQ_INT(crc_store_open(dir, CRC_STORE_CREATE, &st), CRC_ESCHEMA);
+	CHECK_OK(crc_log_set_file(NULL));
+	char text[4096] = {0};
+	FILE *f = fopen(log, "r");
+	CHECK(f && fread(text, 1, sizeof(text) - 1, f) > 0);
+	fclose(f);
+	CHECK(strstr(text, "schema version 99") != NULL);
+	CHECK(strstr(text, "only version 1") != NULL);
+
+	/* No store at all: a clear CRC_ENOENT, and nothing is created. */
+	char *none;
+	CHECK(asprintf(&none, "%s/none", dir) > 0);
+	CHECK_EQ_INT(crc_store_open(none, 0, &st), CRC_ENOENT);
+	CHECK(access(none, F_OK) != 0);
+	free(none);
+	free(log);
+	test_rmrf(dir);
+	free(dir);
+}
+
+/* --- gc --- */
+
+static void test_gc(void)
+{
+	char *dir;
+	struct crc_store *st = fresh_store(&dir);
+	uint64_t session;
+	const size_t len = 128 << 10;
+	int npacks;
+	struct crc_gc_report rep;
+	struct crc_hash blob;
+	CHECK_OK(crc_store_session_create(st, "g", &session));
+	CHECK_OK(crc_store_blob_put(st, session, "module-image", 12, &blob));
+	uint64_t id1 = commit_chunks(st, session, (uint64_t[]){1, 2}, 2, len);
+	uint64_t id2 = commit_chunks(st, session, (uint64_t[]){2, 3}, 2, len);
+	packs_on_disk(dir, &npacks);
+	CHECK_EQ_INT(npacks, 3); /* the blob's and one per checkpoint */
+
+	/* Nothing to collect while both checkpoints stand. */
+	CHECK_OK(crc_store_gc(st, &rep));
+	CHECK_EQ_INT(rep.chunks_removed, 0);
+	CHECK_EQ_INT(rep.packs_removed, 0);
+
+	/* Without checkpoint 1, chunk 1 goes; its pack stays because chunk 2 (shared) lives there. */
+	CHECK_OK(crc_store_manifest_delete(st, id1));
+	CHECK_EQ_INT(crc_store_manifest_delete(st, id1), CRC_ENOTFOUND);
+	CHECK_OK(crc_store_gc(st, &rep));
+	CHECK_EQ_INT(rep.chunks_removed, 1);
+	CHECK_EQ_INT(rep.packs_removed, 0);
+	CHECK_EQ_INT(rep.bytes_dead_retained, len);
+	uint8_t *buf = malloc(len), *want = malloc(len);
+	struct crc_hash h;
+	size_t got;
+	test_fill(want, len, 1);
+	crc_hash_compute(want, len, &h);
+	CHECK_EQ_INT(crc_store_chunk_read(st, &h, buf, len, &got), CRC_ENOTFOUND);
+	for (uint64_t seed = 2; seed <= 3; seed++) {
+		test_fill(want, len, seed);
+		crc_hash_compute(want, len, &h);
+		CHECK_OK(crc_store_chunk_read(st, &h, buf, len, &got));
+		CHECK(!memcmp(buf, want, len));
+	}
+
+	/* A pack no commit names and no writer holds (a killed writer's) is removed; a live writer's
+	 * pack is not, and its checkpoint commits fine afterwards. */
+	char *orphan;
+	CHECK(asprintf(&orphan, "%s/packs/00000000deadbeef.pack", dir) > 0);
+	FILE *f = fopen(orphan, "w");
+	CHECK(f && fputs("leftover", f) >= 0);
+	fclose(f);
+	struct crc_ckpt *ck;
+	uint32_t r;
+	struct crc_region_desc d = {.kind = CRC_REGION_DEVICE_ALLOC, .size = len};
+	test_fill(want, len, 9);
+	CHECK_OK(crc_ckpt_begin(st, session, &ck));
+	CHECK_OK(crc_ckpt_region_add(ck, &d, &r));
+	CHECK_OK(crc_ckpt_put_chunk(ck, r, want, len, &h));
+	packs_on_disk(dir, &npacks);
+	CHECK_EQ_INT(npacks, 5); /* blob + 2 committed + orphan + in progress (created at the first chunk) */
+	CHECK_OK(crc_store_gc(st, &rep));
+	CHECK_EQ_INT(rep.orphan_packs_removed, 1);
+	CHECK(access(orphan, F_OK) != 0);
+	uint64_t id3;
+	CHECK_OK(crc_ckpt_commit(ck, &id3));
+	CHECK_OK(crc_store_chunk_read(st, &h, buf, len, &got));
+	CHECK(!memcmp(buf, want, len));
+
+	/* Without any checkpoint, every pack but the pinned blob's goes. */
+	CHECK_OK(crc_store_manifest_delete(st, id2));
+	CHECK_OK(crc_store_manifest_delete(st, id3));
+	CHECK_OK(crc_store_gc(st, &rep));
+	CHECK_EQ_INT(rep.chunks_removed, 3);
+	CHECK_EQ_INT(rep.packs_removed, 3);
+	packs_on_disk(dir, &npacks);
+	CHECK_EQ_INT(npacks, 1);
+	CHECK_OK(crc_store_chunk_read(st, &blob, buf, len, &got));
+	CHECK(got == 12 && !memcmp(buf, "module-image", 12));
+	struct crc_verify_report vr;
+	CHECK_OK(crc_store_verify(st, NULL, NULL, &vr));
+	CHECK_EQ_INT(vr.chunks, 1);
+	CHECK_EQ_INT(vr.orphan_packs, 0);
+	free(orphan);
+	free(buf);
+	free(want);
+	crc_store_close(st);
+	test_rmrf(dir);
+	free(dir);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct {
+		const char *name;
+		void (*fn)(void);
+	} tests[] = {
+	    {"journal", test_journal},
+	    {"manifest", test_manifest},
+	    {"dedup", test_dedup},
+	    {"verify_flip", test_verify_flip},
+	    {"verify_trunc", test_verify_trunc},
+	    {"schema", test_schema},
+	    {"gc", test_gc},
+	};
+	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
+		if (argc > 1 && strcmp(argv[1], tests[i].name))
+			continue;
+		fprintf(stderr, "== %s\n", tests[i].name);
+		tests[i].fn();
+	}
+	return 0;
+}
