@@ -49,3 +49,16 @@ find_package(Threads REQUIRED)
 
 # Where scripts/setup.sh builds CRIU (project-local prefix).
 set(CRCUDA_DEPS_DIR ${PROJECT_SOURCE_DIR}/.deps CACHE PATH "project-local dependency prefix")
+
+# LZ4 and zstd: fatbin entries are compressed with one of them (common/modimage.c).
+find_path(LZ4_INCLUDE_DIR lz4.h)
+find_library(LZ4_LIBRARY lz4)
+find_path(ZSTD_INCLUDE_DIR zstd.h)
+find_library(ZSTD_LIBRARY zstd)
+if(NOT LZ4_INCLUDE_DIR OR NOT LZ4_LIBRARY OR NOT ZSTD_INCLUDE_DIR OR NOT ZSTD_LIBRARY)
+  message(FATAL_ERROR "LZ4 or zstd not found: run scripts/setup.sh (Debian packages liblz4-dev, libzstd-dev)")
+endif()
+add_library(crc::lz4 UNKNOWN IMPORTED)
+set_target_properties(crc::lz4 PROPERTIES IMPORTED_LOCATION ${LZ4_LIBRARY} INTERFACE_INCLUDE_DIRECTORIES ${LZ4_INCLUDE_DIR})
+add_library(crc::zstd UNKNOWN IMPORTED)
+set_target_properties(crc::zstd PROPERTIES IMPORTED_LOCATION ${ZSTD_LIBRARY} INTERFACE_INCLUDE_DIRECTORIES ${ZSTD_INCLUDE_DIR})

@@ -22,6 +22,7 @@ packages=(build-essential cmake pkg-config python3 clang-format liblmdb-dev lmdb
 	libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler python3-protobuf
 	libnl-3-dev libnl-route-3-dev libnet1-dev libcap-dev libbsd-dev uuid-dev
 	libgnutls28-dev libnftables-dev xz-utils)
+packages+=(liblz4-dev libzstd-dev) # fatbin decompression (common/modimage.c)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
