@@ -276,7 +276,13 @@ int crc__chunk_read_at(struct crc_store *st, const struct crc_hash *hash, const 
 			return rc;
 		}
 		st->read_pack = loc->pack;
+		/* Chunks are mostly read in file order (restore, verify): ask for deep readahead. */
+		posix_fadvise(st->read_fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	}
+	/* Start reading the bytes that follow while this chunk is hashed: chunks are mostly read in file
+	 * order, and this overlaps the disk with the hashing. */
+	posix_fadvise(st->read_fd, (off_t)(loc->offset + loc->length), (off_t)loc->length,
+		      POSIX_FADV_WILLNEED);
 	uint8_t *p = buf;
 	size_t done = 0;
 	while (done < loc->length) {
