@@ -1,0 +1,84 @@
+/* Host implementations of CUDA kernels for crcuda's simulated device.
+ *
+ * The simulated libcuda.so.1 runs a kernel launch by calling a host function once per thread block.
+ * It finds that function in the shared libraries listed in CRCUDA_SIM_KERNELS (colon-separated,
+ * dlopened at cuInit) under the name
+ *
+ *     crcuda_sim_kernel_<mangled kernel name>
+ *
+ * e.g. `crcuda_sim_kernel__Z10vector_addPKfS0_Pfi` for `__global__ void vector_add(const float *,
+ * const float *, float *, int)`, or `crcuda_sim_kernel_scale` for an `extern "C"` kernel `scale`.
+ * Bytes of the mangled name outside [A-Za-z0-9_] are written as `_xHH` (two lowercase hex digits).
+ * CRCUDA_SIM_KERNEL(mangled) declares such a function.
+ *
+ * Blocks of one launch run one after another on the stream's worker thread; the function runs every
+ * thread of its block itself, usually with CRCUDA_SIM_FOR_EACH_THREAD, and expresses
+ * __syncthreads() by ending one loop over the threads and starting the next. Device pointers are
+ * plain addresses in the process and may be dereferenced directly; atomics need no care because a
+ * launch runs on one thread (but two streams may run at the same time). */
+#ifndef CRCUDA_SIM_KERNEL_H
+#define CRCUDA_SIM_KERNEL_H
+
+#include <stddef.h>
+
+#define CRCUDA_SIM_KERNEL_ABI_VERSION 1
+
+struct crcuda_sim_dim3 {
+	unsigned x, y, z;
+};
+
+struct crcuda_sim_block {
+	int abi_version;
+	const char *kernel_name; /* mangled */
+	struct crcuda_sim_dim3 grid_dim;
+	struct crcuda_sim_dim3 block_dim;
+	struct crcuda_sim_dim3 block_idx;
+	/* Dynamic shared memory of this block (the launch's sharedMemBytes), not zeroed. */
+	void *dynamic_shared;
+	size_t dynamic_shared_bytes;
+	/* params[i] points at the bytes of the i-th kernel parameter, param_count of them. */
+	void *const *params;
+	unsigned param_count;
+	/* Address and size of a __device__/__constant__ variable of the kernel's module, NULL if none. */
+	void *(*global)(const struct crcuda_sim_block *blk, const char *name, size_t *size);
+	const void *sim_private;
+};
+
+typedef void crcuda_sim_kernel_fn(const struct crcuda_sim_block *blk);
+
+#define CRCUDA_SIM_KERNEL(mangled)                                                                           \
+	__attribute__((visibility("default"))) void crcuda_sim_kernel_##mangled(                             \
+	    const struct crcuda_sim_block *blk)
+
+/* The i-th kernel parameter as a value of the given type. */
+#define CRCUDA_SIM_PARAM(blk, i, type) (*(type *)(blk)->params[(i)])
+
+/* A __device__ variable of the kernel's module as a pointer to type (NULL if absent). */
+#define CRCUDA_SIM_GLOBAL(blk, name, type) ((type *)(blk)->global((blk), (name), NULL))
+
+static inline int crcuda_sim__next_thread(struct crcuda_sim_dim3 *t, const struct crcuda_sim_dim3 *dim)
+{
+	if (++t->x < dim->x)
+		return 1;
+	t->x = 0;
+	if (++t->y < dim->y)
+		return 1;
+	t->y = 0;
+	++t->z;
+	return 1;
+}
+
+/* for (each threadIdx `t` of the block, x fastest) { body } */
+#define CRCUDA_SIM_FOR_EACH_THREAD(blk, t)                                                                   \
+	for (struct crcuda_sim_dim3 t = {0, 0, 0}; t.z < (blk)->block_dim.z;                                 \
+	     crcuda_sim__next_thread(&t, &(blk)->block_dim))
+
+/* blockIdx.x * blockDim.x + threadIdx.x, and its y/z counterparts. */
+#define CRCUDA_SIM_GLOBAL_X(blk, t) ((blk)->block_idx.x * (blk)->block_dim.x + (t).x)
+#define CRCUDA_SIM_GLOBAL_Y(blk, t) ((blk)->block_idx.y * (blk)->block_dim.y + (t).y)
+#define CRCUDA_SIM_GLOBAL_Z(blk, t) ((blk)->block_idx.z * (blk)->block_dim.z + (t).z)
+
+/* Linear thread index within the block. */
+#define CRCUDA_SIM_THREAD_RANK(blk, t) (((t).z * (blk)->block_dim.y + (t).y) * (blk)->block_dim.x + (t).x)
+
+#endif

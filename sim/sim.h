@@ -1,0 +1,296 @@
+/* Internals of the simulated device (libcuda.so.1 for CI): the driver API implemented on the CPU.
+ * Handles are pointers to the structs below (cuda.h leaves struct CUctx_st & co. incomplete, so
+ * the sim completes them). One global lock guards the object registries; each stream has its own
+ * lock for its queue. */
+#ifndef CRCUDA_SIM_H
+#define CRCUDA_SIM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The internal view of cuda.h declares every ABI variant (old _v1 signatures, _ptds/_ptsz twins), so
+ * each definition in the sim is checked against NVIDIA's own prototype; the undef header then frees
+ * the API names cuda.h maps onto newer symbols. */
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+#include <cudaProfiler.h>
+
+#include "crcuda/cuda_api_undef.h"
+
+#include "crcuda/modimage.h"
+#include "crcuda_sim_kernel.h"
+
+#define SIM_DRIVER_VERSION 13000
+#define SIM_MAX_DEVICES	   8
+#define SIM_GRANULARITY	   (2ull << 20)
+/* Device arenas (cuMemAlloc and module globals): one TiB per device from this base, reserved
+ * PROT_NONE at cuInit and committed per allocation. Away from ASan's shadow and allocator
+ * (0x600000000000..0x640000000000) and from PIE/heap (0x55..) and mmap (0x7f..) ranges. */
+#define SIM_ARENA_BASE 0x5a0000000000ull
+#define SIM_ARENA_SIZE (1ull << 40)
+
+enum sim_magic {
+	SIM_MAGIC_CTX = 0x43545831,
+	SIM_MAGIC_STREAM = 0x53545231,
+	SIM_MAGIC_EVENT = 0x45564e31,
+	SIM_MAGIC_MODULE = 0x4d4f4431,
+	SIM_MAGIC_FUNC = 0x46554e31,
+	SIM_MAGIC_LIBRARY = 0x4c494231,
+	SIM_MAGIC_KERNEL = 0x4b524e31,
+	SIM_MAGIC_DEAD = 0x44454144,
+};
+
+struct sim_device {
+	int ordinal;
+	char name[64];
+	CUuuid uuid;
+	int pci_bus;
+	size_t total_mem;
+	_Atomic size_t used_mem;
+	uintptr_t arena_base;
+	size_t arena_size;
+	/* Primary context: one struct for the device's lifetime, active while retained. */
+	struct CUctx_st *primary;
+	int primary_refcount;
+	unsigned primary_flags;
+};
+
+struct CUctx_st {
+	uint32_t magic;
+	struct sim_device *dev;
+	unsigned flags;
+	bool is_primary;
+	bool active;
+	unsigned long long id;
+	size_t limits[CU_LIMIT_MAX];
+	CUfunc_cache cache_config;
+	struct CUstream_st *legacy_stream;
+	/* Streams and modules created in this context; guarded by sim_lock. */
+	struct CUstream_st *streams;
+	struct CUmod_st *modules;
+	struct CUctx_st *next;
+};
+
+enum sim_op_kind {
+	SIM_OP_COPY,
+	SIM_OP_SET,
+	SIM_OP_KERNEL,
+	SIM_OP_EVENT_RECORD,
+	SIM_OP_WAIT_EVENT,
+	SIM_OP_WAIT_STREAM,
+	SIM_OP_HOST_FUNC,
+};
+
+struct sim_op {
+	struct sim_op *next;
+	enum sim_op_kind kind;
+	union {
+		struct {
+			void *dst;
+			const void *src;
+			size_t bytes;
+		} copy;
+		struct {
+			void *dst;
+			uint32_t value;
+			unsigned elem_size;
+			size_t count, rows, pitch;
+		} set;
+		struct {
+			struct CUfunc_st *func;
+			crcuda_sim_kernel_fn *host_fn;
+			struct crcuda_sim_dim3 grid, block;
+			unsigned shared_bytes;
+			void *param_buffer;
+			void **param_ptrs;
+			unsigned param_count;
+		} kernel;
+		struct {
+			struct CUevent_st *event;
+			uint64_t generation;
+		} event;
+		struct {
+			struct CUstream_st *stream;
+			uint64_t seq;
+		} wait_stream;
+		struct {
+			CUhostFn fn;
+			void *data;
+		} host_func;
+	};
+};
+
+struct CUstream_st {
+	uint32_t magic;
+	struct CUctx_st *ctx;
+	unsigned flags;
+	int priority;
+	bool is_legacy;
+	bool is_per_thread;
+	unsigned long long id;
+	_Atomic int refs;
+	pthread_t worker;
+	pthread_t worker_owner; /* the thread a per-thread default stream belongs to */
+	pthread_mutex_t lock;
+	pthread_cond_t work_cond;
+	pthread_cond_t done_cond;
+	struct sim_op *head, *tail;
+	uint64_t submitted, completed;
+	bool stopping;
+	struct CUstream_st *next_in_ctx;
+};
+
+struct CUevent_st {
+	uint32_t magic;
+	unsigned flags;
+	_Atomic int refs;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	uint64_t recorded_gen, completed_gen;
+	struct timespec when;
+};
+
+struct sim_global {
+	char *name;
+	CUdeviceptr addr;
+	size_t size;
+};
+
+struct sim_param {
+	size_t offset, size;
+};
+
+struct CUfunc_st {
+	uint32_t magic;
+	struct CUmod_st *module;
+	char *name;
+	struct sim_param *params;
+	unsigned param_count;
+	size_t param_bytes;
+	int max_dynamic_shared;
+	int carveout;
+	crcuda_sim_kernel_fn *host_fn; /* looked up at the first launch */
+	bool host_fn_looked_up;
+};
+
+struct CUmod_st {
+	uint32_t magic;
+	struct CUctx_st *ctx;
+	struct CUlib_st *library; /* NULL for cuModuleLoad* modules */
+	struct CUfunc_st *funcs;
+	unsigned func_count;
+	struct sim_global *globals;
+	unsigned global_count;
+	CUdeviceptr globals_base; /* one arena allocation holds all globals; 0 if none */
+	struct CUmod_st *next_in_ctx;
+};
+
+struct CUkern_st {
+	uint32_t magic;
+	struct CUlib_st *library;
+	unsigned index; /* in the library's modinfo kernels, and in each of its modules' funcs[] */
+	int max_dynamic_shared;
+	int carveout;
+};
+
+struct CUlib_st {
+	uint32_t magic;
+	struct crc_modinfo info; /* parsed once; each context gets its module from it */
+	struct CUkern_st *kernels;
+	/* One module per context it has been used in; guarded by sim_lock. */
+	struct sim_lib_module {
+		struct CUctx_st *ctx;
+		struct CUmod_st *module;
+	} * modules;
+	unsigned module_count;
+};
+
+/* sim_core.c */
+extern pthread_mutex_t sim_lock;
+extern struct sim_device sim_devices[SIM_MAX_DEVICES];
+extern int sim_device_count;
+extern atomic_bool sim_initialized;
+CUresult sim_fail_check(const char *symbol);
+extern atomic_bool sim_fail_armed;
+struct sim_device *sim_device_get(CUdevice dev);
+unsigned long long sim_next_id(void);
+crcuda_sim_kernel_fn *sim_host_kernel_lookup(const char *mangled);
+void *sim_host_kernel_global(const struct crcuda_sim_block *blk, const char *name, size_t *size);
+
+/* Every entry point starts with one of these: fault injection, then the cuInit check. */
+#define SIM_ENTER_NOINIT(sym)                                                                                \
+	do {                                                                                                 \
+		if (atomic_load_explicit(&sim_fail_armed, memory_order_relaxed)) {                           \
+			CUresult sim_injected_ = sim_fail_check(#sym);                                       \
+			if (sim_injected_ != CUDA_SUCCESS)                                                   \
+				return sim_injected_;                                                        \
+		}                                                                                            \
+	} while (0)
+#define SIM_ENTER(sym)                                                                                       \
+	do {                                                                                                 \
+		SIM_ENTER_NOINIT(sym);                                                                       \
+		if (!atomic_load_explicit(&sim_initialized, memory_order_acquire))                           \
+			return CUDA_ERROR_NOT_INITIALIZED;                                                   \
+	} while (0)
+
+/* sim_exports.c: the function exported as the table's id (its stub when not implemented). */
+void *sim_entry_point(int id);
+
+/* sim_ctx.c */
+struct CUctx_st *sim_ctx_current(void);
+/* The current context, or CUDA_ERROR_INVALID_CONTEXT. */
+CUresult sim_ctx_require(struct CUctx_st **ctx);
+bool sim_ctx_valid(struct CUctx_st *ctx);
+void sim_ctx_teardown(struct CUctx_st *ctx);
+
+/* sim_mem.c */
+enum sim_range_kind {
+	SIM_RANGE_DEVICE,	   /* cuMemAlloc in the arena */
+	SIM_RANGE_GLOBAL,	   /* a module's globals, in the arena */
+	SIM_RANGE_HOST_ALLOC,	   /* cuMemAllocHost / cuMemHostAlloc */
+	SIM_RANGE_HOST_REGISTERED, /* cuMemHostRegister */
+	SIM_RANGE_VMM,		   /* a cuMemMap mapping */
+};
+struct sim_range {
+	uintptr_t base;
+	size_t size;
+	enum sim_range_kind kind;
+	struct CUctx_st *ctx;
+	struct sim_device *dev;
+	unsigned flags; /* host alloc/register flags, or VMM access flags */
+	unsigned long long buffer_id;
+	struct sim_vmm_alloc *vmm;
+	size_t vmm_offset;
+};
+CUresult sim_mem_init_device(struct sim_device *dev);
+/* Looks up the live range holding [ptr, ptr + bytes) and copies it to *out (may be NULL). */
+bool sim_mem_find(uintptr_t ptr, size_t bytes, struct sim_range *out);
+/* CUDA_SUCCESS when [ptr, ptr + bytes) is memory a kernel or copy may touch as device memory. */
+CUresult sim_mem_check_device(CUdeviceptr ptr, size_t bytes, bool write);
+/* For unified-addressing copies: a known device/pinned range, a device address with nothing
+ * behind it (error), or a plain host pointer. */
+CUresult sim_mem_check_any(uintptr_t ptr, size_t bytes, bool write);
+bool sim_mem_is_pinned_host(const void *ptr, size_t bytes);
+CUresult sim_mem_alloc_device(struct CUctx_st *ctx, size_t bytes, enum sim_range_kind kind, CUdeviceptr *out);
+CUresult sim_mem_free_device(CUdeviceptr ptr, enum sim_range_kind kind);
+void sim_mem_free_ctx(struct CUctx_st *ctx);
+
+/* sim_stream.c */
+/* Resolves a stream argument: NULL is the legacy stream, or the per-thread one for _ptsz/_ptds
+ * entry points; CU_STREAM_LEGACY and CU_STREAM_PER_THREAD are honoured. */
+CUresult sim_stream_resolve(CUstream handle, bool per_thread, struct CUstream_st **out);
+CUresult sim_stream_create(struct CUctx_st *ctx, unsigned flags, int priority, bool legacy,
+			   struct CUstream_st **out);
+void sim_stream_destroy(struct CUstream_st *stream);
+/* Queues op (taking ownership) honouring the legacy-stream rules. */
+void sim_stream_submit(struct CUstream_st *stream, struct sim_op *op);
+void sim_stream_wait_idle(struct CUstream_st *stream);
+void sim_ctx_wait_idle(struct CUctx_st *ctx);
+
+/* sim_module.c */
+void sim_module_unload_all(struct CUctx_st *ctx);
+
+#endif

@@ -1,0 +1,1015 @@
+/* Streams, events, copies and memsets of the simulated device.
+ *
+ * Each stream is an in-order queue drained by its own worker thread, so work really runs
+ * asynchronously. Ordering between streams is expressed by wait ops queued ahead of the work: for
+ * the legacy NULL stream, one per blocking stream with pending work; for a blocking stream, one on
+ * the legacy stream; for cuStreamWaitEvent, one on the event's latest record. Every wait refers to
+ * work submitted earlier, so waits cannot form a cycle. */
+#define LOG_PREFIX "sim: "
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "crcuda/log.h"
+#include "sim.h"
+
+#define SIM_PRIORITY_LEAST    0
+#define SIM_PRIORITY_GREATEST (-5)
+
+static void stream_unref(struct CUstream_st *s)
+{
+	if (atomic_fetch_sub(&s->refs, 1) != 1)
+		return;
+	pthread_mutex_destroy(&s->lock);
+	pthread_cond_destroy(&s->work_cond);
+	pthread_cond_destroy(&s->done_cond);
+	free(s);
+}
+
+static void event_unref(struct CUevent_st *e)
+{
+	if (atomic_fetch_sub(&e->refs, 1) != 1)
+		return;
+	pthread_mutex_destroy(&e->lock);
+	pthread_cond_destroy(&e->cond);
+	free(e);
+}
+
+static void *host_kernel_global(const struct crcuda_sim_block *blk, const char *name, size_t *size)
+{
+	return sim_host_kernel_global(blk, name, size);
+}
+
+static void run_kernel(struct sim_op *op)
+{
+	struct crcuda_sim_block blk = {
+	    .abi_version = CRCUDA_SIM_KERNEL_ABI_VERSION,
+	    .kernel_name = op->kernel.func->name,
+	    .grid_dim = op->kernel.grid,
+	    .block_dim = op->kernel.block,
+	    .dynamic_shared_bytes = op->kernel.shared_bytes,
+	    .params = op->kernel.param_ptrs,
+	    .param_count = op->kernel.param_count,
+	    .global = host_kernel_global,
+	    .sim_private = op->kernel.func,
+	};
+	void *shared = op->kernel.shared_bytes ? malloc(op->kernel.shared_bytes) : NULL;
+
+	blk.dynamic_shared = shared;
+	for (unsigned z = 0; z < blk.grid_dim.z; z++)
+		for (unsigned y = 0; y < blk.grid_dim.y; y++)
+			for (unsigned x = 0; x < blk.grid_dim.x; x++) {
+				blk.block_idx = (struct crcuda_sim_dim3){x, y, z};
+				op->kernel.host_fn(&blk);
+			}
+	free(shared);
+}
+
+static void run_set(struct sim_op *op)
+{
+	for (size_t row = 0; row < op->set.rows; row++) {
+		uint8_t *dst = (uint8_t *)op->set.dst + row * op->set.pitch;
+
+		switch (op->set.elem_size) {
+		case 1:
+			memset(dst, (int)(op->set.value & 0xff), op->set.count);
+			break;
+		case 2:
+			for (size_t i = 0; i < op->set.count; i++)
+				((uint16_t *)dst)[i] = (uint16_t)op->set.value;
+			break;
+		default:
+			for (size_t i = 0; i < op->set.count; i++)
+				((uint32_t *)dst)[i] = op->set.value;
+			break;
+		}
+	}
+}
+
+static void run_op(struct sim_op *op)
+{
+	switch (op->kind) {
+	case SIM_OP_COPY:
+		memmove(op->copy.dst, op->copy.src, op->copy.bytes);
+		break;
+	case SIM_OP_SET:
+		run_set(op);
+		break;
+	case SIM_OP_KERNEL:
+		run_kernel(op);
+		free(op->kernel.param_buffer);
+		free(op->kernel.param_ptrs);
+		break;
+	case SIM_OP_EVENT_RECORD: {
+		struct CUevent_st *e = op->event.event;
+
+		pthread_mutex_lock(&e->lock);
+		if (op->event.generation > e->completed_gen) {
+			e->completed_gen = op->event.generation;
+			clock_gettime(CLOCK_MONOTONIC, &e->when);
+		}
+		pthread_cond_broadcast(&e->cond);
+		pthread_mutex_unlock(&e->lock);
+		event_unref(e);
+		break;
+	}
+	case SIM_OP_WAIT_EVENT: {
+		struct CUevent_st *e = op->event.event;
+
+		pthread_mutex_lock(&e->lock);
+		while (e->completed_gen < op->event.generation)
+			pthread_cond_wait(&e->cond, &e->lock);
+		pthread_mutex_unlock(&e->lock);
+		event_unref(e);
+		break;
+	}
+	case SIM_OP_WAIT_STREAM: {
+		struct CUstream_st *other = op->wait_stream.stream;
+
+		pthread_mutex_lock(&other->lock);
+		while (other->completed < op->wait_stream.seq)
+			pthread_cond_wait(&other->done_cond, &other->lock);
+		pthread_mutex_unlock(&other->lock);
+		stream_unref(other);
+		break;
+	}
+	case SIM_OP_HOST_FUNC:
+		op->host_func.fn(op->host_func.data);
+		break;
+	}
+}
+
+static void *stream_worker(void *arg)
+{
+	struct CUstream_st *s = arg;
+
+	pthread_mutex_lock(&s->lock);
+	for (;;) {
+		struct sim_op *op;
+
+		while (!s->head && !s->stopping)
+			pthread_cond_wait(&s->work_cond, &s->lock);
+		if (!s->head)
+			break;
+		op = s->head;
+		s->head = op->next;
+		if (!s->head)
+			s->tail = NULL;
+		pthread_mutex_unlock(&s->lock);
+		run_op(op);
+		free(op);
+		pthread_mutex_lock(&s->lock);
+		s->completed++;
+		pthread_cond_broadcast(&s->done_cond);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return NULL;
+}
+
+CUresult sim_stream_create(struct CUctx_st *ctx, unsigned flags, int priority, bool legacy,
+			   struct CUstream_st **out)
+{
+	struct CUstream_st *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	s->magic = SIM_MAGIC_STREAM;
+	s->ctx = ctx;
+	s->flags = flags;
+	s->priority = priority;
+	s->is_legacy = legacy;
+	s->id = sim_next_id();
+	atomic_init(&s->refs, 1);
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->work_cond, NULL);
+	pthread_cond_init(&s->done_cond, NULL);
+	if (pthread_create(&s->worker, NULL, stream_worker, s)) {
+		stream_unref(s);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	if (!legacy) {
+		pthread_mutex_lock(&sim_lock);
+		s->next_in_ctx = ctx->streams;
+		ctx->streams = s;
+		pthread_mutex_unlock(&sim_lock);
+	}
+	*out = s;
+	return CUDA_SUCCESS;
+}
+
+/* Drains the stream, stops its worker and drops it (the struct lives on while waits hold it). */
+void sim_stream_destroy(struct CUstream_st *s)
+{
+	pthread_mutex_lock(&sim_lock);
+	for (struct CUstream_st **p = &s->ctx->streams; *p; p = &(*p)->next_in_ctx) {
+		if (*p == s) {
+			*p = s->next_in_ctx;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&sim_lock);
+	pthread_mutex_lock(&s->lock);
+	s->stopping = true;
+	pthread_cond_signal(&s->work_cond);
+	pthread_mutex_unlock(&s->lock);
+	pthread_join(s->worker, NULL);
+	s->magic = SIM_MAGIC_DEAD;
+	stream_unref(s);
+}
+
+/* Appends op and returns its sequence number; the stream's lock is not held on entry. */
+static uint64_t stream_enqueue(struct CUstream_st *s, struct sim_op *op)
+{
+	uint64_t seq;
+
+	op->next = NULL;
+	pthread_mutex_lock(&s->lock);
+	if (s->tail)
+		s->tail->next = op;
+	else
+		s->head = op;
+	s->tail = op;
+	seq = ++s->submitted;
+	pthread_cond_signal(&s->work_cond);
+	pthread_mutex_unlock(&s->lock);
+	return seq;
+}
+
+/* Queues on s a wait for other's work submitted so far, if any is still pending. */
+static void stream_wait_for(struct CUstream_st *s, struct CUstream_st *other)
+{
+	struct sim_op *wait;
+	uint64_t seq;
+	bool pending;
+
+	pthread_mutex_lock(&other->lock);
+	seq = other->submitted;
+	pending = other->completed < seq;
+	pthread_mutex_unlock(&other->lock);
+	if (!pending)
+		return;
+	wait = calloc(1, sizeof(*wait));
+	if (!wait) {
+		/* Degrade to waiting here: slower, still correct. */
+		pthread_mutex_lock(&other->lock);
+		while (other->completed < seq)
+			pthread_cond_wait(&other->done_cond, &other->lock);
+		pthread_mutex_unlock(&other->lock);
+		return;
+	}
+	atomic_fetch_add(&other->refs, 1);
+	wait->kind = SIM_OP_WAIT_STREAM;
+	wait->wait_stream.stream = other;
+	wait->wait_stream.seq = seq;
+	stream_enqueue(s, wait);
+}
+
+static uint64_t stream_submit(struct CUstream_st *s, struct sim_op *op)
+{
+	struct CUctx_st *ctx = s->ctx;
+
+	if (s->is_legacy) {
+		pthread_mutex_lock(&sim_lock);
+		for (struct CUstream_st *t = ctx->streams; t; t = t->next_in_ctx)
+			if (!(t->flags & CU_STREAM_NON_BLOCKING))
+				stream_wait_for(s, t);
+		pthread_mutex_unlock(&sim_lock);
+	} else if (!(s->flags & CU_STREAM_NON_BLOCKING)) {
+		stream_wait_for(s, ctx->legacy_stream);
+	}
+	return stream_enqueue(s, op);
+}
+
+void sim_stream_submit(struct CUstream_st *s, struct sim_op *op)
+{
+	stream_submit(s, op);
+}
+
+static void stream_wait_seq(struct CUstream_st *s, uint64_t seq)
+{
+	pthread_mutex_lock(&s->lock);
+	while (s->completed < seq)
+		pthread_cond_wait(&s->done_cond, &s->lock);
+	pthread_mutex_unlock(&s->lock);
+}
+
+void sim_stream_wait_idle(struct CUstream_st *s)
+{
+	uint64_t seq;
+
+	pthread_mutex_lock(&s->lock);
+	seq = s->submitted;
+	pthread_mutex_unlock(&s->lock);
+	stream_wait_seq(s, seq);
+}
+
+void sim_ctx_wait_idle(struct CUctx_st *ctx)
+{
+	struct CUstream_st *streams[256];
+	unsigned count = 0;
+	bool more;
+
+	/* Snapshot under the lock (holding references), wait outside it. */
+	do {
+		more = false;
+		pthread_mutex_lock(&sim_lock);
+		for (struct CUstream_st *t = ctx->streams; t; t = t->next_in_ctx) {
+			if (count == sizeof(streams) / sizeof(streams[0])) {
+				more = true;
+				break;
+			}
+			atomic_fetch_add(&t->refs, 1);
+			streams[count++] = t;
+		}
+		pthread_mutex_unlock(&sim_lock);
+		for (unsigned i = 0; i < count; i++) {
+			sim_stream_wait_idle(streams[i]);
+			stream_unref(streams[i]);
+		}
+		count = 0;
+	} while (more);
+	if (ctx->legacy_stream)
+		sim_stream_wait_idle(ctx->legacy_stream);
+}
+
+/* The calling thread's per-thread default stream in ctx, created on first use. */
+static CUresult per_thread_stream(struct CUctx_st *ctx, struct CUstream_st **out)
+{
+	pthread_t self = pthread_self();
+	struct CUstream_st *s;
+	CUresult res;
+
+	pthread_mutex_lock(&sim_lock);
+	for (s = ctx->streams; s; s = s->next_in_ctx)
+		if (s->is_per_thread && pthread_equal(s->worker_owner, self))
+			break;
+	pthread_mutex_unlock(&sim_lock);
+	if (s) {
+		*out = s;
+		return CUDA_SUCCESS;
+	}
+	/* The per-thread stream is a blocking stream: it synchronises with the legacy one. */
+	res = sim_stream_create(ctx, CU_STREAM_DEFAULT, 0, false, &s);
+	if (res != CUDA_SUCCESS)
+		return res;
+	s->is_per_thread = true;
+	s->worker_owner = self;
+	*out = s;
+	return CUDA_SUCCESS;
+}
+
+CUresult sim_stream_resolve(CUstream handle, bool per_thread, struct CUstream_st **out)
+{
+	struct CUctx_st *ctx;
+	CUresult res;
+
+	if (handle == CU_STREAM_LEGACY || (!handle && !per_thread) || handle == CU_STREAM_PER_THREAD ||
+	    !handle) {
+		res = sim_ctx_require(&ctx);
+		if (res != CUDA_SUCCESS)
+			return res;
+		if (handle == CU_STREAM_PER_THREAD || (!handle && per_thread))
+			return per_thread_stream(ctx, out);
+		*out = ctx->legacy_stream;
+		return CUDA_SUCCESS;
+	}
+	if (handle->magic != SIM_MAGIC_STREAM || !handle->ctx->active)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*out = handle;
+	return CUDA_SUCCESS;
+}
+
+/* ---- stream entry points ---- */
+
+static CUresult stream_create(CUstream *ph, unsigned flags, int priority)
+{
+	struct CUctx_st *ctx;
+	CUresult res;
+
+	if (!ph || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING))
+		return CUDA_ERROR_INVALID_VALUE;
+	res = sim_ctx_require(&ctx);
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (priority > SIM_PRIORITY_LEAST)
+		priority = SIM_PRIORITY_LEAST;
+	if (priority < SIM_PRIORITY_GREATEST)
+		priority = SIM_PRIORITY_GREATEST;
+	return sim_stream_create(ctx, flags, priority, false, ph);
+}
+
+CUresult cuStreamCreate(CUstream *ph, unsigned int flags)
+{
+	SIM_ENTER(cuStreamCreate);
+	return stream_create(ph, flags, 0);
+}
+
+CUresult cuStreamCreateWithPriority(CUstream *ph, unsigned int flags, int priority)
+{
+	SIM_ENTER(cuStreamCreateWithPriority);
+	return stream_create(ph, flags, priority);
+}
+
+CUresult cuStreamDestroy_v2(CUstream h)
+{
+	SIM_ENTER(cuStreamDestroy_v2);
+	if (!h || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD || h->magic != SIM_MAGIC_STREAM ||
+	    h->is_per_thread)
+		return CUDA_ERROR_INVALID_HANDLE;
+	sim_stream_destroy(h);
+	return CUDA_SUCCESS;
+}
+
+/* Defines an entry point and its per-thread-default-stream twin around impl(per_thread, ...). */
+#define SIM_STREAM_API_PAIR(name, name_pt, impl, params, ...)                                                \
+	CUresult name params                                                                                 \
+	{                                                                                                    \
+		SIM_ENTER(name);                                                                             \
+		return impl(false, __VA_ARGS__);                                                             \
+	}                                                                                                    \
+	CUresult name_pt params                                                                              \
+	{                                                                                                    \
+		SIM_ENTER(name_pt);                                                                          \
+		return impl(true, __VA_ARGS__);                                                              \
+	}
+
+static CUresult stream_synchronize(bool pt, CUstream h)
+{
+	struct CUstream_st *s;
+	CUresult res = sim_stream_resolve(h, pt, &s);
+
+	if (res == CUDA_SUCCESS)
+		sim_stream_wait_idle(s);
+	return res;
+}
+SIM_STREAM_API_PAIR(cuStreamSynchronize, cuStreamSynchronize_ptsz, stream_synchronize, (CUstream h), h)
+
+static CUresult stream_query(bool pt, CUstream h)
+{
+	struct CUstream_st *s;
+	CUresult res = sim_stream_resolve(h, pt, &s);
+	bool idle;
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	pthread_mutex_lock(&s->lock);
+	idle = s->completed == s->submitted;
+	pthread_mutex_unlock(&s->lock);
+	return idle ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+SIM_STREAM_API_PAIR(cuStreamQuery, cuStreamQuery_ptsz, stream_query, (CUstream h), h)
+
+static CUresult stream_wait_event(bool pt, CUstream h, CUevent e, unsigned flags)
+{
+	struct CUstream_st *s;
+	CUresult res = sim_stream_resolve(h, pt, &s);
+	struct sim_op *op;
+	uint64_t gen;
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (!e || e->magic != SIM_MAGIC_EVENT)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&e->lock);
+	gen = e->recorded_gen;
+	pthread_mutex_unlock(&e->lock);
+	op = calloc(1, sizeof(*op));
+	if (!op)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	atomic_fetch_add(&e->refs, 1);
+	op->kind = SIM_OP_WAIT_EVENT;
+	op->event.event = e;
+	op->event.generation = gen;
+	stream_submit(s, op);
+	return CUDA_SUCCESS;
+}
+SIM_STREAM_API_PAIR(cuStreamWaitEvent, cuStreamWaitEvent_ptsz, stream_wait_event,
+		    (CUstream h, CUevent e, unsigned int flags), h, e, flags)
+
+static CUresult stream_get_flags(bool pt, CUstream h, unsigned *flags)
+{
+	struct CUstream_st *s;
+	CUresult res = sim_stream_resolve(h, pt, &s);
+
+	if (res == CUDA_SUCCESS && !flags)
+		res = CUDA_ERROR_INVALID_VALUE;
+	if (res == CUDA_SUCCESS)
+		*flags = s->flags;
+	return res;
+}
+SIM_STREAM_API_PAIR(cuStreamGetFlags, cuStreamGetFlags_ptsz, stream_get_flags,
+		    (CUstream h, unsigned int *flags), h, flags)
+
+static CUresult stream_get_priority(bool pt, CUstream h, int *priority)
+{
+	struct CUstream_st *s;
+	CUresult res = sim_stream_resolve(h, pt, &s);
+
+	if (res == CUDA_SUCCESS && !priority)
+		res = CUDA_ERROR_INVALID_VALUE;
+	if (res == CUDA_SUCCESS)
+		*priority = s->priority;
+	return res;
+}
+SIM_STREAM_API_PAIR(cuStreamGetPriority, cuStreamGetPriority_ptsz, stream_get_priority,
+		    (CUstream h, int *priority), h, priority)
+
+static CUresult stream_get_ctx(bool pt, CUstream h, CUcontext *pctx)
+{
+	struct CUstream_st *s;
+	CUresult res = sim_stream_resolve(h, pt, &s);
+
+	if (res == CUDA_SUCCESS && !pctx)
+		res = CUDA_ERROR_INVALID_VALUE;
+	if (res == CUDA_SUCCESS)
+		*pctx = s->ctx;
+	return res;
+}
+SIM_STREAM_API_PAIR(cuStreamGetCtx, cuStreamGetCtx_ptsz, stream_get_ctx, (CUstream h, CUcontext *pctx), h,
+		    pctx)
+
+static CUresult stream_get_ctx_v2(bool pt, CUstream h, CUcontext *pctx, CUgreenCtx *pgreen)
+{
+	CUresult res = stream_get_ctx(pt, h, pctx);
+
+	if (res == CUDA_SUCCESS && pgreen)
+		*pgreen = NULL;
+	return res;
+}
+SIM_STREAM_API_PAIR(cuStreamGetCtx_v2, cuStreamGetCtx_v2_ptsz, stream_get_ctx_v2,
+		    (CUstream h, CUcontext *pctx, CUgreenCtx *pgreen), h, pctx, pgreen)
+
+static CUresult stream_get_id(bool pt, CUstream h, unsigned long long *id)
+{
+	struct CUstream_st *s;
+	CUresult res = sim_stream_resolve(h, pt, &s);
+
+	if (res == CUDA_SUCCESS && !id)
+		res = CUDA_ERROR_INVALID_VALUE;
+	if (res == CUDA_SUCCESS)
+		*id = s->id;
+	return res;
+}
+SIM_STREAM_API_PAIR(cuStreamGetId, cuStreamGetId_ptsz, stream_get_id, (CUstream h, unsigned long long *id), h,
+		    id)
+
+static CUresult stream_get_device(bool pt, CUstream h, CUdevice *dev)
+{
+	struct CUstream_st *s;
+	CUresult res = sim_stream_resolve(h, pt, &s);
+
+	if (res == CUDA_SUCCESS && !dev)
+		res = CUDA_ERROR_INVALID_VALUE;
+	if (res == CUDA_SUCCESS)
+		*dev = s->ctx->dev->ordinal;
+	return res;
+}
+SIM_STREAM_API_PAIR(cuStreamGetDevice, cuStreamGetDevice_ptsz, stream_get_device, (CUstream h, CUdevice *dev),
+		    h, dev)
+
+static CUresult stream_is_capturing(bool pt, CUstream h, CUstreamCaptureStatus *status)
+{
+	struct CUstream_st *s;
+	CUresult res = sim_stream_resolve(h, pt, &s);
+
+	if (res == CUDA_SUCCESS && !status)
+		res = CUDA_ERROR_INVALID_VALUE;
+	if (res == CUDA_SUCCESS)
+		*status = CU_STREAM_CAPTURE_STATUS_NONE; /* graphs are not simulated */
+	return res;
+}
+SIM_STREAM_API_PAIR(cuStreamIsCapturing, cuStreamIsCapturing_ptsz, stream_is_capturing,
+		    (CUstream h, CUstreamCaptureStatus *status), h, status)
+
+CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+	static _Thread_local CUstreamCaptureMode current = CU_STREAM_CAPTURE_MODE_GLOBAL;
+	CUstreamCaptureMode previous = current;
+
+	SIM_ENTER(cuThreadExchangeStreamCaptureMode);
+	if (!mode)
+		return CUDA_ERROR_INVALID_VALUE;
+	current = *mode;
+	*mode = previous;
+	return CUDA_SUCCESS;
+}
+
+static CUresult launch_host_func(bool pt, CUstream h, CUhostFn fn, void *data)
+{
+	struct CUstream_st *s;
+	CUresult res = sim_stream_resolve(h, pt, &s);
+	struct sim_op *op;
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (!fn)
+		return CUDA_ERROR_INVALID_VALUE;
+	op = calloc(1, sizeof(*op));
+	if (!op)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	op->kind = SIM_OP_HOST_FUNC;
+	op->host_func.fn = fn;
+	op->host_func.data = data;
+	stream_submit(s, op);
+	return CUDA_SUCCESS;
+}
+SIM_STREAM_API_PAIR(cuLaunchHostFunc, cuLaunchHostFunc_ptsz, launch_host_func,
+		    (CUstream h, CUhostFn fn, void *data), h, fn, data)
+
+/* ---- events ---- */
+
+CUresult cuEventCreate(CUevent *ph, unsigned int flags)
+{
+	struct CUevent_st *e;
+
+	SIM_ENTER(cuEventCreate);
+	if (!ph ||
+	    (flags & ~(unsigned)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS)))
+		return CUDA_ERROR_INVALID_VALUE;
+	if ((flags & CU_EVENT_INTERPROCESS) && !(flags & CU_EVENT_DISABLE_TIMING))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!sim_ctx_current())
+		return CUDA_ERROR_INVALID_CONTEXT;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	e->magic = SIM_MAGIC_EVENT;
+	e->flags = flags;
+	atomic_init(&e->refs, 1);
+	pthread_mutex_init(&e->lock, NULL);
+	pthread_cond_init(&e->cond, NULL);
+	*ph = e;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuEventDestroy_v2(CUevent e)
+{
+	SIM_ENTER(cuEventDestroy_v2);
+	if (!e || e->magic != SIM_MAGIC_EVENT)
+		return CUDA_ERROR_INVALID_HANDLE;
+	e->magic = SIM_MAGIC_DEAD;
+	event_unref(e);
+	return CUDA_SUCCESS;
+}
+
+static CUresult event_record(bool pt, CUevent e, CUstream h, unsigned flags)
+{
+	struct CUstream_st *s;
+	CUresult res;
+	struct sim_op *op;
+
+	if (!e || e->magic != SIM_MAGIC_EVENT)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (flags & ~(unsigned)CU_EVENT_RECORD_EXTERNAL)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = sim_stream_resolve(h, pt, &s);
+	if (res != CUDA_SUCCESS)
+		return res;
+	op = calloc(1, sizeof(*op));
+	if (!op)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	atomic_fetch_add(&e->refs, 1);
+	op->kind = SIM_OP_EVENT_RECORD;
+	op->event.event = e;
+	pthread_mutex_lock(&e->lock);
+	op->event.generation = ++e->recorded_gen;
+	pthread_mutex_unlock(&e->lock);
+	stream_submit(s, op);
+	return CUDA_SUCCESS;
+}
+
+static CUresult event_record_default(bool pt, CUevent e, CUstream h)
+{
+	return event_record(pt, e, h, 0);
+}
+SIM_STREAM_API_PAIR(cuEventRecord, cuEventRecord_ptsz, event_record_default, (CUevent e, CUstream h), e, h)
+SIM_STREAM_API_PAIR(cuEventRecordWithFlags, cuEventRecordWithFlags_ptsz, event_record,
+		    (CUevent e, CUstream h, unsigned int flags), e, h, flags)
+
+CUresult cuEventQuery(CUevent e)
+{
+	bool done;
+
+	SIM_ENTER(cuEventQuery);
+	if (!e || e->magic != SIM_MAGIC_EVENT)
+		return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&e->lock);
+	done = e->completed_gen >= e->recorded_gen;
+	pthread_mutex_unlock(&e->lock);
+	return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+CUresult cuEventSynchronize(CUevent e)
+{
+	SIM_ENTER(cuEventSynchronize);
+	if (!e || e->magic != SIM_MAGIC_EVENT)
+		return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&e->lock);
+	for (uint64_t target = e->recorded_gen; e->completed_gen < target;)
+		pthread_cond_wait(&e->cond, &e->lock);
+	pthread_mutex_unlock(&e->lock);
+	return CUDA_SUCCESS;
+}
+
+CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end)
+{
+	struct timespec t0, t1;
+	CUresult res = CUDA_SUCCESS;
+
+	SIM_ENTER(cuEventElapsedTime_v2);
+	if (!ms)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!start || !end || start->magic != SIM_MAGIC_EVENT || end->magic != SIM_MAGIC_EVENT ||
+	    (start->flags & CU_EVENT_DISABLE_TIMING) || (end->flags & CU_EVENT_DISABLE_TIMING))
+		return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&start->lock);
+	if (!start->completed_gen)
+		res = CUDA_ERROR_INVALID_HANDLE;
+	else if (start->completed_gen < start->recorded_gen)
+		res = CUDA_ERROR_NOT_READY;
+	t0 = start->when;
+	pthread_mutex_unlock(&start->lock);
+	pthread_mutex_lock(&end->lock);
+	if (res == CUDA_SUCCESS && !end->completed_gen)
+		res = CUDA_ERROR_INVALID_HANDLE;
+	else if (res == CUDA_SUCCESS && end->completed_gen < end->recorded_gen)
+		res = CUDA_ERROR_NOT_READY;
+	t1 = end->when;
+	pthread_mutex_unlock(&end->lock);
+	if (res == CUDA_SUCCESS)
+		*ms =
+		    (float)((double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+	return res;
+}
+
+CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end)
+{
+	SIM_ENTER(cuEventElapsedTime);
+	return cuEventElapsedTime_v2(ms, start, end);
+}
+
+/* ---- copies and memsets ---- */
+
+/* Queues a copy; waits for it when synchronous, or when host memory is pageable (the driver
+ * stages those copies before returning, so the caller may reuse the buffer at once). */
+static CUresult submit_copy(bool pt, CUstream h, void *dst, const void *src, size_t bytes, bool sync)
+{
+	struct CUstream_st *s;
+	CUresult res = sim_stream_resolve(h, pt, &s);
+	struct sim_op *op;
+	uint64_t seq;
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (!bytes)
+		return CUDA_SUCCESS;
+	op = calloc(1, sizeof(*op));
+	if (!op)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	op->kind = SIM_OP_COPY;
+	op->copy.dst = dst;
+	op->copy.src = src;
+	op->copy.bytes = bytes;
+	seq = stream_submit(s, op);
+	if (sync)
+		stream_wait_seq(s, seq);
+	return CUDA_SUCCESS;
+}
+
+static bool host_side_pageable(const void *host, size_t bytes)
+{
+	return !sim_mem_is_pinned_host(host, bytes);
+}
+
+static CUresult memcpy_htod(bool pt, CUstream h, CUdeviceptr dst, const void *src, size_t bytes, bool async)
+{
+	CUresult res;
+
+	if (!bytes)
+		return CUDA_SUCCESS;
+	if (!src)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = sim_mem_check_device(dst, bytes, true);
+	if (res != CUDA_SUCCESS)
+		return res;
+	return submit_copy(pt, h, (void *)(uintptr_t)dst, src, bytes,
+			   !async || host_side_pageable(src, bytes));
+}
+
+static CUresult memcpy_dtoh(bool pt, CUstream h, void *dst, CUdeviceptr src, size_t bytes, bool async)
+{
+	CUresult res;
+
+	if (!bytes)
+		return CUDA_SUCCESS;
+	if (!dst)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = sim_mem_check_device(src, bytes, false);
+	if (res != CUDA_SUCCESS)
+		return res;
+	return submit_copy(pt, h, dst, (const void *)(uintptr_t)src, bytes,
+			   !async || host_side_pageable(dst, bytes));
+}
+
+static CUresult memcpy_dtod(bool pt, CUstream h, CUdeviceptr dst, CUdeviceptr src, size_t bytes, bool async)
+{
+	CUresult res;
+
+	if (!bytes)
+		return CUDA_SUCCESS;
+	res = sim_mem_check_device(dst, bytes, true);
+	if (res == CUDA_SUCCESS)
+		res = sim_mem_check_device(src, bytes, false);
+	if (res != CUDA_SUCCESS)
+		return res;
+	return submit_copy(pt, h, (void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes, !async);
+}
+
+/* Unified addressing: each side is device memory or host memory by its address. */
+static CUresult memcpy_unified(bool pt, CUstream h, CUdeviceptr dst, CUdeviceptr src, size_t bytes,
+			       bool async)
+{
+	CUresult res;
+	bool pageable;
+
+	if (!bytes)
+		return CUDA_SUCCESS;
+	res = sim_mem_check_any(dst, bytes, true);
+	if (res == CUDA_SUCCESS)
+		res = sim_mem_check_any(src, bytes, false);
+	if (res != CUDA_SUCCESS)
+		return res;
+	pageable = !sim_mem_find(dst, bytes, NULL) || !sim_mem_find(src, bytes, NULL);
+	return submit_copy(pt, h, (void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes,
+			   !async || pageable);
+}
+
+static CUresult htod_sync(bool pt, CUdeviceptr dst, const void *src, size_t n)
+{
+	return memcpy_htod(pt, NULL, dst, src, n, false);
+}
+static CUresult dtoh_sync(bool pt, void *dst, CUdeviceptr src, size_t n)
+{
+	return memcpy_dtoh(pt, NULL, dst, src, n, false);
+}
+static CUresult dtod_sync(bool pt, CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+	return memcpy_dtod(pt, NULL, dst, src, n, false);
+}
+static CUresult unified_sync(bool pt, CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+	return memcpy_unified(pt, NULL, dst, src, n, false);
+}
+static CUresult htod_async(bool pt, CUdeviceptr dst, const void *src, size_t n, CUstream h)
+{
+	return memcpy_htod(pt, h, dst, src, n, true);
+}
+static CUresult dtoh_async(bool pt, void *dst, CUdeviceptr src, size_t n, CUstream h)
+{
+	return memcpy_dtoh(pt, h, dst, src, n, true);
+}
+static CUresult dtod_async(bool pt, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h)
+{
+	return memcpy_dtod(pt, h, dst, src, n, true);
+}
+static CUresult unified_async(bool pt, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h)
+{
+	return memcpy_unified(pt, h, dst, src, n, true);
+}
+
+SIM_STREAM_API_PAIR(cuMemcpyHtoD_v2, cuMemcpyHtoD_v2_ptds, htod_sync,
+		    (CUdeviceptr dst, const void *src, size_t bytes), dst, src, bytes)
+SIM_STREAM_API_PAIR(cuMemcpyDtoH_v2, cuMemcpyDtoH_v2_ptds, dtoh_sync,
+		    (void *dst, CUdeviceptr src, size_t bytes), dst, src, bytes)
+SIM_STREAM_API_PAIR(cuMemcpyDtoD_v2, cuMemcpyDtoD_v2_ptds, dtod_sync,
+		    (CUdeviceptr dst, CUdeviceptr src, size_t bytes), dst, src, bytes)
+SIM_STREAM_API_PAIR(cuMemcpy, cuMemcpy_ptds, unified_sync, (CUdeviceptr dst, CUdeviceptr src, size_t bytes),
+		    dst, src, bytes)
+SIM_STREAM_API_PAIR(cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync_v2_ptsz, htod_async,
+		    (CUdeviceptr dst, const void *src, size_t bytes, CUstream h), dst, src, bytes, h)
+SIM_STREAM_API_PAIR(cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync_v2_ptsz, dtoh_async,
+		    (void *dst, CUdeviceptr src, size_t bytes, CUstream h), dst, src, bytes, h)
+SIM_STREAM_API_PAIR(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_ptsz, dtod_async,
+		    (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream h), dst, src, bytes, h)
+SIM_STREAM_API_PAIR(cuMemcpyAsync, cuMemcpyAsync_ptsz, unified_async,
+		    (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream h), dst, src, bytes, h)
+
+static CUresult memset_2d(bool pt, CUstream h, CUdeviceptr dst, size_t pitch, uint32_t value,
+			  unsigned elem_size, size_t width, size_t height, bool async)
+{
+	struct CUstream_st *s;
+	struct sim_op *op;
+	CUresult res;
+	uint64_t seq;
+	size_t row_bytes = width * elem_size;
+
+	if (!width || !height)
+		return CUDA_SUCCESS;
+	if (dst % elem_size || (height > 1 && (pitch < row_bytes || pitch % elem_size)))
+		return CUDA_ERROR_INVALID_VALUE;
+	res = sim_mem_check_device(dst, (height - 1) * pitch + row_bytes, true);
+	if (res == CUDA_SUCCESS)
+		res = sim_stream_resolve(h, pt, &s);
+	if (res != CUDA_SUCCESS)
+		return res;
+	op = calloc(1, sizeof(*op));
+	if (!op)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	op->kind = SIM_OP_SET;
+	op->set.dst = (void *)(uintptr_t)dst;
+	op->set.value = value;
+	op->set.elem_size = elem_size;
+	op->set.count = width;
+	op->set.rows = height;
+	op->set.pitch = pitch;
+	seq = stream_submit(s, op);
+	if (!async)
+		stream_wait_seq(s, seq);
+	return CUDA_SUCCESS;
+}
+
+static CUresult d8(bool pt, CUdeviceptr dst, unsigned char v, size_t n)
+{
+	return memset_2d(pt, NULL, dst, 0, v, 1, n, 1, false);
+}
+static CUresult d16(bool pt, CUdeviceptr dst, unsigned short v, size_t n)
+{
+	return memset_2d(pt, NULL, dst, 0, v, 2, n, 1, false);
+}
+static CUresult d32(bool pt, CUdeviceptr dst, unsigned int v, size_t n)
+{
+	return memset_2d(pt, NULL, dst, 0, v, 4, n, 1, false);
+}
+static CUresult d8_async(bool pt, CUdeviceptr dst, unsigned char v, size_t n, CUstream h)
+{
+	return memset_2d(pt, h, dst, 0, v, 1, n, 1, true);
+}
+static CUresult d16_async(bool pt, CUdeviceptr dst, unsigned short v, size_t n, CUstream h)
+{
+	return memset_2d(pt, h, dst, 0, v, 2, n, 1, true);
+}
+static CUresult d32_async(bool pt, CUdeviceptr dst, unsigned int v, size_t n, CUstream h)
+{
+	return memset_2d(pt, h, dst, 0, v, 4, n, 1, true);
+}
+static CUresult d2d8(bool pt, CUdeviceptr dst, size_t pitch, unsigned char v, size_t w, size_t hgt)
+{
+	return memset_2d(pt, NULL, dst, pitch, v, 1, w, hgt, false);
+}
+static CUresult d2d16(bool pt, CUdeviceptr dst, size_t pitch, unsigned short v, size_t w, size_t hgt)
+{
+	return memset_2d(pt, NULL, dst, pitch, v, 2, w, hgt, false);
+}
+static CUresult d2d32(bool pt, CUdeviceptr dst, size_t pitch, unsigned int v, size_t w, size_t hgt)
+{
+	return memset_2d(pt, NULL, dst, pitch, v, 4, w, hgt, false);
+}
+static CUresult d2d8_async(bool pt, CUdeviceptr dst, size_t pitch, unsigned char v, size_t w, size_t hgt,
+			   CUstream h)
+{
+	return memset_2d(pt, h, dst, pitch, v, 1, w, hgt, true);
+}
+static CUresult d2d16_async(bool pt, CUdeviceptr dst, size_t pitch, unsigned short v, size_t w, size_t hgt,
+			    CUstream h)
+{
+	return memset_2d(pt, h, dst, pitch, v, 2, w, hgt, true);
+}
+static CUresult d2d32_async(bool pt, CUdeviceptr dst, size_t pitch, unsigned int v, size_t w, size_t hgt,
+			    CUstream h)
+{
+	return memset_2d(pt, h, dst, pitch, v, 4, w, hgt, true);
+}
+
+SIM_STREAM_API_PAIR(cuMemsetD8_v2, cuMemsetD8_v2_ptds, d8, (CUdeviceptr dst, unsigned char v, size_t n), dst,
+		    v, n)
+SIM_STREAM_API_PAIR(cuMemsetD16_v2, cuMemsetD16_v2_ptds, d16, (CUdeviceptr dst, unsigned short v, size_t n),
+		    dst, v, n)
+SIM_STREAM_API_PAIR(cuMemsetD32_v2, cuMemsetD32_v2_ptds, d32, (CUdeviceptr dst, unsigned int v, size_t n),
+		    dst, v, n)
+SIM_STREAM_API_PAIR(cuMemsetD8Async, cuMemsetD8Async_ptsz, d8_async,
+		    (CUdeviceptr dst, unsigned char v, size_t n, CUstream h), dst, v, n, h)
+SIM_STREAM_API_PAIR(cuMemsetD16Async, cuMemsetD16Async_ptsz, d16_async,
+		    (CUdeviceptr dst, unsigned short v, size_t n, CUstream h), dst, v, n, h)
+SIM_STREAM_API_PAIR(cuMemsetD32Async, cuMemsetD32Async_ptsz, d32_async,
+		    (CUdeviceptr dst, unsigned int v, size_t n, CUstream h), dst, v, n, h)
+SIM_STREAM_API_PAIR(cuMemsetD2D8_v2, cuMemsetD2D8_v2_ptds, d2d8,
+		    (CUdeviceptr dst, size_t pitch, unsigned char v, size_t w, size_t hgt), dst, pitch, v, w,
+		    hgt)
+SIM_STREAM_API_PAIR(cuMemsetD2D16_v2, cuMemsetD2D16_v2_ptds, d2d16,
+		    (CUdeviceptr dst, size_t pitch, unsigned short v, size_t w, size_t hgt), dst, pitch, v, w,
+		    hgt)
+SIM_STREAM_API_PAIR(cuMemsetD2D32_v2, cuMemsetD2D32_v2_ptds, d2d32,
+		    (CUdeviceptr dst, size_t pitch, unsigned int v, size_t w, size_t hgt), dst, pitch, v, w,
+		    hgt)
+SIM_STREAM_API_PAIR(cuMemsetD2D8Async, cuMemsetD2D8Async_ptsz, d2d8_async,
+		    (CUdeviceptr dst, size_t pitch, unsigned char v, size_t w, size_t hgt, CUstream h), dst,
+		    pitch, v, w, hgt, h)
+SIM_STREAM_API_PAIR(cuMemsetD2D16Async, cuMemsetD2D16Async_ptsz, d2d16_async,
+		    (CUdeviceptr dst, size_t pitch, unsigned short v, size_t w, size_t hgt, CUstream h), dst,
+		    pitch, v, w, hgt, h)
+SIM_STREAM_API_PAIR(cuMemsetD2D32Async, cuMemsetD2D32Async_ptsz, d2d32_async,
+		    (CUdeviceptr dst, size_t pitch, unsigned int v, size_t w, size_t hgt, CUstream h), dst,
+		    pitch, v, w, hgt, h)

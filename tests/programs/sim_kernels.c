@@ -1,0 +1,242 @@
+/* Host implementations of the test programs' kernels for the simulated device (see
+ * sim/crcuda_sim_kernel.h): one function per kernel, named crcuda_sim_kernel_<mangled name>, called
+ * once per thread block. Each mirrors its CUDA source in tests/programs/<program>.cu. */
+#include <stdint.h>
+#include <string.h>
+
+#include "crcuda_sim_kernel.h"
+
+/* vector_add.cu: vector_add(const float *a, const float *b, float *c, int n) */
+CRCUDA_SIM_KERNEL(_Z10vector_addPKfS0_Pfi)
+{
+	const float *a = CRCUDA_SIM_PARAM(blk, 0, const float *);
+	const float *b = CRCUDA_SIM_PARAM(blk, 1, const float *);
+	float *c = CRCUDA_SIM_PARAM(blk, 2, float *);
+	int n = CRCUDA_SIM_PARAM(blk, 3, int);
+
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, t)
+	{
+		unsigned i = CRCUDA_SIM_GLOBAL_X(blk, t);
+
+		if ((int)i < n)
+			c[i] = a[i] + b[i];
+	}
+}
+
+/* vector_add.cu: extern "C" scale_i32(int *data, int factor, int n) */
+CRCUDA_SIM_KERNEL(scale_i32)
+{
+	int *data = CRCUDA_SIM_PARAM(blk, 0, int *);
+	int factor = CRCUDA_SIM_PARAM(blk, 1, int);
+	int n = CRCUDA_SIM_PARAM(blk, 2, int);
+
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, t)
+	{
+		unsigned i = CRCUDA_SIM_GLOBAL_X(blk, t);
+
+		if ((int)i < n)
+			data[i] *= factor;
+	}
+}
+
+/* streams_events.cu: busy_add(volatile int *data, int rounds, int n) */
+CRCUDA_SIM_KERNEL(_Z8busy_addPViii)
+{
+	volatile int *data = CRCUDA_SIM_PARAM(blk, 0, volatile int *);
+	int rounds = CRCUDA_SIM_PARAM(blk, 1, int);
+	int n = CRCUDA_SIM_PARAM(blk, 2, int);
+
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, t)
+	{
+		unsigned i = CRCUDA_SIM_GLOBAL_X(blk, t);
+
+		if ((int)i >= n)
+			continue;
+		for (int r = 0; r < rounds; r++)
+			data[i] = data[i] + 1;
+	}
+}
+
+/* streams_events.cu: combine(const int *a, const int *b, int *out, int n) */
+CRCUDA_SIM_KERNEL(_Z7combinePKiS0_Pii)
+{
+	const int *a = CRCUDA_SIM_PARAM(blk, 0, const int *);
+	const int *b = CRCUDA_SIM_PARAM(blk, 1, const int *);
+	int *out = CRCUDA_SIM_PARAM(blk, 2, int *);
+	int n = CRCUDA_SIM_PARAM(blk, 3, int);
+
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, t)
+	{
+		unsigned i = CRCUDA_SIM_GLOBAL_X(blk, t);
+
+		if ((int)i < n)
+			out[i] = 2 * a[i] + b[i];
+	}
+}
+
+/* memset.cu: count_bytes(const unsigned char *data, unsigned long long n, unsigned char value,
+ * unsigned int *count) */
+CRCUDA_SIM_KERNEL(_Z11count_bytesPKhyhPj)
+{
+	const unsigned char *data = CRCUDA_SIM_PARAM(blk, 0, const unsigned char *);
+	unsigned long long n = CRCUDA_SIM_PARAM(blk, 1, unsigned long long);
+	unsigned char value = CRCUDA_SIM_PARAM(blk, 2, unsigned char);
+	unsigned int *count = CRCUDA_SIM_PARAM(blk, 3, unsigned int *);
+
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, t)
+	{
+		unsigned long long i = (unsigned long long)blk->block_idx.x * blk->block_dim.x + t.x;
+
+		if (i < n && data[i] == value)
+			__atomic_fetch_add(count, 1u, __ATOMIC_RELAXED);
+	}
+}
+
+/* device_globals.cu: update_globals(int rounds) */
+CRCUDA_SIM_KERNEL(_Z14update_globalsi)
+{
+	int rounds = CRCUDA_SIM_PARAM(blk, 0, int);
+	int *counter = CRCUDA_SIM_GLOBAL(blk, "counter", int);
+	int *history = CRCUDA_SIM_GLOBAL(blk, "history", int);
+	unsigned long long *zeroed = CRCUDA_SIM_GLOBAL(blk, "zeroed", unsigned long long);
+	const int *coefficients = CRCUDA_SIM_GLOBAL(blk, "coefficients", const int);
+
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, t)
+	{
+		if (blk->block_idx.x == 0 && t.x == 0)
+			*counter += rounds * coefficients[0];
+		if (t.x < 4)
+			history[t.x] += coefficients[t.x];
+		if (t.x < 8)
+			zeroed[t.x] += (unsigned long long)(t.x + 1) << 32;
+	}
+}
+
+/* device_globals.cu: read_globals(int *out) */
+CRCUDA_SIM_KERNEL(_Z12read_globalsPi)
+{
+	int *out = CRCUDA_SIM_PARAM(blk, 0, int *);
+	const int *counter = CRCUDA_SIM_GLOBAL(blk, "counter", const int);
+	const int *history = CRCUDA_SIM_GLOBAL(blk, "history", const int);
+	const int *coefficients = CRCUDA_SIM_GLOBAL(blk, "coefficients", const int);
+
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, t)
+	{
+		if (t.x == 0)
+			out[0] = *counter;
+		if (t.x < 4)
+			out[1 + t.x] = history[t.x] + coefficients[t.x];
+	}
+}
+
+/* many_launches.cu: increment(unsigned long long *counter) */
+CRCUDA_SIM_KERNEL(_Z9incrementPy)
+{
+	unsigned long long *counter = CRCUDA_SIM_PARAM(blk, 0, unsigned long long *);
+	unsigned long long threads =
+	    (unsigned long long)blk->block_dim.x * blk->block_dim.y * blk->block_dim.z;
+
+	__atomic_fetch_add(counter, threads, __ATOMIC_RELAXED);
+}
+
+/* pinned_async.cu: square_u32(const unsigned int *in, unsigned int *out, int n) */
+CRCUDA_SIM_KERNEL(_Z10square_u32PKjPji)
+{
+	const unsigned int *in = CRCUDA_SIM_PARAM(blk, 0, const unsigned int *);
+	unsigned int *out = CRCUDA_SIM_PARAM(blk, 1, unsigned int *);
+	int n = CRCUDA_SIM_PARAM(blk, 2, int);
+
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, t)
+	{
+		unsigned i = CRCUDA_SIM_GLOBAL_X(blk, t);
+
+		if ((int)i < n)
+			out[i] = in[i] * in[i];
+	}
+}
+
+/* pinned_async.cu: add_one_mapped(unsigned int *host_mem, int n) */
+CRCUDA_SIM_KERNEL(_Z14add_one_mappedPji)
+{
+	unsigned int *mem = CRCUDA_SIM_PARAM(blk, 0, unsigned int *);
+	int n = CRCUDA_SIM_PARAM(blk, 1, int);
+
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, t)
+	{
+		unsigned i = CRCUDA_SIM_GLOBAL_X(blk, t);
+
+		if ((int)i < n)
+			mem[i] += 1;
+	}
+}
+
+/* vmm_fixed.cu: fill_index(unsigned int *data, unsigned int salt, unsigned long long n) */
+CRCUDA_SIM_KERNEL(_Z10fill_indexPjjy)
+{
+	unsigned int *data = CRCUDA_SIM_PARAM(blk, 0, unsigned int *);
+	unsigned int salt = CRCUDA_SIM_PARAM(blk, 1, unsigned int);
+	unsigned long long n = CRCUDA_SIM_PARAM(blk, 2, unsigned long long);
+
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, t)
+	{
+		unsigned long long i = (unsigned long long)blk->block_idx.x * blk->block_dim.x + t.x;
+
+		if (i < n)
+			data[i] = (unsigned int)i * 2654435761u + salt;
+	}
+}
+
+/* library_kernel.cu: saxpy_i(int a, const int *x, int *y, int n) */
+CRCUDA_SIM_KERNEL(_Z7saxpy_iiPKiPii)
+{
+	int a = CRCUDA_SIM_PARAM(blk, 0, int);
+	const int *x = CRCUDA_SIM_PARAM(blk, 1, const int *);
+	int *y = CRCUDA_SIM_PARAM(blk, 2, int *);
+	int n = CRCUDA_SIM_PARAM(blk, 3, int);
+	int *launches_seen = CRCUDA_SIM_GLOBAL(blk, "launches_seen", int);
+
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, t)
+	{
+		unsigned i = CRCUDA_SIM_GLOBAL_X(blk, t);
+
+		if ((int)i < n)
+			y[i] = a * x[i] + y[i];
+		if (i == 0)
+			*launches_seen += 1;
+	}
+}
+
+/* library_kernel.cu: pack_params(int a, long long *out, Packed s, short t), Packed = {double; char[13]} */
+struct packed {
+	double d;
+	char c[13];
+};
+
+CRCUDA_SIM_KERNEL(_Z11pack_paramsiPx6Packeds)
+{
+	int a = CRCUDA_SIM_PARAM(blk, 0, int);
+	long long *out = CRCUDA_SIM_PARAM(blk, 1, long long *);
+	struct packed s;
+	short t = CRCUDA_SIM_PARAM(blk, 3, short);
+
+	memcpy(&s, blk->params[2], sizeof(s));
+	out[0] = a;
+	out[1] = (long long)s.d;
+	out[2] = s.c[12];
+	out[3] = t;
+}
+
+/* sim_checks.cu: add_one(int *data, int n); no_host_impl has none on purpose. */
+CRCUDA_SIM_KERNEL(_Z7add_onePii)
+{
+	int *data = CRCUDA_SIM_PARAM(blk, 0, int *);
+	int n = CRCUDA_SIM_PARAM(blk, 1, int);
+
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, t)
+	{
+		unsigned i = CRCUDA_SIM_GLOBAL_X(blk, t);
+
+		if ((int)i < n)
+			data[i] += 1;
+	}
+}

@@ -1,0 +1,14 @@
+// Kernels of vector_add.c (host implementations in sim_kernels.c).
+__global__ void vector_add(const float *a, const float *b, float *c, int n)
+{
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n)
+		c[i] = a[i] + b[i];
+}
+
+extern "C" __global__ void scale_i32(int *data, int factor, int n)
+{
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n)
+		data[i] *= factor;
+}
