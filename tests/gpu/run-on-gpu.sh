@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from the repository root: builds crcuda with the local CUDA toolkit and
+# the libraries carried in .deps/gpu (scripts/gpu-carry.sh), runs the gpu-labelled tests, then the
+# benchmarks, and prints a short table last. Output files go to $OUT when set (the device tool).
+set -uo pipefail
+top=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$top"
+deps=$top/.deps/gpu
+out=${OUT:-$top/build-gpu/out}
+mkdir -p "$out"
+export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export LD_LIBRARY_PATH=$deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+jobs=$(nproc)
+
+{
+	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+	uname -r
+} >"$out/machine.txt" 2>&1
+gpu=$(head -1 "$out/machine.txt")
+
+echo "== build"
+if ! cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCRCUDA_WERROR=OFF \
+	-DCMAKE_INCLUDE_PATH="$deps/include" -DCMAKE_LIBRARY_PATH="$deps/lib" \
+	-DCMAKE_BUILD_RPATH="$deps/lib" >"$out/build.log" 2>&1 ||
+	! cmake --build build-gpu -j "$jobs" >>"$out/build.log" 2>&1; then
+	tail -40 "$out/build.log"
+	echo "BUILD FAILED"
+	exit 1
+fi
+
+echo "== gpu tests"
+ctest --test-dir build-gpu -L gpu --output-on-failure -j 1 --timeout 300 >"$out/ctest-gpu.log" 2>&1
+ctest_rc=$?
+grep -E "Test +#|tests passed|FAILED|Failed" "$out/ctest-gpu.log" | tail -60
+
+echo "== benchmarks"
+: >"$out/bench.txt"
+for b in build-gpu/bench/bench_*; do
+	[ -x "$b" ] || continue
+	echo "--- $(basename "$b")" | tee -a "$out/bench.txt"
+	timeout 300 "$b" --gpu 2>&1 | tee -a "$out/bench.txt"
+done
+
+echo
+echo "== summary ($gpu)"
+printf '%-40s %-8s %s\n' test result seconds
+awk '/Test +#/ {
+	name = $4; res = ($0 ~ /Passed/) ? "pass" : ($0 ~ /Skipped|Not Run/) ? "skip" : "FAIL";
+	t = $(NF-1); printf "%-40s %-8s %s\n", name, res, t }' "$out/ctest-gpu.log"
+exit $ctest_rc
