@@ -274,12 +274,10 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 	return CUDA_SUCCESS;
 }
 
-CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+static CUresult device_get_uuid(CUuuid *uuid, CUdevice dev)
 {
-	struct sim_device *d;
+	struct sim_device *d = sim_device_get(dev);
 
-	SIM_ENTER(cuDeviceGetUuid);
-	d = sim_device_get(dev);
 	if (!d)
 		return CUDA_ERROR_INVALID_DEVICE;
 	if (!uuid)
@@ -288,10 +286,16 @@ CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
 	return CUDA_SUCCESS;
 }
 
+CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+{
+	SIM_ENTER(cuDeviceGetUuid);
+	return device_get_uuid(uuid, dev);
+}
+
 CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
 {
 	SIM_ENTER(cuDeviceGetUuid_v2);
-	return cuDeviceGetUuid(uuid, dev);
+	return device_get_uuid(uuid, dev);
 }
 
 CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
@@ -494,22 +498,26 @@ CUresult cuDeviceCanAccessPeer(int *can_access, CUdevice dev, CUdevice peer)
 
 /* ---- error strings ---- */
 
+static const char *error_name(CUresult error)
+{
+	switch ((int)error) {
+#define SIM_ERROR(sym, value)                                                                                \
+	case value:                                                                                          \
+		return #sym;
+#include "sim_errors.h"
+#undef SIM_ERROR
+	default:
+		return NULL;
+	}
+}
+
 CUresult cuGetErrorName(CUresult error, const char **name)
 {
 	SIM_ENTER_NOINIT(cuGetErrorName);
 	if (!name)
 		return CUDA_ERROR_INVALID_VALUE;
-	switch ((int)error) {
-#define SIM_ERROR(sym, value)                                                                                \
-	case value:                                                                                          \
-		*name = #sym;                                                                                \
-		return CUDA_SUCCESS;
-#include "sim_errors.h"
-#undef SIM_ERROR
-	default:
-		*name = NULL;
-		return CUDA_ERROR_INVALID_VALUE;
-	}
+	*name = error_name(error);
+	return *name ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 /* "CUDA_ERROR_INVALID_VALUE" -> "invalid value": close to the real driver's short messages. */
@@ -517,14 +525,12 @@ CUresult cuGetErrorString(CUresult error, const char **text)
 {
 	static char messages[1000][64];
 	static pthread_mutex_t messages_lock = PTHREAD_MUTEX_INITIALIZER;
-	const char *name;
-	CUresult res;
+	const char *name = error_name(error);
 
 	SIM_ENTER_NOINIT(cuGetErrorString);
 	if (!text)
 		return CUDA_ERROR_INVALID_VALUE;
-	res = cuGetErrorName(error, &name);
-	if (res != CUDA_SUCCESS || (unsigned)error >= 1000) {
+	if (!name || (unsigned)error >= 1000) {
 		*text = NULL;
 		return CUDA_ERROR_INVALID_VALUE;
 	}

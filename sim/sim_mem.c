@@ -609,7 +609,7 @@ static CUresult pointer_attribute(void *data, CUpointer_attribute attr, const st
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
 		*(unsigned long long *)data =
-		    r->kind == SIM_RANGE_VMM ? r->vmm ? CU_MEM_HANDLE_TYPE_NONE : 0 : 0;
+		    r->kind == SIM_RANGE_VMM ? r->vmm->prop.requestedHandleTypes : 0;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
 		*(unsigned *)data = r->kind == SIM_RANGE_VMM

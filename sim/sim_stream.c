@@ -156,12 +156,19 @@ static void *stream_worker(void *arg)
 		s->head = op->next;
 		if (!s->head)
 			s->tail = NULL;
-		pthread_mutex_unlock(&s->lock);
-		run_op(op);
-		free(op);
-		pthread_mutex_lock(&s->lock);
+		if (op->kind == SIM_OP_EVENT_RECORD) {
+			/* Under the stream's lock (stream before event is the lock order), so that whoever
+			 * sees the event complete also sees the stream reach it, and the reverse, as on a
+			 * GPU. */
+			run_op(op);
+		} else {
+			pthread_mutex_unlock(&s->lock);
+			run_op(op);
+			pthread_mutex_lock(&s->lock);
+		}
 		s->completed++;
 		pthread_cond_broadcast(&s->done_cond);
+		free(op);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return NULL;
@@ -714,12 +721,11 @@ CUresult cuEventSynchronize(CUevent e)
 	return CUDA_SUCCESS;
 }
 
-CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end)
+static CUresult event_elapsed_time(float *ms, CUevent start, CUevent end)
 {
 	struct timespec t0, t1;
 	CUresult res = CUDA_SUCCESS;
 
-	SIM_ENTER(cuEventElapsedTime_v2);
 	if (!ms)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!start || !end || start->magic != SIM_MAGIC_EVENT || end->magic != SIM_MAGIC_EVENT ||
@@ -745,10 +751,16 @@ CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end)
 	return res;
 }
 
+CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end)
+{
+	SIM_ENTER(cuEventElapsedTime_v2);
+	return event_elapsed_time(ms, start, end);
+}
+
 CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end)
 {
 	SIM_ENTER(cuEventElapsedTime);
-	return cuEventElapsedTime_v2(ms, start, end);
+	return event_elapsed_time(ms, start, end);
 }
 
 /* ---- copies and memsets ---- */

@@ -99,9 +99,14 @@ int main(void)
 		for (size_t col = 0; col < pitch; col++)
 			CHECK_EQ_INT(rows[r * pitch + col], col < 60 ? 0x7e : 0);
 
-	/* D16 needs 2-byte alignment, D32 4-byte alignment. */
-	CU_EXPECT(cuMemsetD16(d + 1, 0, 4), CUDA_ERROR_INVALID_VALUE);
-	CU_EXPECT(cuMemsetD32(d + 2, 0, 4), CUDA_ERROR_INVALID_VALUE);
+	/* D16 needs 2-byte alignment, D32 4-byte alignment: the sim refuses the rest (what a real driver
+	 * returns there is not documented, so only the sim is held to it). */
+	char name[64];
+	CU_CHECK(cuDeviceGetName(name, sizeof(name), 0));
+	if (!strncmp(name, "crcuda simulated GPU", 20)) {
+		CU_EXPECT(cuMemsetD16(d + 1, 0, 4), CUDA_ERROR_INVALID_VALUE);
+		CU_EXPECT(cuMemsetD32(d + 2, 0, 4), CUDA_ERROR_INVALID_VALUE);
+	}
 
 	CU_CHECK(cuStreamDestroy(stream));
 	CU_CHECK(cuMemFree(d2));
