@@ -35,12 +35,10 @@ grep -E "Test +#|tests passed|FAILED|Failed" "$out/ctest-gpu.log" | tail -60
 
 echo "== benchmarks"
 : >"$out/bench.txt"
-# The benchmarks that compare against the native driver (bench/store needs no GPU: run it anywhere).
-for name in overhead checkpoint; do
-	b=build-gpu/bench/bench_$name
-	[ -x "$b" ] || continue
-	echo "--- $(basename "$b")" | tee -a "$out/bench.txt"
-	timeout 300 "$b" --gpu 2>&1 | tee -a "$out/bench.txt"
+# Each benchmark script runs its native reference and crcuda in the same call.
+for b in bench/overhead.sh; do
+	echo "--- $b" | tee -a "$out/bench.txt"
+	timeout 300 "$b" build-gpu 2>&1 | tee -a "$out/bench.txt"
 done
 
 echo
@@ -49,4 +47,6 @@ printf '%-40s %-8s %s\n' test result seconds
 awk '/Test +#/ {
 	name = $4; res = ($0 ~ /Passed/) ? "pass" : ($0 ~ /Skipped|Not Run/) ? "skip" : "FAIL";
 	t = $(NF-1); printf "%-40s %-8s %s\n", name, res, t }' "$out/ctest-gpu.log"
+echo
+cat "$out/bench.txt"
 exit $ctest_rc

@@ -1,4 +1,4 @@
-# cmake -DINPUT=<file> -DOUTPUT=<file.c> -DNAME=<symbol> -P embed.cmake
+# cmake -DINPUT=<file> -DOUTPUT=<file.c> -DNAME=<symbol> -P cmake/embed.cmake
 # Writes a C array `const unsigned char NAME[]` (8-byte aligned, as fatbin headers need, and followed
 # by a NUL so PTX text is a string) and `const unsigned long NAME_size` (without the NUL).
 file(READ ${INPUT} hex HEX)

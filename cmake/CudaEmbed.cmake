@@ -1,0 +1,42 @@
+# crc_embed_cuda: build a .cu file's kernels with nvcc and embed the images in a C target. Used by the
+# driver-API test programs and the benchmarks.
+set(CRC_EMBED_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/embed.cmake)
+set(CRC_CUDA_ARCH_FLAGS -gencode "arch=compute_90,code=[sm_90,compute_90]")
+
+# crc_embed_cuda(<target> <kernel source> [CUBIN] [PTX]): nvcc builds the fatbin (and, if asked, an sm_90
+# cubin and the PTX) of <kernel source>, embedded in <target> as <name>_fatbin[, _cubin, _ptx].
+function(crc_embed_cuda target cu)
+  cmake_parse_arguments(E "CUBIN;PTX" "" "" ${ARGN})
+  get_filename_component(name ${cu} NAME_WE)
+  set(kinds fatbin)
+  if(E_CUBIN)
+    list(APPEND kinds cubin)
+  endif()
+  if(E_PTX)
+    list(APPEND kinds ptx)
+  endif()
+  foreach(kind ${kinds})
+    set(image ${CMAKE_CURRENT_BINARY_DIR}/${name}.${kind})
+    if(kind STREQUAL "fatbin")
+      set(nvcc_args -fatbin ${CRC_CUDA_ARCH_FLAGS})
+    elseif(kind STREQUAL "cubin")
+      set(nvcc_args -cubin -arch=sm_90)
+    else()
+      set(nvcc_args -ptx -arch=compute_90)
+    endif()
+    add_custom_command(
+      OUTPUT ${image}
+      COMMAND ${NVCC_EXECUTABLE} ${nvcc_args} -o ${image} ${CMAKE_CURRENT_SOURCE_DIR}/${cu}
+      DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/${cu}
+      COMMENT "nvcc: ${cu} -> ${name}.${kind}"
+      VERBATIM)
+    add_custom_command(
+      OUTPUT ${image}.c
+      COMMAND ${CMAKE_COMMAND} -DINPUT=${image} -DOUTPUT=${image}.c -DNAME=${name}_${kind}
+              -P ${CRC_EMBED_SCRIPT}
+      DEPENDS ${image} ${CRC_EMBED_SCRIPT}
+      VERBATIM)
+    target_sources(${target} PRIVATE ${image}.c)
+  endforeach()
+endfunction()
+
