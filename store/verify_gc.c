@@ -395,6 +395,8 @@ static int gc_orphans(struct crc_store *st, struct crc_gc_report *rep)
 				break;
 			continue;
 		}
+		/* Not committed. From here on, a pack that is skipped is no error. */
+		rc = 0;
 		crc__pack_path(st, id, path, sizeof(path));
 		int fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (fd < 0)
