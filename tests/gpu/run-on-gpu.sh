@@ -36,7 +36,7 @@ grep -E "Test +#|tests passed|FAILED|Failed" "$out/ctest-gpu.log" | tail -60
 echo "== benchmarks"
 : >"$out/bench.txt"
 # Each benchmark script runs its native reference and crcuda in the same call.
-for b in bench/overhead.sh; do
+for b in bench/overhead.sh bench/checkpoint.sh; do
 	echo "--- $b" | tee -a "$out/bench.txt"
 	timeout 300 "$b" build-gpu 2>&1 | tee -a "$out/bench.txt"
 done

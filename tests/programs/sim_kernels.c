@@ -240,3 +240,53 @@ CRCUDA_SIM_KERNEL(_Z7add_onePii)
 			data[i] += 1;
 	}
 }
+
+/* state_app.cu: grid-stride loops over n words. */
+static unsigned long long sim_stride_start(const struct crcuda_sim_block *blk, struct crcuda_sim_dim3 t)
+{
+	return (unsigned long long)blk->block_idx.x * blk->block_dim.x + t.x;
+}
+
+CRCUDA_SIM_KERNEL(state_init)
+{
+	unsigned *x = CRCUDA_SIM_PARAM(blk, 0, unsigned *);
+	unsigned long long n = CRCUDA_SIM_PARAM(blk, 1, unsigned long long);
+	unsigned seed = CRCUDA_SIM_PARAM(blk, 2, unsigned);
+	unsigned long long stride = (unsigned long long)blk->grid_dim.x * blk->block_dim.x;
+
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, t)
+	{
+		for (unsigned long long i = sim_stride_start(blk, t); i < n; i += stride)
+			x[i] = (unsigned)(i * 2654435761ull) ^ seed;
+	}
+}
+
+CRCUDA_SIM_KERNEL(state_step)
+{
+	unsigned *x = CRCUDA_SIM_PARAM(blk, 0, unsigned *);
+	unsigned long long n = CRCUDA_SIM_PARAM(blk, 1, unsigned long long);
+	unsigned step = CRCUDA_SIM_PARAM(blk, 2, unsigned);
+	unsigned long long stride = (unsigned long long)blk->grid_dim.x * blk->block_dim.x;
+
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, t)
+	{
+		for (unsigned long long i = sim_stride_start(blk, t); i < n; i += stride)
+			x[i] = x[i] * 1664525u + 1013904223u + step;
+	}
+}
+
+CRCUDA_SIM_KERNEL(state_checksum)
+{
+	const unsigned *x = CRCUDA_SIM_PARAM(blk, 0, const unsigned *);
+	unsigned long long n = CRCUDA_SIM_PARAM(blk, 1, unsigned long long);
+	unsigned long long *sum = CRCUDA_SIM_PARAM(blk, 2, unsigned long long *);
+	unsigned long long stride = (unsigned long long)blk->grid_dim.x * blk->block_dim.x;
+	unsigned long long local = 0;
+
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, t)
+	{
+		for (unsigned long long i = sim_stride_start(blk, t); i < n; i += stride)
+			local += x[i] ^ (unsigned)i;
+	}
+	__atomic_fetch_add(sum, local, __ATOMIC_RELAXED);
+}

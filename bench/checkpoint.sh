@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# bench/checkpoint.sh BUILD_DIR [SIZE_MB...]: checkpoint and restore of the same state-carrying
+# program (tests/programs/state_app) with NVIDIA's driver checkpoint (cuCheckpointProcess* + CRIU)
+# and with crcuda, side by side in one run; each restored run's checksum must equal an
+# uninterrupted run's. Prints seconds per phase, device-copy GB/s and image size. Needs root, the GPU
+# and CRIU (.deps/criu, or $CRIU). Default sizes: 1024 8192 MiB.
+set -uo pipefail
+build=${1:?usage: checkpoint.sh BUILD_DIR [SIZE_MB...]}
+shift
+sizes=("$@")
+[ ${#sizes[@]} -gt 0 ] || sizes=(1024 8192)
+top=$(cd "$(dirname "$0")/.." && pwd)
+criu=${CRIU:-$top/.deps/criu/bin/criu}
+app=$build/tests/programs/state_app
+nv=$build/bench/nv_ckpt
+crcudactl=$build/crcudactl/crcudactl
+work=$(mktemp -d /tmp/crcuda-bench-ckpt.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+steps=8
+
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+wait_for_file() { local i; for ((i = 0; i < 6000; i++)); do [ -e "$1" ] && return 0; sleep 0.01; done; return 1; }
+wait_gone() { local i; for ((i = 0; i < 60000; i++)); do [ -e "/proc/$1" ] || return 0; grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null && return 0; sleep 0.01; done; return 1; }
+checksum() { sed -n 's/.*checksum=\([0-9a-f]*\).*/\1/p' "$1"; }
+
+# start_app DIR MB [PREFIX...]: the app in its own session, stdout to DIR/out, waiting at DIR/go.
+start_app() {
+	local dir=$1 mb=$2
+	shift 2
+	mkdir -p "$dir"
+	setsid "$@" "$app" --mb "$mb" --chunks 8 --steps $steps --ready-file "$dir/ready" --go-file "$dir/go" \
+		</dev/null >"$dir/out" 2>"$dir/err" &
+	app_pid=$!
+	wait_for_file "$dir/ready" || { echo "app did not get ready: $(cat "$dir/err")" >&2; return 1; }
+	# A script's background job is no group leader, so setsid execs in place: $! is the app
+	# (crcudactl run execs the program too).
+}
+
+results=()
+for mb in "${sizes[@]}"; do
+	ref=$("$app" --mb "$mb" --chunks 8 --steps $steps | sed -n 's/.*checksum=\([0-9a-f]*\).*/\1/p')
+
+	# NVIDIA: lock + checkpoint (device memory into the process), criu dump, criu restore,
+	# driver restore + unlock.
+	d=$work/nv-$mb
+	start_app "$d" "$mb" || exit 1
+	t0=$(now)
+	"$nv" "$app_pid" lock >/dev/null && "$nv" "$app_pid" checkpoint >/dev/null || exit 1
+	t1=$(now)
+	"$criu" dump -t "$app_pid" -D "$d/img" -o dump.log >/dev/null 2>&1 || { echo "criu dump failed"; tail "$d/img/dump.log"; exit 1; }
+	t2=$(now)
+	wait_gone "$app_pid"
+	"$criu" restore -D "$d/img" -d -o restore.log >/dev/null 2>&1 || { echo "criu restore failed"; tail "$d/img/restore.log"; exit 1; }
+	t3=$(now)
+	"$nv" "$app_pid" restore >/dev/null && "$nv" "$app_pid" unlock >/dev/null || exit 1
+	t4=$(now)
+	touch "$d/go"
+	wait_gone "$app_pid"
+	nv_ok=$([ "$(checksum "$d/out")" = "$ref" ] && echo ok || echo WRONG)
+	nv_img=$(du -sm "$d/img" | cut -f1)
+	nv_ck=$(elapsed "$t0" "$t2")
+	nv_rs=$(elapsed "$t2" "$t4")
+	results+=("$(printf '%-8s %6s MiB  ckpt %6ss (driver %5ss, criu %5ss)  restore %6ss (criu %5ss, driver %5ss)  image %6s MiB  result %s' \
+		nvidia "$mb" "$nv_ck" "$(elapsed "$t0" "$t1")" "$(elapsed "$t1" "$t2")" "$nv_rs" \
+		"$(elapsed "$t2" "$t3")" "$(elapsed "$t3" "$t4")" "$nv_img" "$nv_ok")")
+	rm -rf "$d/img"
+
+	# crcuda: crcudactl checkpoint / restore (issue 6).
+	if [ -x "$crcudactl" ] && "$crcudactl" checkpoint --help >/dev/null 2>&1; then
+		d=$work/crc-$mb
+		start_app "$d" "$mb" "$crcudactl" run --backend cuda -- || exit 1
+		t0=$(now)
+		ckpt_json=$("$crcudactl" --json checkpoint --store "$work/store" "$app_pid") || exit 1
+		t1=$(now)
+		wait_gone "$app_pid"
+		id=$(echo "$ckpt_json" | sed -n 's/.*"id": *"\{0,1\}\([0-9a-zA-Z]*\).*/\1/p' | head -1)
+		t2=$(now)
+		"$crcudactl" restore --store "$work/store" "$id" >/dev/null || exit 1
+		t3=$(now)
+		touch "$d/go"
+		wait_gone "$app_pid"
+		crc_ok=$([ "$(checksum "$d/out")" = "$ref" ] && echo ok || echo WRONG)
+		crc_img=$(du -sm "$work/store" | cut -f1)
+		results+=("$(printf '%-8s %6s MiB  ckpt %6ss  restore %6ss  store %6s MiB  result %s  (ratio ckpt %.2fx of nvidia)' \
+			crcuda "$mb" "$(elapsed "$t0" "$t1")" "$(elapsed "$t2" "$t3")" "$crc_img" "$crc_ok" \
+			"$(awk -v a="$(elapsed "$t0" "$t1")" -v b="$nv_ck" 'BEGIN{print a/b}')")")
+		rm -rf "$work/store"
+	else
+		results+=("$(printf '%-8s %6s MiB  (crcudactl checkpoint not built yet)' crcuda "$mb")")
+	fi
+done
+printf '%s\n' "${results[@]}"

@@ -1,0 +1,171 @@
+/* state_app: a state-carrying CUDA program for checkpoint/restore. It fills --mb MiB of device
+ * memory (in --chunks allocations), runs --steps steps that rewrite every word, and prints the
+ * final checksum. State lives on the device (the words), in the driver (modules, streams) and on the
+ * host (the step counter), so a restore must bring back all three for the checksum to match an
+ * uninterrupted run. --verify recomputes everything on the CPU (small sizes) and compares.
+ * Halfway (after step --ready-at, default steps/2) it writes "ready <step>" to --ready-file and
+ * sleeps --pause-ms or waits until --go-file exists, so a test can checkpoint it with work done before
+ * and after. */
+#include <cuda.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda_test.h"
+
+extern const unsigned char state_app_fatbin[];
+
+struct opts {
+	unsigned long mb;
+	unsigned chunks, steps, ready_at, pause_ms, seed;
+	const char *ready_file, *go_file;
+	int verify;
+};
+
+static void parse(int argc, char **argv, struct opts *o)
+{
+	*o = (struct opts){.mb = 64, .chunks = 4, .steps = 20, .ready_at = ~0u, .pause_ms = 0, .seed = 7};
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--verify")) {
+			o->verify = 1;
+			continue;
+		}
+		if (!v)
+			goto usage;
+		i++;
+		if (!strcmp(a, "--mb"))
+			o->mb = strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--chunks"))
+			o->chunks = (unsigned)strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--steps"))
+			o->steps = (unsigned)strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--ready-at"))
+			o->ready_at = (unsigned)strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--pause-ms"))
+			o->pause_ms = (unsigned)strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--seed"))
+			o->seed = (unsigned)strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--ready-file"))
+			o->ready_file = v;
+		else if (!strcmp(a, "--go-file"))
+			o->go_file = v;
+		else
+			goto usage;
+	}
+	if (o->ready_at == ~0u)
+		o->ready_at = o->steps / 2;
+	if (o->chunks && o->mb && (o->mb << 20) % ((size_t)o->chunks * 4) == 0)
+		return;
+usage:
+	fprintf(stderr,
+		"usage: state_app [--mb N] [--chunks N] [--steps N] [--ready-at STEP] [--pause-ms MS]\n"
+		"                 [--ready-file PATH] [--go-file PATH] [--seed N] [--verify]\n");
+	exit(2);
+}
+
+static void signal_ready(const struct opts *o, unsigned step)
+{
+	if (!o->ready_file)
+		return;
+	char tmp[4096];
+	snprintf(tmp, sizeof(tmp), "%s.tmp", o->ready_file);
+	FILE *f = fopen(tmp, "w");
+	if (!f || fprintf(f, "ready %u\n", step) < 0 || fclose(f) || rename(tmp, o->ready_file)) {
+		perror("state_app: writing the ready file");
+		exit(1);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o;
+	parse(argc, argv, &o);
+	cu_test_init("state_app");
+
+	CUdevice dev;
+	CUcontext ctx;
+	CUmodule mod;
+	CUfunction f_init, f_step, f_sum;
+	CUstream stream;
+	CU_CHECK(cuDeviceGet(&dev, 0));
+	CU_CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+	CU_CHECK(cuCtxSetCurrent(ctx));
+	CU_CHECK(cuModuleLoadData(&mod, state_app_fatbin));
+	CU_CHECK(cuModuleGetFunction(&f_init, mod, "state_init"));
+	CU_CHECK(cuModuleGetFunction(&f_step, mod, "state_step"));
+	CU_CHECK(cuModuleGetFunction(&f_sum, mod, "state_checksum"));
+	CU_CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+
+	unsigned long long words = ((unsigned long long)o.mb << 20) / 4 / o.chunks;
+	CUdeviceptr *bufs = calloc(o.chunks, sizeof(*bufs));
+	CHECK(bufs);
+	unsigned grid = 264, block = 256;
+	for (unsigned c = 0; c < o.chunks; c++) {
+		CU_CHECK(cuMemAlloc(&bufs[c], words * 4));
+		unsigned seed = o.seed + c;
+		void *p[] = {&bufs[c], &words, &seed};
+		CU_CHECK(cuLaunchKernel(f_init, grid, 1, 1, block, 1, 1, 0, stream, p, NULL));
+	}
+	unsigned step = 0; /* host state: restored by CRIU, not by the layer */
+	while (step < o.steps) {
+		step++;
+		for (unsigned c = 0; c < o.chunks; c++) {
+			void *p[] = {&bufs[c], &words, &step};
+			CU_CHECK(cuLaunchKernel(f_step, grid, 1, 1, block, 1, 1, 0, stream, p, NULL));
+		}
+		if (step == o.ready_at) {
+			/* Some steps are left in flight on purpose: a checkpoint must drain them. */
+			signal_ready(&o, step);
+			if (o.pause_ms) {
+				struct timespec ts = {o.pause_ms / 1000,
+						      (long)(o.pause_ms % 1000) * 1000000L};
+				while (nanosleep(&ts, &ts))
+					;
+			}
+			while (o.go_file && access(o.go_file, F_OK))
+				usleep(10000);
+		}
+	}
+	CUdeviceptr dsum;
+	unsigned long long total = 0, part;
+	CU_CHECK(cuMemAlloc(&dsum, sizeof(part)));
+	for (unsigned c = 0; c < o.chunks; c++) {
+		CU_CHECK(cuMemsetD8Async(dsum, 0, sizeof(part), stream));
+		void *p[] = {&bufs[c], &words, &dsum};
+		CU_CHECK(cuLaunchKernel(f_sum, grid, 1, 1, block, 1, 1, 0, stream, p, NULL));
+		CU_CHECK(cuMemcpyDtoHAsync(&part, dsum, sizeof(part), stream));
+		CU_CHECK(cuStreamSynchronize(stream));
+		total += part * (c + 1); /* chunk order matters */
+	}
+	printf("state_app: mb=%lu chunks=%u steps=%u checksum=%016llx\n", o.mb, o.chunks, o.steps, total);
+
+	if (o.verify) {
+		unsigned long long want = 0;
+		for (unsigned c = 0; c < o.chunks; c++) {
+			unsigned long long s = 0;
+			for (unsigned long long i = 0; i < words; i++) {
+				unsigned x = (unsigned)(i * 2654435761ull) ^ (o.seed + c);
+				for (unsigned k = 1; k <= o.steps; k++)
+					x = x * 1664525u + 1013904223u + k;
+				s += x ^ (unsigned)i;
+			}
+			want += s * (c + 1);
+		}
+		if (want != total) {
+			fprintf(stderr, "state_app: checksum %016llx, CPU says %016llx\n", total, want);
+			return 1;
+		}
+		printf("state_app: verified on the CPU\n");
+	}
+	for (unsigned c = 0; c < o.chunks; c++)
+		CU_CHECK(cuMemFree(bufs[c]));
+	CU_CHECK(cuMemFree(dsum));
+	CU_CHECK(cuStreamDestroy(stream));
+	CU_CHECK(cuModuleUnload(mod));
+	CU_CHECK(cuDevicePrimaryCtxRelease(dev));
+	free(bufs);
+	return 0;
+}
