@@ -15,7 +15,8 @@ app=$build/tests/programs/state_app
 nv=$build/bench/nv_ckpt
 crcudactl=$build/crcudactl/crcudactl
 work=$(mktemp -d /tmp/crcuda-bench-ckpt.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+ok=0
+trap '[ $ok = 1 ] && rm -rf "$work" || echo "checkpoint: logs kept in $work" >&2' EXIT
 steps=8
 
 now() { date +%s.%N; }
@@ -32,6 +33,7 @@ start_app() {
 	setsid "$@" "$app" --mb "$mb" --chunks 8 --steps $steps --ready-file "$dir/ready" --go-file "$dir/go" \
 		</dev/null >"$dir/out" 2>"$dir/err" &
 	app_pid=$!
+	disown "$app_pid" # CRIU kills it at dump: no job report
 	wait_for_file "$dir/ready" || { echo "app did not get ready: $(cat "$dir/err")" >&2; return 1; }
 	# A script's background job is no group leader, so setsid execs in place: $! is the app
 	# (crcudactl run execs the program too).
@@ -45,13 +47,14 @@ for mb in "${sizes[@]}"; do
 	# driver restore + unlock.
 	d=$work/nv-$mb
 	start_app "$d" "$mb" || exit 1
+	mkdir -p "$d/img"
 	t0=$(now)
 	"$nv" "$app_pid" lock >/dev/null && "$nv" "$app_pid" checkpoint >/dev/null || exit 1
 	t1=$(now)
-	"$criu" dump -t "$app_pid" -D "$d/img" -o dump.log >/dev/null 2>&1 || { echo "criu dump failed"; tail "$d/img/dump.log"; exit 1; }
+	"$criu" dump -t "$app_pid" -D "$d/img" -o dump.log >/dev/null 2>&1 || { echo "criu dump failed"; tail -20 "$d/img/dump.log"; exit 1; }
 	t2=$(now)
 	wait_gone "$app_pid"
-	"$criu" restore -D "$d/img" -d -o restore.log >/dev/null 2>&1 || { echo "criu restore failed"; tail "$d/img/restore.log"; exit 1; }
+	"$criu" restore -D "$d/img" -d -o restore.log >/dev/null 2>&1 || { echo "criu restore failed"; tail -20 "$d/img/restore.log"; exit 1; }
 	t3=$(now)
 	"$nv" "$app_pid" restore >/dev/null && "$nv" "$app_pid" unlock >/dev/null || exit 1
 	t4=$(now)
@@ -91,3 +94,4 @@ for mb in "${sizes[@]}"; do
 	fi
 done
 printf '%s\n' "${results[@]}"
+ok=1
