@@ -1,0 +1,914 @@
+/* Hand-written daemon handlers: device memory in the session's VA range, copies, modules, function
+ * lookups with their parameter layout, launches, VMM, pinned host memory shared with the client, and
+ * the cleanup of a finished session. */
+#define LOG_PREFIX "crcudad: "
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "crcuda/errno.h"
+#include "crcuda/log.h"
+#include "crcudad.h"
+
+/* After cuda.h: define and call entry points by their ABI names. */
+#include "crcuda/cuda_api_undef.h"
+
+#define BE(sym) (crc_be.sym##_fn ? crc_be.sym##_fn : NULL)
+/* Calls an entry point the backend may lack. */
+#define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
+
+static uint64_t round_up(uint64_t v, uint64_t a)
+{
+	return (v + a - 1) / a * a;
+}
+
+static struct crc_alloc *alloc_add(struct crc_session *s, enum crc_alloc_kind kind, uint64_t ptr,
+				   uint64_t size)
+{
+	struct crc_alloc *a = calloc(1, sizeof(*a));
+
+	if (!a)
+		return NULL;
+	a->kind = kind;
+	a->ptr = ptr;
+	a->size = size;
+	a->next = s->allocs;
+	s->allocs = a;
+	return a;
+}
+
+static struct crc_alloc *alloc_find(struct crc_session *s, enum crc_alloc_kind kind, uint64_t ptr)
+{
+	for (struct crc_alloc *a = s->allocs; a; a = a->next)
+		if (a->kind == kind && a->ptr == ptr)
+			return a;
+	return NULL;
+}
+
+static void alloc_remove(struct crc_session *s, struct crc_alloc *victim)
+{
+	for (struct crc_alloc **p = &s->allocs; *p; p = &(*p)->next) {
+		if (*p == victim) {
+			*p = victim->next;
+			free(victim);
+			return;
+		}
+	}
+}
+
+static void account(struct crc_session *s, int64_t bytes)
+{
+	s->mapped_bytes += (uint64_t)bytes;
+	pthread_mutex_lock(&crcd.lock);
+	crcd.total_mapped += (uint64_t)bytes;
+	pthread_mutex_unlock(&crcd.lock);
+}
+
+/* ---- the VA range ------------------------------------------------------------------------------- */
+static int cmp_u64pair(const void *a, const void *b)
+{
+	const uint64_t *x = a, *y = b;
+
+	return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/* First fit among the holes of the session range. A hint inside the range is honoured when free. */
+int crc_va_take(struct crc_session *s, uint64_t size, uint64_t align, uint64_t hint, uint64_t *out)
+{
+	uint64_t(*used)[2] = NULL, cur, end = s->va_base + s->va_size;
+	size_t n = 0, cap = 0;
+	int rc = CRC_ENOSPC;
+
+	if (align < CRC_GRANULE)
+		align = CRC_GRANULE;
+	for (struct crc_alloc *a = s->allocs; a; a = a->next) {
+		if (a->kind == CRC_ALLOC_MEM || (a->kind == CRC_ALLOC_RESERVE && a->in_window)) {
+			if (n == cap) {
+				void *p = realloc(used, (cap = cap ? cap * 2 : 32) * sizeof(*used));
+
+				if (!p) {
+					free(used);
+					return CRC_ENOMEM;
+				}
+				used = p;
+			}
+			used[n][0] = a->ptr;
+			used[n][1] = a->ptr + a->size;
+			n++;
+		}
+	}
+	qsort(used, n, sizeof(*used), cmp_u64pair);
+	if (hint && hint >= s->va_base && hint + size <= end && hint % align == 0) {
+		bool free_at_hint = true;
+
+		for (size_t i = 0; i < n; i++)
+			free_at_hint &= used[i][1] <= hint || used[i][0] >= hint + size;
+		if (free_at_hint) {
+			*out = hint;
+			free(used);
+			return 0;
+		}
+	}
+	cur = round_up(s->va_base, align);
+	for (size_t i = 0; i <= n; i++) {
+		uint64_t hole_end = i < n ? used[i][0] : end;
+
+		if (cur + size <= hole_end) {
+			*out = cur;
+			rc = 0;
+			break;
+		}
+		if (i < n && used[i][1] > cur)
+			cur = round_up(used[i][1], align);
+	}
+	free(used);
+	return rc;
+}
+
+static CUresult current_device(CUdevice *dev)
+{
+	return crc_be.cuCtxGetDevice_fn(dev);
+}
+
+/* cuMemCreate + cuMemMap + cuMemSetAccess at a chosen address of the session range. */
+static CUresult map_new(struct crc_session *s, uint64_t bytes, uint64_t *out)
+{
+	CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				    .location.type = CU_MEM_LOCATION_TYPE_DEVICE};
+	CUmemAccessDesc access = {.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	CUmemGenericAllocationHandle h;
+	uint64_t size = round_up(bytes ? bytes : 1, CRC_GRANULE), ptr;
+	struct crc_alloc *a;
+	CUdevice dev;
+	CUresult res = current_device(&dev);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (crc_va_take(s, size, 0, 0, &ptr))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	prop.location.id = dev;
+	access.location = prop.location;
+	res = CALL(cuMemCreate, &h, size, &prop, 0);
+	if (res != CUDA_SUCCESS)
+		return res;
+	res = CALL(cuMemMap, ptr, size, 0, h, 0);
+	if (res == CUDA_SUCCESS) {
+		res = CALL(cuMemSetAccess, ptr, size, &access, 1);
+		if (res != CUDA_SUCCESS)
+			CALL(cuMemUnmap, ptr, size);
+	}
+	if (res != CUDA_SUCCESS || !(a = alloc_add(s, CRC_ALLOC_MEM, ptr, size))) {
+		CALL(cuMemRelease, h);
+		return res != CUDA_SUCCESS ? res : CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	a->handle = h;
+	account(s, (int64_t)size);
+	*out = ptr;
+	return CUDA_SUCCESS;
+}
+
+static void unmap_alloc(struct crc_session *s, struct crc_alloc *a)
+{
+	CALL(cuMemUnmap, a->ptr, a->size);
+	CALL(cuMemRelease, a->handle);
+	account(s, -(int64_t)a->size);
+	alloc_remove(s, a);
+}
+
+CUresult crc_ovr_cuMemAlloc_v2(struct crc_session *s, void *const *argv)
+{
+	CUdeviceptr *dptr = argv[0];
+	size_t bytes = *(size_t *)argv[1];
+	uint64_t ptr;
+	CUresult res;
+
+	if (!dptr || !bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = map_new(s, bytes, &ptr);
+	if (res == CUDA_SUCCESS)
+		*dptr = ptr;
+	return res;
+}
+
+CUresult crc_ovr_cuMemAllocPitch_v2(struct crc_session *s, void *const *argv)
+{
+	CUdeviceptr *dptr = argv[0];
+	size_t *pitch = argv[1], width = *(size_t *)argv[2], height = *(size_t *)argv[3];
+	unsigned elem = *(unsigned *)argv[4];
+	uint64_t ptr, p;
+	CUresult res;
+
+	if (!dptr || !pitch || !width || !height || (elem != 4 && elem != 8 && elem != 16))
+		return CUDA_ERROR_INVALID_VALUE;
+	p = round_up(width, 512);
+	res = map_new(s, p * height, &ptr);
+	if (res == CUDA_SUCCESS) {
+		*dptr = ptr;
+		*pitch = p;
+	}
+	return res;
+}
+
+CUresult crc_ovr_cuMemFree_v2(struct crc_session *s, void *const *argv)
+{
+	uint64_t ptr = *(CUdeviceptr *)argv[0];
+	struct crc_alloc *a;
+
+	if (!ptr)
+		return CUDA_SUCCESS;
+	a = alloc_find(s, CRC_ALLOC_MEM, ptr);
+	if (!a)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* cuMemFree waits for the work that may still use the memory. */
+	CALL(cuCtxSynchronize);
+	unmap_alloc(s, a);
+	return CUDA_SUCCESS;
+}
+
+/* With no hint: inside the session range. With one: at the hint, which the application chose and so
+ * can ask for again after a restore; the backend may move it, as the driver does. */
+CUresult crc_ovr_cuMemAddressReserve(struct crc_session *s, void *const *argv)
+{
+	CUdeviceptr *ptr = argv[0];
+	size_t size = *(size_t *)argv[1], align = *(size_t *)argv[2];
+	uint64_t hint = *(CUdeviceptr *)argv[3], got;
+	unsigned long long flags = *(unsigned long long *)argv[4];
+	struct crc_alloc *a;
+	bool in_window = !hint || (hint >= s->va_base && hint < s->va_base + s->va_size);
+	CUresult res;
+
+	if (!ptr || !size || size % CRC_GRANULE || hint % CRC_GRANULE || flags || (align & (align - 1)))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (in_window) {
+		if (crc_va_take(s, size, align, hint, &got))
+			return CUDA_ERROR_OUT_OF_MEMORY;
+	} else {
+		CUdeviceptr p;
+
+		res = CALL(cuMemAddressReserve, &p, size, align, hint, 0);
+		if (res != CUDA_SUCCESS)
+			return res;
+		got = p;
+	}
+	a = alloc_add(s, CRC_ALLOC_RESERVE, got, size);
+	if (!a)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	a->in_window = in_window;
+	*ptr = got;
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_ovr_cuMemAddressFree(struct crc_session *s, void *const *argv)
+{
+	uint64_t ptr = *(CUdeviceptr *)argv[0];
+	size_t size = *(size_t *)argv[1];
+	struct crc_alloc *a = alloc_find(s, CRC_ALLOC_RESERVE, ptr);
+
+	if (!a || a->size != size)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!a->in_window) {
+		CUresult res = CALL(cuMemAddressFree, ptr, size);
+
+		if (res != CUDA_SUCCESS)
+			return res;
+	}
+	alloc_remove(s, a);
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_ovr_cuMemMap(struct crc_session *s, void *const *argv)
+{
+	uint64_t ptr = *(CUdeviceptr *)argv[0];
+	size_t size = *(size_t *)argv[1], offset = *(size_t *)argv[2];
+	CUmemGenericAllocationHandle h = *(CUmemGenericAllocationHandle *)argv[3];
+	unsigned long long flags = *(unsigned long long *)argv[4];
+	CUresult res = CALL(cuMemMap, ptr, size, offset, h, flags);
+
+	if (res == CUDA_SUCCESS && !alloc_add(s, CRC_ALLOC_MAP, ptr, size))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	return res;
+}
+
+CUresult crc_ovr_cuMemUnmap(struct crc_session *s, void *const *argv)
+{
+	uint64_t ptr = *(CUdeviceptr *)argv[0];
+	size_t size = *(size_t *)argv[1];
+	CUresult res = CALL(cuMemUnmap, ptr, size);
+
+	if (res == CUDA_SUCCESS) {
+		struct crc_alloc *a, *next;
+
+		for (a = s->allocs; a; a = next) {
+			next = a->next;
+			if (a->kind == CRC_ALLOC_MAP && a->ptr >= ptr && a->ptr + a->size <= ptr + size)
+				alloc_remove(s, a);
+		}
+	}
+	return res;
+}
+
+static struct crc_alloc *handle_find(struct crc_session *s, CUmemGenericAllocationHandle h)
+{
+	for (struct crc_alloc *a = s->allocs; a; a = a->next)
+		if (a->kind == CRC_ALLOC_HANDLE && a->handle == h)
+			return a;
+	return NULL;
+}
+
+CUresult crc_ovr_cuMemRelease(struct crc_session *s, void *const *argv)
+{
+	CUmemGenericAllocationHandle h = *(CUmemGenericAllocationHandle *)argv[0];
+	struct crc_alloc *a = handle_find(s, h);
+	CUresult res;
+
+	if (!a)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = CALL(cuMemRelease, h);
+	if (res == CUDA_SUCCESS && --a->refs == 0) {
+		crc_forget(s, a->vhandle);
+		account(s, -(int64_t)a->size);
+		alloc_remove(s, a);
+	}
+	return res;
+}
+
+/* A handle created or retained: the same virtual handle for the same allocation. */
+static CUresult reply_mem_handle(struct crc_session *s, CUmemGenericAllocationHandle h, uint64_t size)
+{
+	struct crc_alloc *a = handle_find(s, h);
+	uint64_t *out;
+
+	if (!a) {
+		a = alloc_add(s, CRC_ALLOC_HANDLE, 0, size);
+		if (!a)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		a->handle = h;
+		a->vhandle = crc_register(s, CRC_HT_MEMHANDLE, (union crc_slot){.u64 = h});
+		account(s, (int64_t)size);
+	}
+	a->refs++;
+	out = crc_out(s, 8);
+	if (!out)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*out = a->vhandle;
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_raw_vmm_create(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+			    size_t len)
+{
+	const struct crc_vmm_create_req *r = (const void *)args;
+	CUmemAllocationProp prop = {0};
+	CUmemGenericAllocationHandle mh;
+	CUresult res;
+
+	(void)h;
+	if (len < sizeof(*r))
+		return CUDA_ERROR_INVALID_VALUE;
+	prop.type = (CUmemAllocationType)r->type;
+	prop.location.type = (CUmemLocationType)r->location_type;
+	prop.location.id = r->location_id;
+	prop.requestedHandleTypes = (CUmemAllocationHandleType)r->handle_types;
+	prop.allocFlags.compressionType = r->compression;
+	prop.allocFlags.gpuDirectRDMACapable = r->gpu_direct_rdma;
+	res = CALL(cuMemCreate, &mh, r->size, &prop, r->flags);
+	return res == CUDA_SUCCESS ? reply_mem_handle(s, mh, r->size) : res;
+}
+
+CUresult crc_raw_vmm_retain(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+			    size_t len)
+{
+	CUmemGenericAllocationHandle mh;
+	uint64_t addr;
+	CUresult res;
+
+	(void)h;
+	if (len < 8)
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(&addr, args, 8);
+	res = CALL(cuMemRetainAllocationHandle, &mh, (void *)(uintptr_t)addr);
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (!handle_find(s, mh)) {
+		/* Memory of a cuMemAlloc: not the application's handle to retain. */
+		CALL(cuMemRelease, mh);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	return reply_mem_handle(s, mh, 0);
+}
+
+CUresult crc_ovr_cuDevicePrimaryCtxRetain(struct crc_session *s, void *const *argv)
+{
+	CUcontext *pctx = argv[0];
+	CUdevice dev = *(CUdevice *)argv[1];
+	struct crc_call_hdr h = {0};
+	union crc_slot real;
+	CUresult res;
+
+	if (!pctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (dev < 0 || dev >= crcd.dev_count)
+		return CUDA_ERROR_INVALID_DEVICE;
+	res = crc_translate(s, &h, CRC_HT_CTX, crc_vhandle(CRC_HT_CTX, (uint32_t)dev + 1), &real);
+	if (res == CUDA_SUCCESS)
+		*pctx = real.ptr;
+	return res;
+}
+
+/* ---- pinned host memory ------------------------------------------------------------------------- */
+static struct crc_pin *pin_find(struct crc_session *s, uint64_t addr, uint64_t bytes)
+{
+	for (struct crc_pin *p = s->pins; p; p = p->next)
+		if (addr >= p->client_addr && addr - p->client_addr < p->bytes &&
+		    bytes <= p->bytes - (addr - p->client_addr))
+			return p;
+	return NULL;
+}
+
+CUresult crc_ctl_pin_register(struct crc_session *s, const uint8_t *args, size_t len)
+{
+	const struct crc_pin_req *r = (const void *)args;
+	struct crc_pin_reply *out;
+	struct crc_pin *p;
+	unsigned reg_flags = CU_MEMHOSTREGISTER_PORTABLE;
+	int memfd = -1, nfds = 0;
+	char byte;
+	void *local;
+	CUresult res;
+
+	if (len < sizeof(*r) || s->tcp)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* The client sent the memfd on the socket before this record. */
+	if (crc_sock_recv_fds(s->fd, &byte, 1, &memfd, 1, &nfds) || nfds != 1)
+		return CUDA_ERROR_INVALID_VALUE;
+	local = mmap(NULL, r->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	close(memfd);
+	if (local == MAP_FAILED)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	p = calloc(1, sizeof(*p));
+	if (!p) {
+		munmap(local, r->bytes);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	if (r->flags & CU_MEMHOSTALLOC_DEVICEMAP)
+		reg_flags |= CU_MEMHOSTREGISTER_DEVICEMAP;
+	res = CALL(cuMemHostRegister_v2, local, r->bytes, reg_flags);
+	if (res == CUDA_SUCCESS && (r->flags & CU_MEMHOSTALLOC_DEVICEMAP))
+		res = CALL(cuMemHostGetDevicePointer_v2, (CUdeviceptr *)&p->device_ptr, local, 0);
+	if (res != CUDA_SUCCESS) {
+		munmap(local, r->bytes);
+		free(p);
+		return res;
+	}
+	p->client_addr = r->client_addr;
+	p->bytes = r->bytes;
+	p->local = local;
+	p->next = s->pins;
+	s->pins = p;
+	out = crc_out(s, sizeof(*out));
+	if (out)
+		out->device_ptr = p->device_ptr;
+	return CUDA_SUCCESS;
+}
+
+static void pin_drop(struct crc_pin *p)
+{
+	CALL(cuMemHostUnregister, p->local);
+	munmap(p->local, p->bytes);
+	free(p);
+}
+
+CUresult crc_ctl_pin_unregister(struct crc_session *s, const uint8_t *args, size_t len)
+{
+	const struct crc_pin_req *r = (const void *)args;
+
+	if (len < sizeof(*r))
+		return CUDA_ERROR_INVALID_VALUE;
+	for (struct crc_pin **pp = &s->pins; *pp; pp = &(*pp)->next) {
+		if ((*pp)->client_addr == r->client_addr) {
+			struct crc_pin *p = *pp;
+
+			*pp = p->next;
+			CALL(cuCtxSynchronize);
+			pin_drop(p);
+			return CUDA_SUCCESS;
+		}
+	}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---- copies ------------------------------------------------------------------------------------- */
+/* One side of a copy as a daemon address; is_host set for host memory. */
+static CUresult copy_side(struct crc_session *s, uint32_t loc, uint64_t addr, uint64_t bytes,
+			  const uint8_t *inl, uint64_t *out, bool *is_host)
+{
+	struct crc_pin *p;
+
+	switch (loc) {
+	case CRC_LOC_DEVICE:
+		*out = addr;
+		*is_host = false;
+		return CUDA_SUCCESS;
+	case CRC_LOC_INLINE:
+		*out = (uintptr_t)inl;
+		*is_host = true;
+		return CUDA_SUCCESS;
+	case CRC_LOC_PINNED:
+		p = pin_find(s, addr, bytes);
+		if (!p)
+			return CUDA_ERROR_INVALID_VALUE;
+		*out = (uintptr_t)p->local + (addr - p->client_addr);
+		*is_host = true;
+		return CUDA_SUCCESS;
+	}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult copy_one(uint64_t dst, bool dst_host, uint64_t src, bool src_host, uint64_t n, CUstream st,
+			 bool async)
+{
+	if (dst_host && src_host) {
+		memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+		return CUDA_SUCCESS;
+	}
+	if (!dst_host && !src_host)
+		return async ? CALL(cuMemcpyDtoDAsync_v2, dst, src, n, st)
+			     : CALL(cuMemcpyDtoD_v2, dst, src, n);
+	if (dst_host)
+		return async ? CALL(cuMemcpyDtoHAsync_v2, (void *)(uintptr_t)dst, src, n, st)
+			     : CALL(cuMemcpyDtoH_v2, (void *)(uintptr_t)dst, src, n);
+	return async ? CALL(cuMemcpyHtoDAsync_v2, dst, (const void *)(uintptr_t)src, n, st)
+		     : CALL(cuMemcpyHtoD_v2, dst, (const void *)(uintptr_t)src, n);
+}
+
+/* Device to pageable client memory: the bytes go back in data records, a chunk at a time, each
+ * copied by the backend straight into the response ring. */
+static CUresult copy_to_client(struct crc_session *s, uint64_t src, uint64_t n, CUstream st, bool async)
+{
+	size_t max = crc_chan_max_payload(&s->chan) - sizeof(struct crc_copy_data);
+	size_t chunk = max < CRC_COPY_CHUNK ? max : CRC_COPY_CHUNK;
+	CUresult res = CUDA_SUCCESS;
+
+	for (uint64_t off = 0; off < n && res == CUDA_SUCCESS; off += chunk) {
+		uint64_t len = n - off < chunk ? n - off : chunk;
+		struct crc_copy_data *d;
+
+		if (crc_chan_reserve(&s->chan, s->msg->op, CRC_MSG_MORE, s->msg->seq, sizeof(*d) + len,
+				     (void **)&d))
+			return CUDA_ERROR_UNKNOWN;
+		d->offset = off;
+		d->bytes = len;
+		res = async ? CALL(cuMemcpyDtoHAsync_v2, d + 1, src + off, len, st)
+			    : CALL(cuMemcpyDtoH_v2, d + 1, src + off, len);
+		/* The ring memory is pageable, so even the async copy is done when it returns. */
+		if (res == CUDA_SUCCESS && async)
+			res = CALL(cuStreamSynchronize, st);
+		if (res != CUDA_SUCCESS)
+			d->bytes = 0;
+		if (crc_chan_commit(&s->chan))
+			return CUDA_ERROR_UNKNOWN;
+	}
+	return res;
+}
+
+CUresult crc_raw_copy(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args, size_t len)
+{
+	const struct crc_copy_req *r = (const void *)args;
+	uint64_t dst, src;
+	bool dst_host, src_host;
+	union crc_slot st;
+	CUresult res;
+
+	if (len < sizeof(*r) || (r->src_loc == CRC_LOC_INLINE && len - sizeof(*r) < r->bytes))
+		return CUDA_ERROR_INVALID_VALUE;
+	res = crc_translate(s, h, CRC_HT_STREAM, r->stream, &st);
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (r->dst_loc == CRC_LOC_INLINE) {
+		if (r->src_loc != CRC_LOC_DEVICE)
+			return CUDA_ERROR_INVALID_VALUE;
+		return copy_to_client(s, r->src, r->bytes, st.ptr, r->async);
+	}
+	res = copy_side(s, r->dst_loc, r->dst, r->bytes, NULL, &dst, &dst_host);
+	if (res == CUDA_SUCCESS)
+		res = copy_side(s, r->src_loc, r->src, r->bytes, (const uint8_t *)(r + 1), &src, &src_host);
+	if (res != CUDA_SUCCESS)
+		return res;
+	return copy_one(dst, dst_host, src, src_host, r->bytes, st.ptr, r->async);
+}
+
+/* ---- modules ------------------------------------------------------------------------------------ */
+CUresult crc_raw_load(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args, size_t len)
+{
+	const struct crc_load_req *r = (const void *)args;
+	union crc_slot obj = {0};
+	uint64_t *out;
+	CUresult res;
+
+	(void)h;
+	if (len < sizeof(*r) || len - sizeof(*r) < r->chunk || r->offset != s->image_len ||
+	    r->offset + r->chunk > r->image_bytes || r->image_bytes > (1ull << 34))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (s->image_cap < r->image_bytes) {
+		uint8_t *p = realloc(s->image, r->image_bytes);
+
+		if (!p)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		s->image = p;
+		s->image_cap = r->image_bytes;
+	}
+	memcpy(s->image + r->offset, r + 1, r->chunk);
+	s->image_len += r->chunk;
+	if (s->image_len < r->image_bytes)
+		return CUDA_SUCCESS; /* more records to come */
+	s->image_len = 0;
+	if (s->msg->op == CRC_CU_cuLibraryLoadData) {
+		res = CALL(cuLibraryLoadData, (CUlibrary *)&obj.ptr, s->image, NULL, NULL, 0, NULL, NULL, 0);
+		if (res == CUDA_SUCCESS)
+			obj.u64 = crc_register(s, CRC_HT_LIBRARY, obj);
+	} else {
+		res = CALL(cuModuleLoadData, (CUmodule *)&obj.ptr, s->image);
+		if (res == CUDA_SUCCESS)
+			obj.u64 = crc_register(s, CRC_HT_MODULE, obj);
+	}
+	if (res != CUDA_SUCCESS)
+		return res;
+	out = crc_out(s, 8);
+	if (!out)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*out = obj.u64;
+	return CUDA_SUCCESS;
+}
+
+/* Parameter layout from the backend (CUDA 12.4+); UINT32_MAX when it cannot say. */
+static void param_layout(CUfunction f, CUkernel k, struct crc_getfn_reply *r, struct crc_session *s)
+{
+	r->nparams = 0;
+	r->param_bytes = 0;
+	for (unsigned i = 0; i < CRC_MAX_KPARAMS; i++) {
+		size_t off = 0, size = 0;
+		CUresult res = k ? CALL(cuKernelGetParamInfo, k, i, &off, &size)
+				 : CALL(cuFuncGetParamInfo, f, i, &off, &size);
+		struct crc_kparam_wire *w;
+
+		if (res == CUDA_ERROR_INVALID_VALUE)
+			return;
+		if (res != CUDA_SUCCESS) {
+			r->nparams = UINT32_MAX;
+			return;
+		}
+		w = crc_out(s, sizeof(*w));
+		if (!w) {
+			r->nparams = UINT32_MAX;
+			return;
+		}
+		w->offset = (uint32_t)off;
+		w->size = (uint32_t)size;
+		r->nparams++;
+		if (off + size > r->param_bytes)
+			r->param_bytes = (uint32_t)(off + size);
+	}
+}
+
+CUresult crc_raw_getfn(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args, size_t len)
+{
+	const struct crc_getfn_req *r = (const void *)args;
+	const char *name = (const char *)(r + 1);
+	unsigned owner_tag, tag;
+	struct crc_getfn_reply *reply;
+	union crc_slot owner, obj = {0};
+	size_t reply_off;
+	CUdevice dev = 0;
+	CUresult res;
+
+	if (len < sizeof(*r) || len - sizeof(*r) < r->name_len || (r->name_len && name[r->name_len - 1]))
+		return CUDA_ERROR_INVALID_VALUE;
+	switch (s->msg->op) {
+	case CRC_CU_cuModuleGetFunction:
+		owner_tag = CRC_HT_MODULE, tag = CRC_HT_FUNC;
+		break;
+	case CRC_CU_cuLibraryGetKernel:
+		owner_tag = CRC_HT_LIBRARY, tag = CRC_HT_KERNEL;
+		break;
+	default:
+		owner_tag = CRC_HT_KERNEL, tag = CRC_HT_FUNC;
+	}
+	if (!r->owner)
+		return CUDA_ERROR_INVALID_HANDLE;
+	res = crc_translate(s, h, owner_tag, r->owner, &owner);
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (owner_tag != CRC_HT_KERNEL && !r->name_len)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (owner_tag == CRC_HT_MODULE)
+		res = CALL(cuModuleGetFunction, (CUfunction *)&obj.ptr, owner.ptr, name);
+	else if (owner_tag == CRC_HT_LIBRARY)
+		res = CALL(cuLibraryGetKernel, (CUkernel *)&obj.ptr, owner.ptr, name);
+	else
+		res = CALL(cuKernelGetFunction, (CUfunction *)&obj.ptr, owner.ptr);
+	if (res != CUDA_SUCCESS)
+		return res;
+	reply = crc_out(s, sizeof(*reply));
+	if (!reply)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	reply_off = (uint8_t *)reply - s->out;
+	reply->handle = crc_find_handle(s, tag, obj.ptr);
+	if (!reply->handle)
+		reply->handle = crc_register(s, tag, obj);
+	current_device(&dev);
+	for (int a = 0; a < CU_FUNC_ATTRIBUTE_MAX && a < CRC_FUNC_ATTR_SLOTS; a++) {
+		int v = 0;
+
+		if (tag == CRC_HT_KERNEL)
+			CALL(cuKernelGetAttribute, &v, (CUfunction_attribute)a, obj.ptr, dev);
+		else
+			CALL(cuFuncGetAttribute, &v, (CUfunction_attribute)a, obj.ptr);
+		reply->attrs[a] = v;
+	}
+	{
+		struct crc_getfn_reply tmp = *reply;
+
+		param_layout(tag == CRC_HT_FUNC ? obj.ptr : NULL, tag == CRC_HT_KERNEL ? obj.ptr : NULL, &tmp,
+			     s);
+		/* crc_out may have moved the buffer. */
+		reply = (struct crc_getfn_reply *)(s->out + reply_off);
+		reply->nparams = tmp.nparams;
+		reply->param_bytes = tmp.param_bytes;
+		if (tmp.nparams == UINT32_MAX)
+			s->out_len = reply_off + crc_align8(sizeof(*reply));
+	}
+	return CUDA_SUCCESS;
+}
+
+/* ---- launches ----------------------------------------------------------------------------------- */
+CUresult crc_raw_launch(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args, size_t len)
+{
+	const struct crc_launch_req *r = (const void *)args;
+	const struct crc_kparam_wire *pw = (const void *)(r + 1);
+	void *params[CRC_MAX_KPARAMS], *extra[5], **kp = NULL, **ex = NULL;
+	size_t buf_size;
+	const uint8_t *buf;
+	union crc_slot f, st;
+	uint32_t n;
+	CUresult res;
+
+	if (len < sizeof(*r))
+		return CUDA_ERROR_INVALID_VALUE;
+	n = r->nparams == UINT32_MAX ? 0 : r->nparams;
+	/* The attributes follow the parameter bytes at the next 8-byte boundary. */
+	if (n > CRC_MAX_KPARAMS || len - sizeof(*r) < n * sizeof(*pw) + crc_align8(r->param_bytes) +
+							  (uint64_t)r->nattrs * sizeof(CUlaunchAttribute))
+		return CUDA_ERROR_INVALID_VALUE;
+	buf = (const uint8_t *)(pw + n);
+	buf_size = r->param_bytes;
+	res = crc_translate(s, h, CRC_HT_FUNC, r->func, &f);
+	if (res == CUDA_SUCCESS)
+		res = crc_translate(s, h, CRC_HT_STREAM, r->stream, &st);
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (!f.ptr)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (r->nparams == UINT32_MAX) {
+		extra[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
+		extra[1] = (void *)buf;
+		extra[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
+		extra[3] = &buf_size;
+		extra[4] = CU_LAUNCH_PARAM_END;
+		ex = extra;
+	} else {
+		for (uint32_t i = 0; i < n; i++) {
+			if ((uint64_t)pw[i].offset + pw[i].size > r->param_bytes)
+				return CUDA_ERROR_INVALID_VALUE;
+			params[i] = (void *)(buf + pw[i].offset);
+		}
+		kp = params;
+	}
+	if (s->msg->op == CRC_CU_cuLaunchKernelEx) {
+		CUlaunchAttribute attrs[16];
+		CUlaunchConfig cfg = {
+		    .gridDimX = r->grid[0],
+		    .gridDimY = r->grid[1],
+		    .gridDimZ = r->grid[2],
+		    .blockDimX = r->block[0],
+		    .blockDimY = r->block[1],
+		    .blockDimZ = r->block[2],
+		    .sharedMemBytes = r->shared_bytes,
+		    .hStream = st.ptr,
+		    .attrs = attrs,
+		    .numAttrs = r->nattrs,
+		};
+
+		if (r->nattrs > 16)
+			return CUDA_ERROR_INVALID_VALUE;
+		memcpy(attrs, buf + crc_align8(r->param_bytes), r->nattrs * sizeof(*attrs));
+		return CALL(cuLaunchKernelEx, &cfg, f.ptr, kp, ex);
+	}
+	if (r->cooperative)
+		return CALL(cuLaunchCooperativeKernel, f.ptr, r->grid[0], r->grid[1], r->grid[2], r->block[0],
+			    r->block[1], r->block[2], r->shared_bytes, st.ptr, kp);
+	return CALL(cuLaunchKernel, f.ptr, r->grid[0], r->grid[1], r->grid[2], r->block[0], r->block[1],
+		    r->block[2], r->shared_bytes, st.ptr, kp, ex);
+}
+
+/* ---- cleanup ------------------------------------------------------------------------------------ */
+void crc_session_release_resources(struct crc_session *s)
+{
+	struct crc_htable *t;
+
+	/* Let running work finish in every context the session used. */
+	t = &s->tables[CRC_HT_CTX];
+	for (uint32_t i = 1; i <= t->n; i++) {
+		if (t->real[i].ptr && CALL(cuCtxSetCurrent, t->real[i].ptr) == CUDA_SUCCESS)
+			CALL(cuCtxSynchronize);
+	}
+	t = &s->tables[CRC_HT_STREAM];
+	for (uint32_t i = 1; i <= t->n; i++)
+		if (t->real[i].ptr)
+			CALL(cuStreamDestroy_v2, t->real[i].ptr);
+	for (unsigned i = 0; i < s->n_ptstreams; i++)
+		CALL(cuStreamDestroy_v2, s->ptstreams[i].stream);
+	t = &s->tables[CRC_HT_EVENT];
+	for (uint32_t i = 1; i <= t->n; i++)
+		if (t->real[i].ptr)
+			CALL(cuEventDestroy_v2, t->real[i].ptr);
+	while (s->allocs) {
+		struct crc_alloc *a = s->allocs;
+
+		switch (a->kind) {
+		case CRC_ALLOC_MEM:
+			unmap_alloc(s, a);
+			continue;
+		case CRC_ALLOC_MAP:
+			CALL(cuMemUnmap, a->ptr, a->size);
+			break;
+		case CRC_ALLOC_HANDLE:
+			while (a->refs-- > 0)
+				CALL(cuMemRelease, a->handle);
+			account(s, -(int64_t)a->size);
+			break;
+		case CRC_ALLOC_RESERVE:
+			if (!a->in_window)
+				CALL(cuMemAddressFree, a->ptr, a->size);
+			break;
+		}
+		alloc_remove(s, a);
+	}
+	while (s->pins) {
+		struct crc_pin *p = s->pins;
+
+		s->pins = p->next;
+		pin_drop(p);
+	}
+	t = &s->tables[CRC_HT_MODULE];
+	for (uint32_t i = 1; i <= t->n; i++)
+		if (t->real[i].ptr)
+			CALL(cuModuleUnload, t->real[i].ptr);
+	t = &s->tables[CRC_HT_LIBRARY];
+	for (uint32_t i = 1; i <= t->n; i++)
+		if (t->real[i].ptr)
+			CALL(cuLibraryUnload, t->real[i].ptr);
+	CALL(cuCtxSetCurrent, NULL);
+	t = &s->tables[CRC_HT_CTX];
+	for (uint32_t i = 1; i <= t->n; i++) {
+		if (!t->real[i].ptr)
+			continue;
+		if (i <= (uint32_t)crcd.dev_count)
+			CALL(cuDevicePrimaryCtxRelease_v2, (CUdevice)(i - 1));
+		else
+			CALL(cuCtxDestroy_v2, t->real[i].ptr);
+		t->real[i].ptr = NULL;
+	}
+}
+
+/* ---- VMM access, pointer attributes ------------------------------------------------------------- */
+CUresult crc_raw_vmm_access(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+			    size_t len)
+{
+	uint64_t w[3];
+
+	(void)s;
+	(void)h;
+	if (len < sizeof(w))
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(w, args, sizeof(w));
+	if (w[2] > 64 || len - sizeof(w) < w[2] * sizeof(CUmemAccessDesc))
+		return CUDA_ERROR_INVALID_VALUE;
+	return CALL(cuMemSetAccess, w[0], w[1], (const CUmemAccessDesc *)(args + sizeof(w)), w[2]);
+}
+
+CUresult crc_raw_ptrattr(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args, size_t len)
+{
+	uint64_t w[2], *out = crc_out(s, 64);
+	CUresult res;
+
+	(void)h;
+	if (len < sizeof(w) || !out)
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(w, args, sizeof(w));
+	res = CALL(cuPointerGetAttribute, out, (CUpointer_attribute)w[1], w[0]);
+	if (res == CUDA_SUCCESS && w[1] == CU_POINTER_ATTRIBUTE_CONTEXT)
+		out[0] = crc_find_handle(s, CRC_HT_CTX, (void *)(uintptr_t)out[0]);
+	return res;
+}

@@ -1,0 +1,375 @@
+/* crcudad: the GPU-owning daemon. Loads a backend (the real driver or the simulated device) by path,
+ * reserves the device VA window, and serves client sessions over a unix socket (peer uid checked)
+ * and optionally TCP (token required).
+ *
+ * usage: crcudad --backend sim|cuda [--backend-lib PATH] [--socket PATH] [--listen ADDR:PORT
+ *                --token-file F] [--va-base ADDR] [--va-session BYTES] [--max-sessions N]
+ *                [--ring-size BYTES] [--foreground] [-v|-q] */
+#define LOG_PREFIX "crcudad: "
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "crcuda/errno.h"
+#include "crcuda/log.h"
+#include "crcudad.h"
+
+/* After cuda.h: define and call entry points by their ABI names. */
+#include "crcuda/cuda_api_undef.h"
+
+struct crc_daemon crcd = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .va_base = CRC_DEFAULT_VA_BASE,
+    .va_session = CRC_DEFAULT_VA_SESSION,
+    .max_sessions = CRC_DEFAULT_MAX_SESSION,
+    .ring_size = CRC_DEFAULT_RING,
+};
+
+_Static_assert(CU_DEVICE_ATTRIBUTE_MAX <= CRC_DEV_ATTR_SLOTS, "device attribute cache too small");
+_Static_assert(CU_FUNC_ATTRIBUTE_MAX <= CRC_FUNC_ATTR_SLOTS, "function attribute cache too small");
+
+static void usage(FILE *f)
+{
+	fprintf(
+	    f, "usage: crcudad --backend sim|cuda [--backend-lib PATH] [--socket PATH]\n"
+	       "               [--listen ADDR:PORT --token-file FILE] [--va-base ADDR] [--va-session BYTES]\n"
+	       "               [--max-sessions N] [--ring-size BYTES] [--foreground] [-v] [-q]\n");
+}
+
+/* The simulated device next to the daemon: <build>/crcudad/crcudad -> <build>/sim/lib/libcuda.so.1. */
+static int sim_path(char *buf, size_t len)
+{
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+	if (n < 0)
+		return -errno;
+	exe[n] = 0;
+	if (snprintf(buf, len, "%s/../sim/lib/libcuda.so.1", dirname(exe)) >= (int)len)
+		return CRC_EINVAL;
+	return 0;
+}
+
+/* The real driver, as the dynamic loader's cache names it. */
+static int cuda_path(char *buf, size_t len)
+{
+	FILE *p = popen("/sbin/ldconfig -p 2>/dev/null || ldconfig -p", "r");
+	char line[1024];
+	int rc = CRC_ENOENT;
+
+	if (!p)
+		return -errno;
+	while (fgets(line, sizeof(line), p)) {
+		char *arrow = strstr(line, "=> ");
+
+		if (!strstr(line, "libcuda.so.1 ") || !arrow || strstr(line, "stubs"))
+			continue;
+		arrow += 3;
+		arrow[strcspn(arrow, "\n")] = 0;
+		snprintf(buf, len, "%s", arrow);
+		rc = 0;
+		break;
+	}
+	pclose(p);
+	return rc;
+}
+
+static int read_token_file(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	ssize_t n;
+
+	if (fd < 0) {
+		pr_perror("open token file %s", path);
+		return -errno;
+	}
+	if (!fstat(fd, &st) && (st.st_mode & 077))
+		pr_warn("token file %s is readable by others", path);
+	n = read(fd, crcd.token, sizeof(crcd.token));
+	close(fd);
+	if (n < 0)
+		return -errno;
+	while (n && (crcd.token[n - 1] == '\n' || crcd.token[n - 1] == '\r'))
+		n--;
+	if (!n) {
+		pr_err("token file %s is empty", path);
+		return CRC_EINVAL;
+	}
+	crcd.token_len = (size_t)n;
+	crcd.have_token = true;
+	return 0;
+}
+
+/* Device facts every client caches (names, UUIDs, attributes, memory, PCI ids, driver version). */
+static int collect_devices(void)
+{
+	struct crc_hello_reply *p = &crcd.proto;
+	int count = 0;
+	CUresult res;
+
+	p->magic = CRC_PROTO_MAGIC;
+	p->version = CRC_PROTO_VERSION;
+	res = crc_be.cuInit_fn(0);
+	p->init_result = res;
+	if (res != CUDA_SUCCESS) {
+		pr_err("backend cuInit failed: %d", res);
+		return 0;
+	}
+	crc_be.cuDriverGetVersion_fn(&p->driver_version);
+	crc_be.cuDeviceGetCount_fn(&count);
+	if (count > CRC_MAX_DEVICES)
+		count = CRC_MAX_DEVICES;
+	p->dev_count = (uint32_t)count;
+	crcd.dev_count = count;
+	for (int d = 0; d < count; d++) {
+		struct crc_dev_info *di = &p->devs[d];
+		CUuuid uuid = {0};
+		size_t total = 0;
+
+		crc_be.cuDeviceGetName_fn(di->name, sizeof(di->name), d);
+		if (crc_be.cuDeviceGetUuid_v2_fn)
+			crc_be.cuDeviceGetUuid_v2_fn(&uuid, d);
+		else
+			crc_be.cuDeviceGetUuid_fn(&uuid, d);
+		memcpy(di->uuid, uuid.bytes, sizeof(di->uuid));
+		crc_be.cuDeviceTotalMem_v2_fn(&total, d);
+		di->total_mem = total;
+		crc_be.cuDeviceGetPCIBusId_fn(di->pci_bus_id, sizeof(di->pci_bus_id), d);
+		for (int a = 1; a < CU_DEVICE_ATTRIBUTE_MAX; a++)
+			if (crc_be.cuDeviceGetAttribute_fn(&di->attrs[a], (CUdevice_attribute)a, d) !=
+			    CUDA_SUCCESS)
+				di->attrs[a] = 0;
+		pr_info("device %d: %s, %zu MiB, %s", d, di->name, total >> 20, di->pci_bus_id);
+	}
+	return 0;
+}
+
+/* One reservation covering every session slot, at the fixed base: pointers handed out in a session
+ * range can be had again after a restore. */
+static int reserve_window(void)
+{
+	uint64_t size = crcd.va_session * crcd.max_sessions;
+	CUdeviceptr got = 0;
+	CUcontext ctx;
+	CUresult res;
+
+	if (!crcd.dev_count)
+		return 0;
+	/* The reservation needs a context; the daemon keeps device 0's primary context for good. */
+	res = crc_be.cuDevicePrimaryCtxRetain_fn(&ctx, 0);
+	if (res == CUDA_SUCCESS)
+		res = crc_be.cuCtxSetCurrent_fn(ctx);
+	if (res == CUDA_SUCCESS)
+		res = crc_be.cuMemAddressReserve_fn(&got, size, 0, crcd.va_base, 0);
+	if (res != CUDA_SUCCESS) {
+		pr_err("cannot reserve the device VA window (%#llx bytes): error %d",
+		       (unsigned long long)size, res);
+		return CRC_ECUDA;
+	}
+	if (got != crcd.va_base) {
+		pr_err("the device VA window was moved to %#llx (asked for %#llx): pick another --va-base",
+		       (unsigned long long)got, (unsigned long long)crcd.va_base);
+		crc_be.cuMemAddressFree_fn(got, size);
+		return CRC_EBUSY;
+	}
+	crc_be.cuCtxSetCurrent_fn(NULL);
+	pr_info("device VA window %#llx+%#llx: %u sessions of %#llx bytes", (unsigned long long)got,
+		(unsigned long long)size, crcd.max_sessions, (unsigned long long)crcd.va_session);
+	return 0;
+}
+
+static void refuse(int fd, int status)
+{
+	struct crc_hello_reply r = {.magic = CRC_PROTO_MAGIC, .version = CRC_PROTO_VERSION, .status = status};
+
+	crc_sock_write_all(fd, &r, sizeof(r));
+	close(fd);
+}
+
+static void accept_one(int lfd, bool tcp)
+{
+	struct crc_peer peer = {0};
+	struct crc_hello hello;
+	struct timeval tv = {.tv_sec = 5};
+	int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC), rc;
+
+	if (fd < 0)
+		return;
+	if (!tcp && crc_unix_check_peer(fd, &peer)) {
+		refuse(fd, CRC_EPERM);
+		return;
+	}
+	/* A client that connects and says nothing must not hold up the others for long. */
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	rc = crc_sock_read_all(fd, &hello, sizeof(hello));
+	if (rc || hello.magic != CRC_PROTO_MAGIC || hello.version != CRC_PROTO_VERSION) {
+		pr_warn("refusing a connection: no valid hello");
+		refuse(fd, CRC_EPROTO);
+		return;
+	}
+	if (tcp) {
+		peer.pid = hello.pid;
+		peer.uid = hello.uid;
+		if (!crcd.have_token || hello.token_len > sizeof(hello.token) ||
+		    !crc_const_time_equal(hello.token, hello.token_len, crcd.token, crcd.token_len)) {
+			pr_warn("refusing TCP client pid %d: %s token", (int)hello.pid,
+				hello.token_len ? "wrong" : "missing");
+			refuse(fd, CRC_EAUTH);
+			return;
+		}
+	}
+	tv.tv_sec = 0;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	rc = crc_session_start(fd, tcp, &peer, &hello);
+	if (rc) {
+		pr_warn("cannot start a session for pid %d: %s", (int)peer.pid, crc_strerror(rc));
+		refuse(fd, rc);
+	}
+}
+
+static volatile sig_atomic_t stopping;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stopping = 1;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+	    {"backend", required_argument, NULL, 'b'},
+	    {"backend-lib", required_argument, NULL, 'l'},
+	    {"socket", required_argument, NULL, 's'},
+	    {"listen", required_argument, NULL, 'L'},
+	    {"token-file", required_argument, NULL, 't'},
+	    {"va-base", required_argument, NULL, 'B'},
+	    {"va-session", required_argument, NULL, 'S'},
+	    {"max-sessions", required_argument, NULL, 'm'},
+	    {"ring-size", required_argument, NULL, 'r'},
+	    {"foreground", no_argument, NULL, 'f'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
+	};
+	const char *backend = NULL, *lib = NULL, *listen_addr = NULL, *token_file = NULL;
+	char path[PATH_MAX], sock_path[PATH_MAX] = "";
+	bool foreground = false;
+	struct pollfd fds[2];
+	int nfds = 0, c;
+
+	while ((c = getopt_long(argc, argv, "vqh", opts, NULL)) != -1) {
+		switch (c) {
+		case 'b':
+			backend = optarg;
+			break;
+		case 'l':
+			lib = optarg;
+			break;
+		case 's':
+			snprintf(sock_path, sizeof(sock_path), "%s", optarg);
+			break;
+		case 'L':
+			listen_addr = optarg;
+			break;
+		case 't':
+			token_file = optarg;
+			break;
+		case 'B':
+			crcd.va_base = strtoull(optarg, NULL, 0);
+			break;
+		case 'S':
+			crcd.va_session = strtoull(optarg, NULL, 0);
+			break;
+		case 'm':
+			crcd.max_sessions = (unsigned)strtoul(optarg, NULL, 0);
+			break;
+		case 'r':
+			crcd.ring_size = strtoull(optarg, NULL, 0);
+			break;
+		case 'f':
+			foreground = true;
+			break;
+		case 'v':
+			crc_log_set_level(crc_log_level() + 1);
+			break;
+		case 'q':
+			crc_log_set_level(CRC_LOG_ERROR);
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (!backend || (strcmp(backend, "sim") && strcmp(backend, "cuda")) || optind != argc ||
+	    crcd.max_sessions == 0 || crcd.max_sessions > 256 || crcd.va_session % CRC_GRANULE ||
+	    crcd.va_base % CRC_GRANULE || (crcd.ring_size & (crcd.ring_size - 1)) ||
+	    crcd.ring_size < (1u << 20)) {
+		usage(stderr);
+		return 2;
+	}
+	if (listen_addr && !token_file) {
+		pr_err("--listen needs --token-file: no token, no service");
+		return 2;
+	}
+	if (token_file && read_token_file(token_file))
+		return 1;
+	if (lib)
+		snprintf(path, sizeof(path), "%s", lib);
+	else if (!strcmp(backend, "sim") ? sim_path(path, sizeof(path)) : cuda_path(path, sizeof(path))) {
+		pr_err("cannot find the %s backend library: give --backend-lib", backend);
+		return 1;
+	}
+	if (crc_backend_load(path) || collect_devices() || reserve_window())
+		return 1;
+	if (!sock_path[0] && crc_sock_default_path(sock_path, sizeof(sock_path)))
+		return 1;
+	fds[nfds].fd = crc_unix_listen(sock_path);
+	if (fds[nfds].fd < 0)
+		return 1;
+	fds[nfds++].events = POLLIN;
+	if (listen_addr) {
+		fds[nfds].fd = crc_tcp_listen(listen_addr);
+		if (fds[nfds].fd < 0) {
+			pr_err("cannot listen on %s: %s", listen_addr, crc_strerror(fds[nfds].fd));
+			return 1;
+		}
+		fds[nfds++].events = POLLIN;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	signal(SIGTERM, on_signal);
+	signal(SIGINT, on_signal);
+	if (!foreground && daemon(0, 1)) {
+		pr_perror("daemon");
+		return 1;
+	}
+	pr_info("serving on %s%s%s (backend %s)", sock_path, listen_addr ? " and " : "",
+		listen_addr ? listen_addr : "", path);
+	/* Tests and crcudactl wait for this line on stdout. */
+	printf("crcudad: ready\n");
+	fflush(stdout);
+	while (!stopping) {
+		if (poll(fds, (nfds_t)nfds, 500) <= 0)
+			continue;
+		for (int i = 0; i < nfds; i++)
+			if (fds[i].revents & POLLIN)
+				accept_one(fds[i].fd, i == 1);
+	}
+	unlink(sock_path);
+	pr_info("stopping");
+	return 0;
+}

@@ -1,0 +1,651 @@
+/* Sessions: one thread per client executing its requests in order on the backend; the dispatch
+ * table (generated unmarshalling for every row crcuda/cuda_marshal.def carries, hand-written
+ * handlers for the rest); the virtual handle tables; cleanup when the client goes away. */
+#define LOG_PREFIX "session: "
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "crcuda/errno.h"
+#include "crcuda/log.h"
+#include "crcudad.h"
+
+/* After cuda.h: define and call entry points by their ABI names. */
+#include "crcuda/cuda_api_undef.h"
+
+/* ---- dispatch table ------------------------------------------------------------------------------ */
+typedef CUresult crc_exec_fn(void *const *argv);
+typedef CUresult crc_override_fn(struct crc_session *s, void *const *argv);
+
+struct op {
+	const struct crc_arg_spec *spec;
+	unsigned nargs;
+	crc_exec_fn *exec;
+	crc_override_fn *override;
+	crc_raw_fn *raw;
+	bool reports_deferred; /* a synchronising call: returns the first error of posted work */
+	unsigned forget_arg1;  /* 1 + index of a handle argument the call destroys */
+	bool ctx_changes;      /* leaves another context current in this thread */
+};
+static struct op ops[CRC_CU_COUNT];
+
+/* The generated argument specs and backend calls. */
+#define CRC_TAG_VAL(type)		      CRC_HT_NONE
+#define CRC_TAG_HANDLE(type)		      CRC_HT_##type
+#define CRC_TAG_IN(type)		      CRC_HT_NONE
+#define CRC_TAG_OUT(type)		      CRC_HT_NONE
+#define CRC_TAG_HOUT(type)		      CRC_HT_##type
+#define CRC_TAG_STR(type)		      CRC_HT_NONE
+#define CRC_FWD_BEGIN(sym, nargs, mode)	      static const struct crc_arg_spec spec_##sym[(nargs) + 1] = {
+#define CRC_FWD_ARG(sym, i, kind, type, name) [i] = {CRC_ARG_##kind, CRC_TAG_##kind(type), sizeof(type)},
+#define CRC_FWD_END(sym)                                                                                     \
+	}                                                                                                    \
+	;
+#include "crcuda/cuda_marshal.def"
+#undef CRC_FWD_BEGIN
+#undef CRC_FWD_ARG
+#undef CRC_FWD_END
+
+#define CRC_SEP_0
+#define CRC_SEP_1		 ,
+#define CRC_SEP_2		 ,
+#define CRC_SEP_3		 ,
+#define CRC_SEP_4		 ,
+#define CRC_SEP_5		 ,
+#define CRC_SEP_6		 ,
+#define CRC_SEP_7		 ,
+#define CRC_SEP_8		 ,
+#define CRC_SEP_9		 ,
+#define CRC_SEP_10		 ,
+#define CRC_SEP_11		 ,
+#define CRC_SEP_12		 ,
+#define CRC_SEP_13		 ,
+#define CRC_SEP_14		 ,
+#define CRC_SEP_15		 ,
+#define CRC_DARG_VAL(type, p)	 (*(type *)(p))
+#define CRC_DARG_HANDLE(type, p) (*(type *)(p))
+#define CRC_DARG_IN(type, p)	 ((const type *)(p))
+#define CRC_DARG_OUT(type, p)	 ((type *)(p))
+#define CRC_DARG_HOUT(type, p)	 ((type *)(p))
+#define CRC_DARG_STR(type, p)	 ((const char *)(p))
+#define CRC_FWD_BEGIN(sym, nargs, mode)                                                                      \
+	static CUresult exec_##sym(void *const *argv)                                                        \
+	{                                                                                                    \
+		(void)argv;                                                                                  \
+		if (!crc_be.sym##_fn)                                                                        \
+			return CUDA_ERROR_NOT_SUPPORTED;                                                     \
+		return crc_be.sym##_fn(
+#define CRC_FWD_ARG(sym, i, kind, type, name) CRC_SEP_##i CRC_DARG_##kind(type, argv[i])
+#define CRC_FWD_END(sym)                                                                                     \
+	);                                                                                                   \
+	}
+#include "crcuda/cuda_marshal.def"
+#undef CRC_FWD_BEGIN
+#undef CRC_FWD_ARG
+#undef CRC_FWD_END
+
+/* Calls that destroy the object named by one of their handle arguments. */
+#define CRC_DESTROYS(X)                                                                                      \
+	X(cuStreamDestroy_v2, 0)                                                                             \
+	X(cuStreamDestroy, 0)                                                                                \
+	X(cuEventDestroy_v2, 0)                                                                              \
+	X(cuEventDestroy, 0)                                                                                 \
+	X(cuModuleUnload, 0)                                                                                 \
+	X(cuLibraryUnload, 0)                                                                                \
+	X(cuCtxDestroy_v2, 0)                                                                                \
+	X(cuCtxDestroy, 0)                                                                                   \
+	X(cuMemPoolDestroy, 0)                                                                               \
+	X(cuArrayDestroy, 0)
+
+/* Synchronising calls: they report the kept error of posted work. */
+#define CRC_SYNCHRONISING(X)                                                                                 \
+	X(cuCtxSynchronize)                                                                                  \
+	X(cuCtxSynchronize_v2)                                                                               \
+	X(cuStreamSynchronize)                                                                               \
+	X(cuStreamQuery)                                                                                     \
+	X(cuEventSynchronize)                                                                                \
+	X(cuEventQuery)                                                                                      \
+	X(cuMemcpyHtoD_v2)                                                                                   \
+	X(cuMemcpyDtoH_v2)                                                                                   \
+	X(cuMemcpyDtoD_v2)
+
+static void dispatch_init(void)
+{
+#define CRC_FWD_BEGIN(sym, n, mode)                                                                          \
+	ops[CRC_CU_##sym].spec = spec_##sym;                                                                 \
+	ops[CRC_CU_##sym].nargs = (n);                                                                       \
+	ops[CRC_CU_##sym].exec = exec_##sym;
+#define CRC_FWD_ARG(sym, i, kind, type, name)
+#define CRC_FWD_END(sym)
+#include "crcuda/cuda_marshal.def"
+#undef CRC_FWD_BEGIN
+#undef CRC_FWD_ARG
+#undef CRC_FWD_END
+#define CRC_SET_OVERRIDE(sym) ops[CRC_CU_##sym].override = crc_ovr_##sym;
+	CRC_OVERRIDES(CRC_SET_OVERRIDE)
+#undef CRC_SET_OVERRIDE
+#define CRC_SET_RAW(sym, fn) ops[CRC_CU_##sym].raw = crc_raw_##fn;
+	CRC_RAW_HANDLERS(CRC_SET_RAW)
+#undef CRC_SET_RAW
+#define CRC_SET_DESTROY(sym, arg) ops[CRC_CU_##sym].forget_arg1 = (arg) + 1;
+	CRC_DESTROYS(CRC_SET_DESTROY)
+#undef CRC_SET_DESTROY
+#define CRC_SET_SYNC(sym) ops[CRC_CU_##sym].reports_deferred = true;
+	CRC_SYNCHRONISING(CRC_SET_SYNC)
+#undef CRC_SET_SYNC
+	ops[CRC_CU_cuCtxCreate_v2].ctx_changes = true;
+	ops[CRC_CU_cuCtxCreate].ctx_changes = true;
+	ops[CRC_CU_cuCtxDestroy_v2].ctx_changes = true;
+	ops[CRC_CU_cuCtxDestroy].ctx_changes = true;
+	ops[CRC_CU_cuDevicePrimaryCtxRetain].ctx_changes = true;
+}
+
+/* ---- handle tables -------------------------------------------------------------------------------- */
+uint64_t crc_register(struct crc_session *s, unsigned tag, union crc_slot real)
+{
+	struct crc_htable *t = &s->tables[tag];
+
+	if (t->n + 1 >= t->cap) {
+		uint32_t cap = t->cap ? t->cap * 2 : 64;
+		union crc_slot *p = realloc(t->real, cap * sizeof(*p));
+
+		if (!p)
+			return 0;
+		memset(p + t->cap, 0, (cap - t->cap) * sizeof(*p));
+		t->real = p;
+		t->cap = cap;
+	}
+	t->real[++t->n] = real;
+	return crc_vhandle(tag, t->n);
+}
+
+void crc_forget(struct crc_session *s, uint64_t v)
+{
+	unsigned tag = crc_vhandle_tag(v);
+	uint32_t idx = crc_vhandle_index(v);
+
+	if (tag != CRC_HT_NONE && idx <= s->tables[tag].n)
+		s->tables[tag].real[idx].u64 = 0;
+}
+
+uint64_t crc_find_handle(struct crc_session *s, unsigned tag, void *real)
+{
+	struct crc_htable *t = &s->tables[tag];
+
+	for (uint32_t i = 1; i <= t->n; i++)
+		if (t->real[i].ptr == real)
+			return crc_vhandle(tag, i);
+	return 0;
+}
+
+/* The thread's per-thread default stream (CU_STREAM_PER_THREAD, or 0 in a _ptsz call): a blocking
+ * stream of its own, as the driver gives each thread. */
+static CUresult per_thread_stream(struct crc_session *s, const struct crc_call_hdr *h, CUstream *out)
+{
+	struct crc_ptstream *p;
+	CUresult res;
+
+	for (unsigned i = 0; i < s->n_ptstreams; i++) {
+		if (s->ptstreams[i].tid == h->thread && s->ptstreams[i].ctx == h->ctx) {
+			*out = s->ptstreams[i].stream;
+			return CUDA_SUCCESS;
+		}
+	}
+	p = realloc(s->ptstreams, (s->n_ptstreams + 1) * sizeof(*p));
+	if (!p)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	s->ptstreams = p;
+	p = &p[s->n_ptstreams];
+	res = crc_be.cuStreamCreate_fn(&p->stream, CU_STREAM_DEFAULT);
+	if (res != CUDA_SUCCESS)
+		return res;
+	p->tid = h->thread;
+	p->ctx = h->ctx;
+	s->n_ptstreams++;
+	*out = p->stream;
+	return CUDA_SUCCESS;
+}
+
+/* Primary contexts are handles 1..dev_count of the CTX table, retained on first use. */
+static CUresult primary_ctx(struct crc_session *s, uint32_t idx)
+{
+	union crc_slot *slot = &s->tables[CRC_HT_CTX].real[idx];
+	CUcontext ctx;
+	CUresult res;
+
+	if (slot->ptr)
+		return CUDA_SUCCESS;
+	res = crc_be.cuDevicePrimaryCtxRetain_fn(&ctx, (CUdevice)(idx - 1));
+	if (res == CUDA_SUCCESS)
+		slot->ptr = ctx;
+	return res;
+}
+
+CUresult crc_translate(struct crc_session *s, const struct crc_call_hdr *h, unsigned tag, uint64_t v,
+		       union crc_slot *out)
+{
+	struct crc_htable *t = &s->tables[tag];
+	unsigned vtag = crc_vhandle_tag(v);
+	uint32_t idx = crc_vhandle_index(v);
+
+	out->u64 = 0;
+	if (tag == CRC_HT_STREAM) {
+		if (v == 0 && !(h->flags & CRC_CALL_PTDS))
+			return CUDA_SUCCESS;
+		if (v == 0 || v == (uintptr_t)CU_STREAM_PER_THREAD)
+			return per_thread_stream(s, h, (CUstream *)&out->ptr);
+		if (v == (uintptr_t)CU_STREAM_LEGACY) {
+			out->ptr = CU_STREAM_LEGACY;
+			return CUDA_SUCCESS;
+		}
+	}
+	if (v == 0)
+		return CUDA_SUCCESS;
+	/* cudart hands a CUkernel wherever a CUfunction goes; the driver accepts it there. */
+	if (tag == CRC_HT_FUNC && vtag == CRC_HT_KERNEL)
+		t = &s->tables[CRC_HT_KERNEL];
+	else if (vtag != tag)
+		return tag == CRC_HT_CTX ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_INVALID_HANDLE;
+	if (!idx || idx > t->n)
+		return tag == CRC_HT_CTX ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_INVALID_HANDLE;
+	if (tag == CRC_HT_CTX && idx <= (uint32_t)crcd.dev_count) {
+		CUresult res = primary_ctx(s, idx);
+
+		if (res != CUDA_SUCCESS)
+			return res;
+	}
+	if (!t->real[idx].u64)
+		return tag == CRC_HT_CTX ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_INVALID_HANDLE;
+	*out = t->real[idx];
+	return CUDA_SUCCESS;
+}
+
+/* ---- replies ---------------------------------------------------------------------------------------- */
+void *crc_out(struct crc_session *s, size_t n)
+{
+	size_t need = s->out_len + crc_align8(n);
+	void *p;
+
+	if (need > s->out_cap) {
+		size_t cap = s->out_cap ? s->out_cap : 4096;
+		uint8_t *b;
+
+		while (cap < need)
+			cap *= 2;
+		b = realloc(s->out, cap);
+		if (!b)
+			return NULL;
+		s->out = b;
+		s->out_cap = cap;
+	}
+	p = s->out + s->out_len;
+	memset(p, 0, crc_align8(n));
+	s->out_len = need;
+	return p;
+}
+
+static int send_reply(struct crc_session *s, const struct crc_msg_hdr *req, CUresult res)
+{
+	struct crc_reply_hdr *r;
+	int rc = crc_chan_reserve(&s->chan, req->op, 0, req->seq, sizeof(*r) + s->out_len, (void **)&r);
+
+	if (rc)
+		return rc;
+	r->result = res;
+	r->pad = 0;
+	memcpy(r + 1, s->out, s->out_len);
+	return crc_chan_commit(&s->chan);
+}
+
+/* ---- the generic path --------------------------------------------------------------------------------- */
+static CUresult exec_generic(struct crc_session *s, int id, const struct crc_call_hdr *h, uint8_t *a,
+			     size_t len)
+{
+	const struct op *o = &ops[id];
+	union crc_slot slots[16];
+	void *argv[16];
+	size_t off = 0;
+	CUresult res;
+
+	if (o->nargs > 16)
+		return CUDA_ERROR_INVALID_VALUE;
+#define NEED(n)                                                                                              \
+	do {                                                                                                 \
+		if ((n) > len - off)                                                                         \
+			return CUDA_ERROR_INVALID_VALUE;                                                     \
+	} while (0)
+	for (unsigned i = 0; i < o->nargs; i++) {
+		const struct crc_arg_spec *sp = &o->spec[i];
+		uint64_t word;
+
+		if (sp->kind == CRC_ARG_VAL) {
+			NEED(crc_align8(sp->size));
+			argv[i] = a + off;
+			off += crc_align8(sp->size);
+			continue;
+		}
+		NEED(8);
+		memcpy(&word, a + off, 8);
+		off += 8;
+		switch (sp->kind) {
+		case CRC_ARG_HANDLE:
+			res = crc_translate(s, h, sp->tag, word, &slots[i]);
+			if (res != CUDA_SUCCESS)
+				return res;
+			argv[i] = &slots[i];
+			break;
+		case CRC_ARG_HOUT:
+			slots[i].u64 = 0;
+			argv[i] = word ? &slots[i] : NULL;
+			break;
+		case CRC_ARG_IN:
+		case CRC_ARG_OUT:
+			argv[i] = NULL;
+			if (word) {
+				NEED(crc_align8(sp->size));
+				argv[i] = a + off;
+				off += crc_align8(sp->size);
+			}
+			break;
+		case CRC_ARG_STR:
+			argv[i] = NULL;
+			if (word) {
+				NEED(crc_align8(word));
+				if (a[off + word - 1] != '\0')
+					return CUDA_ERROR_INVALID_VALUE;
+				argv[i] = a + off;
+				off += crc_align8(word);
+			}
+			break;
+		}
+	}
+#undef NEED
+	res = o->override ? o->override(s, argv) : o->exec(argv);
+	if (res == CUDA_SUCCESS && o->forget_arg1) {
+		uint64_t v;
+
+		/* The handle travelled as the first word of its item (handles are 8-byte items). */
+		memcpy(&v, a + 8 * (o->forget_arg1 - 1), 8);
+		crc_forget(s, v);
+	}
+	/* Outputs in argument order. */
+	for (unsigned i = 0; i < o->nargs; i++) {
+		const struct crc_arg_spec *sp = &o->spec[i];
+		void *p;
+
+		if (!argv[i] || (sp->kind != CRC_ARG_OUT && sp->kind != CRC_ARG_HOUT))
+			continue;
+		p = crc_out(s, sp->kind == CRC_ARG_OUT ? sp->size : 8);
+		if (!p)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		if (sp->kind == CRC_ARG_OUT) {
+			memcpy(p, argv[i], sp->size);
+		} else if (res == CUDA_SUCCESS) {
+			/* A function or kernel asked for twice keeps its handle. */
+			uint64_t v = crc_find_handle(s, sp->tag, slots[i].ptr);
+
+			if (!v)
+				v = crc_register(s, sp->tag, slots[i]);
+			memcpy(p, &v, 8);
+		}
+	}
+	return res;
+}
+
+/* ---- the session thread ----------------------------------------------------------------------------- */
+static CUresult make_current(struct crc_session *s, const struct crc_call_hdr *h)
+{
+	union crc_slot real;
+	CUresult res;
+
+	if (h->ctx == s->cur_ctx)
+		return CUDA_SUCCESS;
+	res = crc_translate(s, h, CRC_HT_CTX, h->ctx, &real);
+	if (res != CUDA_SUCCESS)
+		return res;
+	res = crc_be.cuCtxSetCurrent_fn((CUcontext)real.ptr);
+	if (res == CUDA_SUCCESS)
+		s->cur_ctx = h->ctx;
+	return res;
+}
+
+static CUresult execute(struct crc_session *s, const struct crc_msg_hdr *m)
+{
+	const struct op *o = &ops[m->op];
+	const struct crc_call_hdr *h = crc_msg_payload(m);
+	size_t len = crc_msg_payload_len(m);
+	CUresult res;
+
+	if (len < sizeof(*h))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!o->raw && !o->spec) {
+		pr_warn("session %llu: %s cannot be forwarded", (unsigned long long)s->id,
+			crc_cu_table[m->op].sym);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	res = make_current(s, h);
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (o->raw)
+		res = o->raw(s, h, (const uint8_t *)(h + 1), len - sizeof(*h));
+	else
+		res = exec_generic(s, m->op, h, (uint8_t *)(h + 1), len - sizeof(*h));
+	if (o->ctx_changes)
+		s->cur_ctx = UINT64_MAX;
+	return res;
+}
+
+static CUresult stats(struct crc_session *s)
+{
+	struct crc_stats *st = crc_out(s, sizeof(*st));
+
+	if (!st)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&crcd.lock);
+	for (unsigned i = 0; i < crcd.max_sessions; i++)
+		st->sessions += !!crcd.sessions[i];
+	st->total_mapped_bytes = crcd.total_mapped;
+	pthread_mutex_unlock(&crcd.lock);
+	st->session_id = s->id;
+	st->mapped_bytes = s->mapped_bytes;
+	return CUDA_SUCCESS;
+}
+
+/* Returns false when the session is over. */
+static bool serve_one(struct crc_session *s)
+{
+	const struct crc_msg_hdr *m;
+	CUresult res;
+	int rc = crc_chan_next(&s->chan, -1, &m);
+
+	if (rc) {
+		if (rc != CRC_EDAEMON)
+			pr_warn("session %llu: %s", (unsigned long long)s->id, crc_strerror(rc));
+		return false;
+	}
+	s->out_len = 0;
+	s->msg = m;
+	if (m->op < CRC_CU_COUNT) {
+		res = execute(s, m);
+	} else {
+		const uint8_t *p = crc_msg_payload(m);
+		size_t len = crc_msg_payload_len(m);
+
+		switch (m->op) {
+		case CRC_OP_BYE:
+			crc_chan_release(&s->chan);
+			pr_info("session %llu: client said goodbye", (unsigned long long)s->id);
+			return false;
+		case CRC_OP_PIN_REGISTER:
+			res = crc_ctl_pin_register(s, p, len);
+			break;
+		case CRC_OP_PIN_UNREGISTER:
+			res = crc_ctl_pin_unregister(s, p, len);
+			break;
+		case CRC_OP_STATS:
+			res = stats(s);
+			break;
+		case CRC_OP_SYNC:
+			res = CUDA_SUCCESS;
+			break;
+		default:
+			res = CUDA_ERROR_NOT_SUPPORTED;
+		}
+		if (m->op == CRC_OP_SYNC && s->deferred != CUDA_SUCCESS) {
+			res = s->deferred;
+			s->deferred = CUDA_SUCCESS;
+		}
+	}
+	if (m->flags & CRC_MSG_NOREPLY) {
+		if (res != CUDA_SUCCESS && s->deferred == CUDA_SUCCESS)
+			s->deferred = res;
+		crc_chan_release(&s->chan);
+		return true;
+	}
+	if (m->op < CRC_CU_COUNT && ops[m->op].reports_deferred && res == CUDA_SUCCESS &&
+	    s->deferred != CUDA_SUCCESS) {
+		res = s->deferred;
+		s->deferred = CUDA_SUCCESS;
+	}
+	/* Release the request before replying: the reply may be built from it, so copy first. */
+	rc = send_reply(s, m, res);
+	crc_chan_release(&s->chan);
+	if (rc) {
+		pr_warn("session %llu: cannot reply: %s", (unsigned long long)s->id, crc_strerror(rc));
+		return false;
+	}
+	return true;
+}
+
+static void session_free(struct crc_session *s)
+{
+	crc_session_release_resources(s);
+	pthread_mutex_lock(&crcd.lock);
+	crcd.sessions[s->slot] = NULL;
+	crcd.total_mapped -= s->mapped_bytes;
+	pthread_mutex_unlock(&crcd.lock);
+	crc_chan_shutdown(&s->chan);
+	crc_chan_close(&s->chan);
+	close(s->fd);
+	for (unsigned t = 0; t < CRC_HT_COUNT; t++)
+		free(s->tables[t].real);
+	free(s->ptstreams);
+	free(s->out);
+	free(s->image);
+	free(s);
+}
+
+static void *session_main(void *arg)
+{
+	struct crc_session *s = arg;
+
+	pr_info("session %llu: pid %d uid %u, VA %#llx+%#llx, %s", (unsigned long long)s->id,
+		(int)s->peer.pid, (unsigned)s->peer.uid, (unsigned long long)s->va_base,
+		(unsigned long long)s->va_size, s->tcp ? "TCP" : "shared memory");
+	while (serve_one(s))
+		;
+	pr_info("session %llu: ended; freeing %llu bytes of device memory", (unsigned long long)s->id,
+		(unsigned long long)s->mapped_bytes);
+	session_free(s);
+	return NULL;
+}
+
+static int make_rings(struct crc_session *s, int *memfd_out)
+{
+	size_t size = crc_chan_shm_size(crcd.ring_size);
+	int memfd = memfd_create("crcuda-rings", MFD_CLOEXEC), rc;
+
+	if (memfd < 0)
+		return -errno;
+	if (ftruncate(memfd, (off_t)size)) {
+		rc = -errno;
+		close(memfd);
+		return rc;
+	}
+	rc = crc_chan_open_shm(&s->chan, s->fd, memfd, crcd.ring_size, true, true);
+	if (rc) {
+		close(memfd);
+		return rc;
+	}
+	*memfd_out = memfd;
+	return 0;
+}
+
+int crc_session_start(int fd, bool tcp, const struct crc_peer *peer, const struct crc_hello *hello)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	struct crc_hello_reply *reply = malloc(sizeof(*reply));
+	struct crc_session *s = calloc(1, sizeof(*s));
+	int memfd = -1, rc = 0;
+	unsigned slot;
+
+	pthread_once(&once, dispatch_init);
+	if (!s || !reply) {
+		rc = CRC_ENOMEM;
+		goto fail;
+	}
+	s->fd = fd;
+	s->tcp = tcp;
+	s->peer = *peer;
+	s->cur_ctx = 0;
+	(void)hello;
+	pthread_mutex_lock(&crcd.lock);
+	for (slot = 0; slot < crcd.max_sessions && crcd.sessions[slot]; slot++)
+		;
+	if (slot == crcd.max_sessions) {
+		pthread_mutex_unlock(&crcd.lock);
+		pr_warn("refusing pid %d: all %u session slots are in use", (int)peer->pid,
+			crcd.max_sessions);
+		rc = CRC_EBUSY;
+		goto fail;
+	}
+	crcd.sessions[slot] = s;
+	s->slot = slot;
+	s->id = ++crcd.next_session_id;
+	pthread_mutex_unlock(&crcd.lock);
+	s->va_base = crcd.va_base + slot * crcd.va_session;
+	s->va_size = crcd.va_session;
+	/* Handles 1..dev_count of the context table are the primary contexts. */
+	for (int d = 0; d < crcd.dev_count; d++)
+		crc_register(s, CRC_HT_CTX, (union crc_slot){.u64 = 0});
+	if (!tcp) {
+		rc = make_rings(s, &memfd);
+		if (rc)
+			goto fail_slot;
+	} else {
+		crc_chan_open_tcp(&s->chan, fd);
+	}
+	*reply = crcd.proto;
+	reply->session_id = s->id;
+	reply->va_base = s->va_base;
+	reply->va_size = s->va_size;
+	reply->ring_size = crcd.ring_size;
+	for (int d = 0; d < crcd.dev_count; d++)
+		reply->primary_ctx[d] = crc_vhandle(CRC_HT_CTX, (uint32_t)d + 1);
+	rc = tcp ? crc_sock_write_all(fd, reply, sizeof(*reply))
+		 : crc_sock_send_fds(fd, reply, sizeof(*reply), &memfd, 1);
+	if (memfd >= 0)
+		close(memfd);
+	if (rc)
+		goto fail_slot;
+	rc = pthread_create(&s->thread, NULL, session_main, s);
+	if (rc) {
+		rc = -rc;
+		goto fail_slot;
+	}
+	pthread_detach(s->thread);
+	free(reply);
+	return 0;
+fail_slot:
+	pthread_mutex_lock(&crcd.lock);
+	crcd.sessions[s->slot] = NULL;
+	pthread_mutex_unlock(&crcd.lock);
+	crc_chan_close(&s->chan);
+	free(s->tables[CRC_HT_CTX].real);
+fail:
+	free(s);
+	free(reply);
+	return rc;
+}

@@ -1,0 +1,312 @@
+/* The protocol between libcrcuda (the application's libcuda.so.1) and crcudad.
+ *
+ * Connection: the client connects to the daemon's unix socket (peer uid checked) or TCP port, sends
+ * struct crc_hello and reads struct crc_hello_reply. Over unix the reply comes with one memfd (by
+ * SCM_RIGHTS) holding two rings, requests then responses, each crc_ring_footprint(ring_size) bytes.
+ * Over TCP the same records travel on the socket, each a struct crc_msg_hdr followed by its payload.
+ *
+ * Records: op is a crc_cu_id (a driver call, payload = struct crc_call_hdr + arguments) or a control
+ * op (>= CRC_OP_CTL). A request with CRC_MSG_NOREPLY gets no response; its error, if any, is kept by
+ * the daemon and returned by the next request that does get one (as the driver reports errors of
+ * asynchronous work at the next synchronising call). Every other request gets exactly one final
+ * response (same op and seq, payload = struct crc_reply_hdr + outputs), possibly preceded by data
+ * records flagged CRC_MSG_MORE (device-to-host copies stream their bytes that way).
+ *
+ * Virtual handles: the daemon names every object it creates for a session (context, module, function,
+ * stream...) with a crc_vhandle value, which the client hands to the application as the CUxxx pointer.
+ * The same value names the same object after a restore, whatever the real handle becomes. */
+#ifndef CRCUDA_PROTO_H
+#define CRCUDA_PROTO_H
+
+#include <stdint.h>
+
+#include "crcuda/ring.h"
+
+#define CRC_PROTO_MAGIC	  0x55435243u /* "CRCU" */
+#define CRC_PROTO_VERSION 1u
+
+#define CRC_MAX_DEVICES	    8
+#define CRC_DEV_ATTR_SLOTS  160 /* > CU_DEVICE_ATTRIBUTE_MAX of CUDA 13 (checked where cuda.h is seen) */
+#define CRC_TOKEN_MAX	    128
+#define CRC_DEFAULT_RING    (16u << 20) /* data bytes per ring direction */
+#define CRC_COPY_CHUNK	    (2u << 20)	/* bytes of a copy per record; several are in flight */
+#define CRC_MAX_KPARAMS	    512
+#define CRC_FUNC_ATTR_SLOTS 16 /* > CU_FUNC_ATTRIBUTE_MAX */
+
+/* Default VA window of the daemon: one session slot of CRC_DEFAULT_VA_SESSION bytes each. Above ASan's
+ * allocator (0x600000000000..0x640000000000) and the simulated device's arenas (0x5a0000000000..),
+ * below the mmap area (0x7f..). */
+#define CRC_DEFAULT_VA_BASE	0x680000000000ull
+#define CRC_DEFAULT_VA_SESSION	(256ull << 30)
+#define CRC_DEFAULT_MAX_SESSION 16u
+
+enum crc_msg_flag {
+	CRC_MSG_NOREPLY = 1u << 0, /* request: post and forget */
+	CRC_MSG_MORE = 1u << 1,	   /* response: a data record; the final response follows */
+};
+
+/* Control ops: above every crc_cu_id. */
+enum crc_ctl_op {
+	CRC_OP_CTL = 0x8000,
+	CRC_OP_BYE = CRC_OP_CTL, /* orderly end of session; no payload, no reply */
+	CRC_OP_PIN_REGISTER,	 /* struct crc_pin_req; unix: the memfd follows on the socket */
+	CRC_OP_PIN_UNREGISTER,	 /* struct crc_pin_req */
+	CRC_OP_STATS,		 /* reply: struct crc_stats */
+	CRC_OP_SYNC,		 /* reply: the kept error of posted work, cleared */
+	CRC_OP_FUNC_INFO,	 /* struct crc_func_info_req; reply: struct crc_func_info */
+};
+
+/* ---- handshake ---------------------------------------------------------------------------------- */
+enum crc_transport {
+	CRC_TRANSPORT_UNIX = 1, /* rings in a memfd, passed with the reply */
+	CRC_TRANSPORT_TCP = 2,	/* records framed on the socket */
+};
+
+struct crc_hello {
+	uint32_t magic;
+	uint32_t version;
+	int32_t pid;
+	uint32_t uid;
+	uint32_t transport;
+	uint32_t token_len;
+	uint64_t session_id; /* 0: new session; else the session to resume (restore) */
+	char token[CRC_TOKEN_MAX];
+};
+
+struct crc_dev_info {
+	char name[256];
+	uint8_t uuid[16];
+	uint64_t total_mem;
+	char pci_bus_id[32];
+	int32_t attrs[CRC_DEV_ATTR_SLOTS]; /* cuDeviceGetAttribute, 0 where the backend refused */
+	int32_t texture1d_linear_max;	   /* unused yet */
+	uint32_t pad;
+};
+
+struct crc_hello_reply {
+	uint32_t magic;
+	uint32_t version;
+	int32_t status; /* 0, or a negative CRC_E* (CRC_EAUTH, CRC_EPERM, CRC_EBUSY...) */
+	uint32_t dev_count;
+	uint64_t session_id;
+	uint64_t va_base; /* the session's device VA range: every allocation lies in it */
+	uint64_t va_size;
+	uint64_t ring_size; /* data bytes per ring (unix) */
+	int32_t driver_version;
+	int32_t init_result;		       /* the backend's cuInit */
+	uint64_t primary_ctx[CRC_MAX_DEVICES]; /* virtual handles of the primary contexts */
+	struct crc_dev_info devs[CRC_MAX_DEVICES];
+};
+
+/* ---- virtual handles ---------------------------------------------------------------------------- */
+/* X(tag, type): every handle type the daemon translates. The generated marshalling names types; the
+ * tag is CRC_HT_<type>. */
+#define CRC_HANDLE_TYPES(X)                                                                                  \
+	X(CTX, CUcontext)                                                                                    \
+	X(MODULE, CUmodule)                                                                                  \
+	X(FUNC, CUfunction)                                                                                  \
+	X(LIBRARY, CUlibrary)                                                                                \
+	X(KERNEL, CUkernel)                                                                                  \
+	X(STREAM, CUstream)                                                                                  \
+	X(EVENT, CUevent)                                                                                    \
+	X(ARRAY, CUarray)                                                                                    \
+	X(MEMPOOL, CUmemoryPool)                                                                             \
+	X(MEMHANDLE, CUmemGenericAllocationHandle)
+
+enum crc_handle_tag {
+	CRC_HT_NONE = 0,
+#define CRC__HT_ENUM(tag, type) CRC_HT_##tag, CRC_HT_##type = CRC_HT_##tag,
+	CRC_HANDLE_TYPES(CRC__HT_ENUM)
+#undef CRC__HT_ENUM
+	    CRC_HT_COUNT
+};
+
+/* value = (0x100 + tag) << 32 | index (index >= 1): never 0, 1 or 2 (the special stream values), and
+ * a handle of the wrong type is recognised. */
+static inline uint64_t crc_vhandle(unsigned tag, uint32_t index)
+{
+	return (uint64_t)(0x100u + tag) << 32 | index;
+}
+static inline unsigned crc_vhandle_tag(uint64_t v)
+{
+	unsigned t = (unsigned)(v >> 32);
+	return t > 0x100u && t < 0x100u + CRC_HT_COUNT && (uint32_t)v ? t - 0x100u : CRC_HT_NONE;
+}
+static inline uint32_t crc_vhandle_index(uint64_t v)
+{
+	return (uint32_t)v;
+}
+
+/* ---- driver calls ------------------------------------------------------------------------------- */
+enum crc_call_flag {
+	CRC_CALL_PTDS = 1u << 0, /* a _ptds/_ptsz entry point: stream 0 is the thread's default stream */
+};
+
+/* First bytes of every driver-call request: the daemon makes ctx current before executing. */
+struct crc_call_hdr {
+	uint64_t ctx; /* the caller's current context (virtual), 0 for none */
+	uint32_t thread;
+	uint32_t flags;
+};
+
+struct crc_reply_hdr {
+	int32_t result; /* CUresult */
+	uint32_t pad;
+};
+
+/* Generated marshalling (crcuda/cuda_marshal.def): each argument is one 8-byte-aligned item.
+ *  VAL     the value's bytes
+ *  HANDLE  uint64_t virtual handle
+ *  IN      uint64_t present (0 for a NULL pointer), then the pointee's bytes when present
+ *  OUT     uint64_t present, then the pointee's bytes (copied in too: some are in/out)
+ *  HOUT    uint64_t present
+ *  STR     uint64_t length including the NUL (0 for NULL), then the bytes
+ * The reply carries, in argument order, the bytes of each present OUT and a uint64_t per present HOUT. */
+enum crc_arg_kind {
+	CRC_ARG_VAL,
+	CRC_ARG_HANDLE,
+	CRC_ARG_IN,
+	CRC_ARG_OUT,
+	CRC_ARG_HOUT,
+	CRC_ARG_STR,
+};
+
+struct crc_arg_spec {
+	uint8_t kind;
+	uint8_t tag; /* HANDLE, HOUT: crc_handle_tag */
+	uint16_t size;
+};
+
+static inline uint64_t crc_align8(uint64_t v)
+{
+	return (v + 7) & ~(uint64_t)7;
+}
+
+/* ---- hand-marshalled calls (hooks) -------------------------------------------------------------- */
+
+/* Where one side of a copy lives. */
+enum crc_copy_loc {
+	CRC_LOC_DEVICE = 1, /* a device address */
+	CRC_LOC_INLINE,	    /* pageable host memory: bytes travel in the records */
+	CRC_LOC_PINNED,	    /* a registered pinned region: the daemon translates the client address */
+};
+
+/* cuMemcpy*: request = crc_call_hdr + crc_copy_req (+ bytes for an INLINE source). A large copy is
+ * several requests, one per chunk; for an INLINE destination the daemon answers with MORE records
+ * of struct crc_copy_data + bytes, then the final reply. */
+struct crc_copy_req {
+	uint64_t dst, src;
+	uint64_t bytes;
+	uint64_t stream;
+	uint32_t dst_loc, src_loc;
+	uint32_t async;
+	uint32_t pad;
+};
+struct crc_copy_data {
+	uint64_t offset; /* from the start of this request's destination */
+	uint64_t bytes;
+};
+
+/* cuMemsetD*: the generated forward handles them (all by-value). */
+
+/* cuMemAlloc / Pitch / Async / Managed and cuMemAddressReserve go through struct crc_alloc_req. */
+struct crc_alloc_req {
+	uint64_t bytes;
+	uint64_t align;	 /* cuMemAddressReserve alignment */
+	uint64_t hint;	 /* cuMemAddressReserve addr */
+	uint64_t stream; /* cuMemAllocAsync */
+	uint64_t width, height;
+	uint32_t elem; /* cuMemAllocPitch ElementSizeBytes */
+	uint32_t pad;
+};
+struct crc_alloc_reply {
+	uint64_t ptr;
+	uint64_t pitch;
+};
+
+/* Pinned host memory shared with the daemon (unix): the daemon maps the memfd and registers it. */
+struct crc_pin_req {
+	uint64_t client_addr;
+	uint64_t bytes;
+	uint32_t flags; /* CU_MEMHOSTALLOC_* */
+	uint32_t pad;
+};
+struct crc_pin_reply {
+	uint64_t device_ptr; /* cuMemHostGetDevicePointer of the daemon's mapping */
+};
+
+/* Modules: request = crc_call_hdr + crc_load_req + image bytes, several records for a large image
+ * (files are read by the client). The JIT/library options are not forwarded (yet). Reply: uint64_t
+ * handle. */
+struct crc_load_req {
+	uint64_t image_bytes; /* of the whole image */
+	uint64_t offset;      /* of this record's bytes; records before the last are posted */
+	uint64_t chunk;	      /* bytes in this record */
+};
+
+/* cuMemCreate: request = crc_call_hdr + crc_vmm_create_req; reply: uint64_t handle. */
+struct crc_vmm_create_req {
+	uint64_t size;
+	uint64_t flags;
+	uint32_t type, location_type;
+	int32_t location_id;
+	uint32_t handle_types;
+	uint8_t compression, gpu_direct_rdma, usage_pad[2];
+	uint32_t pad;
+};
+
+/* Function/kernel lookup: request = crc_call_hdr + crc_getfn_req + NUL-terminated name; reply =
+ * crc_getfn_reply + nparams crc_kparam_wire. The layout lets the client pack kernelParams; the
+ * attributes answer cuFuncGetAttribute locally. */
+struct crc_getfn_req {
+	uint64_t owner; /* CUmodule, CUlibrary or (cuKernelGetFunction) CUkernel */
+	uint64_t name_len;
+};
+struct crc_kparam_wire {
+	uint32_t offset;
+	uint32_t size;
+};
+struct crc_getfn_reply {
+	uint64_t handle;
+	uint32_t nparams; /* UINT32_MAX: unknown layout (launches must then use `extra`) */
+	uint32_t param_bytes;
+	int32_t attrs[CRC_FUNC_ATTR_SLOTS];
+};
+
+/* Globals: request = crc_call_hdr + uint64_t owner + name; reply: struct crc_global_reply. */
+struct crc_global_reply {
+	uint64_t dptr;
+	uint64_t bytes;
+};
+
+/* Launches: request = crc_call_hdr + crc_launch_req + nparams crc_kparam_wire + param bytes
+ * (param_bytes, laid out at the offsets) + nattrs CUlaunchAttribute (cuLaunchKernelEx). Posted. */
+struct crc_launch_req {
+	uint64_t func; /* CUfunction or CUkernel */
+	uint64_t stream;
+	uint32_t grid[3];
+	uint32_t block[3];
+	uint32_t shared_bytes;
+	uint32_t nparams; /* UINT32_MAX: params are one `extra` buffer of param_bytes */
+	uint32_t param_bytes;
+	uint32_t nattrs;
+	uint32_t cooperative;
+	uint32_t pad;
+};
+
+/* Object creation: stream/event creation, cuCtxCreate, primary context retain and the like. */
+struct crc_create_req {
+	uint64_t a, b; /* flags, priority, device... per op */
+};
+
+/* CRC_OP_STATS reply: what tests and crcudactl look at. */
+struct crc_stats {
+	uint32_t sessions;
+	uint32_t pad;
+	uint64_t session_id;
+	uint64_t mapped_bytes;	     /* device memory mapped for this session */
+	uint64_t total_mapped_bytes; /* for all sessions */
+	uint64_t pinned_bytes;
+};
+
+#endif

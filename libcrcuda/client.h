@@ -1,0 +1,168 @@
+/* libcrcuda internals: the connection to crcudad, the call machinery every hook and generated
+ * forwarder uses, per-thread context state, and the client's caches of daemon objects. */
+#ifndef CRCUDA_LIBCRCUDA_CLIENT_H
+#define CRCUDA_LIBCRCUDA_CLIENT_H
+
+#define __CUDA_API_VERSION_INTERNAL
+#include <cuda.h>
+#include <cudaProfiler.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "crcuda/chan.h"
+#include "crcuda/cuda_api.h"
+#include "crcuda/cuda_api_sig.h"
+#include "crcuda/proto.h"
+
+/* What every call returns once the daemon is gone (or was never reachable): a device the
+ * application cannot use any more, never a hang. */
+#define CRC_CU_DAEMON_GONE CUDA_ERROR_DEVICE_UNAVAILABLE
+
+#define CRC_CTX_STACK 32
+
+struct crc_thread {
+	uint64_t ctx_stack[CRC_CTX_STACK]; /* [depth - 1] is current */
+	int depth;
+	uint32_t tid;
+	bool ptds; /* inside a _ptds/_ptsz entry point */
+};
+
+/* The calling thread's state (created on first use). */
+struct crc_thread *crc_self(void);
+static inline uint64_t crc_current_ctx(void)
+{
+	struct crc_thread *t = crc_self();
+	return t->depth ? t->ctx_stack[t->depth - 1] : 0;
+}
+
+struct crc_pinned {
+	uintptr_t addr;
+	size_t bytes;
+	unsigned flags;
+	uint64_t device_ptr;
+	int memfd; /* -1 over TCP (plain memory) */
+	struct crc_pinned *next;
+};
+
+struct crc_client {
+	pthread_mutex_t lock; /* the channel: one request/response exchange at a time */
+	struct crc_chan chan;
+	int state; /* 0 not connected, 1 connected, -1 gone */
+	bool tcp;
+	uint64_t seq;
+	struct crc_hello_reply info;
+	uintptr_t va_reserved_base; /* the PROT_NONE window reserved at load */
+	size_t va_reserved_size;
+	pthread_mutex_t pinned_lock;
+	struct crc_pinned *pinned;
+};
+extern struct crc_client crc_client;
+
+/* Connects and says hello once (cuInit does this; every call makes sure). CUDA_SUCCESS or the error
+ * the application sees. */
+CUresult crc_connect(void);
+static inline CUresult crc_ready(void)
+{
+	return __atomic_load_n(&crc_client.state, __ATOMIC_ACQUIRE) == 1 ? CUDA_SUCCESS : crc_connect();
+}
+
+/* ---- one request ------------------------------------------------------------------------------- */
+struct crc_call {
+	uint16_t op;
+	uint64_t seq;
+	const struct crc_msg_hdr *reply_msg; /* held until crc_call_end */
+	const void *reply;		     /* after struct crc_reply_hdr */
+	size_t reply_len;
+};
+
+/* Locks the channel and reserves a request of `len` argument bytes after the crc_call_hdr; *args
+ * points at them. On error nothing is held. */
+CUresult crc_call_begin(struct crc_call *c, uint16_t op, uint16_t flags, size_t len, void **args);
+/* Same without the call header (control ops). */
+CUresult crc_ctl_begin(struct crc_call *c, uint16_t op, uint16_t flags, size_t len, void **payload);
+/* Publishes a posted (CRC_MSG_NOREPLY) request and unlocks. */
+CUresult crc_call_post(struct crc_call *c);
+/* Publishes the request, waits for the final reply. Data records (CRC_MSG_MORE) before it go to
+ * on_data. Returns the call's CUresult; the reply stays readable until crc_call_end, which must be
+ * called whatever this returned. */
+typedef void crc_data_fn(void *arg, const void *data, size_t len);
+CUresult crc_call_wait(struct crc_call *c, crc_data_fn *on_data, void *arg);
+void crc_call_end(struct crc_call *c);
+/* For multi-record requests: after a post, take the lock again for the next record. */
+CUresult crc_call_next(struct crc_call *c, uint16_t op, uint16_t flags, size_t len, void **args);
+
+/* A complete synchronous exchange: args in, reply copied into out (up to out_len bytes). */
+CUresult crc_rpc(uint16_t op, const void *args, size_t len, void *out, size_t out_len);
+/* Posts (no reply): the error, if any, surfaces at the next synchronising call. */
+CUresult crc_post(uint16_t op, const void *args, size_t len);
+
+/* The generic forwarder: argv[i] points at the i-th argument, marshalled as spec[i] says. */
+CUresult crc_fwd_call(int id, bool async, unsigned nargs, const struct crc_arg_spec *spec,
+		      const void *const *argv);
+
+/* crc_fwd_<sym>: the generated forwarder of every row crcuda/cuda_marshal.def carries (FORWARD rows,
+ * and the hook and local rows whose hand-written code sends the call on as it is). */
+#define CRC_FWD_BEGIN(sym, nargs, mode) CUresult crc_fwd_##sym CRC_SIG_##sym;
+#define CRC_FWD_ARG(sym, i, kind, type, name)
+#define CRC_FWD_END(sym)
+#include "crcuda/cuda_marshal.def"
+#undef CRC_FWD_BEGIN
+#undef CRC_FWD_ARG
+#undef CRC_FWD_END
+
+/* Logs once per symbol and returns CUDA_ERROR_NOT_SUPPORTED. */
+CUresult crc_not_supported(int id);
+
+/* ---- caches --------------------------------------------------------------------------------------- */
+struct crc_ctx_info {
+	bool live;
+	bool primary;
+	CUdevice dev;
+	unsigned flags;
+	unsigned long long id;
+};
+/* NULL if ctx is not a live context of this session. */
+struct crc_ctx_info *crc_ctx_info(uint64_t ctx);
+void crc_ctx_register(uint64_t ctx, CUdevice dev, unsigned flags, bool primary);
+void crc_ctx_forget(uint64_t ctx);
+
+struct crc_func_info {
+	uint64_t handle;
+	uint32_t nparams; /* UINT32_MAX: unknown */
+	uint32_t param_bytes;
+	struct crc_kparam_wire *params;
+	int32_t attrs[CRC_FUNC_ATTR_SLOTS];
+	uint64_t owner; /* module/library it came from */
+	char *name;
+};
+struct crc_func_info *crc_func_lookup(uint64_t handle);
+struct crc_func_info *crc_func_store(uint64_t owner, const char *name, const struct crc_getfn_reply *r,
+				     const struct crc_kparam_wire *params);
+
+struct crc_stream_info {
+	uint64_t handle;
+	uint64_t ctx;
+	unsigned flags;
+	int priority;
+};
+struct crc_stream_info *crc_stream_lookup(uint64_t handle);
+void crc_stream_store(uint64_t handle, uint64_t ctx, unsigned flags, int priority);
+void crc_stream_forget(uint64_t handle);
+
+/* cuInit has succeeded. */
+extern bool crc_initialized;
+/* cuDevicePrimaryCtxGetState from the client's own count. */
+void crc_primary_state(CUdevice dev, unsigned *flags, int *active);
+
+/* The device of the current context, or of ctx when not 0. */
+CUresult crc_ctx_device(uint64_t ctx, CUdevice *dev);
+
+/* Pinned host memory registered with the daemon: the region holding [p, p + n), or NULL. */
+struct crc_pinned *crc_pinned_find(const void *p, size_t n);
+
+/* True when addr is inside the session's device VA range. */
+bool crc_is_device_va(uint64_t addr);
+
+#endif

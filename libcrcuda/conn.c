@@ -1,0 +1,363 @@
+/* The connection to crcudad and the request/response machinery. */
+#define LOG_PREFIX "libcrcuda: "
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "crcuda/errno.h"
+#include "crcuda/log.h"
+#include "crcuda/sock.h"
+
+struct crc_client crc_client = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .pinned_lock = PTHREAD_MUTEX_INITIALIZER,
+};
+
+static pthread_mutex_t connect_lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread struct crc_thread self;
+
+struct crc_thread *crc_self(void)
+{
+	if (!self.tid)
+		self.tid = (uint32_t)syscall(SYS_gettid);
+	return &self;
+}
+
+/* Keep host mappings out of the device VA window before anything else maps memory, so no host
+ * pointer of this process can alias a device pointer (unified addressing tells copies apart by
+ * address). CRCUDA_VA_BASE / CRCUDA_VA_SIZE follow the daemon's --va-base if it was moved. */
+__attribute__((constructor)) static void reserve_device_window(void)
+{
+	const char *b = getenv("CRCUDA_VA_BASE"), *s = getenv("CRCUDA_VA_SIZE");
+	uintptr_t base = b && *b ? strtoull(b, NULL, 0) : CRC_DEFAULT_VA_BASE;
+	size_t size = s && *s ? strtoull(s, NULL, 0) : CRC_DEFAULT_VA_SESSION * CRC_DEFAULT_MAX_SESSION;
+	void *p = mmap((void *)base, size, PROT_NONE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+
+	if (p == MAP_FAILED || (uintptr_t)p != base) {
+		if (p != MAP_FAILED)
+			munmap(p, size);
+		pr_warn("cannot reserve the device VA window %#lx+%#zx in this process", (unsigned long)base,
+			size);
+		return;
+	}
+	crc_client.va_reserved_base = base;
+	crc_client.va_reserved_size = size;
+}
+
+bool crc_is_device_va(uint64_t addr)
+{
+	return addr - crc_client.info.va_base < crc_client.info.va_size;
+}
+
+/* The session's range must be reserved here too; it usually lies in the window of the constructor. */
+static void reserve_session_range(uint64_t base, uint64_t size)
+{
+	void *p;
+
+	if (base >= crc_client.va_reserved_base &&
+	    base + size <= crc_client.va_reserved_base + crc_client.va_reserved_size)
+		return;
+	p = mmap((void *)base, size, PROT_NONE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+	if (p == MAP_FAILED || (uintptr_t)p != base) {
+		if (p != MAP_FAILED)
+			munmap(p, size);
+		pr_warn("session VA range %#llx+%#llx overlaps host mappings of this process: copies between "
+			"host and device addresses there may go the wrong way",
+			(unsigned long long)base, (unsigned long long)size);
+	}
+}
+
+static int read_token(char *buf, size_t cap, uint32_t *len)
+{
+	const char *tok = getenv("CRCUDA_TOKEN"), *file = getenv("CRCUDA_TOKEN_FILE");
+	size_t n = 0;
+
+	if (tok) {
+		n = strlen(tok);
+		if (n > cap)
+			return CRC_EINVAL;
+		memcpy(buf, tok, n);
+	} else if (file) {
+		int fd = open(file, O_RDONLY | O_CLOEXEC);
+		ssize_t r;
+
+		if (fd < 0) {
+			pr_perror("open token file %s", file);
+			return -errno;
+		}
+		r = read(fd, buf, cap);
+		close(fd);
+		if (r < 0)
+			return -errno;
+		n = (size_t)r;
+		while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+			n--;
+	}
+	*len = (uint32_t)n;
+	return 0;
+}
+
+static int handshake(void)
+{
+	const char *remote = getenv("CRCUDA_REMOTE");
+	struct crc_hello hello = {
+	    .magic = CRC_PROTO_MAGIC,
+	    .version = CRC_PROTO_VERSION,
+	    .pid = getpid(),
+	    .uid = getuid(),
+	};
+	struct crc_hello_reply *r = &crc_client.info;
+	char path[256];
+	int fd, memfd = -1, nfds = 0, rc;
+
+	if (remote && *remote) {
+		hello.transport = CRC_TRANSPORT_TCP;
+		rc = read_token(hello.token, sizeof(hello.token), &hello.token_len);
+		if (rc)
+			return rc;
+		fd = crc_tcp_connect(remote);
+		if (fd < 0) {
+			pr_err("cannot reach crcudad at %s: %s", remote, crc_strerror(fd));
+			return fd;
+		}
+	} else {
+		hello.transport = CRC_TRANSPORT_UNIX;
+		rc = crc_sock_default_path(path, sizeof(path));
+		if (rc)
+			return rc;
+		fd = crc_unix_connect(path);
+		if (fd < 0) {
+			pr_err("cannot reach crcudad at %s: %s", path, crc_strerror(fd));
+			return fd;
+		}
+	}
+	rc = crc_sock_write_all(fd, &hello, sizeof(hello));
+	if (!rc)
+		rc = hello.transport == CRC_TRANSPORT_UNIX
+			 ? crc_sock_recv_fds(fd, r, sizeof(*r), &memfd, 1, &nfds)
+			 : crc_sock_read_all(fd, r, sizeof(*r));
+	if (rc) {
+		pr_err("crcudad closed the connection during the handshake%s",
+		       hello.transport == CRC_TRANSPORT_TCP ? " (wrong or missing token?)" : "");
+		goto fail;
+	}
+	if (r->magic != CRC_PROTO_MAGIC || r->version != CRC_PROTO_VERSION) {
+		pr_err("crcudad speaks protocol %#x/%u, not %#x/%u", r->magic, r->version, CRC_PROTO_MAGIC,
+		       CRC_PROTO_VERSION);
+		rc = CRC_EPROTO;
+		goto fail;
+	}
+	if (r->status) {
+		rc = r->status;
+		pr_err("crcudad refused the session: %s", crc_strerror(rc));
+		goto fail;
+	}
+	if (hello.transport == CRC_TRANSPORT_UNIX) {
+		if (nfds != 1) {
+			rc = CRC_EPROTO;
+			goto fail;
+		}
+		rc = crc_chan_open_shm(&crc_client.chan, fd, memfd, r->ring_size, false, false);
+		close(memfd);
+		memfd = -1;
+		if (rc)
+			goto fail;
+	} else {
+		crc_chan_open_tcp(&crc_client.chan, fd);
+		crc_client.tcp = true;
+	}
+	reserve_session_range(r->va_base, r->va_size);
+	for (unsigned d = 0; d < r->dev_count && d < CRC_MAX_DEVICES; d++)
+		crc_ctx_register(r->primary_ctx[d], (CUdevice)d, 0, true);
+	pr_info("session %llu: %u device(s), VA %#llx+%#llx over %s", (unsigned long long)r->session_id,
+		r->dev_count, (unsigned long long)r->va_base, (unsigned long long)r->va_size,
+		crc_client.tcp ? "TCP" : "shared memory");
+	return 0;
+fail:
+	if (memfd >= 0)
+		close(memfd);
+	close(fd);
+	return rc ? rc : CRC_EPROTO;
+}
+
+CUresult crc_connect(void)
+{
+	int state;
+
+	pthread_mutex_lock(&connect_lock);
+	state = crc_client.state;
+	if (state == 0) {
+		state = handshake() ? -1 : 1;
+		__atomic_store_n(&crc_client.state, state, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&connect_lock);
+	return state == 1 ? CUDA_SUCCESS : CRC_CU_DAEMON_GONE;
+}
+
+/* The channel failed: the daemon is gone (or broke the protocol). Everything from now on fails. */
+static CUresult lost(int rc)
+{
+	if (__atomic_exchange_n(&crc_client.state, -1, __ATOMIC_ACQ_REL) == 1)
+		pr_err("lost crcudad (%s): every CUDA call fails from now on", crc_strerror(rc));
+	return CRC_CU_DAEMON_GONE;
+}
+
+CUresult crc_ctl_begin(struct crc_call *c, uint16_t op, uint16_t flags, size_t len, void **payload)
+{
+	CUresult res = crc_ready();
+	int rc;
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	pthread_mutex_lock(&crc_client.lock);
+	if (crc_client.state != 1) {
+		pthread_mutex_unlock(&crc_client.lock);
+		return CRC_CU_DAEMON_GONE;
+	}
+	memset(c, 0, sizeof(*c));
+	c->op = op;
+	c->seq = ++crc_client.seq;
+	rc = crc_chan_reserve(&crc_client.chan, op, flags, c->seq, len, payload);
+	if (rc) {
+		pthread_mutex_unlock(&crc_client.lock);
+		return rc == CRC_EINVAL ? CUDA_ERROR_INVALID_VALUE : lost(rc);
+	}
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_call_begin(struct crc_call *c, uint16_t op, uint16_t flags, size_t len, void **args)
+{
+	struct crc_thread *t = crc_self();
+	struct crc_call_hdr *h;
+	CUresult res = crc_ctl_begin(c, op, flags, sizeof(*h) + len, (void **)&h);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	h->ctx = t->depth ? t->ctx_stack[t->depth - 1] : 0;
+	h->thread = t->tid;
+	h->flags = t->ptds ? CRC_CALL_PTDS : 0;
+	*args = h + 1;
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_call_post(struct crc_call *c)
+{
+	int rc = crc_chan_commit(&crc_client.chan);
+
+	pthread_mutex_unlock(&crc_client.lock);
+	(void)c;
+	return rc ? lost(rc) : CUDA_SUCCESS;
+}
+
+CUresult crc_call_next(struct crc_call *c, uint16_t op, uint16_t flags, size_t len, void **args)
+{
+	return crc_call_begin(c, op, flags, len, args);
+}
+
+CUresult crc_call_wait(struct crc_call *c, crc_data_fn *on_data, void *arg)
+{
+	const struct crc_msg_hdr *m;
+	const struct crc_reply_hdr *rh;
+	int rc = crc_chan_commit(&crc_client.chan);
+
+	if (rc)
+		return lost(rc);
+	for (;;) {
+		rc = crc_chan_next(&crc_client.chan, -1, &m);
+		if (rc)
+			return lost(rc);
+		if (m->op != c->op || m->seq != c->seq) {
+			crc_chan_release(&crc_client.chan);
+			pr_err("reply for op %u seq %llu while waiting for op %u seq %llu", m->op,
+			       (unsigned long long)m->seq, c->op, (unsigned long long)c->seq);
+			return lost(CRC_EPROTO);
+		}
+		if (!(m->flags & CRC_MSG_MORE))
+			break;
+		if (on_data)
+			on_data(arg, crc_msg_payload(m), crc_msg_payload_len(m));
+		crc_chan_release(&crc_client.chan);
+	}
+	c->reply_msg = m;
+	if (crc_msg_payload_len(m) < sizeof(*rh)) {
+		crc_chan_release(&crc_client.chan);
+		c->reply_msg = NULL;
+		return lost(CRC_EPROTO);
+	}
+	rh = crc_msg_payload(m);
+	c->reply = rh + 1;
+	c->reply_len = crc_msg_payload_len(m) - sizeof(*rh);
+	return (CUresult)rh->result;
+}
+
+void crc_call_end(struct crc_call *c)
+{
+	if (c->reply_msg && crc_client.state == 1)
+		crc_chan_release(&crc_client.chan);
+	c->reply_msg = NULL;
+	pthread_mutex_unlock(&crc_client.lock);
+}
+
+CUresult crc_rpc(uint16_t op, const void *args, size_t len, void *out, size_t out_len)
+{
+	struct crc_call c;
+	void *p;
+	CUresult res = crc_call_begin(&c, op, 0, len, &p);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (len)
+		memcpy(p, args, len);
+	res = crc_call_wait(&c, NULL, NULL);
+	if (res == CUDA_SUCCESS && out_len) {
+		if (c.reply_len < out_len)
+			res = lost(CRC_EPROTO);
+		else
+			memcpy(out, c.reply, out_len);
+	}
+	crc_call_end(&c);
+	return res;
+}
+
+CUresult crc_post(uint16_t op, const void *args, size_t len)
+{
+	struct crc_call c;
+	void *p;
+	CUresult res = crc_call_begin(&c, op, CRC_MSG_NOREPLY, len, &p);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (len)
+		memcpy(p, args, len);
+	return crc_call_post(&c);
+}
+
+CUresult crc_not_supported(int id)
+{
+	static _Atomic unsigned char logged[CRC_CU_COUNT];
+
+	if (id >= 0 && id < CRC_CU_COUNT && !atomic_exchange(&logged[id], 1))
+		pr_warn("%s is not supported by crcuda: returning CUDA_ERROR_NOT_SUPPORTED",
+			crc_cu_table[id].sym);
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* Orderly goodbye, so the daemon frees the session at once rather than at socket hang-up. */
+__attribute__((destructor)) static void say_bye(void)
+{
+	struct crc_call c;
+	void *p;
+
+	if (crc_client.state != 1)
+		return;
+	if (crc_ctl_begin(&c, CRC_OP_BYE, CRC_MSG_NOREPLY, 0, &p) == CUDA_SUCCESS)
+		crc_call_post(&c);
+}

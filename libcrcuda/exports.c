@@ -1,0 +1,225 @@
+/* Every entry point of libcuda.so.1, generated from the driver API table (crcuda/cuda_api.def):
+ *   FORWARD      the generic forwarder with the row's marshalling spec (crcuda/cuda_marshal.def)
+ *   HOOK         crc_hook_<sym>, hand-written (a missing one is a link error)
+ *   LOCAL        crc_local_<sym>, answered from the client's cached state
+ *   UNSUPPORTED  CUDA_ERROR_NOT_SUPPORTED, logged once
+ * A _ptds/_ptsz variant runs its parent's implementation with the thread marked per-thread-default-
+ * stream, so stream 0 means the thread's own default stream there. */
+#define LOG_PREFIX "libcrcuda: "
+#include <string.h>
+
+#include "client.h"
+#include "crcuda/cuda_api_sig.h"
+#include "crcuda/cuda_api_undef.h"
+#include "crcuda/log.h"
+
+/* Unsupported entry points ignore their parameters by design. */
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* ---- hand-written implementations: declarations, so a missing one fails the link --------------- */
+#define CRC_CU_API(sym, parent, base, version, policy, pt, ret, params, args)                                \
+	CRC_DECL_##policy##_##pt(sym, ret, params)
+#define CRC_DECL_HOOK_NONE(sym, ret, params)  ret crc_hook_##sym params;
+#define CRC_DECL_LOCAL_NONE(sym, ret, params) ret crc_local_##sym params;
+#define CRC_DECL_FORWARD_NONE(sym, ret, params)
+#define CRC_DECL_UNSUPPORTED_NONE(sym, ret, params)
+#define CRC_DECL_HOOK_PTDS(sym, ret, params)
+#define CRC_DECL_LOCAL_PTDS(sym, ret, params)
+#define CRC_DECL_FORWARD_PTDS(sym, ret, params)
+#define CRC_DECL_UNSUPPORTED_PTDS(sym, ret, params)
+#define CRC_DECL_HOOK_PTSZ(sym, ret, params)
+#define CRC_DECL_LOCAL_PTSZ(sym, ret, params)
+#define CRC_DECL_FORWARD_PTSZ(sym, ret, params)
+#define CRC_DECL_UNSUPPORTED_PTSZ(sym, ret, params)
+#include "crcuda/cuda_api.def"
+#undef CRC_CU_API
+
+/* ---- FORWARD: the marshalling spec of each row and its forwarder ------------------------------- */
+#define CRC_TAG_VAL(type)    CRC_HT_NONE
+#define CRC_TAG_HANDLE(type) CRC_HT_##type
+#define CRC_TAG_IN(type)     CRC_HT_NONE
+#define CRC_TAG_OUT(type)    CRC_HT_NONE
+#define CRC_TAG_HOUT(type)   CRC_HT_##type
+#define CRC_TAG_STR(type)    CRC_HT_NONE
+
+#define CRC_FWD_BEGIN(sym, nargs, mode)	      static const struct crc_arg_spec spec_##sym[(nargs) + 1] = {
+#define CRC_FWD_ARG(sym, i, kind, type, name) [i] = {CRC_ARG_##kind, CRC_TAG_##kind(type), sizeof(type)},
+#define CRC_FWD_END(sym)                                                                                     \
+	}                                                                                                    \
+	;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpedantic"
+#include "crcuda/cuda_marshal.def"
+#pragma GCC diagnostic pop
+#undef CRC_FWD_BEGIN
+#undef CRC_FWD_ARG
+#undef CRC_FWD_END
+
+#define CRC_MODE_SYNC  false
+#define CRC_MODE_ASYNC true
+#define CRC_FWD_BEGIN(sym, nargs, mode)                                                                      \
+	CUresult crc_fwd_##sym CRC_SIG_##sym                                                                 \
+	{                                                                                                    \
+		enum { nargs_ = (nargs), async_ = CRC_MODE_##mode };                                         \
+		const void *argv[(nargs) + 1] = {
+#define CRC_FWD_ARG(sym, i, kind, type, name) [i] = &name,
+#define CRC_FWD_END(sym)                                                                                     \
+	}                                                                                                    \
+	;                                                                                                    \
+	return crc_fwd_call(CRC_CU_##sym, async_, nargs_, spec_##sym, argv);                                 \
+	}
+#include "crcuda/cuda_marshal.def"
+#undef CRC_FWD_BEGIN
+#undef CRC_FWD_ARG
+#undef CRC_FWD_END
+
+/* ---- the exports ---------------------------------------------------------------------------------- */
+/* Which function implements a row (its parent's for a variant). */
+#define CRC_IMPL_FORWARD(parent)     crc_fwd_##parent
+#define CRC_IMPL_HOOK(parent)	     crc_hook_##parent
+#define CRC_IMPL_LOCAL(parent)	     crc_local_##parent
+#define CRC_IMPL_UNSUPPORTED(parent) unsupported_##parent
+
+#define CRC_CU_API(sym, parent, base, version, policy, pt, ret, params, args)                                \
+	CRC_UNSUPPORTED_##policy(sym, parent, ret, params)                                                   \
+	    CRC_EXPORT_##pt(sym, parent, policy, ret, params, args)
+#define CRC_UNSUPPORTED_UNSUPPORTED(sym, parent, ret, params)                                                \
+	static inline ret unsupported_##sym params                                                           \
+	{                                                                                                    \
+		return crc_not_supported(CRC_CU_##sym);                                                      \
+	}
+#define CRC_UNSUPPORTED_FORWARD(sym, parent, ret, params)
+#define CRC_UNSUPPORTED_HOOK(sym, parent, ret, params)
+#define CRC_UNSUPPORTED_LOCAL(sym, parent, ret, params)
+#define CRC_EXPORT_NONE(sym, parent, policy, ret, params, args)                                              \
+	EXPORT ret sym params                                                                                \
+	{                                                                                                    \
+		return CRC_IMPL_##policy(parent) args;                                                       \
+	}
+#define CRC_EXPORT_PT(sym, parent, policy, ret, params, args)                                                \
+	EXPORT ret sym params                                                                                \
+	{                                                                                                    \
+		struct crc_thread *t = crc_self();                                                           \
+		bool outer = t->ptds;                                                                        \
+		ret r;                                                                                       \
+		t->ptds = true;                                                                              \
+		r = CRC_IMPL_##policy(parent) args;                                                          \
+		t->ptds = outer;                                                                             \
+		return r;                                                                                    \
+	}
+#define CRC_EXPORT_PTDS CRC_EXPORT_PT
+#define CRC_EXPORT_PTSZ CRC_EXPORT_PT
+#include "crcuda/cuda_api.def"
+#undef CRC_CU_API
+
+/* ---- the address of each export, for cuGetProcAddress and dlsym ---------------------------------- */
+void *const crc_cu_exports[CRC_CU_COUNT] = {
+#define CRC_CU_API(sym, parent, base, version, policy, pt, ret, params, args) [CRC_CU_##sym] = (void *)sym,
+#include "crcuda/cuda_api.def"
+#undef CRC_CU_API
+};
+
+/* ---- the generic forwarder ----------------------------------------------------------------------- */
+static const void *arg_ptr(const void *slot)
+{
+	const void *p;
+
+	memcpy(&p, slot, sizeof(p));
+	return p;
+}
+
+CUresult crc_fwd_call(int id, bool async, unsigned nargs, const struct crc_arg_spec *spec,
+		      const void *const *argv)
+{
+	struct crc_call c;
+	size_t len = 0, off = 0;
+	uint8_t *p;
+	CUresult res;
+
+	for (unsigned i = 0; i < nargs; i++) {
+		const void *ptr = spec[i].kind == CRC_ARG_VAL ? NULL : arg_ptr(argv[i]);
+
+		switch (spec[i].kind) {
+		case CRC_ARG_VAL:
+			len += crc_align8(spec[i].size);
+			break;
+		case CRC_ARG_HANDLE:
+		case CRC_ARG_HOUT:
+			len += 8;
+			break;
+		case CRC_ARG_IN:
+		case CRC_ARG_OUT:
+			len += 8 + (ptr ? crc_align8(spec[i].size) : 0);
+			break;
+		case CRC_ARG_STR:
+			len += 8 + (ptr ? crc_align8(strlen(ptr) + 1) : 0);
+			break;
+		}
+	}
+	res = crc_call_begin(&c, (uint16_t)id, async ? CRC_MSG_NOREPLY : 0, len, (void **)&p);
+	if (res != CUDA_SUCCESS)
+		return res;
+	memset(p, 0, len);
+	for (unsigned i = 0; i < nargs; i++) {
+		const void *ptr = spec[i].kind == CRC_ARG_VAL ? NULL : arg_ptr(argv[i]);
+		uint64_t word = (uintptr_t)ptr, n;
+
+		switch (spec[i].kind) {
+		case CRC_ARG_VAL:
+			memcpy(p + off, argv[i], spec[i].size);
+			off += crc_align8(spec[i].size);
+			break;
+		case CRC_ARG_HANDLE:
+		case CRC_ARG_HOUT:
+			word = spec[i].kind == CRC_ARG_HOUT ? !!ptr : word;
+			memcpy(p + off, &word, 8);
+			off += 8;
+			break;
+		case CRC_ARG_IN:
+		case CRC_ARG_OUT:
+			word = !!ptr;
+			memcpy(p + off, &word, 8);
+			off += 8;
+			if (ptr) {
+				memcpy(p + off, ptr, spec[i].size);
+				off += crc_align8(spec[i].size);
+			}
+			break;
+		case CRC_ARG_STR:
+			n = ptr ? strlen(ptr) + 1 : 0;
+			memcpy(p + off, &n, 8);
+			off += 8;
+			if (ptr) {
+				memcpy(p + off, ptr, n);
+				off += crc_align8(n);
+			}
+			break;
+		}
+	}
+	if (async)
+		return crc_call_post(&c);
+	res = crc_call_wait(&c, NULL, NULL);
+	if (res == CUDA_SUCCESS) {
+		const uint8_t *r = c.reply;
+		size_t roff = 0;
+
+		for (unsigned i = 0; i < nargs; i++) {
+			void *ptr = (void *)arg_ptr(argv[i]);
+			size_t n = spec[i].kind == CRC_ARG_OUT ? spec[i].size : 8;
+
+			if ((spec[i].kind != CRC_ARG_OUT && spec[i].kind != CRC_ARG_HOUT) || !ptr)
+				continue;
+			if (roff + n > c.reply_len) {
+				pr_err("short reply to %s", crc_cu_table[id].sym);
+				res = CUDA_ERROR_UNKNOWN;
+				break;
+			}
+			memcpy(ptr, r + roff, n);
+			roff += crc_align8(n);
+		}
+	}
+	crc_call_end(&c);
+	return res;
+}

@@ -1,0 +1,382 @@
+/* Hooks: initialisation, entry-point lookup, export tables, contexts. The context stack of each
+ * thread lives here; every request carries the current context and the daemon makes it current. */
+#define LOG_PREFIX "libcrcuda: "
+#include <string.h>
+
+#include "client.h"
+#include "crcuda/log.h"
+#ifdef CRC_HAVE_EXPORT_TABLES
+#include "export_tables.h"
+#endif
+
+extern void *const crc_cu_exports[CRC_CU_COUNT];
+
+/* Primary contexts: the client keeps the retain count and flags (cuDevicePrimaryCtxGetState is hot);
+ * the daemon retains the real one on the session's first use. */
+static struct {
+	int refs;
+	unsigned flags;
+} primary[CRC_MAX_DEVICES];
+static pthread_mutex_t primary_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void crc_primary_state(CUdevice dev, unsigned *flags, int *active)
+{
+	pthread_mutex_lock(&primary_lock);
+	*flags = primary[dev].flags;
+	*active = primary[dev].refs > 0;
+	pthread_mutex_unlock(&primary_lock);
+}
+
+#ifdef CRC_HAVE_EXPORT_TABLES
+static CUresult env_primary_ctx(CUdevice dev, CUcontext *out)
+{
+	if (dev < 0 || (unsigned)dev >= crc_client.info.dev_count)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*out = (CUcontext)(uintptr_t)crc_client.info.primary_ctx[dev];
+	return CUDA_SUCCESS;
+}
+
+static CUresult env_current_ctx(CUcontext *out)
+{
+	*out = (CUcontext)(uintptr_t)crc_current_ctx();
+	return CUDA_SUCCESS;
+}
+
+static CUresult env_ctx_id(CUcontext ctx, unsigned long long *id)
+{
+	return crc_fwd_cuCtxGetId(ctx, id);
+}
+
+static CUresult env_driver_version(int *version)
+{
+	*version = crc_client.info.driver_version;
+	return CUDA_SUCCESS;
+}
+
+static CUresult env_device_count(int *count)
+{
+	*count = (int)crc_client.info.dev_count;
+	return CUDA_SUCCESS;
+}
+
+static CUresult env_device_identity(int ordinal, CUuuid *uuid, int *domain, int *bus, int *device)
+{
+	const struct crc_dev_info *d;
+
+	if (ordinal < 0 || (unsigned)ordinal >= crc_client.info.dev_count)
+		return CUDA_ERROR_INVALID_DEVICE;
+	d = &crc_client.info.devs[ordinal];
+	memcpy(uuid->bytes, d->uuid, sizeof(uuid->bytes));
+	*domain = d->attrs[CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID];
+	*bus = d->attrs[CU_DEVICE_ATTRIBUTE_PCI_BUS_ID];
+	*device = d->attrs[CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID];
+	return CUDA_SUCCESS;
+}
+#endif
+
+CUresult crc_hook_cuInit(unsigned int Flags)
+{
+	CUresult res;
+
+	if (Flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = crc_ready();
+	if (res != CUDA_SUCCESS)
+		return res;
+	res = (CUresult)crc_client.info.init_result;
+	if (res == CUDA_SUCCESS && !__atomic_load_n(&crc_initialized, __ATOMIC_ACQUIRE)) {
+#ifdef CRC_HAVE_EXPORT_TABLES
+		static const struct crc_export_env env = {
+		    .primary_ctx = env_primary_ctx,
+		    .current_ctx = env_current_ctx,
+		    .ctx_id = env_ctx_id,
+		    .driver_version = env_driver_version,
+		    .device_count = env_device_count,
+		    .device_identity = env_device_identity,
+		};
+		crc_export_tables_init(&env);
+#endif
+		__atomic_store_n(&crc_initialized, true, __ATOMIC_RELEASE);
+	}
+	return res;
+}
+
+/* ---- entry points ------------------------------------------------------------------------------- */
+CUresult crc_hook_cuGetProcAddress_v2(const char *symbol, void **pfn, int driverVersion, cuuint64_t flags,
+				      CUdriverProcAddressQueryResult *symbolFound)
+{
+	int status, id;
+
+	if (!pfn)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* Unknown (or empty) symbols: SUCCESS with NULL, and the status says why, as the driver does. A
+	 * version newer than ours resolves to our newest variant. */
+	id = crc_cu_resolve(symbol, driverVersion, flags, &status);
+	*pfn = id < 0 ? NULL : crc_cu_exports[id];
+	if (symbolFound)
+		*symbolFound = (CUdriverProcAddressQueryResult)status;
+	if (id < 0 && symbol && *symbol)
+		pr_debug("cuGetProcAddress(%s, %d, %#llx): not found (%d)", symbol, driverVersion,
+			 (unsigned long long)flags, status);
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_hook_cuGetProcAddress(const char *symbol, void **pfn, int driverVersion, cuuint64_t flags)
+{
+	return crc_hook_cuGetProcAddress_v2(symbol, pfn, driverVersion, flags, NULL);
+}
+
+CUresult crc_hook_cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
+{
+	if (!ppExportTable || !pExportTableId)
+		return CUDA_ERROR_INVALID_VALUE;
+#ifdef CRC_HAVE_EXPORT_TABLES
+	return crc_export_table_get(ppExportTable, pExportTableId);
+#else
+	*ppExportTable = NULL;
+	return crc_not_supported(CRC_CU_cuGetExportTable);
+#endif
+}
+
+/* ---- primary contexts --------------------------------------------------------------------------- */
+static CUresult check_device(CUdevice dev)
+{
+	if (!__atomic_load_n(&crc_initialized, __ATOMIC_ACQUIRE))
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (dev < 0 || (unsigned)dev >= crc_client.info.dev_count)
+		return CUDA_ERROR_INVALID_DEVICE;
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_hook_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+	CUresult res = check_device(dev);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (!pctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* The daemon activates the real primary context now, so errors show here as with the driver. */
+	res = crc_fwd_cuDevicePrimaryCtxRetain(pctx, dev);
+	if (res == CUDA_SUCCESS) {
+		pthread_mutex_lock(&primary_lock);
+		primary[dev].refs++;
+		pthread_mutex_unlock(&primary_lock);
+	}
+	return res;
+}
+
+/* The daemon keeps the real primary context for the session's lifetime: releasing to zero here
+ * only changes what cuDevicePrimaryCtxGetState reports. */
+CUresult crc_hook_cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+	CUresult res = check_device(dev);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	pthread_mutex_lock(&primary_lock);
+	if (primary[dev].refs > 0)
+		primary[dev].refs--;
+	else
+		res = CUDA_ERROR_INVALID_CONTEXT;
+	pthread_mutex_unlock(&primary_lock);
+	return res;
+}
+
+CUresult crc_hook_cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+	return crc_hook_cuDevicePrimaryCtxRelease_v2(dev);
+}
+
+CUresult crc_hook_cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+	CUresult res = check_device(dev);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	res = crc_fwd_cuCtxSynchronize();
+	pthread_mutex_lock(&primary_lock);
+	primary[dev].refs = 0;
+	primary[dev].flags = 0;
+	pthread_mutex_unlock(&primary_lock);
+#ifdef CRC_HAVE_EXPORT_TABLES
+	crc_export_ctx_destroyed((CUcontext)(uintptr_t)crc_client.info.primary_ctx[dev]);
+#endif
+	return res == CRC_CU_DAEMON_GONE ? res : CUDA_SUCCESS;
+}
+
+CUresult crc_hook_cuDevicePrimaryCtxReset(CUdevice dev)
+{
+	return crc_hook_cuDevicePrimaryCtxReset_v2(dev);
+}
+
+CUresult crc_hook_cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
+{
+	CUresult res = check_device(dev);
+
+	if (res == CUDA_SUCCESS)
+		res = crc_fwd_cuDevicePrimaryCtxSetFlags_v2(dev, flags);
+	if (res == CUDA_SUCCESS) {
+		pthread_mutex_lock(&primary_lock);
+		primary[dev].flags = flags;
+		pthread_mutex_unlock(&primary_lock);
+	}
+	return res;
+}
+
+CUresult crc_hook_cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
+{
+	return crc_hook_cuDevicePrimaryCtxSetFlags_v2(dev, flags);
+}
+
+/* ---- the context stack -------------------------------------------------------------------------- */
+static CUresult check_ctx(CUcontext ctx)
+{
+	if (!__atomic_load_n(&crc_initialized, __ATOMIC_ACQUIRE))
+		return CUDA_ERROR_NOT_INITIALIZED;
+	return ctx && !crc_ctx_info((uintptr_t)ctx) ? CUDA_ERROR_INVALID_CONTEXT : CUDA_SUCCESS;
+}
+
+CUresult crc_hook_cuCtxSetCurrent(CUcontext ctx)
+{
+	struct crc_thread *t = crc_self();
+	CUresult res = check_ctx(ctx);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (!ctx) {
+		if (t->depth)
+			t->depth--;
+		return CUDA_SUCCESS;
+	}
+	if (!t->depth)
+		t->depth = 1;
+	t->ctx_stack[t->depth - 1] = (uintptr_t)ctx;
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_hook_cuCtxPushCurrent_v2(CUcontext ctx)
+{
+	struct crc_thread *t = crc_self();
+	CUresult res = check_ctx(ctx);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (!ctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (t->depth == CRC_CTX_STACK)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	t->ctx_stack[t->depth++] = (uintptr_t)ctx;
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_hook_cuCtxPushCurrent(CUcontext ctx)
+{
+	return crc_hook_cuCtxPushCurrent_v2(ctx);
+}
+
+CUresult crc_hook_cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+	struct crc_thread *t = crc_self();
+
+	if (!__atomic_load_n(&crc_initialized, __ATOMIC_ACQUIRE))
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!t->depth)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	t->depth--;
+	if (pctx)
+		*pctx = (CUcontext)(uintptr_t)t->ctx_stack[t->depth];
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_hook_cuCtxPopCurrent(CUcontext *pctx)
+{
+	return crc_hook_cuCtxPopCurrent_v2(pctx);
+}
+
+/* ---- explicit contexts -------------------------------------------------------------------------- */
+CUresult crc_hook_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	CUresult res = check_device(dev);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (!pctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = crc_fwd_cuCtxCreate_v2(pctx, flags, dev);
+	if (res != CUDA_SUCCESS)
+		return res;
+	crc_ctx_register((uintptr_t)*pctx, dev, flags, false);
+	/* The new context becomes current: pushed onto the thread's stack. */
+	res = crc_hook_cuCtxPushCurrent_v2(*pctx);
+	return res;
+}
+
+CUresult crc_hook_cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	return crc_hook_cuCtxCreate_v2(pctx, flags, dev);
+}
+
+CUresult crc_hook_cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
+				 unsigned int flags, CUdevice dev)
+{
+	if (numParams > 0 || paramsArray)
+		return crc_not_supported(CRC_CU_cuCtxCreate_v3);
+	return crc_hook_cuCtxCreate_v2(pctx, flags, dev);
+}
+
+CUresult crc_hook_cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags,
+				 CUdevice dev)
+{
+	if (ctxCreateParams && (ctxCreateParams->execAffinityParams || ctxCreateParams->cigParams))
+		return crc_not_supported(CRC_CU_cuCtxCreate_v4);
+	return crc_hook_cuCtxCreate_v2(pctx, flags, dev);
+}
+
+CUresult crc_hook_cuCtxDestroy_v2(CUcontext ctx)
+{
+	struct crc_thread *t = crc_self();
+	CUresult res = check_ctx(ctx);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (!ctx || crc_ctx_info((uintptr_t)ctx)->primary)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	res = crc_fwd_cuCtxDestroy_v2(ctx);
+	if (res != CUDA_SUCCESS)
+		return res;
+	crc_ctx_forget((uintptr_t)ctx);
+#ifdef CRC_HAVE_EXPORT_TABLES
+	crc_export_ctx_destroyed(ctx);
+#endif
+	/* Destroying the current context pops it from this thread's stack. */
+	if (t->depth && t->ctx_stack[t->depth - 1] == (uintptr_t)ctx)
+		t->depth--;
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_hook_cuCtxDestroy(CUcontext ctx)
+{
+	return crc_hook_cuCtxDestroy_v2(ctx);
+}
+
+/* Settings the journal will replay: forwarded as they are for now. */
+CUresult crc_hook_cuCtxSetLimit(CUlimit limit, size_t value)
+{
+	return crc_fwd_cuCtxSetLimit(limit, value);
+}
+
+CUresult crc_hook_cuCtxSetCacheConfig(CUfunc_cache config)
+{
+	return crc_fwd_cuCtxSetCacheConfig(config);
+}
+
+CUresult crc_hook_cuCtxSetSharedMemConfig(CUsharedconfig config)
+{
+	return crc_fwd_cuCtxSetSharedMemConfig(config);
+}
+
+CUresult crc_hook_cuCtxSetFlags(unsigned int flags)
+{
+	return crc_fwd_cuCtxSetFlags(flags);
+}

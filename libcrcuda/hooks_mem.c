@@ -1,0 +1,596 @@
+/* Hooks: device memory (served by the daemon in the session's VA range), VMM, copies and pinned host
+ * memory. Pageable host data travels in the records, in chunks that the daemon consumes while the
+ * client writes the next; pinned memory (unix sessions) is a memfd the daemon maps and registers, so
+ * it copies to and from it directly and asynchronously. */
+#define LOG_PREFIX "libcrcuda: "
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "crcuda/errno.h"
+#include "crcuda/log.h"
+#include "crcuda/sock.h"
+
+/* ---- allocation ------------------------------------------------------------------------------------ */
+CUresult crc_hook_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+	return crc_fwd_cuMemAlloc_v2(dptr, bytesize);
+}
+
+CUresult crc_hook_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+				     unsigned int ElementSizeBytes)
+{
+	return crc_fwd_cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+}
+
+CUresult crc_hook_cuMemFree_v2(CUdeviceptr dptr)
+{
+	return crc_fwd_cuMemFree_v2(dptr);
+}
+
+/* Stream-ordered allocation, served from the same VA range: ordered by waiting for the stream. */
+CUresult crc_hook_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+	CUresult res = crc_fwd_cuStreamSynchronize(hStream);
+
+	return res == CUDA_SUCCESS ? crc_fwd_cuMemAlloc_v2(dptr, bytesize) : res;
+}
+
+CUresult crc_hook_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+	CUresult res = crc_fwd_cuStreamSynchronize(hStream);
+
+	return res == CUDA_SUCCESS ? crc_fwd_cuMemFree_v2(dptr) : res;
+}
+
+CUresult crc_hook_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+				      unsigned long long flags)
+{
+	CUresult res = crc_fwd_cuMemAddressReserve(ptr, size, alignment, addr, flags);
+	void *p;
+
+	/* Outside the session range (the application chose the address): keep host mappings off it
+	 * here too, as the window is kept free. */
+	if (res == CUDA_SUCCESS && !crc_is_device_va(*ptr)) {
+		p = mmap((void *)(uintptr_t)*ptr, size, PROT_NONE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+		if (p != MAP_FAILED && p != (void *)(uintptr_t)*ptr)
+			munmap(p, size);
+	}
+	return res;
+}
+
+CUresult crc_hook_cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+	CUresult res = crc_fwd_cuMemAddressFree(ptr, size);
+
+	if (res == CUDA_SUCCESS && !crc_is_device_va(ptr) &&
+	    (ptr < crc_client.va_reserved_base ||
+	     ptr >= crc_client.va_reserved_base + crc_client.va_reserved_size))
+		munmap((void *)(uintptr_t)ptr, size);
+	return res;
+}
+
+CUresult crc_hook_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+			      const CUmemAllocationProp *prop, unsigned long long flags)
+{
+	struct crc_vmm_create_req r = {.size = size, .flags = flags};
+	uint64_t h;
+	CUresult res;
+
+	if (!handle || !prop)
+		return CUDA_ERROR_INVALID_VALUE;
+	r.type = prop->type;
+	r.location_type = prop->location.type;
+	r.location_id = prop->location.id;
+	r.handle_types = prop->requestedHandleTypes;
+	r.compression = prop->allocFlags.compressionType;
+	r.gpu_direct_rdma = prop->allocFlags.gpuDirectRDMACapable;
+	res = crc_rpc(CRC_CU_cuMemCreate, &r, sizeof(r), &h, sizeof(h));
+	if (res == CUDA_SUCCESS)
+		*handle = h;
+	return res;
+}
+
+CUresult crc_hook_cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+	uint64_t a = (uintptr_t)addr, h;
+	CUresult res;
+
+	if (!handle)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = crc_rpc(CRC_CU_cuMemRetainAllocationHandle, &a, sizeof(a), &h, sizeof(h));
+	if (res == CUDA_SUCCESS)
+		*handle = h;
+	return res;
+}
+
+CUresult crc_hook_cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+	return crc_fwd_cuMemRelease(handle);
+}
+
+CUresult crc_hook_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+			   unsigned long long flags)
+{
+	return crc_fwd_cuMemMap(ptr, size, offset, handle, flags);
+}
+
+CUresult crc_hook_cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+	return crc_fwd_cuMemUnmap(ptr, size);
+}
+
+/* ---- copies -------------------------------------------------------------------------------------- */
+/* Where a host or device address lives, as the daemon must see it. */
+static uint32_t locate(uint64_t addr, size_t bytes)
+{
+	struct crc_pinned *pin;
+
+	if (crc_is_device_va(addr))
+		return CRC_LOC_DEVICE;
+	pin = crc_pinned_find((const void *)(uintptr_t)addr, bytes);
+	if (pin)
+		return !crc_client.tcp && pin->memfd != -2 ? CRC_LOC_PINNED : CRC_LOC_INLINE;
+	/* Unified addressing: what is not mapped in this process is device memory (module globals,
+	 * the application's own reservations) or nothing at all, which the daemon then refuses. */
+	if (msync((void *)(uintptr_t)(addr & ~4095ull), 1, MS_ASYNC) && errno == ENOMEM)
+		return CRC_LOC_DEVICE;
+	return CRC_LOC_INLINE;
+}
+
+struct dtoh_sink {
+	uint8_t *dst;
+	uint64_t bytes;
+};
+
+static void dtoh_chunk(void *arg, const void *data, size_t len)
+{
+	struct dtoh_sink *sink = arg;
+	const struct crc_copy_data *d = data;
+
+	if (len < sizeof(*d) || d->bytes > len - sizeof(*d) || d->offset + d->bytes > sink->bytes)
+		return;
+	memcpy(sink->dst + d->offset, d + 1, d->bytes);
+}
+
+/* Any direction, any memory. Pageable host sources go out in chunks (posted, several in flight, the
+ * last one waited for unless async); pageable destinations come back in chunks. */
+static CUresult copy(uint64_t dst, uint64_t src, size_t bytes, CUstream stream, bool async)
+{
+	uint32_t dl = locate(dst, bytes), sl = locate(src, bytes);
+	struct crc_copy_req *r;
+	struct crc_call c;
+	CUresult res;
+
+	if (!bytes)
+		return CUDA_SUCCESS;
+	if (dl == CRC_LOC_INLINE && sl == CRC_LOC_INLINE) {
+		/* Host to host: after the stream's earlier work, which may write the source. */
+		res = async ? crc_fwd_cuStreamSynchronize(stream) : crc_fwd_cuCtxSynchronize();
+		if (res == CUDA_SUCCESS)
+			memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes);
+		return res;
+	}
+	if (dl == CRC_LOC_INLINE) {
+		struct dtoh_sink sink = {(uint8_t *)(uintptr_t)dst, bytes};
+
+		if (sl != CRC_LOC_DEVICE)
+			return CUDA_ERROR_INVALID_VALUE;
+		res = crc_call_begin(&c, CRC_CU_cuMemcpyDtoH_v2, 0, sizeof(*r), (void **)&r);
+		if (res != CUDA_SUCCESS)
+			return res;
+		*r = (struct crc_copy_req){.dst = dst,
+					   .src = src,
+					   .bytes = bytes,
+					   .stream = (uintptr_t)stream,
+					   .dst_loc = dl,
+					   .src_loc = sl,
+					   .async = async};
+		res = crc_call_wait(&c, dtoh_chunk, &sink);
+		crc_call_end(&c);
+		return res;
+	}
+	if (sl == CRC_LOC_INLINE) {
+		size_t max =
+		    crc_chan_max_payload(&crc_client.chan) - sizeof(struct crc_call_hdr) - sizeof(*r);
+		size_t chunk = max < CRC_COPY_CHUNK ? max : CRC_COPY_CHUNK;
+
+		for (size_t off = 0; off < bytes; off += chunk) {
+			size_t n = bytes - off < chunk ? bytes - off : chunk;
+			bool last = off + n == bytes;
+
+			res = crc_call_begin(&c, CRC_CU_cuMemcpyHtoD_v2, last && !async ? 0 : CRC_MSG_NOREPLY,
+					     sizeof(*r) + n, (void **)&r);
+			if (res != CUDA_SUCCESS)
+				return res;
+			*r = (struct crc_copy_req){.dst = dst + off,
+						   .bytes = n,
+						   .stream = (uintptr_t)stream,
+						   .dst_loc = dl,
+						   .src_loc = sl,
+						   .async = async};
+			memcpy(r + 1, (const uint8_t *)(uintptr_t)src + off, n);
+			if (!last || async) {
+				res = crc_call_post(&c);
+				if (res != CUDA_SUCCESS)
+					return res;
+				continue;
+			}
+			res = crc_call_wait(&c, NULL, NULL);
+			crc_call_end(&c);
+			return res;
+		}
+		return CUDA_SUCCESS;
+	}
+	/* Device and pinned memory: the daemon reaches both; async ones are posted. */
+	res =
+	    crc_call_begin(&c, CRC_CU_cuMemcpyHtoD_v2, async ? CRC_MSG_NOREPLY : 0, sizeof(*r), (void **)&r);
+	if (res != CUDA_SUCCESS)
+		return res;
+	*r = (struct crc_copy_req){.dst = dst,
+				   .src = src,
+				   .bytes = bytes,
+				   .stream = (uintptr_t)stream,
+				   .dst_loc = dl,
+				   .src_loc = sl,
+				   .async = async};
+	if (async)
+		return crc_call_post(&c);
+	res = crc_call_wait(&c, NULL, NULL);
+	crc_call_end(&c);
+	return res;
+}
+
+static CUresult check_copy(uint64_t dst, uint64_t src)
+{
+	if (!__atomic_load_n(&crc_initialized, __ATOMIC_ACQUIRE))
+		return CUDA_ERROR_NOT_INITIALIZED;
+	return dst && src ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+#define COPY(dst, src, n, stream, async)                                                                     \
+	do {                                                                                                 \
+		CUresult check_ = check_copy((uintptr_t)(dst), (uintptr_t)(src));                            \
+		return check_ != CUDA_SUCCESS                                                                \
+			   ? check_                                                                          \
+			   : copy((uintptr_t)(dst), (uintptr_t)(src), (n), (stream), (async));               \
+	} while (0)
+
+CUresult crc_hook_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+	COPY(dstDevice, srcHost, ByteCount, NULL, false);
+}
+
+CUresult crc_hook_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+	COPY(dstHost, srcDevice, ByteCount, NULL, false);
+}
+
+CUresult crc_hook_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
+				       CUstream hStream)
+{
+	COPY(dstDevice, srcHost, ByteCount, hStream, true);
+}
+
+CUresult crc_hook_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+				       CUstream hStream)
+{
+	COPY(dstHost, srcDevice, ByteCount, hStream, true);
+}
+
+CUresult crc_hook_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
+{
+	COPY(dst, src, ByteCount, NULL, false);
+}
+
+CUresult crc_hook_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
+{
+	COPY(dst, src, ByteCount, hStream, true);
+}
+
+/* ---- pinned host memory -------------------------------------------------------------------------- */
+static CUresult pinned_alloc(void **pp, size_t bytes, unsigned flags)
+{
+	struct crc_pinned *pin;
+	struct crc_pin_req req = {.bytes = bytes, .flags = flags};
+	struct crc_pin_reply reply = {0};
+	size_t size = (bytes + 4095) & ~(size_t)4095;
+	CUresult res = crc_ready();
+	int fd = -1;
+	void *p;
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (!pp || !bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	pin = calloc(1, sizeof(*pin));
+	if (!pin)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (!crc_client.tcp) {
+		fd = memfd_create("crcuda-pinned", MFD_CLOEXEC);
+		if (fd < 0 || ftruncate(fd, (off_t)size))
+			goto oom;
+		p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	} else {
+		/* Over TCP pinned memory is plain memory; its data travels in the records. */
+		p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	}
+	if (p == MAP_FAILED)
+		goto oom;
+	req.client_addr = (uintptr_t)p;
+	req.bytes = size;
+	if (fd >= 0) {
+		char byte = 0;
+		struct crc_call c;
+		void *args;
+
+		/* The descriptor goes on the socket first; the daemon takes it when it reaches the record.
+		 * Both under the channel lock, so no other register can slip in between. */
+		res = crc_ctl_begin(&c, CRC_OP_PIN_REGISTER, 0, sizeof(req), &args);
+		if (res != CUDA_SUCCESS)
+			goto fail_map;
+		memcpy(args, &req, sizeof(req));
+		if (crc_sock_send_fds(crc_client.chan.fd, &byte, 1, &fd, 1)) {
+			res = CRC_CU_DAEMON_GONE;
+			crc_call_end(&c);
+			goto fail_map;
+		}
+		res = crc_call_wait(&c, NULL, NULL);
+		if (res == CUDA_SUCCESS && c.reply_len >= sizeof(reply))
+			memcpy(&reply, c.reply, sizeof(reply));
+		crc_call_end(&c);
+		close(fd);
+		fd = -1;
+		if (res != CUDA_SUCCESS)
+			goto fail_map;
+	}
+	pin->addr = (uintptr_t)p;
+	pin->bytes = size;
+	pin->flags = flags;
+	pin->device_ptr = reply.device_ptr;
+	pin->memfd = -1;
+	pthread_mutex_lock(&crc_client.pinned_lock);
+	pin->next = crc_client.pinned;
+	crc_client.pinned = pin;
+	pthread_mutex_unlock(&crc_client.pinned_lock);
+	*pp = p;
+	return CUDA_SUCCESS;
+fail_map:
+	munmap(p, size);
+	free(pin);
+	if (fd >= 0)
+		close(fd);
+	return res;
+oom:
+	if (fd >= 0)
+		close(fd);
+	free(pin);
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult crc_hook_cuMemAllocHost_v2(void **pp, size_t bytesize)
+{
+	return pinned_alloc(pp, bytesize, 0);
+}
+
+CUresult crc_hook_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+	return pinned_alloc(pp, bytesize, Flags);
+}
+
+static struct crc_pinned *pinned_take(void *p)
+{
+	struct crc_pinned *r = NULL;
+
+	pthread_mutex_lock(&crc_client.pinned_lock);
+	for (struct crc_pinned **pp = &crc_client.pinned; *pp; pp = &(*pp)->next) {
+		if ((*pp)->addr == (uintptr_t)p) {
+			r = *pp;
+			*pp = r->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&crc_client.pinned_lock);
+	return r;
+}
+
+CUresult crc_hook_cuMemFreeHost(void *p)
+{
+	struct crc_pinned *pin = pinned_take(p);
+	struct crc_pin_req req;
+	struct crc_call c;
+	void *args;
+	CUresult res = CUDA_SUCCESS;
+
+	if (!pin || pin->memfd == -2)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!crc_client.tcp) {
+		req = (struct crc_pin_req){.client_addr = pin->addr, .bytes = pin->bytes};
+		res = crc_ctl_begin(&c, CRC_OP_PIN_UNREGISTER, 0, sizeof(req), &args);
+		if (res == CUDA_SUCCESS) {
+			memcpy(args, &req, sizeof(req));
+			res = crc_call_wait(&c, NULL, NULL);
+			crc_call_end(&c);
+		}
+	}
+	munmap(p, pin->bytes);
+	free(pin);
+	return res;
+}
+
+CUresult crc_hook_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+	struct crc_pinned *pin = crc_pinned_find(p, 1);
+
+	if (!pdptr || Flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!pin || !pin->device_ptr)
+		return CUDA_ERROR_INVALID_VALUE;
+	*pdptr = pin->device_ptr + ((uintptr_t)p - pin->addr);
+	return CUDA_SUCCESS;
+}
+
+/* The application's own memory cannot be shared with the daemon: it stays pageable (copies go
+ * through the records, synchronously), but is remembered so cuMemHostGetFlags and pointer
+ * attributes answer as for registered memory. Mapping it into device space is not possible. */
+CUresult crc_hook_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+	struct crc_pinned *pin;
+
+	if (!p || !bytesize)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (Flags & CU_MEMHOSTREGISTER_DEVICEMAP)
+		return crc_not_supported(CRC_CU_cuMemHostRegister_v2);
+	if (crc_pinned_find(p, 1))
+		return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+	pin = calloc(1, sizeof(*pin));
+	if (!pin)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pin->addr = (uintptr_t)p;
+	pin->bytes = bytesize;
+	pin->flags = Flags;
+	pin->memfd = -2; /* registered, not ours: copies use the pageable path */
+	pthread_mutex_lock(&crc_client.pinned_lock);
+	pin->next = crc_client.pinned;
+	crc_client.pinned = pin;
+	pthread_mutex_unlock(&crc_client.pinned_lock);
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_hook_cuMemHostUnregister(void *p)
+{
+	struct crc_pinned *pin = pinned_take(p);
+
+	if (!pin)
+		return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+	if (pin->memfd != -2) {
+		/* Memory of cuMemHostAlloc: not registered, put it back. */
+		pthread_mutex_lock(&crc_client.pinned_lock);
+		pin->next = crc_client.pinned;
+		crc_client.pinned = pin;
+		pthread_mutex_unlock(&crc_client.pinned_lock);
+		return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+	}
+	free(pin);
+	return CUDA_SUCCESS;
+}
+
+/* ---- pointer attributes ------------------------------------------------------------------------- */
+static size_t attr_size(CUpointer_attribute a)
+{
+	switch (a) {
+	case CU_POINTER_ATTRIBUTE_CONTEXT:
+	case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+	case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+	case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+	case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+	case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+	case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+	case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+	case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+	case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
+		return 8;
+	case CU_POINTER_ATTRIBUTE_P2P_TOKENS:
+		return sizeof(CUDA_POINTER_ATTRIBUTE_P2P_TOKENS);
+	case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+		return 0; /* a handle: not answered */
+	default:
+		return 4;
+	}
+}
+
+/* Host memory of this process: answered here. */
+static CUresult host_pointer_attribute(void *data, CUpointer_attribute a, const struct crc_pinned *pin,
+				       uint64_t ptr)
+{
+	uint64_t off = ptr - pin->addr;
+
+	switch (a) {
+	case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+		*(unsigned *)data = CU_MEMORYTYPE_HOST;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+		*(void **)data = (void *)(uintptr_t)ptr;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+		if (!pin->device_ptr)
+			return CUDA_ERROR_INVALID_VALUE;
+		*(CUdeviceptr *)data = pin->device_ptr + off;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_CONTEXT:
+		*(CUcontext *)data = (CUcontext)(uintptr_t)crc_current_ctx();
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+		*(unsigned *)data = 0;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_MAPPED:
+		*(unsigned *)data = 1;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+		*(uint64_t *)data = pin->addr;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+		*(uint64_t *)data = pin->bytes;
+		return CUDA_SUCCESS;
+	default:
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+}
+
+CUresult crc_hook_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+	struct crc_pinned *pin = crc_pinned_find((void *)(uintptr_t)ptr, 1);
+	uint64_t req[2] = {ptr, (uint64_t)attribute}, out[8] = {0};
+	size_t n = attr_size(attribute);
+	CUresult res;
+
+	if (!data)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (pin)
+		return host_pointer_attribute(data, attribute, pin, ptr);
+	if (!n)
+		return crc_not_supported(CRC_CU_cuPointerGetAttribute);
+	res = crc_rpc(CRC_CU_cuPointerGetAttribute, req, sizeof(req), out, sizeof(out));
+	if (res == CUDA_SUCCESS)
+		memcpy(data, out, n);
+	return res;
+}
+
+CUresult crc_hook_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes,
+					 void **data, CUdeviceptr ptr)
+{
+	if (!attributes || !data)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (unsigned i = 0; i < numAttributes; i++) {
+		CUresult res = crc_hook_cuPointerGetAttribute(data[i], attributes[i], ptr);
+
+		if (res != CUDA_SUCCESS && res != CUDA_ERROR_NOT_SUPPORTED)
+			return res;
+	}
+	return CUDA_SUCCESS;
+}
+
+/* cuMemSetAccess carries an array: one record with count descriptors. */
+CUresult crc_hook_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+	struct crc_call c;
+	uint64_t *p;
+	CUresult res;
+
+	if (!desc || !count || count > 64)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = crc_call_begin(&c, CRC_CU_cuMemSetAccess, 0, 24 + count * sizeof(*desc), (void **)&p);
+	if (res != CUDA_SUCCESS)
+		return res;
+	p[0] = ptr;
+	p[1] = size;
+	p[2] = count;
+	memcpy(p + 3, desc, count * sizeof(*desc));
+	res = crc_call_wait(&c, NULL, NULL);
+	crc_call_end(&c);
+	return res;
+}

@@ -1,0 +1,372 @@
+/* Hooks: module and library loading (the image bytes go to the daemon), function and kernel lookups
+ * (the answer carries the parameter layout, cached here), launches (kernelParams packed by that
+ * layout, posted without waiting), function attributes. */
+#define LOG_PREFIX "libcrcuda: "
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "crcuda/log.h"
+#include "crcuda/modimage.h"
+
+/* ---- loading -------------------------------------------------------------------------------------- */
+/* Sends the image in records of at most the channel's payload; all but the last are posted. */
+static CUresult load(uint16_t op, const void *image, size_t bytes, uint64_t *handle)
+{
+	size_t max = crc_chan_max_payload(&crc_client.chan) - sizeof(struct crc_call_hdr) -
+		     sizeof(struct crc_load_req);
+	struct crc_load_req *r;
+	struct crc_call c;
+	CUresult res;
+
+	if (!__atomic_load_n(&crc_initialized, __ATOMIC_ACQUIRE))
+		return CUDA_ERROR_NOT_INITIALIZED;
+	for (size_t off = 0;; off += max) {
+		size_t n = bytes - off < max ? bytes - off : max;
+		bool last = off + n == bytes;
+
+		res = crc_call_begin(&c, op, last ? 0 : CRC_MSG_NOREPLY, sizeof(*r) + n, (void **)&r);
+		if (res != CUDA_SUCCESS)
+			return res;
+		*r = (struct crc_load_req){.image_bytes = bytes, .offset = off, .chunk = n};
+		memcpy(r + 1, (const uint8_t *)image + off, n);
+		if (!last) {
+			res = crc_call_post(&c);
+			if (res != CUDA_SUCCESS)
+				return res;
+			continue;
+		}
+		res = crc_call_wait(&c, NULL, NULL);
+		if (res == CUDA_SUCCESS) {
+			if (c.reply_len >= 8)
+				memcpy(handle, c.reply, 8);
+			else
+				res = CUDA_ERROR_UNKNOWN;
+		}
+		crc_call_end(&c);
+		return res;
+	}
+}
+
+/* The bytes of an image given by pointer: a fatbin wrapper stands for the fatbin it points to. */
+static CUresult load_image(uint16_t op, const void *image, uint64_t *handle)
+{
+	struct crc_modimage_kind kind;
+
+	if (!image || !handle)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (crc_modimage_identify(image, &kind))
+		return CUDA_ERROR_INVALID_IMAGE;
+	return load(op, kind.data, kind.size, handle);
+}
+
+static CUresult load_file(uint16_t op, const char *path, uint64_t *handle)
+{
+	struct stat st;
+	CUresult res;
+	void *buf;
+	int fd;
+
+	if (!path || !handle)
+		return CUDA_ERROR_INVALID_VALUE;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return CUDA_ERROR_FILE_NOT_FOUND;
+	if (fstat(fd, &st) || !(buf = malloc((size_t)st.st_size + 1))) {
+		close(fd);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	if (read(fd, buf, (size_t)st.st_size) != st.st_size) {
+		free(buf);
+		close(fd);
+		return CUDA_ERROR_FILE_NOT_FOUND;
+	}
+	close(fd);
+	((char *)buf)[st.st_size] = 0; /* PTX files need their NUL */
+	res = load_image(op, buf, handle);
+	free(buf);
+	return res;
+}
+
+CUresult crc_hook_cuModuleLoadData(CUmodule *module, const void *image)
+{
+	return load_image(CRC_CU_cuModuleLoadData, image, (uint64_t *)module);
+}
+
+/* JIT options are not forwarded: the daemon loads with its defaults. */
+CUresult crc_hook_cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
+				     CUjit_option *options, void **optionValues)
+{
+	(void)numOptions, (void)options, (void)optionValues;
+	return load_image(CRC_CU_cuModuleLoadData, image, (uint64_t *)module);
+}
+
+CUresult crc_hook_cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
+{
+	return load_image(CRC_CU_cuModuleLoadData, fatCubin, (uint64_t *)module);
+}
+
+CUresult crc_hook_cuModuleLoad(CUmodule *module, const char *fname)
+{
+	return load_file(CRC_CU_cuModuleLoadData, fname, (uint64_t *)module);
+}
+
+CUresult crc_hook_cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
+				    void **jitOptionsValues, unsigned int numJitOptions,
+				    CUlibraryOption *libraryOptions, void **libraryOptionValues,
+				    unsigned int numLibraryOptions)
+{
+	(void)jitOptions, (void)jitOptionsValues, (void)numJitOptions;
+	(void)libraryOptions, (void)libraryOptionValues, (void)numLibraryOptions;
+	return load_image(CRC_CU_cuLibraryLoadData, code, (uint64_t *)library);
+}
+
+CUresult crc_hook_cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_option *jitOptions,
+					void **jitOptionsValues, unsigned int numJitOptions,
+					CUlibraryOption *libraryOptions, void **libraryOptionValues,
+					unsigned int numLibraryOptions)
+{
+	(void)jitOptions, (void)jitOptionsValues, (void)numJitOptions;
+	(void)libraryOptions, (void)libraryOptionValues, (void)numLibraryOptions;
+	return load_file(CRC_CU_cuLibraryLoadData, fileName, (uint64_t *)library);
+}
+
+CUresult crc_hook_cuModuleUnload(CUmodule hmod)
+{
+	return crc_fwd_cuModuleUnload(hmod);
+}
+
+CUresult crc_hook_cuLibraryUnload(CUlibrary library)
+{
+	return crc_fwd_cuLibraryUnload(library);
+}
+
+CUresult crc_hook_cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
+{
+	return crc_fwd_cuLibraryGetModule(pMod, library);
+}
+
+CUresult crc_hook_cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
+{
+	return crc_fwd_cuModuleGetGlobal_v2(dptr, bytes, hmod, name);
+}
+
+CUresult crc_hook_cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
+{
+	return crc_fwd_cuLibraryGetGlobal(dptr, bytes, library, name);
+}
+
+/* ---- lookups -------------------------------------------------------------------------------------- */
+static CUresult get_function(uint16_t op, uint64_t owner, const char *name, uint64_t *out)
+{
+	size_t name_len = name ? strlen(name) + 1 : 0;
+	const struct crc_getfn_reply *r;
+	struct crc_getfn_req *q;
+	struct crc_call c;
+	CUresult res;
+
+	if (!out)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = crc_call_begin(&c, op, 0, sizeof(*q) + name_len, (void **)&q);
+	if (res != CUDA_SUCCESS)
+		return res;
+	q->owner = owner;
+	q->name_len = name_len;
+	if (name_len)
+		memcpy(q + 1, name, name_len);
+	res = crc_call_wait(&c, NULL, NULL);
+	if (res == CUDA_SUCCESS) {
+		r = c.reply;
+		if (c.reply_len < sizeof(*r) ||
+		    (r->nparams != UINT32_MAX &&
+		     (r->nparams > CRC_MAX_KPARAMS ||
+		      c.reply_len < sizeof(*r) + r->nparams * sizeof(struct crc_kparam_wire)))) {
+			res = CUDA_ERROR_UNKNOWN;
+		} else {
+			if (!crc_func_store(owner, name, r, (const struct crc_kparam_wire *)(r + 1)))
+				res = CUDA_ERROR_OUT_OF_MEMORY;
+			*out = r->handle;
+		}
+	}
+	crc_call_end(&c);
+	return res;
+}
+
+CUresult crc_hook_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+{
+	if (!name)
+		return CUDA_ERROR_INVALID_VALUE;
+	return get_function(CRC_CU_cuModuleGetFunction, (uintptr_t)hmod, name, (uint64_t *)hfunc);
+}
+
+CUresult crc_hook_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
+{
+	if (!name)
+		return CUDA_ERROR_INVALID_VALUE;
+	return get_function(CRC_CU_cuLibraryGetKernel, (uintptr_t)library, name, (uint64_t *)pKernel);
+}
+
+CUresult crc_hook_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
+{
+	struct crc_func_info *k = crc_func_lookup((uintptr_t)kernel);
+
+	return get_function(CRC_CU_cuKernelGetFunction, (uintptr_t)kernel, k ? k->name : NULL,
+			    (uint64_t *)pFunc);
+}
+
+/* Attribute setters: forwarded, and the cached attributes follow. */
+CUresult crc_hook_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
+{
+	CUresult res = crc_fwd_cuFuncSetAttribute(hfunc, attrib, value);
+	struct crc_func_info *f = crc_func_lookup((uintptr_t)hfunc);
+
+	if (res == CUDA_SUCCESS && f && attrib >= 0 && attrib < CRC_FUNC_ATTR_SLOTS)
+		f->attrs[attrib] = value;
+	return res;
+}
+
+CUresult crc_hook_cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev)
+{
+	CUresult res = crc_fwd_cuKernelSetAttribute(attrib, val, kernel, dev);
+	struct crc_func_info *f = crc_func_lookup((uintptr_t)kernel);
+
+	if (res == CUDA_SUCCESS && f && attrib >= 0 && attrib < CRC_FUNC_ATTR_SLOTS)
+		f->attrs[attrib] = val;
+	return res;
+}
+
+CUresult crc_hook_cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
+{
+	return crc_fwd_cuFuncSetCacheConfig(hfunc, config);
+}
+
+CUresult crc_hook_cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev)
+{
+	return crc_fwd_cuKernelSetCacheConfig(kernel, config, dev);
+}
+
+CUresult crc_hook_cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config)
+{
+	return crc_fwd_cuFuncSetSharedMemConfig(hfunc, config);
+}
+
+/* ---- launches ------------------------------------------------------------------------------------- */
+/* The `extra` buffer: CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE, sent verbatim. */
+static bool extra_buffer(void **extra, const void **buf, size_t *size)
+{
+	*buf = NULL;
+	*size = 0;
+	for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+		if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+			*buf = extra[i + 1];
+		else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+			*size = *(size_t *)extra[i + 1];
+		else
+			return false;
+	}
+	return *buf || !*size;
+}
+
+static CUresult launch(uint16_t op, uint64_t f, const unsigned grid[3], const unsigned block[3],
+		       unsigned shared, uint64_t stream, void **kernelParams, void **extra,
+		       const CUlaunchAttribute *attrs, unsigned nattrs, bool cooperative)
+{
+	struct crc_func_info *fi = crc_func_lookup(f);
+	const void *ebuf = NULL;
+	size_t esize = 0, len;
+	uint32_t n, bytes;
+	struct crc_launch_req *r;
+	struct crc_kparam_wire *pw;
+	struct crc_call c;
+	uint8_t *buf;
+	CUresult res;
+
+	if (!fi)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (kernelParams) {
+		if (fi->nparams == UINT32_MAX) {
+			pr_err("launch of %s: its parameter layout is unknown; kernelParams cannot be sent",
+			       fi->name);
+			return CUDA_ERROR_NOT_SUPPORTED;
+		}
+		n = fi->nparams;
+		bytes = fi->param_bytes;
+	} else if (extra) {
+		if (!extra_buffer(extra, &ebuf, &esize) || esize > 65536)
+			return CUDA_ERROR_INVALID_VALUE;
+		n = UINT32_MAX;
+		bytes = (uint32_t)esize;
+	} else {
+		n = fi->nparams == UINT32_MAX ? 0 : fi->nparams;
+		if (n)
+			return CUDA_ERROR_INVALID_VALUE;
+		bytes = 0;
+	}
+	len = sizeof(*r) + (n == UINT32_MAX ? 0 : n * sizeof(*pw)) + crc_align8(bytes) +
+	      nattrs * sizeof(*attrs);
+	res = crc_call_begin(&c, op, CRC_MSG_NOREPLY, len, (void **)&r);
+	if (res != CUDA_SUCCESS)
+		return res;
+	*r = (struct crc_launch_req){.func = f,
+				     .stream = stream,
+				     .grid = {grid[0], grid[1], grid[2]},
+				     .block = {block[0], block[1], block[2]},
+				     .shared_bytes = shared,
+				     .nparams = n,
+				     .param_bytes = bytes,
+				     .nattrs = nattrs,
+				     .cooperative = cooperative};
+	pw = (struct crc_kparam_wire *)(r + 1);
+	buf = (uint8_t *)(pw + (n == UINT32_MAX ? 0 : n));
+	memset(buf, 0, crc_align8(bytes));
+	if (n == UINT32_MAX) {
+		memcpy(buf, ebuf, esize);
+	} else {
+		memcpy(pw, fi->params, n * sizeof(*pw));
+		for (uint32_t i = 0; i < n; i++)
+			memcpy(buf + fi->params[i].offset, kernelParams[i], fi->params[i].size);
+	}
+	if (nattrs)
+		memcpy(buf + crc_align8(bytes), attrs, nattrs * sizeof(*attrs));
+	return crc_call_post(&c);
+}
+
+CUresult crc_hook_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+				 unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+				 unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+				 void **kernelParams, void **extra)
+{
+	const unsigned grid[3] = {gridDimX, gridDimY, gridDimZ}, block[3] = {blockDimX, blockDimY, blockDimZ};
+
+	return launch(CRC_CU_cuLaunchKernel, (uintptr_t)f, grid, block, sharedMemBytes, (uintptr_t)hStream,
+		      kernelParams, extra, NULL, 0, false);
+}
+
+CUresult crc_hook_cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+					    unsigned int gridDimZ, unsigned int blockDimX,
+					    unsigned int blockDimY, unsigned int blockDimZ,
+					    unsigned int sharedMemBytes, CUstream hStream,
+					    void **kernelParams)
+{
+	const unsigned grid[3] = {gridDimX, gridDimY, gridDimZ}, block[3] = {blockDimX, blockDimY, blockDimZ};
+
+	return launch(CRC_CU_cuLaunchCooperativeKernel, (uintptr_t)f, grid, block, sharedMemBytes,
+		      (uintptr_t)hStream, kernelParams, NULL, NULL, 0, true);
+}
+
+CUresult crc_hook_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+				   void **extra)
+{
+	unsigned grid[3], block[3];
+
+	if (!config || config->numAttrs > 16 || (config->numAttrs && !config->attrs))
+		return CUDA_ERROR_INVALID_VALUE;
+	grid[0] = config->gridDimX, grid[1] = config->gridDimY, grid[2] = config->gridDimZ;
+	block[0] = config->blockDimX, block[1] = config->blockDimY, block[2] = config->blockDimZ;
+	return launch(CRC_CU_cuLaunchKernelEx, (uintptr_t)f, grid, block, config->sharedMemBytes,
+		      (uintptr_t)config->hStream, kernelParams, extra, config->attrs, config->numAttrs,
+		      false);
+}
