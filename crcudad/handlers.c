@@ -164,6 +164,7 @@ static CUresult map_new(struct crc_session *s, uint64_t bytes, uint64_t *out)
 		return res != CUDA_SUCCESS ? res : CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	a->handle = h;
+	a->vhandle = s->cur_ctx; /* the context cuPointerGetAttribute reports */
 	account(s, (int64_t)size);
 	*out = ptr;
 	return CUDA_SUCCESS;
@@ -717,6 +718,17 @@ CUresult crc_raw_getfn(struct crc_session *s, const struct crc_call_hdr *h, cons
 	reply->handle = crc_find_handle(s, tag, obj.ptr);
 	if (!reply->handle)
 		reply->handle = crc_register(s, tag, obj);
+	if (tag == CRC_HT_FUNC) {
+		union crc_slot mod = {0};
+
+		if (CALL(cuFuncGetModule, (CUmodule *)&mod.ptr, obj.ptr) == CUDA_SUCCESS && mod.ptr) {
+			reply->owner = crc_find_handle(s, CRC_HT_MODULE, mod.ptr);
+			if (!reply->owner)
+				reply->owner = crc_register(s, CRC_HT_MODULE, mod);
+		}
+	} else {
+		reply->owner = r->owner;
+	}
 	current_device(&dev);
 	for (int a = 0; a < CU_FUNC_ATTRIBUTE_MAX && a < CRC_FUNC_ATTR_SLOTS; a++) {
 		int v = 0;
@@ -908,6 +920,18 @@ CUresult crc_raw_ptrattr(struct crc_session *s, const struct crc_call_hdr *h, co
 		return CUDA_ERROR_INVALID_VALUE;
 	memcpy(w, args, sizeof(w));
 	res = CALL(cuPointerGetAttribute, out, (CUpointer_attribute)w[1], w[0]);
+	/* Memory of cuMemAlloc is a VMM mapping for the backend: answer as for cuMemAlloc memory. */
+	for (struct crc_alloc *a = s->allocs; a; a = a->next) {
+		if (a->kind != CRC_ALLOC_MEM || w[0] - a->ptr >= a->size)
+			continue;
+		if (w[1] == CU_POINTER_ATTRIBUTE_CONTEXT)
+			out[0] = a->vhandle, res = CUDA_SUCCESS;
+		else if (w[1] == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
+			out[0] = a->ptr, res = CUDA_SUCCESS;
+		else if (w[1] == CU_POINTER_ATTRIBUTE_RANGE_SIZE)
+			out[0] = a->size, res = CUDA_SUCCESS;
+		return res;
+	}
 	if (res == CUDA_SUCCESS && w[1] == CU_POINTER_ATTRIBUTE_CONTEXT)
 		out[0] = crc_find_handle(s, CRC_HT_CTX, (void *)(uintptr_t)out[0]);
 	return res;

@@ -46,6 +46,25 @@ CUresult crc_hook_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 	return res == CUDA_SUCCESS ? crc_fwd_cuMemFree_v2(dptr) : res;
 }
 
+/* The application's reservations outside the session range (at hints it chose): device memory,
+ * although this process maps them PROT_NONE. */
+static struct device_range {
+	uint64_t base, size;
+	struct device_range *next;
+} * app_ranges;
+static pthread_mutex_t app_ranges_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool in_app_range(uint64_t addr)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&app_ranges_lock);
+	for (struct device_range *r = app_ranges; r && !found; r = r->next)
+		found = addr - r->base < r->size;
+	pthread_mutex_unlock(&app_ranges_lock);
+	return found;
+}
+
 CUresult crc_hook_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
 				      unsigned long long flags)
 {
@@ -55,6 +74,15 @@ CUresult crc_hook_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alig
 	/* Outside the session range (the application chose the address): keep host mappings off it
 	 * here too, as the window is kept free. */
 	if (res == CUDA_SUCCESS && !crc_is_device_va(*ptr)) {
+		struct device_range *r = malloc(sizeof(*r));
+
+		if (r) {
+			*r = (struct device_range){*ptr, size, NULL};
+			pthread_mutex_lock(&app_ranges_lock);
+			r->next = app_ranges;
+			app_ranges = r;
+			pthread_mutex_unlock(&app_ranges_lock);
+		}
 		p = mmap((void *)(uintptr_t)*ptr, size, PROT_NONE,
 			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
 		if (p != MAP_FAILED && p != (void *)(uintptr_t)*ptr)
@@ -66,6 +94,20 @@ CUresult crc_hook_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alig
 CUresult crc_hook_cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
 	CUresult res = crc_fwd_cuMemAddressFree(ptr, size);
+
+	if (res == CUDA_SUCCESS) {
+		pthread_mutex_lock(&app_ranges_lock);
+		for (struct device_range **pr = &app_ranges; *pr; pr = &(*pr)->next) {
+			if ((*pr)->base == ptr) {
+				struct device_range *r = *pr;
+
+				*pr = r->next;
+				free(r);
+				break;
+			}
+		}
+		pthread_mutex_unlock(&app_ranges_lock);
+	}
 
 	if (res == CUDA_SUCCESS && !crc_is_device_va(ptr) &&
 	    (ptr < crc_client.va_reserved_base ||
@@ -130,7 +172,7 @@ static uint32_t locate(uint64_t addr, size_t bytes)
 {
 	struct crc_pinned *pin;
 
-	if (crc_is_device_va(addr))
+	if (crc_is_device_va(addr) || in_app_range(addr))
 		return CRC_LOC_DEVICE;
 	pin = crc_pinned_find((const void *)(uintptr_t)addr, bytes);
 	if (pin)
@@ -307,6 +349,11 @@ static CUresult pinned_alloc(void **pp, size_t bytes, unsigned flags)
 		return res;
 	if (!pp || !bytes)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (crc_client.tcp && (flags & CU_MEMHOSTALLOC_DEVICEMAP)) {
+		/* A remote GPU cannot reach this host's memory. */
+		pr_warn("cuMemHostAlloc(CU_MEMHOSTALLOC_DEVICEMAP) is not supported with a remote GPU");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
 	pin = calloc(1, sizeof(*pin));
 	if (!pin)
 		return CUDA_ERROR_OUT_OF_MEMORY;

@@ -186,7 +186,8 @@ static CUresult get_function(uint16_t op, uint64_t owner, const char *name, uint
 		      c.reply_len < sizeof(*r) + r->nparams * sizeof(struct crc_kparam_wire)))) {
 			res = CUDA_ERROR_UNKNOWN;
 		} else {
-			if (!crc_func_store(owner, name, r, (const struct crc_kparam_wire *)(r + 1)))
+			if (!crc_func_store(r->owner ? r->owner : owner, name, r,
+					    (const struct crc_kparam_wire *)(r + 1)))
 				res = CUDA_ERROR_OUT_OF_MEMORY;
 			*out = r->handle;
 		}

@@ -268,6 +268,7 @@ struct crc_kparam_wire {
 };
 struct crc_getfn_reply {
 	uint64_t handle;
+	uint64_t owner;	  /* the module of a function, the library of a kernel (0 if unknown) */
 	uint32_t nparams; /* UINT32_MAX: unknown layout (launches must then use `extra`) */
 	uint32_t param_bytes;
 	int32_t attrs[CRC_FUNC_ATTR_SLOTS];

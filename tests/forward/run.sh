@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Forwarding tests on the simulated device: start a private crcudad, run clients through libcrcuda.
+#   run.sh BUILD CASE [ARGS...]
+# CASE: programs unix|tcp PROG...   the driver-API programs, unchanged, through the layer
+#       bad-token                    TCP with a wrong (and with no) token: refused, no hang
+#       other-uid                    a client of another uid is refused (root only; else skipped)
+#       daemon-killed                SIGKILL the daemon mid-run: the client gets errors and exits
+#       client-killed                SIGKILL a client: the daemon frees its memory, serves others
+set -u
+build=$1 case=$2
+shift 2
+tmp=$(mktemp -d /tmp/crcuda-fwd.XXXXXX)
+chmod 755 "$tmp"
+export CRCUDA_SOCKET=$tmp/crcudad.sock
+export CRCUDA_SIM_KERNELS=$build/tests/programs/libcrcuda_test_kernels.so
+lib=$build/libcrcuda
+loop=$build/tests/forward/fwd_loop
+daemon_pid=
+port=$((20000 + RANDOM % 20000))
+
+cleanup() {
+	[ -n "$daemon_pid" ] && kill -9 "$daemon_pid" 2>/dev/null
+	[ "${keep:-0}" = 1 ] || rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+	echo "FAIL: $*" >&2
+	echo "--- daemon log" >&2
+	cat "$tmp/daemon.log" >&2
+	keep=0
+	exit 1
+}
+
+start_daemon() {
+	echo "s3cret-$RANDOM$RANDOM" >"$tmp/token"
+	chmod 600 "$tmp/token"
+	"$build/crcudad/crcudad" --backend sim --socket "$CRCUDA_SOCKET" --listen "127.0.0.1:$port" \
+		--token-file "$tmp/token" --foreground -v "$@" >"$tmp/daemon.out" 2>"$tmp/daemon.log" &
+	daemon_pid=$!
+	for _ in $(seq 100); do
+		grep -q ready "$tmp/daemon.out" 2>/dev/null && return 0
+		kill -0 "$daemon_pid" 2>/dev/null || fail "crcudad did not start"
+		sleep 0.1
+	done
+	fail "crcudad not ready"
+}
+
+client() { # client [ENV=VAL...] -- CMD...: runs CMD through libcrcuda, 60 s at most
+	local envs=()
+	while [ "$1" != -- ]; do envs+=("$1"); shift; done
+	shift
+	env LD_LIBRARY_PATH="$lib" "${envs[@]}" timeout 60 "$@"
+}
+
+case $case in
+programs)
+	mode=$1
+	shift
+	start_daemon
+	tcp_env=()
+	[ "$mode" = tcp ] && tcp_env=(CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token)
+	for prog in "$@"; do
+		client "${tcp_env[@]}" -- "$build/tests/programs/$prog" >"$tmp/out" 2>&1
+		rc=$?
+		cat "$tmp/out"
+		[ $rc = 0 ] || fail "$prog over $mode: exit $rc"
+		grep -q "session .*ended" "$tmp/daemon.log" || fail "$prog did not go through crcudad"
+	done
+	;;
+bad-token)
+	start_daemon
+	echo wrong >"$tmp/wrong"
+	for env in CRCUDA_TOKEN_FILE=$tmp/wrong CRCUDA_TOKEN=; do
+		client CRCUDA_REMOTE=127.0.0.1:$port "$env" -- "$loop" smoke >"$tmp/out" 2>&1
+		rc=$?
+		cat "$tmp/out"
+		[ $rc = 3 ] || fail "client with $env: exit $rc, expected 3 (CUDA error)"
+		grep -q "refused the session\|closed the connection" "$tmp/out" || fail "no refusal line on the client side"
+	done
+	grep -q "refusing TCP client.*wrong token" "$tmp/daemon.log" || fail "no refusal line in the daemon log"
+	grep -q "refusing TCP client.*missing token" "$tmp/daemon.log" || fail "no refusal line (missing token)"
+	client CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token -- "$loop" smoke || fail "right token refused"
+	;;
+other-uid)
+	[ "$(id -u)" = 0 ] || { echo "skipped: needs root to run a client as another user"; exit 77; }
+	command -v setpriv >/dev/null || exit 77
+	start_daemon
+	chmod 777 "$CRCUDA_SOCKET"
+	env LD_LIBRARY_PATH="$lib" CRCUDA_SOCKET="$CRCUDA_SOCKET" timeout 60 \
+		setpriv --reuid=65534 --regid=65534 --clear-groups "$loop" smoke >"$tmp/out" 2>&1
+	rc=$?
+	cat "$tmp/out"
+	[ $rc = 3 ] || fail "client as nobody: exit $rc, expected 3"
+	grep -q "refusing client pid .*uid 65534" "$tmp/daemon.log" || fail "no refusal line in the daemon log"
+	client -- "$loop" smoke || fail "own uid refused"
+	;;
+daemon-killed)
+	start_daemon
+	env LD_LIBRARY_PATH="$lib" timeout 60 "$loop" hold 64 >"$tmp/out" 2>"$tmp/err" &
+	cpid=$!
+	for _ in $(seq 100); do grep -q ready "$tmp/out" && break; sleep 0.1; done
+	grep -q ready "$tmp/out" || fail "client not ready"
+	sleep 0.3
+	kill -9 "$daemon_pid"
+	daemon_pid=
+	start=$SECONDS
+	wait "$cpid"
+	rc=$?
+	cat "$tmp/err"
+	[ $rc = 3 ] || fail "client exit $rc after the daemon died, expected 3 (a CUDA error)"
+	[ $((SECONDS - start)) -le 10 ] || fail "client took $((SECONDS - start)) s to notice"
+	;;
+client-killed)
+	start_daemon
+	free0=$(client -- "$loop" meminfo) || fail "meminfo"
+	# env execs the client: $! is the process to kill.
+	env LD_LIBRARY_PATH="$lib" "$loop" hold 256 >"$tmp/out" 2>"$tmp/err" &
+	cpid=$!
+	for _ in $(seq 100); do grep -q ready "$tmp/out" && break; sleep 0.1; done
+	grep -q ready "$tmp/out" || fail "client not ready"
+	free1=$(client -- "$loop" meminfo) || fail "meminfo while the victim runs"
+	[ "$free1" -le $((free0 - (256 << 20))) ] || fail "victim's memory not visible: $free0 -> $free1"
+	kill -9 "$cpid"
+	wait "$cpid" 2>/dev/null
+	for _ in $(seq 50); do
+		free2=$(client -- "$loop" meminfo) || fail "daemon stopped serving after a client died"
+		[ "$free2" = "$free0" ] && break
+		sleep 0.1
+	done
+	[ "$free2" = "$free0" ] || fail "dead session's memory not freed: $free0 -> $free2"
+	client -- "$build/tests/programs/vector_add" || fail "daemon no longer serves programs"
+	;;
+*)
+	echo "unknown case $case" >&2
+	exit 2
+	;;
+esac
+echo "PASS: $case $*"
