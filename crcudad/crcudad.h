@@ -12,7 +12,7 @@
 
 #include "crcuda/chan.h"
 #include "crcuda/cuda_api.h"
-#include "crcuda/cuda_api_sig.h"
+#include "crcuda/cuda_api_sig.def"
 #include "crcuda/proto.h"
 #include "crcuda/sock.h"
 

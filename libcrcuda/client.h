@@ -13,7 +13,7 @@
 
 #include "crcuda/chan.h"
 #include "crcuda/cuda_api.h"
-#include "crcuda/cuda_api_sig.h"
+#include "crcuda/cuda_api_sig.def"
 #include "crcuda/proto.h"
 
 /* What every call returns once the daemon is gone (or was never reachable): a device the

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "client.h"
-#include "crcuda/cuda_api_sig.h"
+#include "crcuda/cuda_api_sig.def"
 #include "crcuda/cuda_api_undef.h"
 #include "crcuda/log.h"
 
