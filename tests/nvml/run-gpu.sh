@@ -1,0 +1,20 @@
+#!/bin/sh
+# gpu_nvml: test_nvml under the layer on the GPU machine. libcuda.so.1 and libnvidia-ml.so.1 both come
+# from <build>/libcrcuda (libcrcuda answering from crcudad, which must be reachable the way crcudactl
+# run sets it up), so the checks compare crcuda's NVML with libcrcuda and then verify that the process
+# holds no /dev/nvidia*. Skips (77) where there is no GPU or libcrcuda is not built.
+# usage: run-gpu.sh BUILD_DIR TEST_NVML CHECK_SCRIPT
+set -u
+build=${1:?}
+test_nvml=${2:?}
+script=${3:?}
+if [ ! -e /dev/nvidiactl ]; then
+	echo "run-gpu.sh: no NVIDIA GPU here: skipped"
+	exit 77
+fi
+if [ ! -e "$build/libcrcuda/libcuda.so.1" ]; then
+	echo "run-gpu.sh: $build/libcrcuda/libcuda.so.1 is not built: skipped"
+	exit 77
+fi
+LD_LIBRARY_PATH="$build/libcrcuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+	exec "$test_nvml" "$build/libcrcuda/libnvidia-ml.so.1" --script "$script"
