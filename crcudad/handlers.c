@@ -99,7 +99,8 @@ int crc_va_take(struct crc_session *s, uint64_t size, uint64_t align, uint64_t h
 			n++;
 		}
 	}
-	qsort(used, n, sizeof(*used), cmp_u64pair);
+	if (n)
+		qsort(used, n, sizeof(*used), cmp_u64pair);
 	if (hint && hint >= s->va_base && hint + size <= end && hint % align == 0) {
 		bool free_at_hint = true;
 

@@ -206,10 +206,13 @@ CUresult crc_fwd_call(int id, bool async, unsigned nargs, const struct crc_arg_s
 		size_t roff = 0;
 
 		for (unsigned i = 0; i < nargs; i++) {
-			void *ptr = (void *)arg_ptr(argv[i]);
 			size_t n = spec[i].kind == CRC_ARG_OUT ? spec[i].size : 8;
+			void *ptr;
 
-			if ((spec[i].kind != CRC_ARG_OUT && spec[i].kind != CRC_ARG_HOUT) || !ptr)
+			if (spec[i].kind != CRC_ARG_OUT && spec[i].kind != CRC_ARG_HOUT)
+				continue;
+			ptr = (void *)arg_ptr(argv[i]);
+			if (!ptr)
 				continue;
 			if (roff + n > c.reply_len) {
 				pr_err("short reply to %s", crc_cu_table[id].sym);

@@ -50,6 +50,7 @@ CUresult crc_hook_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
  * although this process maps them PROT_NONE. */
 static struct device_range {
 	uint64_t base, size;
+	bool held; /* this process maps it PROT_NONE (the range was free here) */
 	struct device_range *next;
 } * app_ranges;
 static pthread_mutex_t app_ranges_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -76,17 +77,22 @@ CUresult crc_hook_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alig
 	if (res == CUDA_SUCCESS && !crc_is_device_va(*ptr)) {
 		struct device_range *r = malloc(sizeof(*r));
 
+		p = mmap((void *)(uintptr_t)*ptr, size, PROT_NONE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+		if (p != MAP_FAILED && p != (void *)(uintptr_t)*ptr) {
+			munmap(p, size);
+			p = MAP_FAILED;
+		}
+		if (p == MAP_FAILED)
+			pr_warn("device range %#llx+%#zx overlaps host mappings of this process",
+				(unsigned long long)*ptr, size);
 		if (r) {
-			*r = (struct device_range){*ptr, size, NULL};
+			*r = (struct device_range){*ptr, size, p != MAP_FAILED, NULL};
 			pthread_mutex_lock(&app_ranges_lock);
 			r->next = app_ranges;
 			app_ranges = r;
 			pthread_mutex_unlock(&app_ranges_lock);
 		}
-		p = mmap((void *)(uintptr_t)*ptr, size, PROT_NONE,
-			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-		if (p != MAP_FAILED && p != (void *)(uintptr_t)*ptr)
-			munmap(p, size);
 	}
 	return res;
 }
@@ -95,24 +101,22 @@ CUresult crc_hook_cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
 	CUresult res = crc_fwd_cuMemAddressFree(ptr, size);
 
-	if (res == CUDA_SUCCESS) {
-		pthread_mutex_lock(&app_ranges_lock);
-		for (struct device_range **pr = &app_ranges; *pr; pr = &(*pr)->next) {
-			if ((*pr)->base == ptr) {
-				struct device_range *r = *pr;
+	if (res != CUDA_SUCCESS)
+		return res;
+	pthread_mutex_lock(&app_ranges_lock);
+	for (struct device_range **pr = &app_ranges; *pr; pr = &(*pr)->next) {
+		if ((*pr)->base == ptr) {
+			struct device_range *r = *pr;
 
-				*pr = r->next;
-				free(r);
-				break;
-			}
+			/* Only what this process mapped itself: never the application's own memory. */
+			if (r->held)
+				munmap((void *)(uintptr_t)r->base, r->size);
+			*pr = r->next;
+			free(r);
+			break;
 		}
-		pthread_mutex_unlock(&app_ranges_lock);
 	}
-
-	if (res == CUDA_SUCCESS && !crc_is_device_va(ptr) &&
-	    (ptr < crc_client.va_reserved_base ||
-	     ptr >= crc_client.va_reserved_base + crc_client.va_reserved_size))
-		munmap((void *)(uintptr_t)ptr, size);
+	pthread_mutex_unlock(&app_ranges_lock);
 	return res;
 }
 

@@ -52,15 +52,23 @@ int main(int argc, char **argv)
 		CUdeviceptr d;
 		char *buf = malloc(n);
 
+		CUresult r;
+
+		if (!buf)
+			return 2;
 		TRY(cuMemAlloc(&d, bytes));
 		memset(buf, 0x5a, n);
 		printf("ready\n");
 		fflush(stdout);
-		for (;;) {
-			TRY(cuMemcpyHtoD(d, buf, n));
-			TRY(cuMemcpyDtoH(buf, d, n));
+		do {
+			r = cuMemcpyHtoD(d, buf, n);
+			if (r == CUDA_SUCCESS)
+				r = cuMemcpyDtoH(buf, d, n);
 			usleep(1000);
-		}
+		} while (r == CUDA_SUCCESS);
+		fprintf(stderr, "fwd_loop: copy: %s (%d)\n", name(r), (int)r);
+		free(buf);
+		return 3;
 	}
 	return 2;
 }
