@@ -33,6 +33,9 @@ ctest --test-dir build-gpu -L gpu --output-on-failure -j 1 --timeout 300 >"$out/
 ctest_rc=$?
 grep -E "Test +#|tests passed|FAILED|Failed" "$out/ctest-gpu.log" | tail -60
 
+echo "== under the layer on the real driver"
+tests/gpu/layer.sh build-gpu 2>&1 | tee "$out/layer.txt"
+
 echo "== benchmarks"
 : >"$out/bench.txt"
 # Each benchmark script runs its native reference and crcuda in the same call.
@@ -48,5 +51,6 @@ awk '/Test +#/ {
 	name = $4; res = ($0 ~ /Passed/) ? "pass" : ($0 ~ /Skipped|Not Run/) ? "skip" : "FAIL";
 	t = $(NF-1); printf "%-40s %-8s %s\n", name, res, t }' "$out/ctest-gpu.log"
 echo
+cat "$out/layer.txt"
 cat "$out/bench.txt"
 exit $ctest_rc

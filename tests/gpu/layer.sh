@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# tests/gpu/layer.sh BUILD: on the GPU machine, everything under crcuda on the real driver, against
+# native runs in the same call. Prints one "PASS|FAIL|SKIP name detail" line per check:
+#   layer_<prog>          the driver-API programs (tests/programs) through libcrcuda + crcudad
+#   layer_cudart_<p>_<v>  the cudart programs (static and shared cudart) through the layer
+#   torch_native_repeat   two native runs of tests/torch/train.py give the same losses bit for bit
+#   torch_layer_losses    the run under the layer gives the native losses bit for bit
+#   torch_no_dev_nvidia   the training process under the layer holds no /dev/nvidia* (fd or map)
+#   torch_step_time       step time under the layer / native (goal <= 1.03x; reported)
+set -u
+build=$(cd "${1:?usage: layer.sh BUILD}" && pwd)
+top=$(cd "$(dirname "$0")/../.." && pwd)
+tmp=$(mktemp -d /tmp/crcuda-gpu-layer.XXXXXX)
+export CRCUDA_SOCKET=$tmp/crcudad.sock
+lib=$build/libcrcuda
+daemon_pid=
+steps=${TORCH_STEPS:-200}
+cleanup() { [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null; wait 2>/dev/null; }
+trap cleanup EXIT
+result() { printf '%-4s %-32s %s\n' "$1" "$2" "${3:-}"; }
+
+"$build/crcudad/crcudad" --backend cuda --socket "$CRCUDA_SOCKET" --foreground >"$tmp/daemon.out" 2>"$tmp/daemon.log" &
+daemon_pid=$!
+for _ in $(seq 200); do grep -q ready "$tmp/daemon.out" 2>/dev/null && break; sleep 0.05; done
+if ! grep -q ready "$tmp/daemon.out"; then
+	result FAIL crcudad_start "$(tail -5 "$tmp/daemon.log" | tr '\n' ' ')"
+	exit 1
+fi
+under_layer() { env LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 300 "$@"; }
+
+for p in vector_add streams_events memset device_globals many_launches pinned_async vmm_fixed library_kernel; do
+	if under_layer "$build/tests/programs/$p" >"$tmp/$p.log" 2>&1; then result PASS "layer_$p"
+	else result FAIL "layer_$p" "$(tail -3 "$tmp/$p.log" | tr '\n' ' ')"; fi
+done
+under_layer "$build/tests/programs/state_app" --mb 64 --verify >"$tmp/state.log" 2>&1 &&
+	result PASS layer_state_app || result FAIL layer_state_app "$(tail -3 "$tmp/state.log" | tr '\n' ' ')"
+for p in inc32 sum1000 streams_events globals pinned_async ptds many_launches; do
+	for v in static shared; do
+		bin=$build/tests/cudart/cudart_${p}_$v
+		[ -x "$bin" ] || { result SKIP "layer_cudart_${p}_$v" "not built"; continue; }
+		if under_layer "$bin" >"$tmp/c.log" 2>&1; then result PASS "layer_cudart_${p}_$v"
+		else result FAIL "layer_cudart_${p}_$v" "$(tail -3 "$tmp/c.log" | tr '\n' ' ')"; fi
+	done
+done
+
+# PyTorch: native twice, then under the layer, losses compared bit for bit.
+py=${PYTHON:-python3}
+if ! "$py" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+	result SKIP torch "no PyTorch with CUDA"
+	exit 0
+fi
+"$py" "$top/tests/torch/train.py" --steps "$steps" >"$tmp/n1.txt" 2>"$tmp/n1.err"
+"$py" "$top/tests/torch/train.py" --steps "$steps" >"$tmp/n2.txt" 2>"$tmp/n2.err"
+if cmp -s <(grep '^step ' "$tmp/n1.txt") <(grep '^step ' "$tmp/n2.txt") && [ "$(grep -c '^step ' "$tmp/n1.txt")" = "$steps" ]; then
+	result PASS torch_native_repeat "$steps steps"
+else
+	result FAIL torch_native_repeat "$(tail -2 "$tmp/n1.err" | tr '\n' ' ')"
+fi
+under_layer "$py" "$top/tests/torch/train.py" --steps "$steps" --ready-at 50 --ready-file "$tmp/ready" \
+	--go-file "$tmp/go" >"$tmp/l.txt" 2>"$tmp/l.err" &
+tpid=$!
+for _ in $(seq 1200); do [ -e "$tmp/ready" ] && break; kill -0 $tpid 2>/dev/null || break; sleep 0.1; done
+if [ -e "$tmp/ready" ]; then
+	if "$top/tests/nvml/check-no-dev-nvidia.sh" "$tpid" >"$tmp/nodev.txt" 2>&1; then
+		result PASS torch_no_dev_nvidia "pid $tpid at step 50"
+	else
+		result FAIL torch_no_dev_nvidia "$(head -3 "$tmp/nodev.txt" | tr '\n' ' ')"
+	fi
+fi
+touch "$tmp/go"
+wait $tpid
+if cmp -s <(grep '^step ' "$tmp/n1.txt") <(grep '^step ' "$tmp/l.txt") && [ "$(grep -c '^step ' "$tmp/l.txt")" = "$steps" ]; then
+	result PASS torch_layer_losses "$steps losses equal to native"
+else
+	result FAIL torch_layer_losses "$(grep -c '^step ' "$tmp/l.txt") steps; $(tail -3 "$tmp/l.err" | tr '\n' ' ')"
+	tail -20 "$tmp/l.err" >&2
+fi
+nt=$(sed -n 's/^step_time_ms //p' "$tmp/n1.txt")
+lt=$(sed -n 's/^step_time_ms //p' "$tmp/l.txt")
+[ -n "$nt" ] && [ -n "$lt" ] &&
+	result INFO torch_step_time "$(awk -v n="$nt" -v l="$lt" 'BEGIN { printf "native %.3f ms, crcuda %.3f ms, ratio %.3fx (goal <= 1.03x)", n, l, l / n }')"
+grep -E "Warn|Error" "$tmp/daemon.log" | sort | uniq -c | sort -rn | head -15
