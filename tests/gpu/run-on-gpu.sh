@@ -38,11 +38,18 @@ tests/gpu/layer.sh build-gpu 2>&1 | tee "$out/layer.txt"
 
 echo "== benchmarks"
 : >"$out/bench.txt"
-# Each benchmark script runs its native reference and crcuda in the same call.
+# Each benchmark script runs its native reference and crcuda in the same call. The crcuda side uses
+# its own daemon on the real driver here.
+bsock=$(mktemp -u /tmp/crcuda-bench.XXXXXX).sock
+build-gpu/crcudad/crcudad --backend cuda --socket "$bsock" --foreground >"$out/bench-daemon.log" 2>&1 &
+bench_daemon=$!
+for _ in $(seq 200); do grep -q ready "$out/bench-daemon.log" && break; sleep 0.05; done
+export CRCUDA_LAYER_RUN="env CRCUDA_SOCKET=$bsock LD_LIBRARY_PATH=$top/build-gpu/libcrcuda"
 for b in bench/overhead.sh bench/checkpoint.sh; do
 	echo "--- $b" | tee -a "$out/bench.txt"
 	timeout 300 "$b" build-gpu 2>&1 | tee -a "$out/bench.txt"
 done
+kill "$bench_daemon" 2>/dev/null
 
 echo
 echo "== summary ($gpu)"
