@@ -4,8 +4,9 @@
  *
  * usage: crcudad --backend sim|cuda [--backend-lib PATH] [--socket PATH] [--listen ADDR:PORT
  *                --token-file F] [--va-base ADDR] [--va-session BYTES] [--max-sessions N]
- *                [--ring-size BYTES] [--foreground] [-v|-q] */
+ *                [--ring-size BYTES] [--idle-exit SECONDS] [--foreground] [-v|-q] */
 #define LOG_PREFIX "crcudad: "
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -19,6 +20,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "crcuda/errno.h"
@@ -44,7 +46,8 @@ static void usage(FILE *f)
 	fprintf(
 	    f, "usage: crcudad --backend sim|cuda [--backend-lib PATH] [--socket PATH]\n"
 	       "               [--listen ADDR:PORT --token-file FILE] [--va-base ADDR] [--va-session BYTES]\n"
-	       "               [--max-sessions N] [--ring-size BYTES] [--foreground] [-v] [-q]\n");
+	       "               [--max-sessions N] [--ring-size BYTES] [--idle-exit SECONDS] [--foreground]\n"
+	       "               [-v] [-q]\n");
 }
 
 /* The simulated device next to the daemon: <build>/crcudad/crcudad -> <build>/sim/lib/libcuda.so.1. */
@@ -239,6 +242,83 @@ static void accept_one(int lfd, bool tcp)
 	}
 }
 
+/* --idle-exit: a program that `crcudactl run` started registers itself as <socket>.run/<pid> (content:
+ * its start time, field 22 of /proc/PID/stat) before its first CUDA call, which may come long after
+ * the start (imports, data loading); while one of them lives the daemon is not idle. Entries of dead
+ * (or recycled) pids are removed. */
+static bool run_programs_alive(const char *sock_path)
+{
+	char dir[PATH_MAX], path[PATH_MAX + 300], want[32], have[32];
+	bool alive = false;
+	struct dirent *e;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "%s.run", sock_path);
+	d = opendir(dir);
+	if (!d)
+		return false;
+	while ((e = readdir(d))) {
+		char *end, stat[1024], *p;
+		long pid = strtol(e->d_name, &end, 10);
+		ssize_t n = 0;
+		int fd;
+
+		if (pid <= 0 || *end)
+			continue;
+		want[0] = have[0] = 0;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd >= 0) {
+			n = read(fd, want, sizeof(want) - 1);
+			want[n > 0 ? n : 0] = 0;
+			want[strcspn(want, " \n")] = 0;
+			close(fd);
+		}
+		snprintf(stat, sizeof(stat), "/proc/%ld/stat", pid);
+		fd = open(stat, O_RDONLY | O_CLOEXEC);
+		n = fd >= 0 ? read(fd, stat, sizeof(stat) - 1) : -1;
+		if (fd >= 0)
+			close(fd);
+		if (n > 0) {
+			stat[n] = 0;
+			/* After "pid (comm) ": state is field 3, start time field 22. */
+			p = strrchr(stat, ')');
+			for (int f = 2; p && f < 22; f++)
+				p = strchr(p + 1, ' ');
+			if (p)
+				snprintf(have, sizeof(have), "%.*s", (int)strcspn(p + 1, " "), p + 1);
+		}
+		if (n > 0 && (!want[0] || !strcmp(want, have)))
+			alive = true;
+		else
+			unlink(path);
+	}
+	closedir(d);
+	return alive;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* True when the daemon has had no session, no connection and no registered program for idle_s. */
+static bool idle_expired(const char *sock_path, unsigned idle_s, double *busy_at)
+{
+	unsigned sessions = 0;
+
+	pthread_mutex_lock(&crcd.lock);
+	for (unsigned i = 0; i < crcd.max_sessions; i++)
+		sessions += !!crcd.sessions[i];
+	pthread_mutex_unlock(&crcd.lock);
+	if (sessions || run_programs_alive(sock_path))
+		*busy_at = now_s();
+	return now_s() - *busy_at >= idle_s;
+}
+
 static volatile sig_atomic_t stopping;
 
 static void on_signal(int sig)
@@ -259,6 +339,7 @@ int main(int argc, char **argv)
 	    {"va-session", required_argument, NULL, 'S'},
 	    {"max-sessions", required_argument, NULL, 'm'},
 	    {"ring-size", required_argument, NULL, 'r'},
+	    {"idle-exit", required_argument, NULL, 'i'},
 	    {"foreground", no_argument, NULL, 'f'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
@@ -267,6 +348,8 @@ int main(int argc, char **argv)
 	char path[PATH_MAX], sock_path[PATH_MAX] = "";
 	bool foreground = false;
 	struct pollfd fds[2];
+	unsigned idle_exit = 0;
+	double busy_at;
 	int nfds = 0, c;
 
 	while ((c = getopt_long(argc, argv, "vqh", opts, NULL)) != -1) {
@@ -297,6 +380,9 @@ int main(int argc, char **argv)
 			break;
 		case 'r':
 			crcd.ring_size = strtoull(optarg, NULL, 0);
+			break;
+		case 'i':
+			idle_exit = (unsigned)strtoul(optarg, NULL, 0);
 			break;
 		case 'f':
 			foreground = true;
@@ -362,9 +448,17 @@ int main(int argc, char **argv)
 	/* Tests and crcudactl wait for this line on stdout. */
 	printf("crcudad: ready\n");
 	fflush(stdout);
+	busy_at = now_s();
 	while (!stopping) {
-		if (poll(fds, (nfds_t)nfds, 500) <= 0)
+		int ready = poll(fds, (nfds_t)nfds, 500);
+
+		if (idle_exit && ready == 0 && idle_expired(sock_path, idle_exit, &busy_at)) {
+			pr_info("no session for %u s: exiting (--idle-exit)", idle_exit);
+			break;
+		}
+		if (ready <= 0)
 			continue;
+		busy_at = now_s();
 		for (int i = 0; i < nfds; i++)
 			if (fds[i].revents & POLLIN)
 				accept_one(fds[i].fd, i == 1);
