@@ -137,7 +137,9 @@ uint64_t crc_find_handle(struct crc_session *s, unsigned tag, void *real);
 	X(cuMemAddressFree)                                                                                  \
 	X(cuMemMap)                                                                                          \
 	X(cuMemUnmap)                                                                                        \
-	X(cuMemRelease)
+	X(cuMemRelease)                                                                                      \
+	X(cuModuleUnload)                                                                                    \
+	X(cuLibraryUnload)
 
 #define CRC_DECL_OVERRIDE(sym) CUresult crc_ovr_##sym(struct crc_session *s, void *const *argv);
 CRC_OVERRIDES(CRC_DECL_OVERRIDE)

@@ -644,6 +644,47 @@ CUresult crc_raw_load(struct crc_session *s, const struct crc_call_hdr *h, const
 	return CUDA_SUCCESS;
 }
 
+/* Forgets the function and kernel handles that belong to a module or library about to be unloaded:
+ * the driver reuses their addresses for the next load, and an old handle found again by address
+ * would bring the old function's cached parameter layout with it. */
+static void forget_members(struct crc_session *s, CUmodule mod, CUlibrary lib)
+{
+	struct crc_htable *fn = &s->tables[CRC_HT_FUNC], *kn = &s->tables[CRC_HT_KERNEL];
+
+	if (lib && CALL(cuLibraryGetModule, &mod, lib) != CUDA_SUCCESS)
+		mod = NULL;
+	for (uint32_t i = 1; i <= fn->n; i++) {
+		CUmodule owner = NULL;
+
+		if (fn->real[i].ptr && mod && CALL(cuFuncGetModule, &owner, fn->real[i].ptr) == CUDA_SUCCESS &&
+		    owner == mod)
+			crc_forget(s, crc_vhandle(CRC_HT_FUNC, i));
+	}
+	for (uint32_t i = 1; lib && i <= kn->n; i++) {
+		CUlibrary owner = NULL;
+
+		if (kn->real[i].ptr && CALL(cuKernelGetLibrary, &owner, kn->real[i].ptr) == CUDA_SUCCESS &&
+		    owner == lib)
+			crc_forget(s, crc_vhandle(CRC_HT_KERNEL, i));
+	}
+}
+
+CUresult crc_ovr_cuModuleUnload(struct crc_session *s, void *const *argv)
+{
+	CUmodule mod = *(CUmodule *)argv[0];
+
+	forget_members(s, mod, NULL);
+	return CALL(cuModuleUnload, mod);
+}
+
+CUresult crc_ovr_cuLibraryUnload(struct crc_session *s, void *const *argv)
+{
+	CUlibrary lib = *(CUlibrary *)argv[0];
+
+	forget_members(s, NULL, lib);
+	return CALL(cuLibraryUnload, lib);
+}
+
 /* Parameter layout from the backend (CUDA 12.4+); UINT32_MAX when it cannot say. */
 static void param_layout(CUfunction f, CUkernel k, struct crc_getfn_reply *r, struct crc_session *s)
 {
