@@ -6,6 +6,7 @@
  * A _ptds/_ptsz variant runs its parent's implementation with the thread marked per-thread-default-
  * stream, so stream 0 means the thread's own default stream there. */
 #define LOG_PREFIX "libcrcuda: "
+#include <stdlib.h>
 #include <string.h>
 
 #include "client.h"
@@ -82,6 +83,22 @@
 #define CRC_IMPL_LOCAL(parent)	     crc_local_##parent
 #define CRC_IMPL_UNSUPPORTED(parent) unsupported_##parent
 
+/* CRCUDA_TRACE_ERRORS=1 logs every call that returns an error: the first thing to look at when a
+ * library reports an internal error with no detail (cuBLAS, cuDNN). */
+static int trace_errors;
+
+__attribute__((constructor)) static void trace_errors_init(void)
+{
+	const char *env = getenv("CRCUDA_TRACE_ERRORS");
+
+	trace_errors = env && *env && strcmp(env, "0");
+}
+
+__attribute__((cold, noinline)) static void trace_error(int id, CUresult r)
+{
+	pr_warn("trace: %s returned %d", crc_cu_table[id].sym, (int)r);
+}
+
 #define CRC_CU_API(sym, parent, base, version, policy, pt, ret, params, args)                                \
 	CRC_UNSUPPORTED_##policy(sym, parent, ret, params)                                                   \
 	    CRC_EXPORT_##pt(sym, parent, policy, ret, params, args)
@@ -96,7 +113,10 @@
 #define CRC_EXPORT_NONE(sym, parent, policy, ret, params, args)                                              \
 	EXPORT ret sym params                                                                                \
 	{                                                                                                    \
-		return CRC_IMPL_##policy(parent) args;                                                       \
+		ret r = CRC_IMPL_##policy(parent) args;                                                      \
+		if (__builtin_expect(trace_errors, 0) && r != CUDA_SUCCESS)                                  \
+			trace_error(CRC_CU_##sym, r);                                                        \
+		return r;                                                                                    \
 	}
 #define CRC_EXPORT_PT(sym, parent, policy, ret, params, args)                                                \
 	EXPORT ret sym params                                                                                \
@@ -107,6 +127,8 @@
 		t->ptds = true;                                                                              \
 		r = CRC_IMPL_##policy(parent) args;                                                          \
 		t->ptds = outer;                                                                             \
+		if (__builtin_expect(trace_errors, 0) && r != CUDA_SUCCESS)                                  \
+			trace_error(CRC_CU_##sym, r);                                                        \
 		return r;                                                                                    \
 	}
 #define CRC_EXPORT_PTDS CRC_EXPORT_PT

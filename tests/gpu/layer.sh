@@ -37,8 +37,13 @@ under_layer() { env LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" 
 		[ "$p" = vmm_fixed ] && awk '$1 ~ /^55[0-9a-f]{10}-/' "/proc/$daemon_pid/maps" | head -5
 	fi
 done
-[ "$only" = all ] || [ "$only" = programs ] && under_layer "$build/tests/programs/state_app" --mb 64 --verify >"$tmp/state.log" 2>&1 &&
-	result PASS layer_state_app || result FAIL layer_state_app "$(tail -3 "$tmp/state.log" | tr '\n' ' ')"
+if [ "$only" = all ] || [ "$only" = programs ]; then
+	if under_layer "$build/tests/programs/state_app" --mb 64 --verify >"$tmp/state.log" 2>&1; then
+		result PASS layer_state_app
+	else
+		result FAIL layer_state_app "$(tail -3 "$tmp/state.log" | tr '\n' ' ')"
+	fi
+fi
 [ "$only" = all ] || [ "$only" = cudart ] && for p in inc32 sum1000 streams_events globals pinned_async ptds many_launches; do
 	for v in static shared; do
 		bin=$build/tests/cudart/cudart_${p}_$v
@@ -62,7 +67,7 @@ if cmp -s <(grep '^step ' "$tmp/n1.txt") <(grep '^step ' "$tmp/n2.txt") && [ "$(
 else
 	result FAIL torch_native_repeat "$(tail -2 "$tmp/n1.err" | tr '\n' ' ')"
 fi
-under_layer "$py" "$top/tests/torch/train.py" --steps "$steps" --ready-at 50 --ready-file "$tmp/ready" \
+CRCUDA_TRACE_ERRORS=${CRCUDA_TRACE_ERRORS:-0} under_layer "$py" "$top/tests/torch/train.py" --steps "$steps" --ready-at 50 --ready-file "$tmp/ready" \
 	--go-file "$tmp/go" >"$tmp/l.txt" 2>"$tmp/l.err" &
 tpid=$!
 for _ in $(seq 1200); do [ -e "$tmp/ready" ] && break; kill -0 $tpid 2>/dev/null || break; sleep 0.1; done
