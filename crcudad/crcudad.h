@@ -161,6 +161,8 @@ typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h,
 	X(cuLaunchKernel, launch)                                                                            \
 	X(cuLaunchKernelEx, launch)                                                                          \
 	X(cuLaunchCooperativeKernel, launch)                                                                 \
+	X(cuOccupancyMaxActiveClusters, occupancy)                                                           \
+	X(cuOccupancyMaxPotentialClusterSize, occupancy)                                                     \
 	X(cuMemCreate, vmm_create)                                                                           \
 	X(cuMemRetainAllocationHandle, vmm_retain)                                                           \
 	X(cuMemSetAccess, vmm_access)                                                                        \

@@ -656,8 +656,8 @@ static void forget_members(struct crc_session *s, CUmodule mod, CUlibrary lib)
 	for (uint32_t i = 1; i <= fn->n; i++) {
 		CUmodule owner = NULL;
 
-		if (fn->real[i].ptr && mod && CALL(cuFuncGetModule, &owner, fn->real[i].ptr) == CUDA_SUCCESS &&
-		    owner == mod)
+		if (fn->real[i].ptr && mod &&
+		    CALL(cuFuncGetModule, &owner, fn->real[i].ptr) == CUDA_SUCCESS && owner == mod)
 			crc_forget(s, crc_vhandle(CRC_HT_FUNC, i));
 	}
 	for (uint32_t i = 1; lib && i <= kn->n; i++) {
@@ -864,6 +864,44 @@ CUresult crc_raw_launch(struct crc_session *s, const struct crc_call_hdr *h, con
 			    r->block[1], r->block[2], r->shared_bytes, st.ptr, kp);
 	return CALL(cuLaunchKernel, f.ptr, r->grid[0], r->grid[1], r->grid[2], r->block[0], r->block[1],
 		    r->block[2], r->shared_bytes, st.ptr, kp, ex);
+}
+
+/* Occupancy with a launch configuration: a launch request without parameters, one int back. */
+CUresult crc_raw_occupancy(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+			   size_t len)
+{
+	const struct crc_launch_req *r = (const void *)args;
+	CUlaunchAttribute attrs[16];
+	union crc_slot f, st;
+	CUresult res;
+	int v = 0, *out;
+
+	if (len < sizeof(*r) || r->nattrs > 16 || len - sizeof(*r) < r->nattrs * sizeof(CUlaunchAttribute))
+		return CUDA_ERROR_INVALID_VALUE;
+	res = crc_translate(s, h, CRC_HT_FUNC, r->func, &f);
+	if (res == CUDA_SUCCESS)
+		res = crc_translate(s, h, CRC_HT_STREAM, r->stream, &st);
+	if (res != CUDA_SUCCESS)
+		return res;
+	memcpy(attrs, r + 1, r->nattrs * sizeof(*attrs));
+	CUlaunchConfig cfg = {.gridDimX = r->grid[0],
+			      .gridDimY = r->grid[1],
+			      .gridDimZ = r->grid[2],
+			      .blockDimX = r->block[0],
+			      .blockDimY = r->block[1],
+			      .blockDimZ = r->block[2],
+			      .sharedMemBytes = r->shared_bytes,
+			      .hStream = st.ptr,
+			      .attrs = attrs,
+			      .numAttrs = r->nattrs};
+	res = s->msg->op == CRC_CU_cuOccupancyMaxActiveClusters
+		  ? CALL(cuOccupancyMaxActiveClusters, &v, f.ptr, &cfg)
+		  : CALL(cuOccupancyMaxPotentialClusterSize, &v, f.ptr, &cfg);
+	out = crc_out(s, sizeof(*out));
+	if (!out)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*out = v;
+	return res;
 }
 
 /* ---- cleanup ------------------------------------------------------------------------------------ */

@@ -371,3 +371,35 @@ CUresult crc_hook_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, v
 		      (uintptr_t)config->hStream, kernelParams, extra, config->attrs, config->numAttrs,
 		      false);
 }
+
+/* Occupancy queries that take a launch configuration: sent as a launch request without parameters,
+ * answered with one int. cuBLASLt asks for cluster occupancy while it creates a handle. */
+static CUresult occupancy_with_config(uint16_t op, int *out, CUfunction f, const CUlaunchConfig *config)
+{
+	uint8_t buf[sizeof(struct crc_launch_req) + 16 * sizeof(CUlaunchAttribute)];
+	struct crc_launch_req *r = (struct crc_launch_req *)buf;
+
+	if (!out || !config || config->numAttrs > 16 || (config->numAttrs && !config->attrs))
+		return CUDA_ERROR_INVALID_VALUE;
+	*r = (struct crc_launch_req){.func = (uintptr_t)f,
+				     .stream = (uintptr_t)config->hStream,
+				     .grid = {config->gridDimX, config->gridDimY, config->gridDimZ},
+				     .block = {config->blockDimX, config->blockDimY, config->blockDimZ},
+				     .shared_bytes = config->sharedMemBytes,
+				     .nattrs = config->numAttrs};
+	if (config->numAttrs)
+		memcpy(r + 1, config->attrs, config->numAttrs * sizeof(CUlaunchAttribute));
+	return crc_rpc(op, buf, sizeof(*r) + config->numAttrs * sizeof(CUlaunchAttribute), out, sizeof(*out));
+}
+
+CUresult crc_hook_cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func,
+					       const CUlaunchConfig *config)
+{
+	return occupancy_with_config(CRC_CU_cuOccupancyMaxActiveClusters, numClusters, func, config);
+}
+
+CUresult crc_hook_cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func,
+						     const CUlaunchConfig *config)
+{
+	return occupancy_with_config(CRC_CU_cuOccupancyMaxPotentialClusterSize, clusterSize, func, config);
+}
