@@ -3,7 +3,8 @@
 # prints them side by side with the ratios and the goals of issue 4:
 #   round trip: at most 10 us added; launch rate: >= 90% of native; pinned copies: >= 90% of native.
 # The layer run uses `crcudactl run --backend cuda --` unless CRCUDA_LAYER_RUN names another prefix.
-# Extra arguments go to the benchmark (e.g. --size-mb 256).
+# Extra arguments go to the benchmark (e.g. --size-mb 256). CRCUDA_BENCH_REPORT_ONLY=1: a missed goal
+# does not fail the run (the smoke run on the simulated device, whose numbers mean nothing).
 set -euo pipefail
 build=${1:?usage: overhead.sh BUILD_DIR [bench args...]}
 shift
@@ -37,4 +38,4 @@ awk -v nf="$tmp/native.txt" -v lf="$tmp/layer.txt" '
 			if (!ok) fail = 1
 		}
 		exit fail
-	}'
+	}' || [ "${CRCUDA_BENCH_REPORT_ONLY:-0}" = 1 ]

@@ -19,6 +19,7 @@ struct ctl_opts {
 /* A subcommand: argv[0] is its name; returns a ctl_exit code. */
 typedef int (*ctl_cmd_fn)(int argc, char **argv, struct ctl_opts *opts);
 
+int cmd_run(int argc, char **argv, struct ctl_opts *opts);
 int cmd_store(int argc, char **argv, struct ctl_opts *opts);
 
 /* Prints "crcudactl: " + message on stderr. */

@@ -15,6 +15,7 @@ static const struct ctl_cmd {
 	ctl_cmd_fn fn;
 	const char *summary;
 } commands[] = {
+    {"run", cmd_run, "run a program under crcuda (starts a local crcudad when none answers)"},
     {"store", cmd_store, "list, inspect, verify and garbage-collect the checkpoint store"},
 };
 
