@@ -84,6 +84,7 @@ if cmp -s <(grep '^step ' "$tmp/n1.txt") <(grep '^step ' "$tmp/l.txt") && [ "$(g
 	result PASS torch_layer_losses "$steps losses equal to native"
 else
 	result FAIL torch_layer_losses "$(grep -c '^step ' "$tmp/l.txt") steps; $(tail -1 "$tmp/l.err")"
+	diff <(grep '^step ' "$tmp/n1.txt") <(grep '^step ' "$tmp/l.txt") | head -8
 	# The layer's own lines (refused calls, errors), counted.
 	grep -E 'libcrcuda|nvml|Warn|Error \(' "$tmp/l.err" | sed 's/^([0-9. ]*) [0-9]* //' | sort | uniq -c | sort -rn | head -40
 fi
