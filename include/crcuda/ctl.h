@@ -1,0 +1,91 @@
+/* The control interface of crcudad: what crcudactl and the CRIU plugin ask the daemon to do with an
+ * application's session. A control connection is the daemon's socket (unix, peer uid checked; or TCP
+ * with the token) opened with a hello whose role is "control"; it carries no driver calls.
+ *
+ * Checkpoint (criu dump with the plugin, driven by `crcudactl checkpoint PID`):
+ *   crc_ctl_quiesce      PAUSE_DEVICES: the session stops at a call boundary (the application's
+ *                        threads park at libcrcuda's gate, calls in flight complete), every stream
+ *                        is drained. The process is not frozen yet.
+ *   crc_ctl_checkpoint   CHECKPOINT_DEVICES (process frozen): the journal is flushed and every
+ *                        allocation and device global is copied into the store (pinned staging,
+ *                        several copies in flight, hashing and writing pipelined). Nothing is
+ *                        visible in the store yet.
+ *   crc_ctl_commit       after CRIU wrote its images: one LMDB transaction names every chunk, the
+ *                        journal position and the CRIU image directory: the checkpoint exists.
+ *   crc_ctl_abort        drops what crc_ctl_checkpoint wrote (gc reclaims it).
+ *   crc_ctl_resume       the session continues (--leave-running, or any failure before the process
+ *                        was killed): the parked threads run on.
+ * Restore (criu restore with the plugin, driven by `crcudactl restore ID`):
+ *   crc_ctl_restore      RESTORE_UNIX_SK: a daemon replays the checkpoint into a new session (same
+ *                        VA range and virtual handles, data uploaded), and returns a connected
+ *                        client socket for that session; CRIU installs it where the application's
+ *                        socket to the daemon was. The daemon then sends the client a rebind record
+ *                        (new rings), and the parked threads continue.
+ * All calls return 0 or a negative CRC_E*; on error, *msg (when given) says why in a sentence. */
+#ifndef CRCUDA_CTL_H
+#define CRCUDA_CTL_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+struct crc_ctl;
+
+/* Where the daemon is: a unix socket path, or "HOST:PORT" with a token (NULL for unix). NULL path:
+ * crc_sock_default_path(). */
+int crc_ctl_open(const char *daemon, const char *token, struct crc_ctl **out);
+void crc_ctl_close(struct crc_ctl *c);
+/* The last error message of this connection ("" if none). */
+const char *crc_ctl_error(const struct crc_ctl *c);
+
+struct crc_ctl_session {
+	uint64_t session_id;
+	pid_t pid; /* the client process (as the daemon's side of the socket sees it) */
+	uid_t uid;
+	uint64_t va_base, va_size;
+	uint64_t device_bytes; /* allocated device memory */
+	uint32_t state;	       /* enum crc_ctl_state */
+	uint32_t transport;    /* enum crc_transport */
+};
+
+enum crc_ctl_state {
+	CRC_CTL_RUNNING = 1,
+	CRC_CTL_QUIESCED,
+	CRC_CTL_CHECKPOINTED, /* device state copied, waiting for commit or abort */
+	CRC_CTL_RESTORING,
+};
+
+/* Sessions of the daemon (for `crcudactl ls`, and to find the session of a pid). *out is malloc'd. */
+int crc_ctl_sessions(struct crc_ctl *c, struct crc_ctl_session **out, unsigned *n);
+
+int crc_ctl_quiesce(struct crc_ctl *c, pid_t pid, int timeout_ms);
+
+struct crc_ctl_ckpt_stats {
+	uint64_t allocations, globals, modules;
+	uint64_t device_bytes; /* bytes copied from the device */
+	uint64_t new_bytes;    /* bytes written to the store (the rest was already there) */
+	double seconds;	       /* device copy, hashing and writing */
+};
+
+/* store_dir: the store (crc_store_open); the daemon opens it itself, so it must see that path. */
+int crc_ctl_checkpoint(struct crc_ctl *c, pid_t pid, const char *store_dir, struct crc_ctl_ckpt_stats *stats);
+/* criu_images: the CRIU image directory, relative to store_dir; meta: NULL-terminated key=value
+ * strings stored in the manifest. *ckpt_id: the committed checkpoint. */
+int crc_ctl_commit(struct crc_ctl *c, pid_t pid, const char *criu_images, const char *const *meta,
+		   uint64_t *ckpt_id);
+int crc_ctl_abort(struct crc_ctl *c, pid_t pid);
+int crc_ctl_resume(struct crc_ctl *c, pid_t pid);
+
+struct crc_ctl_restore_opts {
+	const char *store_dir;
+	uint64_t ckpt_id;
+	int gpu;	 /* device ordinal on the restoring daemon; -1: the checkpointed one */
+	pid_t pid;	 /* the restored process's pid, as CRIU restores it */
+	int timeout_ms;	 /* for the replay */
+};
+
+/* Replays the checkpoint on the daemon of this connection and returns, in *client_fd, a socket
+ * connected to it as the restored session's client (the connection itself becomes that socket).
+ * c is consumed (closed) on success and on failure. */
+int crc_ctl_restore(struct crc_ctl *c, const struct crc_ctl_restore_opts *opts, int *client_fd);
+
+#endif
