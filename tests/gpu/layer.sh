@@ -60,6 +60,15 @@ if ! "$py" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
 	result SKIP torch "no PyTorch with CUDA"
 	exit 0
 fi
+# What the application sees of the device, natively and under the layer: any difference is a lead.
+"$py" "$top/tests/gpu/attrs.py" --torch >"$tmp/attrs-native.txt" 2>&1
+under_layer "$py" "$top/tests/gpu/attrs.py" --torch >"$tmp/attrs-layer.txt" 2>&1
+if cmp -s "$tmp/attrs-native.txt" "$tmp/attrs-layer.txt"; then
+	result PASS device_view "attributes and torch properties equal to native"
+else
+	result FAIL device_view "$(diff "$tmp/attrs-native.txt" "$tmp/attrs-layer.txt" | grep -c '^<') lines differ"
+	diff "$tmp/attrs-native.txt" "$tmp/attrs-layer.txt" | head -20
+fi
 "$py" "$top/tests/torch/train.py" --steps "$steps" >"$tmp/n1.txt" 2>"$tmp/n1.err"
 "$py" "$top/tests/torch/train.py" --steps "$steps" >"$tmp/n2.txt" 2>"$tmp/n2.err"
 if cmp -s <(grep '^step ' "$tmp/n1.txt") <(grep '^step ' "$tmp/n2.txt") && [ "$(grep -c '^step ' "$tmp/n1.txt")" = "$steps" ]; then
@@ -87,6 +96,12 @@ else
 	diff <(grep '^step ' "$tmp/n1.txt") <(grep '^step ' "$tmp/l.txt") | head -8
 	# The layer's own lines (refused calls, errors), counted.
 	grep -E 'libcrcuda|nvml|Warn|Error \(' "$tmp/l.err" | sed 's/^([0-9. ]*) [0-9]* //' | sort | uniq -c | sort -rn | head -40
+fi
+if [ "${TORCH_LAYER_TWICE:-0}" = 1 ]; then
+	under_layer "$py" "$top/tests/torch/train.py" --steps "$steps" >"$tmp/l2.txt" 2>/dev/null
+	cmp -s <(grep '^step ' "$tmp/l.txt") <(grep '^step ' "$tmp/l2.txt") &&
+		result INFO torch_layer_repeat "two runs under the layer agree" ||
+		result INFO torch_layer_repeat "two runs under the layer differ"
 fi
 nt=$(sed -n 's/^step_time_ms //p' "$tmp/n1.txt")
 lt=$(sed -n 's/^step_time_ms //p' "$tmp/l.txt")
