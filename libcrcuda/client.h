@@ -7,6 +7,7 @@
 #include <cuda.h>
 #include <cudaProfiler.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -92,6 +93,9 @@ CUresult crc_call_wait(struct crc_call *c, crc_data_fn *on_data, void *arg);
 void crc_call_end(struct crc_call *c);
 /* For multi-record requests: after a post, take the lock again for the next record. */
 CUresult crc_call_next(struct crc_call *c, uint16_t op, uint16_t flags, size_t len, void **args);
+
+/* Round trips and posted requests so far (stats.c; CRCUDA_STATS_FILE reports them at exit). */
+extern atomic_ullong crc_stat_roundtrips, crc_stat_posted;
 
 /* A complete synchronous exchange: args in, reply copied into out (up to out_len bytes). */
 CUresult crc_rpc(uint16_t op, const void *args, size_t len, void *out, size_t out_len);

@@ -252,6 +252,7 @@ CUresult crc_call_post(struct crc_call *c)
 {
 	int rc = crc_chan_commit(&crc_client.chan);
 
+	atomic_fetch_add_explicit(&crc_stat_posted, 1, memory_order_relaxed);
 	pthread_mutex_unlock(&crc_client.lock);
 	(void)c;
 	return rc ? lost(rc) : CUDA_SUCCESS;
@@ -268,6 +269,7 @@ CUresult crc_call_wait(struct crc_call *c, crc_data_fn *on_data, void *arg)
 	const struct crc_reply_hdr *rh;
 	int rc = crc_chan_commit(&crc_client.chan);
 
+	atomic_fetch_add_explicit(&crc_stat_roundtrips, 1, memory_order_relaxed);
 	if (rc)
 		return lost(rc);
 	for (;;) {
