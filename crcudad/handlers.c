@@ -653,6 +653,14 @@ static void forget_members(struct crc_session *s, CUmodule mod, CUlibrary lib)
 
 	if (lib && CALL(cuLibraryGetModule, &mod, lib) != CUDA_SUCCESS)
 		mod = NULL;
+	/* A library's module handed out by cuLibraryGetModule goes with the library: the session's
+	 * cleanup must not unload it a second time. */
+	if (lib && mod) {
+		uint64_t v = crc_find_handle(s, CRC_HT_MODULE, mod);
+
+		if (v)
+			crc_forget(s, v);
+	}
 	for (uint32_t i = 1; i <= fn->n; i++) {
 		CUmodule owner = NULL;
 

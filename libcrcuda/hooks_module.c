@@ -326,7 +326,8 @@ static CUresult launch(uint16_t op, uint64_t f, const unsigned grid[3], const un
 	if (n == UINT32_MAX) {
 		memcpy(buf, ebuf, esize);
 	} else {
-		memcpy(pw, fi->params, n * sizeof(*pw));
+		if (n) /* a kernel without parameters may have no table at all */
+			memcpy(pw, fi->params, n * sizeof(*pw));
 		for (uint32_t i = 0; i < n; i++)
 			memcpy(buf + fi->params[i].offset, kernelParams[i], fi->params[i].size);
 	}
