@@ -45,7 +45,10 @@ while [ ! -S "$CRCUDA_SOCKET" ]; do
 	sleep 0.1
 done
 
-LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$@"
+# An ASan build of libcrcuda inside an nvcc-built program: the sanitizer runtimes must be loaded
+# first, as the program itself does not link them.
+preload=$(ldd "$libdir/libcuda.so.1" 2>/dev/null | awk '/lib(asan|ubsan)\.so/ {print $3}' | paste -sd: -)
+LD_PRELOAD=${preload}${LD_PRELOAD:+:$LD_PRELOAD} LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$@"
 rc=$?
 stop_daemon
 if [ "$rc" -ne 0 ]; then
