@@ -5,6 +5,9 @@
 # The layer run uses `crcudactl run --backend cuda --` unless CRCUDA_LAYER_RUN names another prefix.
 # Extra arguments go to the benchmark (e.g. --size-mb 256). CRCUDA_BENCH_REPORT_ONLY=1: a missed goal
 # does not fail the run (the smoke run on the simulated device, whose numbers mean nothing).
+# Where python3 has PyTorch with CUDA (and CRCUDA_BENCH_TORCH is not 0), it also times a training step
+# of tests/torch/train.py natively and under crcuda (goal <= 1.03x) and counts the driver calls per
+# step that needed a round trip to the daemon (libcrcuda's CRCUDA_STATS_FILE, over 100 steps).
 set -euo pipefail
 build=${1:?usage: overhead.sh BUILD_DIR [bench args...]}
 shift
@@ -17,6 +20,7 @@ trap 'rm -rf "$tmp"' EXIT
 # shellcheck disable=SC2086 # the prefix is a command line
 $layer_run "$bench" "$@" >"$tmp/layer.txt" || { echo "overhead: the run under crcuda failed" >&2; exit 1; }
 
+set +e
 awk -v nf="$tmp/native.txt" -v lf="$tmp/layer.txt" '
 	BEGIN {
 		while ((getline l < nf) > 0) { split(l, a, " "); native[a[1]] = a[2]; unit[a[1]] = a[3]; order[n++] = a[1] }
@@ -39,3 +43,25 @@ awk -v nf="$tmp/native.txt" -v lf="$tmp/layer.txt" '
 		}
 		exit fail
 	}' || [ "${CRCUDA_BENCH_REPORT_ONLY:-0}" = 1 ]
+fail=$?
+set -e
+
+py=${PYTHON:-python3}
+train=$(cd "$(dirname "$0")/.." && pwd)/tests/torch/train.py
+if [ "${CRCUDA_BENCH_TORCH:-1}" != 0 ] && "$py" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+	"$py" "$train" --steps 140 >"$tmp/t-native.txt"
+	# shellcheck disable=SC2086
+	CRCUDA_STATS_FILE=$tmp/s40 $layer_run "$py" "$train" --steps 40 >"$tmp/t40.txt"
+	# shellcheck disable=SC2086
+	CRCUDA_STATS_FILE=$tmp/s140 $layer_run "$py" "$train" --steps 140 >"$tmp/t140.txt"
+	rt() { awk '{ s += $2 } END { print s + 0 }' "$1"; }
+	nt=$(sed -n 's/^step_time_ms //p' "$tmp/t-native.txt")
+	lt=$(sed -n 's/^step_time_ms //p' "$tmp/t140.txt")
+	awk -v n="$nt" -v l="$lt" -v a="$(rt "$tmp/s40")" -v b="$(rt "$tmp/s140")" 'BEGIN {
+		r = l / n; ok = r <= 1.03
+		printf "%-18s %11.3f ms %11.3f ms %9.3fx  <= 1.03x %s\n", "torch_step", n, l, r, ok ? "ok" : "MISSED"
+		printf "%-18s %14s %14.1f %10s  (reported)\n", "torch_roundtrips", "-", (b - a) / 100, "per step"
+		exit !ok }' || fail=1
+fi
+[ "${CRCUDA_BENCH_REPORT_ONLY:-0}" = 1 ] && exit 0
+exit $fail
