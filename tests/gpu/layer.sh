@@ -53,6 +53,14 @@ fi
 	done
 done
 
+if [ "$only" = all ] || [ "$only" = cudart ]; then
+	if under_layer "$build/tests/cudart/cudart_sgemm" >"$tmp/sgemm.log" 2>&1; then
+		result PASS layer_cublas_sgemm "$(tail -1 "$tmp/sgemm.log")"
+	else
+		result FAIL layer_cublas_sgemm "$(tail -2 "$tmp/sgemm.log" | tr '\n' ' ')"
+	fi
+fi
+
 # PyTorch: native twice, then under the layer, losses compared bit for bit.
 [ "$only" = all ] || [ "$only" = torch ] || exit 0
 py=${PYTHON:-python3}
