@@ -805,6 +805,21 @@ CUresult crc_raw_getfn(struct crc_session *s, const struct crc_call_hdr *h, cons
 }
 
 /* ---- launches ----------------------------------------------------------------------------------- */
+/* The CUlaunchConfig a launch request describes (cuLaunchKernelEx, occupancy with a configuration). */
+static CUlaunchConfig launch_config(const struct crc_launch_req *r, CUstream stream, CUlaunchAttribute *attrs)
+{
+	return (CUlaunchConfig){.gridDimX = r->grid[0],
+				.gridDimY = r->grid[1],
+				.gridDimZ = r->grid[2],
+				.blockDimX = r->block[0],
+				.blockDimY = r->block[1],
+				.blockDimZ = r->block[2],
+				.sharedMemBytes = r->shared_bytes,
+				.hStream = stream,
+				.attrs = attrs,
+				.numAttrs = r->nattrs};
+}
+
 CUresult crc_raw_launch(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args, size_t len)
 {
 	const struct crc_launch_req *r = (const void *)args;
@@ -849,18 +864,7 @@ CUresult crc_raw_launch(struct crc_session *s, const struct crc_call_hdr *h, con
 	}
 	if (s->msg->op == CRC_CU_cuLaunchKernelEx) {
 		CUlaunchAttribute attrs[16];
-		CUlaunchConfig cfg = {
-		    .gridDimX = r->grid[0],
-		    .gridDimY = r->grid[1],
-		    .gridDimZ = r->grid[2],
-		    .blockDimX = r->block[0],
-		    .blockDimY = r->block[1],
-		    .blockDimZ = r->block[2],
-		    .sharedMemBytes = r->shared_bytes,
-		    .hStream = st.ptr,
-		    .attrs = attrs,
-		    .numAttrs = r->nattrs,
-		};
+		CUlaunchConfig cfg = launch_config(r, st.ptr, attrs);
 
 		if (r->nattrs > 16)
 			return CUDA_ERROR_INVALID_VALUE;
@@ -892,16 +896,7 @@ CUresult crc_raw_occupancy(struct crc_session *s, const struct crc_call_hdr *h, 
 	if (res != CUDA_SUCCESS)
 		return res;
 	memcpy(attrs, r + 1, r->nattrs * sizeof(*attrs));
-	CUlaunchConfig cfg = {.gridDimX = r->grid[0],
-			      .gridDimY = r->grid[1],
-			      .gridDimZ = r->grid[2],
-			      .blockDimX = r->block[0],
-			      .blockDimY = r->block[1],
-			      .blockDimZ = r->block[2],
-			      .sharedMemBytes = r->shared_bytes,
-			      .hStream = st.ptr,
-			      .attrs = attrs,
-			      .numAttrs = r->nattrs};
+	CUlaunchConfig cfg = launch_config(r, st.ptr, attrs);
 	res = s->msg->op == CRC_CU_cuOccupancyMaxActiveClusters
 		  ? CALL(cuOccupancyMaxActiveClusters, &v, f.ptr, &cfg)
 		  : CALL(cuOccupancyMaxPotentialClusterSize, &v, f.ptr, &cfg);
