@@ -10,7 +10,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "crc_store.h"
 #include "crcuda/chan.h"
+#include "crcuda/ctl.h"
+#include "crcuda/journal.h"
 #include "crcuda/cuda_api.h"
 #include "crcuda/cuda_api_sig.def"
 #include "crcuda/proto.h"
@@ -85,6 +88,24 @@ struct crc_ptstream {
 	CUstream stream;
 };
 
+/* The journal of a session, in memory until a checkpoint writes it to a store (crcuda/journal.h). */
+struct crc_jentry {
+	uint32_t type; /* enum crc_jrec_type */
+	uint32_t len;
+	uint8_t *payload;
+};
+/* A module or library image, once per content. */
+struct crc_image {
+	struct crc_hash hash;
+	uint8_t *bytes;
+	size_t len;
+};
+/* Which image a module/library handle was loaded from. */
+struct crc_modimg {
+	uint64_t vhandle;
+	uint32_t image; /* index in images */
+};
+
 struct crc_session {
 	uint64_t id;
 	unsigned slot;
@@ -109,10 +130,96 @@ struct crc_session {
 	uint8_t *image;
 	size_t image_len, image_cap;
 	const struct crc_msg_hdr *msg; /* the request being executed */
+
+	/* Journal (journal.c). */
+	struct crc_jentry *jrec;
+	size_t njrec, jrec_cap;
+	struct crc_image *images;
+	size_t nimages, images_cap;
+	struct crc_modimg *modimgs;
+	size_t nmodimgs, modimgs_cap;
+	/* What the call being executed did, for its journal record. */
+	bool jcapture;
+	uint64_t jnew[16], jrefs[16];
+	unsigned njnew, njrefs;
+	uint64_t jaddr, jsize, jobject;
+	int jimage; /* index of the image a load just used, -1 */
+	/* Replay (restore): the handles and the address the next call must produce. */
+	const uint64_t *force;
+	unsigned nforce;
+	bool force_mismatch;
+	uint64_t force_addr;
+	int dev_map[CRC_MAX_DEVICES]; /* the client's device ordinal -> the backend's */
+
+	/* Control (control.c): commands run on the session thread. */
+	pthread_mutex_t ctl_lock;
+	pthread_cond_t ctl_cond;
+	uint32_t state; /* enum crc_ctl_state */
+	int refs;	/* control threads holding the session */
+	bool ending;
+	int cmd; /* CRC_OP_CTL_* waiting for the session thread, 0 none */
+	const void *cmd_arg;
+	size_t cmd_len;
+	int cmd_timeout_ms;
+	bool cmd_done;
+	int cmd_rc;
+	char cmd_msg[CRC_CTL_MSG_MAX];
+	uint8_t cmd_out[64];
+	size_t cmd_out_len;
+	/* The store a checkpoint writes to, and what of the journal it holds already. */
+	char *store_dir;
+	uint64_t store_session;
+	size_t jflushed, images_flushed;
+	uint64_t journal_seq;
+	struct crc_store *store;
+	struct crc_ckpt *ckpt;
 };
 
 /* Starts the session thread for an accepted, greeted connection. */
 int crc_session_start(int fd, bool tcp, const struct crc_peer *peer, const struct crc_hello *hello);
+/* A session in a given slot (restore), not started: its thread comes with crc_session_run. The slot
+ * must be free (CRC_EBUSY, with who holds it in why). */
+int crc_session_create(int fd, bool tcp, const struct crc_peer *peer, unsigned slot, struct crc_session **out,
+		       char *why, size_t why_len);
+/* Makes the rings memfd of a unix session (*memfd: the daemon's copy, to send). */
+int crc_session_make_rings(struct crc_session *s, int *memfd);
+int crc_session_run(struct crc_session *s);
+/* Frees a session crc_session_create made and crc_session_run never started. */
+void crc_session_destroy(struct crc_session *s);
+/* Executes one driver-call request (payload = crc_call_hdr + args) as if the client had sent it. */
+CUresult crc_session_execute(struct crc_session *s, const struct crc_msg_hdr *m);
+/* Serves the session's channel for up to timeout_ms (one request at most). false: the client is gone. */
+bool crc_session_serve_one(struct crc_session *s, int timeout_ms);
+/* A pending control command for the session thread, and its completion. */
+void crc_session_command(struct crc_session *s);
+void crc_session_cmd_done(struct crc_session *s, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- journal (journal.c) -------------------------------------------------------------------------- */
+/* Before executing a call: start capturing what it does. */
+void crc_journal_begin(struct crc_session *s);
+/* After a successful call: append its record when it changed state the journal keeps. */
+void crc_journal_end(struct crc_session *s, int op, const struct crc_call_hdr *h, const uint8_t *args,
+		     size_t len);
+/* Remembers an image (by content) for the module/library just loaded; -1 on memory exhaustion. */
+int crc_journal_image(struct crc_session *s, const void *bytes, size_t len);
+void crc_journal_free(struct crc_session *s);
+/* The name argument (STR) of a generated-marshalling request, or NULL. */
+const char *crc_request_str_arg(int op, const uint8_t *args, size_t len);
+
+/* ---- checkpoint and restore (ckpt.c) -------------------------------------------------------------- */
+/* On the session thread, quiesced. Fill the reply data (s->cmd_out) and message themselves. */
+int crc_ckpt_quiesce(struct crc_session *s, int timeout_ms);
+void crc_ckpt_resume(struct crc_session *s);
+int crc_ckpt_run(struct crc_session *s, const char *store_dir);
+int crc_ckpt_commit_session(struct crc_session *s, const char *args, size_t len);
+void crc_ckpt_abort_session(struct crc_session *s);
+/* On a control connection: replays a checkpoint into a new session served on fd. Replies itself. */
+int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_msg_hdr *req,
+		const struct crc_ctl_restore_wire *w, const char *store_dir, char *why, size_t why_len);
+
+/* ---- control connections (control.c) -------------------------------------------------------------- */
+int crc_control_start(int fd, bool tcp, const struct crc_peer *peer);
 
 /* Appends n bytes to the reply (8-byte aligned); NULL on memory exhaustion. */
 void *crc_out(struct crc_session *s, size_t n);

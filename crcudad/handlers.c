@@ -147,7 +147,8 @@ static CUresult map_new(struct crc_session *s, uint64_t bytes, uint64_t *out)
 
 	if (res != CUDA_SUCCESS)
 		return res;
-	if (crc_va_take(s, size, 0, 0, &ptr))
+	/* Replay asks for the address the allocation had. */
+	if (crc_va_take(s, size, 0, s->force_addr, &ptr) || (s->force_addr && ptr != s->force_addr))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	prop.location.id = dev;
 	access.location = prop.location;
@@ -167,6 +168,8 @@ static CUresult map_new(struct crc_session *s, uint64_t bytes, uint64_t *out)
 	a->handle = h;
 	a->vhandle = s->cur_ctx; /* the context cuPointerGetAttribute reports */
 	account(s, (int64_t)size);
+	s->jaddr = ptr;
+	s->jsize = size;
 	*out = ptr;
 	return CUDA_SUCCESS;
 }
@@ -244,7 +247,8 @@ CUresult crc_ovr_cuMemAddressReserve(struct crc_session *s, void *const *argv)
 	if (!ptr || !size || size % CRC_GRANULE || hint % CRC_GRANULE || flags || (align & (align - 1)))
 		return CUDA_ERROR_INVALID_VALUE;
 	if (in_window) {
-		if (crc_va_take(s, size, align, hint, &got))
+		if (crc_va_take(s, size, align, hint ? hint : s->force_addr, &got) ||
+		    (!hint && s->force_addr && got != s->force_addr))
 			return CUDA_ERROR_OUT_OF_MEMORY;
 	} else {
 		CUdeviceptr p;
@@ -258,6 +262,8 @@ CUresult crc_ovr_cuMemAddressReserve(struct crc_session *s, void *const *argv)
 	if (!a)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	a->in_window = in_window;
+	s->jaddr = got;
+	s->jsize = size;
 	*ptr = got;
 	return CUDA_SUCCESS;
 }
@@ -637,6 +643,8 @@ CUresult crc_raw_load(struct crc_session *s, const struct crc_call_hdr *h, const
 	}
 	if (res != CUDA_SUCCESS)
 		return res;
+	/* The journal keeps the image (once per content) for checkpoints. */
+	s->jimage = crc_journal_image(s, s->image, r->image_bytes);
 	out = crc_out(s, 8);
 	if (!out)
 		return CUDA_ERROR_OUT_OF_MEMORY;

@@ -235,6 +235,10 @@ static void accept_one(int lfd, bool tcp)
 	}
 	tv.tv_sec = 0;
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (hello.role == CRC_ROLE_CONTROL) {
+		crc_control_start(fd, tcp, &peer);
+		return;
+	}
 	rc = crc_session_start(fd, tcp, &peer, &hello);
 	if (rc) {
 		pr_warn("cannot start a session for pid %d: %s", (int)peer.pid, crc_strerror(rc));

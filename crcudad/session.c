@@ -3,9 +3,12 @@
  * handlers for the rest); the virtual handle tables; cleanup when the client goes away. */
 #define LOG_PREFIX "session: "
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "crcuda/errno.h"
@@ -146,19 +149,39 @@ static void dispatch_init(void)
 uint64_t crc_register(struct crc_session *s, unsigned tag, union crc_slot real)
 {
 	struct crc_htable *t = &s->tables[tag];
+	uint32_t idx = t->n + 1;
+	uint64_t v;
 
-	if (t->n + 1 >= t->cap) {
-		uint32_t cap = t->cap ? t->cap * 2 : 64;
-		union crc_slot *p = realloc(t->real, cap * sizeof(*p));
+	/* Replay: the handle the journal says this call created, whatever came before. */
+	if (s->nforce) {
+		if (crc_vhandle_tag(s->force[0]) == tag) {
+			idx = crc_vhandle_index(s->force[0]);
+			s->force++;
+			s->nforce--;
+		} else {
+			s->force_mismatch = true;
+		}
+	}
+	if (idx + 1 >= t->cap) {
+		uint32_t cap = t->cap ? t->cap : 64;
+		union crc_slot *p;
 
+		while (idx + 1 >= cap)
+			cap *= 2;
+		p = realloc(t->real, cap * sizeof(*p));
 		if (!p)
 			return 0;
 		memset(p + t->cap, 0, (cap - t->cap) * sizeof(*p));
 		t->real = p;
 		t->cap = cap;
 	}
-	t->real[++t->n] = real;
-	return crc_vhandle(tag, t->n);
+	t->real[idx] = real;
+	if (idx > t->n)
+		t->n = idx;
+	v = crc_vhandle(tag, idx);
+	if (s->jcapture && s->njnew < sizeof(s->jnew) / sizeof(s->jnew[0]))
+		s->jnew[s->njnew++] = v;
+	return v;
 }
 
 void crc_forget(struct crc_session *s, uint64_t v)
@@ -217,7 +240,8 @@ static CUresult primary_ctx(struct crc_session *s, uint32_t idx)
 
 	if (slot->ptr)
 		return CUDA_SUCCESS;
-	res = crc_be.cuDevicePrimaryCtxRetain_fn(&ctx, (CUdevice)(idx - 1));
+	/* A restore onto another GPU (--gpu) maps the client's ordinal to the backend's. */
+	res = crc_be.cuDevicePrimaryCtxRetain_fn(&ctx, (CUdevice)s->dev_map[idx - 1]);
 	if (res == CUDA_SUCCESS)
 		slot->ptr = ctx;
 	return res;
@@ -259,6 +283,8 @@ CUresult crc_translate(struct crc_session *s, const struct crc_call_hdr *h, unsi
 	if (!t->real[idx].u64)
 		return tag == CRC_HT_CTX ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_INVALID_HANDLE;
 	*out = t->real[idx];
+	if (s->jcapture && s->njrefs < sizeof(s->jrefs) / sizeof(s->jrefs[0]))
+		s->jrefs[s->njrefs++] = v;
 	return CUDA_SUCCESS;
 }
 
@@ -411,6 +437,53 @@ static CUresult make_current(struct crc_session *s, const struct crc_call_hdr *h
 	return res;
 }
 
+static CUresult execute(struct crc_session *s, const struct crc_msg_hdr *m);
+
+/* The name (STR) argument of a generated request, for the journal. */
+const char *crc_request_str_arg(int op, const uint8_t *a, size_t len)
+{
+	const struct op *o = op >= 0 && op < CRC_CU_COUNT ? &ops[op] : NULL;
+	size_t off = 0;
+
+	if (!o || !o->spec)
+		return NULL;
+	for (unsigned i = 0; i < o->nargs; i++) {
+		const struct crc_arg_spec *sp = &o->spec[i];
+		uint64_t word;
+
+		if (sp->kind == CRC_ARG_VAL) {
+			off += crc_align8(sp->size);
+			continue;
+		}
+		if (off + 8 > len)
+			return NULL;
+		memcpy(&word, a + off, 8);
+		off += 8;
+		if ((sp->kind == CRC_ARG_IN || sp->kind == CRC_ARG_OUT) && word)
+			off += crc_align8(sp->size);
+		if (sp->kind == CRC_ARG_STR && word)
+			return off + word <= len && !a[off + word - 1] ? (const char *)a + off : NULL;
+	}
+	return NULL;
+}
+
+CUresult crc_session_execute(struct crc_session *s, const struct crc_msg_hdr *m)
+{
+	const struct crc_call_hdr *h = crc_msg_payload(m);
+	size_t len = crc_msg_payload_len(m);
+	CUresult res;
+
+	if (len < sizeof(*h) || m->op >= CRC_CU_COUNT)
+		return CUDA_ERROR_INVALID_VALUE;
+	s->msg = m;
+	crc_journal_begin(s);
+	res = execute(s, m);
+	if (res == CUDA_SUCCESS)
+		crc_journal_end(s, m->op, h, (const uint8_t *)(h + 1), len - sizeof(*h));
+	s->jcapture = false;
+	return res;
+}
+
 static CUresult execute(struct crc_session *s, const struct crc_msg_hdr *m)
 {
 	const struct op *o = &ops[m->op];
@@ -453,13 +526,15 @@ static CUresult stats(struct crc_session *s)
 	return CUDA_SUCCESS;
 }
 
-/* Returns false when the session is over. */
-static bool serve_one(struct crc_session *s)
+/* Returns false when the session is over; true also when nothing came within timeout_ms. */
+bool crc_session_serve_one(struct crc_session *s, int timeout_ms)
 {
 	const struct crc_msg_hdr *m;
 	CUresult res;
-	int rc = crc_chan_next(&s->chan, -1, &m);
+	int rc = crc_chan_next(&s->chan, timeout_ms, &m);
 
+	if (rc == CRC_ETIMEDOUT || rc == CRC_EAGAIN)
+		return true;
 	if (rc) {
 		if (rc != CRC_EDAEMON)
 			pr_warn("session %llu: %s", (unsigned long long)s->id, crc_strerror(rc));
@@ -468,7 +543,7 @@ static bool serve_one(struct crc_session *s)
 	s->out_len = 0;
 	s->msg = m;
 	if (m->op < CRC_CU_COUNT) {
-		res = execute(s, m);
+		res = crc_session_execute(s, m);
 	} else {
 		const uint8_t *p = crc_msg_payload(m);
 		size_t len = crc_msg_payload_len(m);
@@ -519,6 +594,38 @@ static bool serve_one(struct crc_session *s)
 	return true;
 }
 
+/* Frees the session's memory; the slot is free already. Waits for control threads that hold it. */
+static void session_dealloc(struct crc_session *s)
+{
+	pthread_mutex_lock(&s->ctl_lock);
+	s->ending = true;
+	if (s->cmd && !s->cmd_done) {
+		s->cmd_rc = CRC_EDAEMON;
+		snprintf(s->cmd_msg, sizeof(s->cmd_msg), "session %llu ended (its client went away)",
+			 (unsigned long long)s->id);
+		s->cmd_done = true;
+	}
+	pthread_cond_broadcast(&s->ctl_cond);
+	while (s->refs)
+		pthread_cond_wait(&s->ctl_cond, &s->ctl_lock);
+	pthread_mutex_unlock(&s->ctl_lock);
+	if (s->ckpt)
+		crc_ckpt_abort(s->ckpt);
+	crc_store_close(s->store);
+	crc_chan_close(&s->chan);
+	close(s->fd);
+	for (unsigned t = 0; t < CRC_HT_COUNT; t++)
+		free(s->tables[t].real);
+	crc_journal_free(s);
+	free(s->store_dir);
+	free(s->ptstreams);
+	free(s->out);
+	free(s->image);
+	pthread_mutex_destroy(&s->ctl_lock);
+	pthread_cond_destroy(&s->ctl_cond);
+	free(s);
+}
+
 static void session_free(struct crc_session *s)
 {
 	crc_session_release_resources(s);
@@ -527,14 +634,22 @@ static void session_free(struct crc_session *s)
 	crcd.total_mapped -= s->mapped_bytes;
 	pthread_mutex_unlock(&crcd.lock);
 	crc_chan_shutdown(&s->chan);
-	crc_chan_close(&s->chan);
-	close(s->fd);
-	for (unsigned t = 0; t < CRC_HT_COUNT; t++)
-		free(s->tables[t].real);
-	free(s->ptstreams);
-	free(s->out);
-	free(s->image);
-	free(s);
+	session_dealloc(s);
+}
+
+void crc_session_cmd_done(struct crc_session *s, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	s->cmd_rc = rc;
+	s->cmd_msg[0] = 0;
+	if (fmt) {
+		va_start(ap, fmt);
+		vsnprintf(s->cmd_msg, sizeof(s->cmd_msg), fmt, ap);
+		va_end(ap);
+	}
+	if (rc && s->cmd_msg[0])
+		pr_warn("session %llu: %s", (unsigned long long)s->id, s->cmd_msg);
 }
 
 static void *session_main(void *arg)
@@ -544,15 +659,56 @@ static void *session_main(void *arg)
 	pr_info("session %llu: pid %d uid %u, VA %#llx+%#llx, %s", (unsigned long long)s->id,
 		(int)s->peer.pid, (unsigned)s->peer.uid, (unsigned long long)s->va_base,
 		(unsigned long long)s->va_size, s->tcp ? "TCP" : "shared memory");
-	while (serve_one(s))
-		;
+	/* A restored session's first requests may be control ops (pinned memory registered again) that
+	 * need a context: the one the replay used. */
+	for (uint32_t i = 1; i <= s->tables[CRC_HT_CTX].n; i++) {
+		if (s->tables[CRC_HT_CTX].real[i].ptr &&
+		    crc_be.cuCtxSetCurrent_fn(s->tables[CRC_HT_CTX].real[i].ptr) == CUDA_SUCCESS) {
+			s->cur_ctx = crc_vhandle(CRC_HT_CTX, i);
+			break;
+		}
+	}
+	for (;;) {
+		bool pending;
+
+		pthread_mutex_lock(&s->ctl_lock);
+		pending = s->cmd && !s->cmd_done;
+		pthread_mutex_unlock(&s->ctl_lock);
+		if (pending) {
+			crc_session_command(s);
+			continue;
+		}
+		if (s->state == CRC_CTL_RUNNING) {
+			/* Short waits: a control command may come while the client is idle. */
+			if (!crc_session_serve_one(s, 50))
+				break;
+			continue;
+		}
+		/* Quiesced: nothing is served until resume. A client that died meanwhile ends the session,
+		 * unless a checkpoint waits for its commit or abort. */
+		if (crc_sock_alive(s->fd) && !s->ckpt)
+			break;
+		pthread_mutex_lock(&s->ctl_lock);
+		if (!s->cmd || s->cmd_done) {
+			struct timespec ts;
+
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 100 * 1000 * 1000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&s->ctl_cond, &s->ctl_lock, &ts);
+		}
+		pthread_mutex_unlock(&s->ctl_lock);
+	}
 	pr_info("session %llu: ended; freeing %llu bytes of device memory", (unsigned long long)s->id,
 		(unsigned long long)s->mapped_bytes);
 	session_free(s);
 	return NULL;
 }
 
-static int make_rings(struct crc_session *s, int *memfd_out)
+int crc_session_make_rings(struct crc_session *s, int *memfd_out)
 {
 	size_t size = crc_chan_shm_size(crcd.ring_size);
 	int memfd = memfd_create("crcuda-rings", MFD_CLOEXEC), rc;
@@ -573,24 +729,108 @@ static int make_rings(struct crc_session *s, int *memfd_out)
 	return 0;
 }
 
-int crc_session_start(int fd, bool tcp, const struct crc_peer *peer, const struct crc_hello *hello)
+static struct crc_session *session_alloc(int fd, bool tcp, const struct crc_peer *peer)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
-	struct crc_hello_reply *reply = malloc(sizeof(*reply));
 	struct crc_session *s = calloc(1, sizeof(*s));
-	int memfd = -1, rc = 0;
-	unsigned slot;
 
 	pthread_once(&once, dispatch_init);
-	if (!s || !reply) {
-		rc = CRC_ENOMEM;
-		goto fail;
-	}
+	if (!s)
+		return NULL;
 	s->fd = fd;
 	s->tcp = tcp;
 	s->peer = *peer;
 	s->cur_ctx = 0;
+	s->state = CRC_CTL_RUNNING;
+	s->jimage = -1;
+	for (int d = 0; d < CRC_MAX_DEVICES; d++)
+		s->dev_map[d] = d;
+	pthread_mutex_init(&s->ctl_lock, NULL);
+	pthread_cond_init(&s->ctl_cond, NULL);
+	return s;
+}
+
+/* The slot's range; handles 1..dev_count of the context table are the primary contexts. */
+static void session_setup(struct crc_session *s, unsigned slot)
+{
+	s->slot = slot;
+	s->va_base = crcd.va_base + slot * crcd.va_session;
+	s->va_size = crcd.va_session;
+	for (int d = 0; d < crcd.dev_count; d++)
+		crc_register(s, CRC_HT_CTX, (union crc_slot){.u64 = 0});
+}
+
+int crc_session_create(int fd, bool tcp, const struct crc_peer *peer, unsigned slot, struct crc_session **out,
+		       char *why, size_t why_len)
+{
+	struct crc_session *s = session_alloc(fd, tcp, peer);
+
+	if (!s)
+		return CRC_ENOMEM;
+	pthread_mutex_lock(&crcd.lock);
+	if (slot >= crcd.max_sessions || crcd.sessions[slot]) {
+		struct crc_session *o = slot < crcd.max_sessions ? crcd.sessions[slot] : NULL;
+
+		if (o)
+			snprintf(why, why_len,
+				 "VA slot %u (%#llx) of this daemon is held by session %llu (pid %d): the "
+				 "checkpoint "
+				 "needs that range (restoring into another range needs a remap table, future "
+				 "work)",
+				 slot, (unsigned long long)(crcd.va_base + slot * crcd.va_session),
+				 (unsigned long long)o->id, (int)o->peer.pid);
+		else
+			snprintf(why, why_len, "VA slot %u does not exist on this daemon (--max-sessions %u)",
+				 slot, crcd.max_sessions);
+		pthread_mutex_unlock(&crcd.lock);
+		pthread_mutex_destroy(&s->ctl_lock);
+		pthread_cond_destroy(&s->ctl_cond);
+		free(s);
+		return o ? CRC_EBUSY : CRC_EINVAL;
+	}
+	crcd.sessions[slot] = s;
+	s->id = ++crcd.next_session_id;
+	pthread_mutex_unlock(&crcd.lock);
+	session_setup(s, slot);
+	s->state = CRC_CTL_RESTORING;
+	*out = s;
+	return 0;
+}
+int crc_session_run(struct crc_session *s)
+{
+	int rc;
+
+	s->state = CRC_CTL_RUNNING;
+	rc = pthread_create(&s->thread, NULL, session_main, s);
+	if (rc)
+		return -rc;
+	pthread_detach(s->thread);
+	return 0;
+}
+
+void crc_session_destroy(struct crc_session *s)
+{
+	crc_session_release_resources(s);
+	pthread_mutex_lock(&crcd.lock);
+	crcd.sessions[s->slot] = NULL;
+	crcd.total_mapped -= s->mapped_bytes;
+	pthread_mutex_unlock(&crcd.lock);
+	s->fd = -1; /* the control connection's: its owner closes it */
+	session_dealloc(s);
+}
+
+int crc_session_start(int fd, bool tcp, const struct crc_peer *peer, const struct crc_hello *hello)
+{
+	struct crc_hello_reply *reply = malloc(sizeof(*reply));
+	struct crc_session *s = session_alloc(fd, tcp, peer);
+	int memfd = -1, rc = 0;
+	unsigned slot;
+
 	(void)hello;
+	if (!s || !reply) {
+		rc = CRC_ENOMEM;
+		goto fail;
+	}
 	pthread_mutex_lock(&crcd.lock);
 	for (slot = 0; slot < crcd.max_sessions && crcd.sessions[slot]; slot++)
 		;
@@ -602,16 +842,11 @@ int crc_session_start(int fd, bool tcp, const struct crc_peer *peer, const struc
 		goto fail;
 	}
 	crcd.sessions[slot] = s;
-	s->slot = slot;
 	s->id = ++crcd.next_session_id;
 	pthread_mutex_unlock(&crcd.lock);
-	s->va_base = crcd.va_base + slot * crcd.va_session;
-	s->va_size = crcd.va_session;
-	/* Handles 1..dev_count of the context table are the primary contexts. */
-	for (int d = 0; d < crcd.dev_count; d++)
-		crc_register(s, CRC_HT_CTX, (union crc_slot){.u64 = 0});
+	session_setup(s, slot);
 	if (!tcp) {
-		rc = make_rings(s, &memfd);
+		rc = crc_session_make_rings(s, &memfd);
 		if (rc)
 			goto fail_slot;
 	} else {
@@ -630,12 +865,9 @@ int crc_session_start(int fd, bool tcp, const struct crc_peer *peer, const struc
 		close(memfd);
 	if (rc)
 		goto fail_slot;
-	rc = pthread_create(&s->thread, NULL, session_main, s);
-	if (rc) {
-		rc = -rc;
+	rc = crc_session_run(s);
+	if (rc)
 		goto fail_slot;
-	}
-	pthread_detach(s->thread);
 	free(reply);
 	return 0;
 fail_slot:
@@ -645,6 +877,10 @@ fail_slot:
 	crc_chan_close(&s->chan);
 	free(s->tables[CRC_HT_CTX].real);
 fail:
+	if (s) {
+		pthread_mutex_destroy(&s->ctl_lock);
+		pthread_cond_destroy(&s->ctl_cond);
+	}
 	free(s);
 	free(reply);
 	return rc;

@@ -9,11 +9,12 @@
 #include "crcuda/chan.h"
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
+#include "crcuda/proto.h"
 #include "crcuda/sock.h"
 
 size_t crc_chan_shm_size(size_t ring_size)
 {
-	return 2 * crc_ring_footprint(ring_size);
+	return 2 * crc_ring_footprint(ring_size) + CRC_SESSION_CTL_SIZE;
 }
 
 int crc_sock_alive(int fd)
@@ -56,6 +57,14 @@ int crc_chan_open_shm(struct crc_chan *c, int fd, int memfd, size_t ring_size, b
 		rc = crc_ring_attach(is_daemon ? &c->tx : &c->rx, mem + one, one);
 	if (rc)
 		goto fail;
+	c->sctl = (struct crc_session_ctl *)(mem + 2 * one);
+	if (format) {
+		memset(c->sctl, 0, CRC_SESSION_CTL_SIZE);
+		c->sctl->magic = CRC_SESSION_CTL_MAGIC;
+	} else if (c->sctl->magic != CRC_SESSION_CTL_MAGIC) {
+		rc = CRC_EPROTO;
+		goto fail;
+	}
 	crc_ring_set_liveness(&c->tx, ring_peer_alive, &c->fd, 100);
 	crc_ring_set_liveness(&c->rx, ring_peer_alive, &c->fd, 100);
 	return 0;
@@ -79,6 +88,7 @@ void crc_chan_close(struct crc_chan *c)
 	free(c->txmsg);
 	free(c->rxmsg);
 	c->shm = NULL;
+	c->sctl = NULL;
 	c->txmsg = c->rxmsg = NULL;
 }
 

@@ -43,7 +43,8 @@ struct crc_pinned {
 	size_t bytes;
 	unsigned flags;
 	uint64_t device_ptr;
-	int memfd; /* -1 over TCP (plain memory) */
+	int memfd; /* the region's memfd, kept open to register it again after a restore (and so CRIU
+		      restores it); -1 over TCP (plain memory), -2 the application's own memory */
 	struct crc_pinned *next;
 };
 
@@ -91,7 +92,10 @@ CUresult crc_call_post(struct crc_call *c);
 typedef void crc_data_fn(void *arg, const void *data, size_t len);
 CUresult crc_call_wait(struct crc_call *c, crc_data_fn *on_data, void *arg);
 void crc_call_end(struct crc_call *c);
-/* For multi-record requests: after a post, take the lock again for the next record. */
+/* Multi-record requests keep the channel (and the call's busy mark, so a quiesce cannot stop the
+ * session between its records): crc_call_post_more publishes a posted record and keeps the lock;
+ * crc_call_next reserves the next record under it (like crc_call_begin). On error nothing is held. */
+CUresult crc_call_post_more(struct crc_call *c);
 CUresult crc_call_next(struct crc_call *c, uint16_t op, uint16_t flags, size_t len, void **args);
 
 /* Round trips and posted requests so far (stats.c; CRCUDA_STATS_FILE reports them at exit). */

@@ -2,6 +2,9 @@
 #define LOG_PREFIX "libcrcuda: "
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,6 +213,155 @@ static CUresult lost(int rc)
 	return CRC_CU_DAEMON_GONE;
 }
 
+/* ---- quiesce: the call gate, parking, rebinding (see struct crc_session_ctl in crcuda/proto.h) ---- */
+static void chan_unlock(void)
+{
+	struct crc_session_ctl *ctl = crc_client.chan.sctl;
+
+	if (ctl)
+		atomic_store_explicit(&ctl->client_busy, 0, memory_order_release);
+	pthread_mutex_unlock(&crc_client.lock);
+}
+
+/* Sends a pinned region's memfd again to a new daemon session, under the held channel lock. */
+static int pin_reregister(struct crc_pinned *pin)
+{
+	struct crc_pin_req req = {.client_addr = pin->addr, .bytes = pin->bytes, .flags = pin->flags};
+	const struct crc_msg_hdr *m;
+	const struct crc_reply_hdr *rh;
+	uint64_t seq = ++crc_client.seq;
+	char byte = 0;
+	void *p;
+	int rc = crc_chan_reserve(&crc_client.chan, CRC_OP_PIN_REGISTER, 0, seq, sizeof(req), &p);
+
+	if (rc)
+		return rc;
+	memcpy(p, &req, sizeof(req));
+	rc = crc_sock_send_fds(crc_client.chan.fd, &byte, 1, &pin->memfd, 1);
+	if (!rc)
+		rc = crc_chan_commit(&crc_client.chan);
+	if (!rc)
+		rc = crc_chan_next(&crc_client.chan, -1, &m);
+	if (rc)
+		return rc;
+	rh = crc_msg_payload(m);
+	if (m->seq != seq || crc_msg_payload_len(m) < sizeof(*rh))
+		rc = CRC_EPROTO;
+	else if (rh->result != CUDA_SUCCESS)
+		rc = CRC_ECUDA;
+	else if (crc_msg_payload_len(m) >= sizeof(*rh) + sizeof(struct crc_pin_reply))
+		memcpy(&pin->device_ptr, rh + 1, sizeof(pin->device_ptr));
+	crc_chan_release(&crc_client.chan);
+	if (rc)
+		pr_err("cannot register pinned memory %#lx+%#zx with the restored session: %s",
+		       (unsigned long)pin->addr, pin->bytes, crc_strerror(rc));
+	return rc;
+}
+
+/* A restored session: switch to its channel (new rings, or TCP on the same socket) and register the
+ * pinned regions again. The old rings and their control page go. */
+static int rebind(const struct crc_sock_notice *n, int memfd)
+{
+	int fd = crc_client.chan.fd, rc = 0;
+
+	crc_chan_close(&crc_client.chan);
+	if (n->transport == CRC_TRANSPORT_UNIX) {
+		if (memfd < 0)
+			return CRC_EPROTO;
+		rc = crc_chan_open_shm(&crc_client.chan, fd, memfd, n->ring_size, false, false);
+		if (rc)
+			return rc;
+		crc_client.tcp = false;
+	} else {
+		crc_chan_open_tcp(&crc_client.chan, fd);
+		crc_client.tcp = true;
+	}
+	crc_client.info.session_id = n->session_id;
+	pthread_mutex_lock(&crc_client.pinned_lock);
+	for (struct crc_pinned *p = crc_client.pinned; p && !rc; p = p->next)
+		if (p->memfd >= 0 && !crc_client.tcp)
+			rc = pin_reregister(p);
+	pthread_mutex_unlock(&crc_client.pinned_lock);
+	pr_info("rebound to restored session %llu over %s", (unsigned long long)n->session_id,
+		crc_client.tcp ? "TCP" : "shared memory");
+	return rc;
+}
+
+/* How long a parked client waits for its socket to be replaced after the daemon hung up
+ * (CRCUDA_REBIND_WAIT_MS; tests that restore without CRIU swap the socket themselves). */
+static int rebind_wait_ms(void)
+{
+	const char *e = getenv("CRCUDA_REBIND_WAIT_MS");
+
+	return e && *e ? atoi(e) : 0;
+}
+
+/* Parked with the channel lock held: until the daemon withdraws the quiesce request (resume) or a
+ * REBIND notice arrives on the socket (restore). Every other thread waits on the lock meanwhile. */
+static int park(struct crc_session_ctl *ctl)
+{
+	int fd = crc_client.chan.fd, grace_ms = rebind_wait_ms(), dead_ms = 0;
+
+	atomic_store(&ctl->parked, 1);
+	pr_debug("parked: session quiesced");
+	for (;;) {
+		uint32_t seq = atomic_load(&ctl->wake_seq);
+		struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+		struct timespec ts = {.tv_nsec = 100 * 1000 * 1000};
+
+		if (!atomic_load(&ctl->quiesce_req)) {
+			atomic_store(&ctl->parked, 0);
+			return 0;
+		}
+		if (poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLRDHUP | POLLERR | POLLNVAL))) {
+			struct crc_sock_notice n;
+			int memfd = -1, nfds = 0, rc = CRC_EDAEMON;
+
+			if (p.revents & POLLIN)
+				rc = crc_sock_recv_fds(fd, &n, sizeof(n), &memfd, 1, &nfds);
+			if (!rc) {
+				if (n.magic != CRC_PROTO_MAGIC || n.kind != CRC_NOTICE_REBIND) {
+					if (memfd >= 0)
+						close(memfd);
+					return CRC_EPROTO;
+				}
+				/* The old page goes with the old rings: nothing to clear. */
+				rc = rebind(&n, nfds ? memfd : -1);
+				if (memfd >= 0)
+					close(memfd);
+				return rc;
+			}
+			if (dead_ms >= grace_ms)
+				return rc;
+			dead_ms += 100;
+			nanosleep(&ts, NULL);
+			continue;
+		}
+		dead_ms = 0;
+		syscall(SYS_futex, &ctl->wake_seq, FUTEX_WAIT, seq, &ts, NULL, 0);
+	}
+}
+
+/* With the channel lock held: mark the call busy, or park while the session is quiesced. */
+static int gate(void)
+{
+	for (;;) {
+		struct crc_session_ctl *ctl = crc_client.chan.sctl;
+		int rc;
+
+		if (!ctl)
+			return 0;
+		atomic_store_explicit(&ctl->client_busy, 1, memory_order_seq_cst);
+		atomic_thread_fence(memory_order_seq_cst);
+		if (!atomic_load_explicit(&ctl->quiesce_req, memory_order_seq_cst))
+			return 0;
+		atomic_store_explicit(&ctl->client_busy, 0, memory_order_seq_cst);
+		rc = park(ctl);
+		if (rc)
+			return rc;
+	}
+}
+
 CUresult crc_ctl_begin(struct crc_call *c, uint16_t op, uint16_t flags, size_t len, void **payload)
 {
 	CUresult res = crc_ready();
@@ -222,12 +374,17 @@ CUresult crc_ctl_begin(struct crc_call *c, uint16_t op, uint16_t flags, size_t l
 		pthread_mutex_unlock(&crc_client.lock);
 		return CRC_CU_DAEMON_GONE;
 	}
+	rc = gate();
+	if (rc) {
+		chan_unlock();
+		return lost(rc);
+	}
 	memset(c, 0, sizeof(*c));
 	c->op = op;
 	c->seq = ++crc_client.seq;
 	rc = crc_chan_reserve(&crc_client.chan, op, flags, c->seq, len, payload);
 	if (rc) {
-		pthread_mutex_unlock(&crc_client.lock);
+		chan_unlock();
 		return rc == CRC_EINVAL ? CUDA_ERROR_INVALID_VALUE : lost(rc);
 	}
 	return CUDA_SUCCESS;
@@ -253,14 +410,42 @@ CUresult crc_call_post(struct crc_call *c)
 	int rc = crc_chan_commit(&crc_client.chan);
 
 	atomic_fetch_add_explicit(&crc_stat_posted, 1, memory_order_relaxed);
-	pthread_mutex_unlock(&crc_client.lock);
+	chan_unlock();
 	(void)c;
 	return rc ? lost(rc) : CUDA_SUCCESS;
 }
 
+CUresult crc_call_post_more(struct crc_call *c)
+{
+	int rc = crc_chan_commit(&crc_client.chan);
+
+	atomic_fetch_add_explicit(&crc_stat_posted, 1, memory_order_relaxed);
+	(void)c;
+	if (rc) {
+		chan_unlock();
+		return lost(rc);
+	}
+	return CUDA_SUCCESS;
+}
+
 CUresult crc_call_next(struct crc_call *c, uint16_t op, uint16_t flags, size_t len, void **args)
 {
-	return crc_call_begin(c, op, flags, len, args);
+	struct crc_thread *t = crc_self();
+	struct crc_call_hdr *h;
+	int rc;
+
+	c->op = op;
+	c->seq = ++crc_client.seq;
+	rc = crc_chan_reserve(&crc_client.chan, op, flags, c->seq, sizeof(*h) + len, (void **)&h);
+	if (rc) {
+		chan_unlock();
+		return rc == CRC_EINVAL ? CUDA_ERROR_INVALID_VALUE : lost(rc);
+	}
+	h->ctx = t->depth ? t->ctx_stack[t->depth - 1] : 0;
+	h->thread = t->tid;
+	h->flags = t->ptds ? CRC_CALL_PTDS : 0;
+	*args = h + 1;
+	return CUDA_SUCCESS;
 }
 
 CUresult crc_call_wait(struct crc_call *c, crc_data_fn *on_data, void *arg)
@@ -305,7 +490,7 @@ void crc_call_end(struct crc_call *c)
 	if (c->reply_msg && crc_client.state == 1)
 		crc_chan_release(&crc_client.chan);
 	c->reply_msg = NULL;
-	pthread_mutex_unlock(&crc_client.lock);
+	chan_unlock();
 }
 
 CUresult crc_rpc(uint16_t op, const void *args, size_t len, void *out, size_t out_len)

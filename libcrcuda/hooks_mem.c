@@ -249,8 +249,13 @@ static CUresult copy(uint64_t dst, uint64_t src, size_t bytes, CUstream stream, 
 			size_t n = bytes - off < chunk ? bytes - off : chunk;
 			bool last = off + n == bytes;
 
-			res = crc_call_begin(&c, CRC_CU_cuMemcpyHtoD_v2, last && !async ? 0 : CRC_MSG_NOREPLY,
-					     sizeof(*r) + n, (void **)&r);
+			/* Every chunk under one hold of the channel: the copy is one call for a quiesce. */
+			res = off ? crc_call_next(&c, CRC_CU_cuMemcpyHtoD_v2,
+						  last && !async ? 0 : CRC_MSG_NOREPLY, sizeof(*r) + n,
+						  (void **)&r)
+				  : crc_call_begin(&c, CRC_CU_cuMemcpyHtoD_v2,
+						   last && !async ? 0 : CRC_MSG_NOREPLY, sizeof(*r) + n,
+						   (void **)&r);
 			if (res != CUDA_SUCCESS)
 				return res;
 			*r = (struct crc_copy_req){.dst = dst + off,
@@ -260,7 +265,13 @@ static CUresult copy(uint64_t dst, uint64_t src, size_t bytes, CUstream stream, 
 						   .src_loc = sl,
 						   .async = async};
 			memcpy(r + 1, (const uint8_t *)(uintptr_t)src + off, n);
-			if (!last || async) {
+			if (!last) {
+				res = crc_call_post_more(&c);
+				if (res != CUDA_SUCCESS)
+					return res;
+				continue;
+			}
+			if (async) {
 				res = crc_call_post(&c);
 				if (res != CUDA_SUCCESS)
 					return res;
@@ -394,8 +405,6 @@ static CUresult pinned_alloc(void **pp, size_t bytes, unsigned flags)
 		if (res == CUDA_SUCCESS && c.reply_len >= sizeof(reply))
 			memcpy(&reply, c.reply, sizeof(reply));
 		crc_call_end(&c);
-		close(fd);
-		fd = -1;
 		if (res != CUDA_SUCCESS)
 			goto fail_map;
 	}
@@ -403,7 +412,7 @@ static CUresult pinned_alloc(void **pp, size_t bytes, unsigned flags)
 	pin->bytes = size;
 	pin->flags = flags;
 	pin->device_ptr = reply.device_ptr;
-	pin->memfd = -1;
+	pin->memfd = fd; /* kept: a restored session gets it again (REBIND) */
 	pthread_mutex_lock(&crc_client.pinned_lock);
 	pin->next = crc_client.pinned;
 	crc_client.pinned = pin;
@@ -469,6 +478,8 @@ CUresult crc_hook_cuMemFreeHost(void *p)
 		}
 	}
 	munmap(p, pin->bytes);
+	if (pin->memfd >= 0)
+		close(pin->memfd);
 	free(pin);
 	return res;
 }

@@ -28,13 +28,16 @@ static CUresult load(uint16_t op, const void *image, size_t bytes, uint64_t *han
 		size_t n = bytes - off < max ? bytes - off : max;
 		bool last = off + n == bytes;
 
-		res = crc_call_begin(&c, op, last ? 0 : CRC_MSG_NOREPLY, sizeof(*r) + n, (void **)&r);
+		/* One call holds the channel for every record of the image: a quiesce never finds half an
+		 * image assembled in the daemon. */
+		res = off ? crc_call_next(&c, op, last ? 0 : CRC_MSG_NOREPLY, sizeof(*r) + n, (void **)&r)
+			  : crc_call_begin(&c, op, last ? 0 : CRC_MSG_NOREPLY, sizeof(*r) + n, (void **)&r);
 		if (res != CUDA_SUCCESS)
 			return res;
 		*r = (struct crc_load_req){.image_bytes = bytes, .offset = off, .chunk = n};
 		memcpy(r + 1, (const uint8_t *)image + off, n);
 		if (!last) {
-			res = crc_call_post(&c);
+			res = crc_call_post_more(&c);
 			if (res != CUDA_SUCCESS)
 				return res;
 			continue;

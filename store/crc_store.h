@@ -84,6 +84,16 @@ enum crc_jrec_type {
 	CRC_JREC_EVENT_CREATE = 11,
 	CRC_JREC_EVENT_DESTROY = 12,
 	CRC_JREC_LAUNCH_STATS = 13, /* launch counts and the last few launches, for debugging */
+	CRC_JREC_MEM_RESERVE = 14,  /* cuMemAddressReserve: address, size */
+	CRC_JREC_MEM_UNRESERVE = 15,
+	CRC_JREC_VMM_CREATE = 16, /* cuMemCreate / cuMemRetainAllocationHandle: the handle */
+	CRC_JREC_VMM_RELEASE = 17,
+	CRC_JREC_VMM_MAP = 18, /* cuMemMap: address, size, handle */
+	CRC_JREC_VMM_UNMAP = 19,
+	CRC_JREC_VMM_ACCESS = 20, /* cuMemSetAccess */
+	CRC_JREC_CONTEXT_DESTROY = 21,
+	CRC_JREC_FUNCTION_SET = 22,  /* function/kernel attributes and cache configuration */
+	CRC_JREC_OBJECT_CREATE = 23, /* any other call that created a handle */
 	CRC_JREC_TYPE_END
 };
 /* "MODULE_LOAD"; "UNKNOWN" for values outside the enum. */
@@ -102,6 +112,19 @@ const char *crc_jrec_type_name(uint32_t type);
  * @retval CRC_ENOSPC, CRC_EDB, CRC_ECORRUPT LMDB failures */
 int crc_store_journal_append(struct crc_store *st, uint64_t session, uint32_t type, const void *payload,
 			     uint32_t len, uint64_t *out_seq);
+
+/* One record of a batch (crc_store_journal_append_batch). */
+struct crc_jrec_in {
+	uint32_t type;
+	uint32_t len;
+	const void *payload;
+};
+
+/** Appends n records to a session's journal in one LMDB transaction (all or none).
+ * @param[out] out_last_seq the last record's sequence number (may be NULL)
+ * @retval as crc_store_journal_append */
+int crc_store_journal_append_batch(struct crc_store *st, uint64_t session, const struct crc_jrec_in *recs,
+				   size_t n, uint64_t *out_last_seq);
 
 /* Called for each record in order. Return 0 to go on; any other value stops the iteration and
  * becomes crc_store_journal_iterate()'s result. payload is valid only during the call. */

@@ -92,13 +92,29 @@ int crc_hash_from_hex(const char *hex, struct crc_hash *out)
 const char *crc_jrec_type_name(uint32_t type)
 {
 	static const char *const names[] = {
-	    [CRC_JREC_CONTEXT_CREATE] = "CONTEXT_CREATE", [CRC_JREC_CONTEXT_SET] = "CONTEXT_SET",
-	    [CRC_JREC_MODULE_LOAD] = "MODULE_LOAD",	  [CRC_JREC_MODULE_UNLOAD] = "MODULE_UNLOAD",
-	    [CRC_JREC_FUNCTION_GET] = "FUNCTION_GET",	  [CRC_JREC_GLOBAL_GET] = "GLOBAL_GET",
-	    [CRC_JREC_MEM_ALLOC] = "MEM_ALLOC",		  [CRC_JREC_MEM_FREE] = "MEM_FREE",
-	    [CRC_JREC_STREAM_CREATE] = "STREAM_CREATE",	  [CRC_JREC_STREAM_DESTROY] = "STREAM_DESTROY",
-	    [CRC_JREC_EVENT_CREATE] = "EVENT_CREATE",	  [CRC_JREC_EVENT_DESTROY] = "EVENT_DESTROY",
+	    [CRC_JREC_CONTEXT_CREATE] = "CONTEXT_CREATE",
+	    [CRC_JREC_CONTEXT_SET] = "CONTEXT_SET",
+	    [CRC_JREC_MODULE_LOAD] = "MODULE_LOAD",
+	    [CRC_JREC_MODULE_UNLOAD] = "MODULE_UNLOAD",
+	    [CRC_JREC_FUNCTION_GET] = "FUNCTION_GET",
+	    [CRC_JREC_GLOBAL_GET] = "GLOBAL_GET",
+	    [CRC_JREC_MEM_ALLOC] = "MEM_ALLOC",
+	    [CRC_JREC_MEM_FREE] = "MEM_FREE",
+	    [CRC_JREC_STREAM_CREATE] = "STREAM_CREATE",
+	    [CRC_JREC_STREAM_DESTROY] = "STREAM_DESTROY",
+	    [CRC_JREC_EVENT_CREATE] = "EVENT_CREATE",
+	    [CRC_JREC_EVENT_DESTROY] = "EVENT_DESTROY",
 	    [CRC_JREC_LAUNCH_STATS] = "LAUNCH_STATS",
+	    [CRC_JREC_MEM_RESERVE] = "MEM_RESERVE",
+	    [CRC_JREC_MEM_UNRESERVE] = "MEM_UNRESERVE",
+	    [CRC_JREC_VMM_CREATE] = "VMM_CREATE",
+	    [CRC_JREC_VMM_RELEASE] = "VMM_RELEASE",
+	    [CRC_JREC_VMM_MAP] = "VMM_MAP",
+	    [CRC_JREC_VMM_UNMAP] = "VMM_UNMAP",
+	    [CRC_JREC_VMM_ACCESS] = "VMM_ACCESS",
+	    [CRC_JREC_CONTEXT_DESTROY] = "CONTEXT_DESTROY",
+	    [CRC_JREC_FUNCTION_SET] = "FUNCTION_SET",
+	    [CRC_JREC_OBJECT_CREATE] = "OBJECT_CREATE",
 	};
 	return type < CRC_JREC_TYPE_END && names[type] ? names[type] : "UNKNOWN";
 }
@@ -378,8 +394,19 @@ int crc__session_check(struct crc_store *st, MDB_txn *txn, uint64_t session)
 int crc_store_journal_append(struct crc_store *st, uint64_t session, uint32_t type, const void *payload,
 			     uint32_t len, uint64_t *out_seq)
 {
-	if (!st || (len && !payload) || len > CRC_JREC_MAX_PAYLOAD)
+	struct crc_jrec_in r = {.type = type, .len = len, .payload = payload};
+
+	return crc_store_journal_append_batch(st, session, &r, 1, out_seq);
+}
+
+int crc_store_journal_append_batch(struct crc_store *st, uint64_t session, const struct crc_jrec_in *recs,
+				   size_t n, uint64_t *out_last_seq)
+{
+	if (!st || (n && !recs))
 		return CRC_EINVAL;
+	for (size_t i = 0; i < n; i++)
+		if ((recs[i].len && !recs[i].payload) || recs[i].len > CRC_JREC_MAX_PAYLOAD)
+			return CRC_EINVAL;
 	MDB_txn *txn;
 	MDB_cursor *cur = NULL;
 	uint64_t seq = 1;
@@ -415,24 +442,26 @@ int crc_store_journal_append(struct crc_store *st, uint64_t session, uint32_t ty
 	mdb_cursor_close(cur);
 	cur = NULL;
 
-	put_be64(key, session);
-	put_be64(key + 8, seq);
-	k = (MDB_val){16, key};
-	v = (MDB_val){8 + (size_t)len, NULL};
-	rc = mdb_put(txn, st->dbi_journal, &k, &v, MDB_RESERVE | MDB_NOOVERWRITE);
-	if (rc) {
-		rc = crc__mdb_err(rc, "appending a journal record");
-		goto fail;
+	for (size_t i = 0; i < n; i++, seq++) {
+		put_be64(key, session);
+		put_be64(key + 8, seq);
+		k = (MDB_val){16, key};
+		v = (MDB_val){8 + (size_t)recs[i].len, NULL};
+		rc = mdb_put(txn, st->dbi_journal, &k, &v, MDB_RESERVE | MDB_NOOVERWRITE);
+		if (rc) {
+			rc = crc__mdb_err(rc, "appending a journal record");
+			goto fail;
+		}
+		put_le32(v.mv_data, recs[i].type);
+		put_le32((uint8_t *)v.mv_data + 4, recs[i].len);
+		if (recs[i].len)
+			memcpy((uint8_t *)v.mv_data + 8, recs[i].payload, recs[i].len);
 	}
-	put_le32(v.mv_data, type);
-	put_le32((uint8_t *)v.mv_data + 4, len);
-	if (len)
-		memcpy((uint8_t *)v.mv_data + 8, payload, len);
 	rc = mdb_txn_commit(txn);
 	if (rc)
-		return crc__mdb_err(rc, "committing a journal record");
-	if (out_seq)
-		*out_seq = seq;
+		return crc__mdb_err(rc, "committing journal records");
+	if (out_last_seq)
+		*out_last_seq = seq - 1;
 	return 0;
 fail:
 	if (cur)

@@ -18,6 +18,7 @@ struct crc_chan {
 	struct crc_ring tx, rx;
 	void *shm;
 	size_t shm_size;
+	struct crc_session_ctl *sctl; /* the control page after the rings (crcuda/proto.h); NULL over TCP */
 	/* TCP: the record being built, the record last received. */
 	struct crc_msg_hdr *txmsg;
 	size_t txcap;
@@ -29,8 +30,9 @@ struct crc_chan {
 /* Largest payload of a TCP record (the rings' own limit is crc_ring_max_payload). */
 #define CRC_TCP_MAX_PAYLOAD (8u << 20)
 
-/* Maps a memfd of two rings of ring_size data bytes each: requests first, responses second. The
- * client transmits on the first, the daemon on the second. format: write fresh ring headers. */
+/* Maps a memfd of two rings of ring_size data bytes each, requests first, responses second, then the
+ * session control page. The client transmits on the first, the daemon on the second. format: write
+ * fresh ring headers and a fresh control page. */
 int crc_chan_open_shm(struct crc_chan *c, int fd, int memfd, size_t ring_size, bool is_daemon, bool format);
 void crc_chan_open_tcp(struct crc_chan *c, int fd);
 /* Unmaps and frees; does not close fd. */

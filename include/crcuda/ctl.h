@@ -21,7 +21,7 @@
  *                        client socket for that session; CRIU installs it where the application's
  *                        socket to the daemon was. The daemon then sends the client a rebind record
  *                        (new rings), and the parked threads continue.
- * All calls return 0 or a negative CRC_E*; on error, *msg (when given) says why in a sentence. */
+ * All calls return 0 or a negative CRC_E*; on error, crc_ctl_error() says why in a sentence. */
 #ifndef CRCUDA_CTL_H
 #define CRCUDA_CTL_H
 
@@ -42,9 +42,10 @@ struct crc_ctl_session {
 	pid_t pid; /* the client process (as the daemon's side of the socket sees it) */
 	uid_t uid;
 	uint64_t va_base, va_size;
-	uint64_t device_bytes; /* allocated device memory */
-	uint32_t state;	       /* enum crc_ctl_state */
-	uint32_t transport;    /* enum crc_transport */
+	uint64_t device_bytes;	  /* allocated device memory */
+	uint32_t state;		  /* enum crc_ctl_state */
+	uint32_t transport;	  /* enum crc_transport */
+	uint64_t journal_records; /* state-creating calls journaled so far */
 };
 
 enum crc_ctl_state {
@@ -57,6 +58,9 @@ enum crc_ctl_state {
 /* Sessions of the daemon (for `crcudactl ls`, and to find the session of a pid). *out is malloc'd. */
 int crc_ctl_sessions(struct crc_ctl *c, struct crc_ctl_session **out, unsigned *n);
 
+/* The session of pid stops at a call boundary and its streams are drained. CRC_ETIMEDOUT when a call
+ * did not finish in timeout_ms (<= 0: 30 s); the session then runs on. Over TCP: CRC_ENOTSUP (yet).
+ * A thread that makes a call while the session is quiesced parks in libcrcuda until resume/rebind. */
 int crc_ctl_quiesce(struct crc_ctl *c, pid_t pid, int timeout_ms);
 
 struct crc_ctl_ckpt_stats {
@@ -66,7 +70,16 @@ struct crc_ctl_ckpt_stats {
 	double seconds;	       /* device copy, hashing and writing */
 };
 
-/* store_dir: the store (crc_store_open); the daemon opens it itself, so it must see that path. */
+/* store_dir: the store (crc_store_open, created if missing); the daemon opens it itself, so it must see
+ * that path. The session must be quiesced. The journal goes into the store (a store session per
+ * daemon session and store), module images as blobs; regions of the manifest:
+ *   device-alloc   every cuMemAlloc* allocation and every cuMemMap mapping of the session (addr, size)
+ *   device-global  every __device__/__constant__ variable of every loaded module/library; name is
+ *                  "SYMBOL@0xVHANDLE" (the module's or library's virtual handle), module the image hash
+ * Metadata the daemon sets (besides the commit's): crcuda.session (store session id), crcuda.journal_seq
+ * (last journal record included), crcuda.va_base, crcuda.va_size, crcuda.va_slot, crcuda.device
+ * (ordinal), crcuda.device_name, crcuda.device_uuid, crcuda.daemon_session, crcuda.pid,
+ * crcuda.handles (next index of each handle table), criu.images_dir. */
 int crc_ctl_checkpoint(struct crc_ctl *c, pid_t pid, const char *store_dir, struct crc_ctl_ckpt_stats *stats);
 /* criu_images: the CRIU image directory, relative to store_dir; meta: NULL-terminated key=value
  * strings stored in the manifest. *ckpt_id: the committed checkpoint. */
@@ -78,14 +91,18 @@ int crc_ctl_resume(struct crc_ctl *c, pid_t pid);
 struct crc_ctl_restore_opts {
 	const char *store_dir;
 	uint64_t ckpt_id;
-	int gpu;	 /* device ordinal on the restoring daemon; -1: the checkpointed one */
-	pid_t pid;	 /* the restored process's pid, as CRIU restores it */
-	int timeout_ms;	 /* for the replay */
+	int gpu;	/* device ordinal on the restoring daemon; -1: the checkpointed one */
+	pid_t pid;	/* the restored process's pid, as CRIU restores it */
+	int timeout_ms; /* for the replay */
 };
 
 /* Replays the checkpoint on the daemon of this connection and returns, in *client_fd, a socket
- * connected to it as the restored session's client (the connection itself becomes that socket).
- * c is consumed (closed) on success and on failure. */
+ * connected to it as the restored session's client (the connection itself becomes that socket; the
+ * REBIND notice for the restored process is already queued on it). c is consumed (closed) on success;
+ * on failure it stays open so that crc_ctl_error() says why: close it then. The restored session
+ * takes the checkpoint's VA slot; if that slot is in use on this daemon (the checkpointed session
+ * still runs, --leave-running, or another session holds it) the restore fails with CRC_EBUSY (a remap
+ * table for a moved window is future work). */
 int crc_ctl_restore(struct crc_ctl *c, const struct crc_ctl_restore_opts *opts, int *client_fd);
 
 #endif

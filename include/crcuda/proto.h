@@ -23,7 +23,7 @@
 #include "crcuda/ring.h"
 
 #define CRC_PROTO_MAGIC	  0x55435243u /* "CRCU" */
-#define CRC_PROTO_VERSION 1u
+#define CRC_PROTO_VERSION 2u	      /* 2: hello role, control connections, session control page */
 
 #define CRC_MAX_DEVICES	    8
 #define CRC_DEV_ATTR_SLOTS  160 /* > CU_DEVICE_ATTRIBUTE_MAX of CUDA 13 (checked where cuda.h is seen) */
@@ -54,12 +54,26 @@ enum crc_ctl_op {
 	CRC_OP_STATS,		 /* reply: struct crc_stats */
 	CRC_OP_SYNC,		 /* reply: the kept error of posted work, cleared */
 	CRC_OP_FUNC_INFO,	 /* struct crc_func_info_req; reply: struct crc_func_info */
+	/* Control connections (role CRC_ROLE_CONTROL): requests and replies framed on the socket as
+	 * struct crc_msg_hdr + payload; every reply is struct crc_ctl_reply + the op's data. */
+	CRC_OP_CTL_SESSIONS = CRC_OP_CTL + 0x100, /* reply: n struct crc_ctl_session_wire */
+	CRC_OP_CTL_QUIESCE,			  /* struct crc_ctl_req */
+	CRC_OP_CTL_CHECKPOINT,			  /* crc_ctl_req + store dir; reply: crc_ctl_ckpt_wire */
+	CRC_OP_CTL_COMMIT,			  /* crc_ctl_req + criu dir + meta strings; reply: u64 id */
+	CRC_OP_CTL_ABORT,			  /* struct crc_ctl_req */
+	CRC_OP_CTL_RESUME,			  /* struct crc_ctl_req */
+	CRC_OP_CTL_RESTORE,			  /* crc_ctl_restore_wire + store dir; see ctl.h */
 };
 
 /* ---- handshake ---------------------------------------------------------------------------------- */
 enum crc_transport {
 	CRC_TRANSPORT_UNIX = 1, /* rings in a memfd, passed with the reply */
 	CRC_TRANSPORT_TCP = 2,	/* records framed on the socket */
+};
+
+enum crc_role {
+	CRC_ROLE_CLIENT = 0,  /* an application's libcrcuda: a session */
+	CRC_ROLE_CONTROL = 1, /* crcudactl or the CRIU plugin: control requests, no driver calls */
 };
 
 struct crc_hello {
@@ -69,6 +83,8 @@ struct crc_hello {
 	uint32_t uid;
 	uint32_t transport;
 	uint32_t token_len;
+	uint32_t role; /* enum crc_role */
+	uint32_t pad;
 	uint64_t session_id; /* 0: new session; else the session to resume (restore) */
 	char token[CRC_TOKEN_MAX];
 };
@@ -96,6 +112,75 @@ struct crc_hello_reply {
 	int32_t init_result;		       /* the backend's cuInit */
 	uint64_t primary_ctx[CRC_MAX_DEVICES]; /* virtual handles of the primary contexts */
 	struct crc_dev_info devs[CRC_MAX_DEVICES];
+};
+
+/* ---- the session control page (unix sessions) ----------------------------------------------------
+ * One page after the two rings in the rings memfd, shared by the client and the daemon: how a
+ * session is stopped at a call boundary (quiesce) without a round trip on every call.
+ *  - The client sets client_busy while it holds its channel lock for a whole call (every record of a
+ *    multi-record call included), then a seq_cst fence, then reads quiesce_req; if set, it clears
+ *    client_busy and parks, still holding the lock (other threads wait on the lock).
+ *  - The daemon sets quiesce_req, a seq_cst fence, then keeps serving the ring until client_busy is
+ *    0 and the ring is empty (Dekker: either the client saw the request or the daemon sees busy).
+ *  - A parked client waits on wake_seq (futex, with timeouts) and polls its socket for a struct
+ *    crc_sock_notice: RESUME (same rings) or REBIND (a restored session: new rings memfd attached). */
+struct crc_session_ctl {
+	_Alignas(64) _Atomic uint32_t quiesce_req; /* daemon: 1 while the session must stop */
+	_Alignas(64) _Atomic uint32_t client_busy; /* client: 1 while a call holds the channel */
+	_Atomic uint32_t parked;		   /* client: 1 while a thread is parked */
+	_Alignas(64) _Atomic uint32_t wake_seq;	   /* futex: bumped by the daemon on resume */
+	uint32_t magic;
+};
+#define CRC_SESSION_CTL_MAGIC 0x4c544353u /* "SCTL" */
+#define CRC_SESSION_CTL_SIZE  4096u
+
+/* Daemon -> client on the session socket, read only by a parked client. */
+enum crc_notice_kind {
+	CRC_NOTICE_RESUME = 1, /* continue with the same rings */
+	CRC_NOTICE_REBIND = 2, /* a restored session: switch to the rings memfd that comes with it */
+};
+struct crc_sock_notice {
+	uint32_t magic; /* CRC_PROTO_MAGIC */
+	uint32_t kind;	/* enum crc_notice_kind */
+	uint64_t session_id;
+	uint64_t ring_size; /* REBIND over unix: data bytes per ring of the new memfd */
+	uint32_t transport; /* REBIND: CRC_TRANSPORT_UNIX (memfd attached) or CRC_TRANSPORT_TCP */
+	uint32_t pad;
+};
+
+/* ---- control connections (see crcuda/ctl.h) ------------------------------------------------------ */
+#define CRC_CTL_MSG_MAX 512
+struct crc_ctl_reply {
+	int32_t status; /* 0 or a negative CRC_E* */
+	uint32_t pad;
+	char msg[CRC_CTL_MSG_MAX]; /* why, when status != 0 */
+};
+struct crc_ctl_req {
+	int32_t pid;	     /* the client process; 0: use session_id */
+	int32_t timeout_ms;  /* quiesce */
+	uint64_t session_id; /* when pid is 0 */
+};
+struct crc_ctl_session_wire {
+	uint64_t session_id;
+	int32_t pid;
+	uint32_t uid;
+	uint64_t va_base, va_size;
+	uint64_t device_bytes;
+	uint32_t state, transport;
+	uint64_t journal_records;
+};
+struct crc_ctl_ckpt_wire {
+	uint64_t allocations, globals, modules;
+	uint64_t device_bytes, new_bytes;
+	double seconds;
+};
+struct crc_ctl_restore_wire {
+	uint64_t ckpt_id;
+	int32_t gpu;
+	int32_t pid;
+	int32_t timeout_ms;
+	uint32_t pad;
+	/* then the store directory, NUL-terminated */
 };
 
 /* ---- virtual handles ---------------------------------------------------------------------------- */

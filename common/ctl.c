@@ -1,0 +1,330 @@
+/* The control interface of crcudad (crcuda/ctl.h), as a client of the daemon: a hello with the
+ * control role, then requests and replies framed on the socket (struct crc_msg_hdr + payload). Linked
+ * into crcudactl and into the CRIU plugin, so it keeps no global state. */
+#define LOG_PREFIX "ctl: "
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "crcuda/ctl.h"
+#include "crcuda/errno.h"
+#include "crcuda/log.h"
+#include "crcuda/proto.h"
+#include "crcuda/sock.h"
+
+struct crc_ctl {
+	int fd;
+	uint64_t seq;
+	char err[CRC_CTL_MSG_MAX];
+};
+
+static int fail(struct crc_ctl *c, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(c->err, sizeof(c->err), fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+const char *crc_ctl_error(const struct crc_ctl *c)
+{
+	return c ? c->err : "";
+}
+
+int crc_ctl_open(const char *daemon, const char *token, struct crc_ctl **out)
+{
+	struct crc_hello hello = {
+	    .magic = CRC_PROTO_MAGIC,
+	    .version = CRC_PROTO_VERSION,
+	    .pid = getpid(),
+	    .uid = getuid(),
+	    .role = CRC_ROLE_CONTROL,
+	};
+	struct crc_hello_reply *reply;
+	char path[256];
+	struct crc_ctl *c;
+	bool tcp = daemon && !strchr(daemon, '/') && strchr(daemon, ':');
+	int rc;
+
+	*out = NULL;
+	if (!daemon) {
+		rc = crc_sock_default_path(path, sizeof(path));
+		if (rc)
+			return rc;
+		daemon = path;
+	}
+	if (tcp) {
+		size_t n = token ? strlen(token) : 0;
+
+		if (n > sizeof(hello.token))
+			return CRC_EINVAL;
+		memcpy(hello.token, token, n);
+		hello.token_len = (uint32_t)n;
+		hello.transport = CRC_TRANSPORT_TCP;
+	} else {
+		hello.transport = CRC_TRANSPORT_UNIX;
+	}
+	c = calloc(1, sizeof(*c));
+	reply = malloc(sizeof(*reply));
+	if (!c || !reply) {
+		free(c);
+		free(reply);
+		return CRC_ENOMEM;
+	}
+	c->fd = tcp ? crc_tcp_connect(daemon) : crc_unix_connect(daemon);
+	if (c->fd < 0) {
+		rc = c->fd;
+		pr_err("cannot reach crcudad at %s: %s", daemon, crc_strerror(rc));
+		goto fail;
+	}
+	rc = crc_sock_write_all(c->fd, &hello, sizeof(hello));
+	if (!rc)
+		rc = crc_sock_read_all(c->fd, reply, sizeof(*reply));
+	if (rc) {
+		pr_err("crcudad at %s closed the control connection during the handshake", daemon);
+		goto fail;
+	}
+	if (reply->magic != CRC_PROTO_MAGIC || reply->version != CRC_PROTO_VERSION) {
+		pr_err("crcudad at %s speaks protocol %#x/%u, not %#x/%u", daemon, reply->magic,
+		       reply->version, CRC_PROTO_MAGIC, CRC_PROTO_VERSION);
+		rc = CRC_EPROTO;
+		goto fail;
+	}
+	if (reply->status) {
+		rc = reply->status;
+		pr_err("crcudad at %s refused the control connection: %s", daemon, crc_strerror(rc));
+		goto fail;
+	}
+	free(reply);
+	*out = c;
+	return 0;
+fail:
+	if (c->fd >= 0)
+		close(c->fd);
+	free(c);
+	free(reply);
+	return rc;
+}
+
+void crc_ctl_close(struct crc_ctl *c)
+{
+	if (!c)
+		return;
+	if (c->fd >= 0)
+		close(c->fd);
+	free(c);
+}
+
+/* One request, one reply. *data (malloc'd, may be NULL) gets the reply's bytes after struct
+ * crc_ctl_reply. Returns the reply's status, with its message in c->err. */
+static int exchange(struct crc_ctl *c, uint16_t op, const void *a, size_t alen, const void *b, size_t blen,
+		    void **data, size_t *data_len)
+{
+	struct crc_msg_hdr h = {.len = (uint32_t)(sizeof(h) + alen + blen), .op = op, .seq = ++c->seq};
+	struct crc_ctl_reply *r = NULL;
+	int rc;
+
+	c->err[0] = 0;
+	if (data)
+		*data = NULL;
+	if (c->fd < 0)
+		return fail(c, CRC_EINVAL, "the control connection is closed");
+	rc = crc_sock_write_all(c->fd, &h, sizeof(h));
+	if (!rc && alen)
+		rc = crc_sock_write_all(c->fd, a, alen);
+	if (!rc && blen)
+		rc = crc_sock_write_all(c->fd, b, blen);
+	if (!rc)
+		rc = crc_sock_read_all(c->fd, &h, sizeof(h));
+	if (rc)
+		return fail(c, CRC_EDAEMON, "crcudad went away: %s", crc_strerror(rc));
+	if (h.op != op || h.seq != c->seq || h.len < sizeof(h) + sizeof(*r) || h.len > (64u << 20))
+		return fail(c, CRC_EPROTO, "bad reply from crcudad (op %u, %u bytes)", h.op, h.len);
+	r = malloc(h.len - sizeof(h));
+	if (!r)
+		return fail(c, CRC_ENOMEM, "out of memory");
+	rc = crc_sock_read_all(c->fd, r, h.len - sizeof(h));
+	if (rc) {
+		free(r);
+		return fail(c, CRC_EDAEMON, "crcudad went away: %s", crc_strerror(rc));
+	}
+	r->msg[sizeof(r->msg) - 1] = 0;
+	rc = r->status;
+	if (rc)
+		snprintf(c->err, sizeof(c->err), "%s", r->msg[0] ? r->msg : crc_strerror(rc));
+	if (data && h.len - sizeof(h) > sizeof(*r)) {
+		size_t n = h.len - sizeof(h) - sizeof(*r);
+
+		*data = malloc(n);
+		if (!*data) {
+			free(r);
+			return fail(c, CRC_ENOMEM, "out of memory");
+		}
+		memcpy(*data, r + 1, n);
+		*data_len = n;
+	} else if (data_len) {
+		*data_len = 0;
+	}
+	free(r);
+	return rc;
+}
+
+int crc_ctl_sessions(struct crc_ctl *c, struct crc_ctl_session **out, unsigned *n)
+{
+	struct crc_ctl_session_wire *w;
+	struct crc_ctl_session *s;
+	size_t len = 0;
+	void *data;
+	int rc = exchange(c, CRC_OP_CTL_SESSIONS, NULL, 0, NULL, 0, &data, &len);
+
+	*out = NULL;
+	*n = 0;
+	if (rc)
+		return rc;
+	w = data;
+	len /= sizeof(*w);
+	s = calloc(len ? len : 1, sizeof(*s));
+	if (!s) {
+		free(data);
+		return fail(c, CRC_ENOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < len; i++) {
+		s[i] = (struct crc_ctl_session){
+		    .session_id = w[i].session_id,
+		    .pid = w[i].pid,
+		    .uid = w[i].uid,
+		    .va_base = w[i].va_base,
+		    .va_size = w[i].va_size,
+		    .device_bytes = w[i].device_bytes,
+		    .state = w[i].state,
+		    .transport = w[i].transport,
+		    .journal_records = w[i].journal_records,
+		};
+	}
+	free(data);
+	*out = s;
+	*n = (unsigned)len;
+	return 0;
+}
+
+static int simple(struct crc_ctl *c, uint16_t op, pid_t pid, int timeout_ms)
+{
+	struct crc_ctl_req r = {.pid = pid, .timeout_ms = timeout_ms};
+
+	return exchange(c, op, &r, sizeof(r), NULL, 0, NULL, NULL);
+}
+
+int crc_ctl_quiesce(struct crc_ctl *c, pid_t pid, int timeout_ms)
+{
+	return simple(c, CRC_OP_CTL_QUIESCE, pid, timeout_ms);
+}
+
+int crc_ctl_checkpoint(struct crc_ctl *c, pid_t pid, const char *store_dir, struct crc_ctl_ckpt_stats *stats)
+{
+	struct crc_ctl_req r = {.pid = pid};
+	struct crc_ctl_ckpt_wire *w;
+	size_t len = 0;
+	void *data;
+	int rc;
+
+	if (!store_dir)
+		return fail(c, CRC_EINVAL, "no store directory");
+	rc = exchange(c, CRC_OP_CTL_CHECKPOINT, &r, sizeof(r), store_dir, strlen(store_dir) + 1, &data, &len);
+	if (rc)
+		return rc;
+	w = data;
+	if (stats && len >= sizeof(*w))
+		*stats = (struct crc_ctl_ckpt_stats){
+		    .allocations = w->allocations,
+		    .globals = w->globals,
+		    .modules = w->modules,
+		    .device_bytes = w->device_bytes,
+		    .new_bytes = w->new_bytes,
+		    .seconds = w->seconds,
+		};
+	free(data);
+	return 0;
+}
+
+int crc_ctl_commit(struct crc_ctl *c, pid_t pid, const char *criu_images, const char *const *meta,
+		   uint64_t *ckpt_id)
+{
+	struct crc_ctl_req r = {.pid = pid};
+	size_t len = strlen(criu_images ? criu_images : "") + 1, off, dlen = 0;
+	char *buf;
+	void *data;
+	int rc;
+
+	for (const char *const *m = meta; m && *m; m++)
+		len += strlen(*m) + 1;
+	buf = malloc(len + 1);
+	if (!buf)
+		return fail(c, CRC_ENOMEM, "out of memory");
+	/* The image directory, then each key=value, each NUL-terminated, then an empty string. */
+	off = (size_t)sprintf(buf, "%s", criu_images ? criu_images : "") + 1;
+	for (const char *const *m = meta; m && *m; m++) {
+		if (!strchr(*m, '=')) {
+			free(buf);
+			return fail(c, CRC_EINVAL, "metadata \"%s\" is not key=value", *m);
+		}
+		off += (size_t)sprintf(buf + off, "%s", *m) + 1;
+	}
+	buf[off++] = 0;
+	rc = exchange(c, CRC_OP_CTL_COMMIT, &r, sizeof(r), buf, off, &data, &dlen);
+	free(buf);
+	if (rc)
+		return rc;
+	if (dlen < 8) {
+		free(data);
+		return fail(c, CRC_EPROTO, "commit reply without a checkpoint id");
+	}
+	if (ckpt_id)
+		memcpy(ckpt_id, data, 8);
+	free(data);
+	return 0;
+}
+
+int crc_ctl_abort(struct crc_ctl *c, pid_t pid)
+{
+	return simple(c, CRC_OP_CTL_ABORT, pid, 0);
+}
+
+int crc_ctl_resume(struct crc_ctl *c, pid_t pid)
+{
+	return simple(c, CRC_OP_CTL_RESUME, pid, 0);
+}
+
+int crc_ctl_restore(struct crc_ctl *c, const struct crc_ctl_restore_opts *opts, int *client_fd)
+{
+	struct crc_ctl_restore_wire w;
+	int rc;
+
+	*client_fd = -1;
+	if (!opts || !opts->store_dir) {
+		rc = fail(c, CRC_EINVAL, "no store directory");
+		goto out;
+	}
+	w = (struct crc_ctl_restore_wire){
+	    .ckpt_id = opts->ckpt_id,
+	    .gpu = opts->gpu,
+	    .pid = opts->pid,
+	    .timeout_ms = opts->timeout_ms,
+	};
+	rc = exchange(c, CRC_OP_CTL_RESTORE, &w, sizeof(w), opts->store_dir, strlen(opts->store_dir) + 1,
+		      NULL, NULL);
+	if (!rc) {
+		/* The connection is the restored session's client socket now; the daemon has queued the
+		 * REBIND notice on it for the restored process to read. */
+		*client_fd = c->fd;
+		c->fd = -1;
+		crc_ctl_close(c);
+	}
+out:
+	return rc;
+}

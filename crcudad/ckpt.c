@@ -1,0 +1,1075 @@
+/* Checkpoint and restore of a session: quiesce at a call boundary (the control page, see
+ * crcuda/proto.h), copy every allocation and device global into the store through pinned staging
+ * buffers (copies in flight on a private stream while another thread hashes and writes), commit;
+ * restore replays the journal in a new session in the same VA slot with the same handles, uploads
+ * the data, and hands the control connection over as the session's socket (REBIND). */
+#define LOG_PREFIX "crcudad: "
+#include <errno.h>
+#include <inttypes.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "crcuda/errno.h"
+#include "crcuda/log.h"
+#include "crcuda/modimage.h"
+#include "crcudad.h"
+
+/* After cuda.h: define and call entry points by their ABI names. */
+#include "crcuda/cuda_api_undef.h"
+
+#define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
+
+#define STAGING_BUFS  4
+#define STAGING_BYTES (64u << 20)
+#define STORE_CHUNK   (4u << 20) /* bytes per store chunk: dedup granularity */
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- quiesce ------------------------------------------------------------------------------------ */
+/* Every live context of the session finishes its work. */
+static CUresult drain(struct crc_session *s)
+{
+	struct crc_htable *t = &s->tables[CRC_HT_CTX];
+	CUresult first = CUDA_SUCCESS;
+
+	for (uint32_t i = 1; i <= t->n; i++) {
+		CUresult res;
+
+		if (!t->real[i].ptr)
+			continue;
+		res = CALL(cuCtxSetCurrent, t->real[i].ptr);
+		if (res == CUDA_SUCCESS)
+			res = CALL(cuCtxSynchronize);
+		if (res != CUDA_SUCCESS && first == CUDA_SUCCESS)
+			first = res;
+	}
+	s->cur_ctx = UINT64_MAX;
+	return first;
+}
+
+int crc_ckpt_quiesce(struct crc_session *s, int timeout_ms)
+{
+	struct crc_session_ctl *ctl = s->chan.sctl;
+	double deadline = now_s() + (timeout_ms > 0 ? timeout_ms : 30000) / 1000.0;
+	CUresult res;
+
+	if (!ctl) {
+		crc_session_cmd_done(s, CRC_ENOTSUP,
+				     "session %llu is a TCP session: quiesce needs the shared "
+				     "control page (not implemented over TCP yet)",
+				     (unsigned long long)s->id);
+		return CRC_ENOTSUP;
+	}
+	atomic_store_explicit(&ctl->quiesce_req, 1, memory_order_seq_cst);
+	atomic_thread_fence(memory_order_seq_cst);
+	for (;;) {
+		/* Dekker with the client's gate: after the fence, busy == 0 means any later call sees the
+		 * request and parks; what it posted before is in the ring. */
+		if (!atomic_load_explicit(&ctl->client_busy, memory_order_seq_cst)) {
+			const struct crc_msg_hdr *m;
+			int rc = crc_chan_next(&s->chan, 0, &m);
+
+			if (rc == CRC_EAGAIN || rc == CRC_ETIMEDOUT)
+				break;
+			if (rc) {
+				crc_session_cmd_done(s, CRC_EDAEMON, "the client of session %llu went away",
+						     (unsigned long long)s->id);
+				return CRC_EDAEMON;
+			}
+			/* A record is waiting: serve it (it is the one crc_session_serve_one takes). */
+		}
+		if (!crc_session_serve_one(s, 10)) {
+			crc_session_cmd_done(s, CRC_EDAEMON, "the client of session %llu went away",
+					     (unsigned long long)s->id);
+			return CRC_EDAEMON;
+		}
+		if (now_s() > deadline) {
+			crc_ckpt_resume(s);
+			crc_session_cmd_done(
+			    s, CRC_ETIMEDOUT,
+			    "session %llu (pid %d) did not reach a call boundary within %d ms",
+			    (unsigned long long)s->id, (int)s->peer.pid, timeout_ms > 0 ? timeout_ms : 30000);
+			return CRC_ETIMEDOUT;
+		}
+	}
+	res = drain(s);
+	if (res != CUDA_SUCCESS) {
+		/* The error belongs to the application: it sees it at its next synchronising call. */
+		if (s->deferred == CUDA_SUCCESS)
+			s->deferred = res;
+		pr_warn("session %llu: draining the streams gave CUDA error %d", (unsigned long long)s->id,
+			res);
+	}
+	s->state = CRC_CTL_QUIESCED;
+	pr_info("session %llu: quiesced (%zu journal records)", (unsigned long long)s->id, s->njrec);
+	crc_session_cmd_done(s, 0, NULL);
+	return 0;
+}
+
+void crc_ckpt_resume(struct crc_session *s)
+{
+	struct crc_session_ctl *ctl = s->chan.sctl;
+
+	/* No notice on the socket: a parked client leaves when it sees the request withdrawn, so nothing
+	 * stays unread there for a later park to mistake. */
+	if (ctl) {
+		atomic_store_explicit(&ctl->quiesce_req, 0, memory_order_seq_cst);
+		atomic_fetch_add(&ctl->wake_seq, 1);
+		syscall(SYS_futex, &ctl->wake_seq, FUTEX_WAKE, 1 << 30, NULL, NULL, 0);
+	}
+	s->state = CRC_CTL_RUNNING;
+	pr_info("session %llu: resumed", (unsigned long long)s->id);
+}
+
+/* ---- checkpoint --------------------------------------------------------------------------------- */
+struct copy_job {
+	int buf;
+	uint32_t region;
+	size_t len;
+};
+
+/* The pipeline: the session thread issues device-to-host copies into free staging buffers; the writer
+ * thread waits for each copy's event, then hashes and writes the buffer as store chunks. */
+struct pipeline {
+	struct crc_ckpt *ck;
+	CUcontext ctx;
+	void *buf[STAGING_BUFS];
+	bool pinned;
+	CUevent ev[STAGING_BUFS];
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct copy_job q[STAGING_BUFS];
+	unsigned qhead, qlen;
+	bool free_buf[STAGING_BUFS];
+	bool done;
+	int err;
+	char why[256];
+};
+
+static void *writer_main(void *arg)
+{
+	struct pipeline *p = arg;
+
+	CALL(cuCtxSetCurrent, p->ctx);
+	for (;;) {
+		struct copy_job j;
+		CUresult res;
+		int rc = 0;
+
+		pthread_mutex_lock(&p->lock);
+		while (!p->qlen && !p->done)
+			pthread_cond_wait(&p->cond, &p->lock);
+		if (!p->qlen) {
+			pthread_mutex_unlock(&p->lock);
+			return NULL;
+		}
+		j = p->q[p->qhead];
+		p->qhead = (p->qhead + 1) % STAGING_BUFS;
+		p->qlen--;
+		pthread_mutex_unlock(&p->lock);
+		res = p->pinned ? CALL(cuEventSynchronize, p->ev[j.buf]) : CUDA_SUCCESS;
+		if (res != CUDA_SUCCESS) {
+			rc = CRC_ECUDA;
+			snprintf(p->why, sizeof(p->why),
+				 "copying device memory to the host failed: CUDA error %d", res);
+		}
+		for (size_t off = 0; !rc && off < j.len; off += STORE_CHUNK) {
+			size_t n = j.len - off < STORE_CHUNK ? j.len - off : STORE_CHUNK;
+
+			rc = crc_ckpt_put_chunk(p->ck, j.region, (uint8_t *)p->buf[j.buf] + off, n, NULL);
+			if (rc)
+				snprintf(p->why, sizeof(p->why), "writing to the store failed: %s",
+					 crc_strerror(rc));
+		}
+		pthread_mutex_lock(&p->lock);
+		if (rc && !p->err)
+			p->err = rc;
+		p->free_buf[j.buf] = true;
+		pthread_cond_broadcast(&p->cond);
+		pthread_mutex_unlock(&p->lock);
+	}
+}
+
+struct region_src {
+	uint64_t addr, size;
+};
+
+static int copy_regions(struct crc_session *s, struct crc_ckpt *ck, CUcontext ctx, const struct region_src *r,
+			const uint32_t *idx, size_t n, char *why, size_t why_len)
+{
+	struct pipeline p = {.ck = ck, .ctx = ctx, .pinned = true};
+	CUstream st = NULL;
+	pthread_t writer;
+	int rc = 0;
+	CUresult res;
+
+	(void)s;
+	pthread_mutex_init(&p.lock, NULL);
+	pthread_cond_init(&p.cond, NULL);
+	res = CALL(cuStreamCreate, &st, CU_STREAM_NON_BLOCKING);
+	for (int b = 0; b < STAGING_BUFS; b++) {
+		p.free_buf[b] = true;
+		if (res == CUDA_SUCCESS)
+			res = CALL(cuMemAllocHost_v2, &p.buf[b], STAGING_BYTES);
+		if (res == CUDA_SUCCESS)
+			res = CALL(cuEventCreate, &p.ev[b], CU_EVENT_DISABLE_TIMING);
+	}
+	if (res != CUDA_SUCCESS) {
+		/* No pinned memory: synchronous copies into plain buffers, still pipelined with writing. */
+		pr_warn("session %llu: no pinned staging (CUDA error %d): copying synchronously",
+			(unsigned long long)s->id, res);
+		p.pinned = false;
+		for (int b = 0; b < STAGING_BUFS; b++) {
+			if (p.buf[b])
+				CALL(cuMemFreeHost, p.buf[b]);
+			if (p.ev[b])
+				CALL(cuEventDestroy_v2, p.ev[b]);
+			p.ev[b] = NULL;
+			p.buf[b] = malloc(STAGING_BYTES);
+			if (!p.buf[b])
+				rc = CRC_ENOMEM;
+		}
+	}
+	if (!rc && pthread_create(&writer, NULL, writer_main, &p))
+		rc = CRC_ENOMEM;
+	if (rc) {
+		snprintf(why, why_len, "cannot set up the staging buffers");
+		goto out;
+	}
+	for (size_t i = 0; i < n && !rc; i++) {
+		for (uint64_t off = 0; off < r[i].size && !rc; off += STAGING_BYTES) {
+			size_t len = r[i].size - off < STAGING_BYTES ? r[i].size - off : STAGING_BYTES;
+			int b;
+
+			pthread_mutex_lock(&p.lock);
+			for (;;) {
+				for (b = 0; b < STAGING_BUFS && !p.free_buf[b]; b++)
+					;
+				if (b < STAGING_BUFS || p.err)
+					break;
+				pthread_cond_wait(&p.cond, &p.lock);
+			}
+			rc = p.err;
+			if (!rc)
+				p.free_buf[b] = false;
+			pthread_mutex_unlock(&p.lock);
+			if (rc)
+				break;
+			if (p.pinned) {
+				res = CALL(cuMemcpyDtoHAsync_v2, p.buf[b], r[i].addr + off, len, st);
+				if (res == CUDA_SUCCESS)
+					res = CALL(cuEventRecord, p.ev[b], st);
+			} else {
+				res = CALL(cuMemcpyDtoH_v2, p.buf[b], r[i].addr + off, len);
+			}
+			if (res != CUDA_SUCCESS) {
+				rc = CRC_ECUDA;
+				snprintf(why, why_len,
+					 "copying %#" PRIx64 "+%zu from the device failed: CUDA error %d",
+					 r[i].addr + off, len, res);
+				break;
+			}
+			pthread_mutex_lock(&p.lock);
+			p.q[(p.qhead + p.qlen) % STAGING_BUFS] =
+			    (struct copy_job){.buf = b, .region = idx[i], .len = len};
+			p.qlen++;
+			pthread_cond_broadcast(&p.cond);
+			pthread_mutex_unlock(&p.lock);
+		}
+	}
+	pthread_mutex_lock(&p.lock);
+	p.done = true;
+	pthread_cond_broadcast(&p.cond);
+	pthread_mutex_unlock(&p.lock);
+	pthread_join(writer, NULL);
+	if (!rc && p.err) {
+		rc = p.err;
+		snprintf(why, why_len, "%s", p.why);
+	}
+out:
+	for (int b = 0; b < STAGING_BUFS; b++) {
+		if (p.pinned && p.buf[b])
+			CALL(cuMemFreeHost, p.buf[b]);
+		else
+			free(p.buf[b]);
+		if (p.ev[b])
+			CALL(cuEventDestroy_v2, p.ev[b]);
+	}
+	if (st)
+		CALL(cuStreamDestroy_v2, st);
+	pthread_mutex_destroy(&p.lock);
+	pthread_cond_destroy(&p.cond);
+	return rc;
+}
+
+/* Writes the journal records and images the store does not hold yet (a store session per daemon
+ * session and store). */
+static int flush_journal(struct crc_session *s, char *why, size_t why_len)
+{
+	struct crc_jrec_in *in;
+	int rc;
+
+	if (!s->store_session) {
+		char name[64];
+
+		snprintf(name, sizeof(name), "crcudad session %llu pid %d", (unsigned long long)s->id,
+			 (int)s->peer.pid);
+		rc = crc_store_session_create(s->store, name, &s->store_session);
+		if (rc) {
+			snprintf(why, why_len, "cannot create a store session: %s", crc_strerror(rc));
+			return rc;
+		}
+		s->jflushed = s->images_flushed = 0;
+		s->journal_seq = 0;
+	}
+	for (; s->images_flushed < s->nimages; s->images_flushed++) {
+		const struct crc_image *im = &s->images[s->images_flushed];
+		struct crc_hash h;
+
+		rc = crc_store_blob_put(s->store, s->store_session, im->bytes, im->len, &h);
+		if (rc) {
+			snprintf(why, why_len, "cannot store a module image: %s", crc_strerror(rc));
+			return rc;
+		}
+	}
+	if (s->jflushed == s->njrec)
+		return 0;
+	in = calloc(s->njrec - s->jflushed, sizeof(*in));
+	if (!in)
+		return CRC_ENOMEM;
+	for (size_t i = s->jflushed; i < s->njrec; i++)
+		in[i - s->jflushed] =
+		    (struct crc_jrec_in){s->jrec[i].type, s->jrec[i].len, s->jrec[i].payload};
+	rc = crc_store_journal_append_batch(s->store, s->store_session, in, s->njrec - s->jflushed,
+					    &s->journal_seq);
+	free(in);
+	if (rc) {
+		snprintf(why, why_len, "cannot write the journal: %s", crc_strerror(rc));
+		return rc;
+	}
+	s->jflushed = s->njrec;
+	return 0;
+}
+
+static const struct crc_image *module_image(struct crc_session *s, uint64_t vhandle)
+{
+	for (size_t i = 0; i < s->nmodimgs; i++)
+		if (s->modimgs[i].vhandle == vhandle)
+			return &s->images[s->modimgs[i].image];
+	return NULL;
+}
+
+static bool handle_live(struct crc_session *s, uint64_t vh)
+{
+	unsigned tag = crc_vhandle_tag(vh);
+	uint32_t idx = crc_vhandle_index(vh);
+
+	return tag != CRC_HT_NONE && idx <= s->tables[tag].n && s->tables[tag].real[idx].ptr;
+}
+
+/* A device global's address and size in a module or library (virtual handle). */
+static CUresult global_of(struct crc_session *s, uint64_t vh, const char *name, CUdeviceptr *addr,
+			  size_t *size)
+{
+	unsigned tag = crc_vhandle_tag(vh);
+	uint32_t idx = crc_vhandle_index(vh);
+
+	if ((tag != CRC_HT_MODULE && tag != CRC_HT_LIBRARY) || !handle_live(s, vh))
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (tag == CRC_HT_LIBRARY)
+		return CALL(cuLibraryGetGlobal, addr, size, s->tables[tag].real[idx].ptr, name);
+	return CALL(cuModuleGetGlobal_v2, addr, size, s->tables[tag].real[idx].ptr, name);
+}
+
+/* The context copies run in: the session's first live one. */
+static CUcontext session_ctx(struct crc_session *s)
+{
+	struct crc_htable *t = &s->tables[CRC_HT_CTX];
+
+	for (uint32_t i = 1; i <= t->n; i++)
+		if (t->real[i].ptr)
+			return t->real[i].ptr;
+	return NULL;
+}
+
+static int target_sm(void)
+{
+	const struct crc_dev_info *d = &crcd.proto.devs[0];
+
+	return d->attrs[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR] * 10 +
+	       d->attrs[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR];
+}
+
+int crc_ckpt_run(struct crc_session *s, const char *store_dir)
+{
+	struct crc_ctl_ckpt_wire stats = {0};
+	struct region_src *src = NULL;
+	uint32_t *idx = NULL;
+	size_t n = 0, cap = 0;
+	char why[CRC_CTL_MSG_MAX] = "", val[128];
+	CUcontext ctx = session_ctx(s);
+	double t0 = now_s();
+	int rc;
+
+	if (s->force_mismatch) {
+		crc_session_cmd_done(s, CRC_EINVAL,
+				     "session %llu's journal is incomplete (out of memory earlier)",
+				     (unsigned long long)s->id);
+		return CRC_EINVAL;
+	}
+	if (s->store_dir && strcmp(s->store_dir, store_dir)) {
+		free(s->store_dir);
+		s->store_dir = NULL;
+		s->store_session = 0;
+	}
+	if (!s->store_dir && !(s->store_dir = strdup(store_dir))) {
+		crc_session_cmd_done(s, CRC_ENOMEM, "out of memory");
+		return CRC_ENOMEM;
+	}
+	rc = crc_store_open(store_dir, CRC_STORE_CREATE, &s->store);
+	if (rc) {
+		crc_session_cmd_done(s, rc, "cannot open the store %s: %s", store_dir, crc_strerror(rc));
+		return rc;
+	}
+	rc = flush_journal(s, why, sizeof(why));
+	if (!rc)
+		rc = crc_ckpt_begin(s->store, s->store_session, &s->ckpt);
+	if (rc) {
+		if (!why[0])
+			snprintf(why, sizeof(why), "cannot begin a checkpoint: %s", crc_strerror(rc));
+		goto fail;
+	}
+#define ADD_REGION(desc, a, sz)                                                                              \
+	do {                                                                                                 \
+		uint32_t ri_;                                                                                \
+		if (n == cap) {                                                                              \
+			cap = cap ? cap * 2 : 64;                                                            \
+			src = realloc(src, cap * sizeof(*src));                                              \
+			idx = realloc(idx, cap * sizeof(*idx));                                              \
+			if (!src || !idx) {                                                                  \
+				rc = CRC_ENOMEM;                                                             \
+				goto fail;                                                                   \
+			}                                                                                    \
+		}                                                                                            \
+		rc = crc_ckpt_region_add(s->ckpt, (desc), &ri_);                                             \
+		if (rc)                                                                                      \
+			goto fail;                                                                           \
+		src[n] = (struct region_src){(a), (sz)};                                                     \
+		idx[n++] = ri_;                                                                              \
+	} while (0)
+	/* Allocations: the layer's cuMemAlloc* and the application's own cuMemMap mappings. */
+	for (struct crc_alloc *a = s->allocs; a; a = a->next) {
+		if (a->kind != CRC_ALLOC_MEM && a->kind != CRC_ALLOC_MAP)
+			continue;
+		struct crc_region_desc d = {.kind = CRC_REGION_DEVICE_ALLOC, .addr = a->ptr, .size = a->size};
+
+		ADD_REGION(&d, a->ptr, a->size);
+		stats.allocations++;
+		stats.device_bytes += a->size;
+	}
+	/* Device globals of every live module and library, from the symbol tables of their images. */
+	if (ctx)
+		CALL(cuCtxSetCurrent, ctx);
+	s->cur_ctx = UINT64_MAX;
+	for (size_t m = 0; m < s->nmodimgs; m++) {
+		uint64_t vh = s->modimgs[m].vhandle;
+		const struct crc_image *im = module_image(s, vh);
+		struct crc_modinfo mi;
+
+		if (!im || crc_modinfo_from_image(im->bytes, im->len, (uint32_t)target_sm(), &mi))
+			continue;
+		if (!handle_live(s, vh)) {
+			crc_modinfo_free(&mi); /* unloaded */
+			continue;
+		}
+		stats.modules++;
+		for (size_t g = 0; g < mi.nglobals; g++) {
+			CUdeviceptr addr = 0;
+			size_t size = 0;
+			char name[512];
+
+			if (mi.globals[g].managed ||
+			    global_of(s, vh, mi.globals[g].name, &addr, &size) != CUDA_SUCCESS || !size)
+				continue;
+			snprintf(name, sizeof(name), "%s@%#" PRIx64, mi.globals[g].name, vh);
+			struct crc_region_desc d = {.kind = CRC_REGION_DEVICE_GLOBAL,
+						    .addr = addr,
+						    .size = size,
+						    .name = name,
+						    .module = im->hash};
+
+			ADD_REGION(&d, addr, size);
+			stats.globals++;
+			stats.device_bytes += size;
+		}
+		crc_modinfo_free(&mi);
+	}
+#undef ADD_REGION
+	rc = copy_regions(s, s->ckpt, ctx, src, idx, n, why, sizeof(why));
+	if (rc)
+		goto fail;
+		/* What restore needs besides the journal. */
+#define META(k, ...)                                                                                         \
+	do {                                                                                                 \
+		snprintf(val, sizeof(val), __VA_ARGS__);                                                     \
+		rc = crc_ckpt_meta_set(s->ckpt, (k), val);                                                   \
+		if (rc)                                                                                      \
+			goto fail;                                                                           \
+	} while (0)
+	META("crcuda.session", "%" PRIu64, s->store_session);
+	META("crcuda.journal_seq", "%" PRIu64, s->journal_seq);
+	META("crcuda.va_base", "%#" PRIx64, s->va_base);
+	META("crcuda.va_size", "%#" PRIx64, s->va_size);
+	META("crcuda.va_slot", "%u", s->slot);
+	META("crcuda.daemon_session", "%llu", (unsigned long long)s->id);
+	META("crcuda.pid", "%d", (int)s->peer.pid);
+	META("crcuda.device", "%d", s->dev_map[0]);
+	META("crcuda.device_name", "%s", crcd.proto.devs[s->dev_map[0]].name);
+	{
+		char u[33];
+
+		for (int i = 0; i < 16; i++)
+			sprintf(u + 2 * i, "%02x", crcd.proto.devs[s->dev_map[0]].uuid[i]);
+		META("crcuda.device_uuid", "%s", u);
+	}
+	{
+		/* Next index of each handle table: restored handles never reuse a dead one's index. */
+		char hv[CRC_HT_COUNT * 12] = "";
+		size_t off = 0;
+
+		for (unsigned t = 1; t < CRC_HT_COUNT; t++)
+			off += (size_t)snprintf(hv + off, sizeof(hv) - off, "%s%u", t > 1 ? "," : "",
+						s->tables[t].n);
+		rc = crc_ckpt_meta_set(s->ckpt, "crcuda.handles", hv);
+		if (rc)
+			goto fail;
+	}
+#undef META
+	free(src);
+	free(idx);
+	stats.seconds = now_s() - t0;
+	memcpy(s->cmd_out, &stats, sizeof(stats));
+	s->cmd_out_len = sizeof(stats);
+	s->state = CRC_CTL_CHECKPOINTED;
+	pr_info("session %llu: checkpoint copied %" PRIu64 " bytes (%" PRIu64 " allocations, %" PRIu64
+		" globals) in %.3f s (%.2f GB/s)",
+		(unsigned long long)s->id, stats.device_bytes, stats.allocations, stats.globals,
+		stats.seconds, stats.seconds > 0 ? (double)stats.device_bytes / stats.seconds / 1e9 : 0.0);
+	crc_session_cmd_done(s, 0, NULL);
+	return 0;
+fail:
+	free(src);
+	free(idx);
+	crc_ckpt_abort(s->ckpt);
+	s->ckpt = NULL;
+	crc_store_close(s->store);
+	s->store = NULL;
+	if (!why[0])
+		snprintf(why, sizeof(why), "checkpoint failed: %s", crc_strerror(rc));
+	crc_session_cmd_done(s, rc, "%s", why);
+	return rc;
+}
+
+int crc_ckpt_commit_session(struct crc_session *s, const char *args, size_t len)
+{
+	const char *p = args, *end = args + len;
+	uint64_t id = 0;
+	int rc = 0;
+
+	/* The image directory, then key=value strings, then an empty string. */
+	if (len && *p)
+		rc = crc_ckpt_meta_set(s->ckpt, "criu.images_dir", p);
+	p += strlen(p) + 1;
+	while (!rc && p < end && *p) {
+		char key[256];
+		const char *eq = strchr(p, '=');
+
+		if (eq && (size_t)(eq - p) < sizeof(key)) {
+			memcpy(key, p, (size_t)(eq - p));
+			key[eq - p] = 0;
+			rc = crc_ckpt_meta_set(s->ckpt, key, eq + 1);
+		}
+		p += strlen(p) + 1;
+	}
+	if (rc) {
+		crc_session_cmd_done(s, rc, "cannot set the checkpoint's metadata: %s", crc_strerror(rc));
+		return rc;
+	}
+	rc = crc_ckpt_commit(s->ckpt, &id);
+	s->ckpt = NULL;
+	crc_store_close(s->store);
+	s->store = NULL;
+	s->state = CRC_CTL_QUIESCED;
+	if (rc) {
+		crc_session_cmd_done(s, rc, "committing the checkpoint failed: %s", crc_strerror(rc));
+		return rc;
+	}
+	memcpy(s->cmd_out, &id, sizeof(id));
+	s->cmd_out_len = sizeof(id);
+	pr_info("session %llu: checkpoint %" PRIu64 " committed to %s", (unsigned long long)s->id, id,
+		s->store_dir);
+	crc_session_cmd_done(s, 0, NULL);
+	return 0;
+}
+
+void crc_ckpt_abort_session(struct crc_session *s)
+{
+	if (s->ckpt) {
+		crc_ckpt_abort(s->ckpt);
+		s->ckpt = NULL;
+		pr_info("session %llu: checkpoint aborted", (unsigned long long)s->id);
+	}
+	crc_store_close(s->store);
+	s->store = NULL;
+	if (s->state == CRC_CTL_CHECKPOINTED)
+		s->state = CRC_CTL_QUIESCED;
+}
+
+/* ---- restore ------------------------------------------------------------------------------------ */
+struct jrec_copy {
+	uint64_t seq;
+	uint32_t type;
+	uint32_t len;
+	uint8_t *payload;
+	struct crc_jrec_view v;
+	bool skip;
+};
+
+struct jload {
+	struct jrec_copy *r;
+	size_t n, cap;
+	uint64_t upto;
+};
+
+static int load_record(void *arg, uint64_t seq, uint32_t type, const void *payload, uint32_t len)
+{
+	struct jload *j = arg;
+	struct jrec_copy *r;
+
+	if (seq > j->upto)
+		return 1; /* past the checkpoint: stop */
+	if (j->n == j->cap) {
+		size_t cap = j->cap ? j->cap * 2 : 256;
+
+		r = realloc(j->r, cap * sizeof(*r));
+		if (!r)
+			return CRC_ENOMEM;
+		j->r = r;
+		j->cap = cap;
+	}
+	r = &j->r[j->n];
+	*r = (struct jrec_copy){.seq = seq, .type = type, .len = len, .payload = malloc(len ? len : 1)};
+	if (!r->payload)
+		return CRC_ENOMEM;
+	memcpy(r->payload, payload, len);
+	if (crc_jrec_decode(r->payload, len, &r->v)) {
+		free(r->payload);
+		return CRC_ECORRUPT;
+	}
+	j->n++;
+	return 0;
+}
+
+static bool has_handle(const struct crc_jrec_view *v, uint64_t h)
+{
+	for (unsigned i = 0; i < v->call->nhandles; i++)
+		if (v->handles[i] == h)
+			return true;
+	return false;
+}
+
+/* Objects destroyed before the checkpoint are not recreated, nor is anything that used them. */
+static void mark_dead(struct jrec_copy *r, size_t n)
+{
+	uint64_t *dead = NULL;
+	size_t ndead = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct crc_jrec_call *c = r[i].v.call;
+		bool destroys = r[i].type == CRC_JREC_MODULE_UNLOAD || r[i].type == CRC_JREC_STREAM_DESTROY ||
+				r[i].type == CRC_JREC_EVENT_DESTROY || r[i].type == CRC_JREC_CONTEXT_DESTROY;
+
+		for (size_t j = i; destroys && c->object && j-- > 0;) {
+			if (!r[j].skip && has_handle(&r[j].v, c->object)) {
+				r[j].skip = r[i].skip = true;
+				break;
+			}
+		}
+		for (size_t j = i; r[i].type == CRC_JREC_MEM_FREE && j-- > 0;) {
+			if (!r[j].skip && r[j].type == CRC_JREC_MEM_ALLOC && r[j].v.call->addr == c->addr) {
+				r[j].skip = r[i].skip = true;
+				break;
+			}
+		}
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct crc_jrec_view *v = &r[i].v;
+
+		for (unsigned k = 0; !r[i].skip && k < v->call->nrefs; k++)
+			for (size_t d = 0; d < ndead; d++)
+				if (dead[d] == v->refs[k])
+					r[i].skip = true;
+		if (!r[i].skip || !v->call->nhandles)
+			continue;
+		uint64_t *p = realloc(dead, (ndead + v->call->nhandles) * sizeof(*p));
+
+		if (!p)
+			continue;
+		dead = p;
+		for (unsigned k = 0; k < v->call->nhandles; k++)
+			dead[ndead++] = v->handles[k];
+	}
+	free(dead);
+}
+
+static int replay_one(struct crc_session *s, struct crc_store *st, const struct jrec_copy *r, char *why,
+		      size_t why_len)
+{
+	const struct crc_jrec_call *c = r->v.call;
+	size_t extra = r->type == CRC_JREC_MODULE_LOAD ? c->image_bytes : 0;
+	size_t len = sizeof(struct crc_msg_hdr) + sizeof(struct crc_call_hdr) + c->args_len + extra;
+	struct crc_msg_hdr *m = malloc(len);
+	struct crc_call_hdr *h;
+	uint8_t *args;
+	CUresult res;
+	int rc = 0;
+
+	if (!m)
+		return CRC_ENOMEM;
+	*m = (struct crc_msg_hdr){.len = (uint32_t)len, .op = c->op, .seq = r->seq};
+	h = (struct crc_call_hdr *)(m + 1);
+	*h = (struct crc_call_hdr){.ctx = c->ctx, .thread = c->thread, .flags = c->call_flags};
+	args = (uint8_t *)(h + 1);
+	memcpy(args, r->v.args, c->args_len);
+	if (r->type == CRC_JREC_MODULE_LOAD) {
+		struct crc_load_req *lr = (struct crc_load_req *)args;
+		struct crc_hash hash;
+		size_t got = 0;
+
+		memcpy(hash.bytes, c->image_hash, 16);
+		*lr = (struct crc_load_req){
+		    .image_bytes = c->image_bytes, .offset = 0, .chunk = c->image_bytes};
+		rc = crc_store_chunk_read(st, &hash, lr + 1, c->image_bytes, &got);
+		if (rc || got != c->image_bytes) {
+			snprintf(why, why_len, "journal record %" PRIu64 ": cannot read the module image: %s",
+				 r->seq, crc_strerror(rc ? rc : CRC_ETRUNC));
+			free(m);
+			return rc ? rc : CRC_ETRUNC;
+		}
+	}
+	s->force = r->v.handles;
+	s->nforce = c->nhandles;
+	s->force_mismatch = false;
+	s->force_addr = r->type == CRC_JREC_MEM_ALLOC || r->type == CRC_JREC_MEM_RESERVE ? c->addr : 0;
+	s->out_len = 0;
+	res = crc_session_execute(s, m);
+	if (res != CUDA_SUCCESS) {
+		snprintf(why, why_len,
+			 "journal record %" PRIu64 " (%s): %s failed on this daemon: CUDA error %d%s", r->seq,
+			 crc_jrec_type_name(r->type), crc_cu_table[c->op].sym, res,
+			 r->type == CRC_JREC_MEM_ALLOC ? " (the same address is needed)" : "");
+		rc = CRC_ECUDA;
+	} else if (s->nforce || s->force_mismatch) {
+		snprintf(why, why_len,
+			 "journal record %" PRIu64 " (%s): the replayed call did not name the same handles",
+			 r->seq, crc_cu_table[c->op].sym);
+		rc = CRC_ECORRUPT;
+	}
+	s->force = NULL;
+	s->nforce = 0;
+	s->force_addr = 0;
+	s->force_mismatch = false;
+	free(m);
+	return rc;
+}
+
+/* Uploads every region's chunks (double-buffered pinned staging, async copies). */
+static int upload(struct crc_session *s, struct crc_store *st, const struct crc_manifest *mf, char *why,
+		  size_t why_len)
+{
+	size_t max = 0;
+	void *buf[2] = {NULL, NULL};
+	CUevent ev[2] = {NULL, NULL};
+	CUstream stream = NULL;
+	CUresult res;
+	int rc = 0, k = 0;
+	CUcontext ctx = session_ctx(s);
+
+	for (uint32_t i = 0; i < mf->nregions; i++)
+		for (uint32_t c = 0; c < mf->regions[i].nchunks; c++)
+			if (mf->regions[i].chunks[c].length > max)
+				max = mf->regions[i].chunks[c].length;
+	if (!max)
+		return 0;
+	if (ctx)
+		CALL(cuCtxSetCurrent, ctx);
+	s->cur_ctx = UINT64_MAX;
+	res = CALL(cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
+	for (int b = 0; b < 2 && res == CUDA_SUCCESS; b++) {
+		res = CALL(cuMemAllocHost_v2, &buf[b], max);
+		if (res == CUDA_SUCCESS)
+			res = CALL(cuEventCreate, &ev[b], CU_EVENT_DISABLE_TIMING);
+	}
+	if (res != CUDA_SUCCESS) {
+		snprintf(why, why_len, "cannot set up staging buffers for the upload: CUDA error %d", res);
+		rc = CRC_ECUDA;
+		goto out;
+	}
+	for (uint32_t i = 0; i < mf->nregions && !rc; i++) {
+		const struct crc_region *rg = &mf->regions[i];
+		uint64_t addr = rg->addr, off = 0;
+
+		if (rg->kind == CRC_REGION_DEVICE_GLOBAL) {
+			/* "SYMBOL@0xVHANDLE": the global of that module as this daemon loaded it. */
+			const char *at = rg->name ? strrchr(rg->name, '@') : NULL;
+			char sym[512];
+			CUdeviceptr gaddr = 0;
+			size_t gsize = 0;
+
+			if (!at || (size_t)(at - rg->name) >= sizeof(sym)) {
+				snprintf(why, why_len, "region %u: bad global name", i);
+				rc = CRC_ECORRUPT;
+				break;
+			}
+			memcpy(sym, rg->name, (size_t)(at - rg->name));
+			sym[at - rg->name] = 0;
+			res = global_of(s, strtoull(at + 1, NULL, 0), sym, &gaddr, &gsize);
+			if (res != CUDA_SUCCESS || gsize != rg->size) {
+				snprintf(
+				    why, why_len,
+				    "device global %s: not found after reloading its module (CUDA error %d, "
+				    "%zu bytes, %" PRIu64 " expected)",
+				    rg->name, res, gsize, rg->size);
+				rc = CRC_ENOTFOUND;
+				break;
+			}
+			addr = gaddr;
+		} else if (rg->kind != CRC_REGION_DEVICE_ALLOC) {
+			continue;
+		}
+		for (uint32_t c = 0; c < rg->nchunks && !rc; c++) {
+			size_t got = 0;
+
+			res = CALL(cuEventSynchronize, ev[k]);
+			if (res == CUDA_SUCCESS)
+				rc = crc_store_chunk_read(st, &rg->chunks[c].hash, buf[k], max, &got);
+			if (res != CUDA_SUCCESS || rc) {
+				snprintf(why, why_len, "region %u chunk %u: %s", i, c,
+					 rc ? crc_strerror(rc) : "CUDA error waiting for a copy");
+				rc = rc ? rc : CRC_ECUDA;
+				break;
+			}
+			res = CALL(cuMemcpyHtoDAsync_v2, addr + off, buf[k], got, stream);
+			if (res == CUDA_SUCCESS)
+				res = CALL(cuEventRecord, ev[k], stream);
+			if (res != CUDA_SUCCESS) {
+				snprintf(why, why_len, "uploading %#" PRIx64 "+%zu: CUDA error %d",
+					 addr + off, got, res);
+				rc = CRC_ECUDA;
+			}
+			off += got;
+			k ^= 1;
+		}
+	}
+	if (!rc && (res = CALL(cuStreamSynchronize, stream)) != CUDA_SUCCESS) {
+		snprintf(why, why_len, "uploading the checkpoint's data: CUDA error %d", res);
+		rc = CRC_ECUDA;
+	}
+out:
+	if (stream)
+		CALL(cuStreamSynchronize, stream);
+	for (int b = 0; b < 2; b++) {
+		if (buf[b])
+			CALL(cuMemFreeHost, buf[b]);
+		if (ev[b])
+			CALL(cuEventDestroy_v2, ev[b]);
+	}
+	if (stream)
+		CALL(cuStreamDestroy_v2, stream);
+	return rc;
+}
+
+static uint64_t meta_u64(const struct crc_manifest *m, const char *key, bool *ok)
+{
+	const char *v = crc_manifest_meta_get(m, key);
+
+	if (!v) {
+		*ok = false;
+		return 0;
+	}
+	return strtoull(v, NULL, 0);
+}
+
+int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_msg_hdr *req,
+		const struct crc_ctl_restore_wire *w, const char *store_dir, char *why, size_t why_len)
+{
+	struct crc_store *st = NULL;
+	struct crc_manifest *mf = NULL;
+	struct crc_session *s = NULL;
+	struct jload j = {0};
+	struct crc_peer p = *peer;
+	uint64_t session, va_base, va_size;
+	unsigned slot;
+	bool ok = true;
+	int rc, memfd = -1, orig_dev;
+	double t0 = now_s();
+	const char *handles;
+
+	rc = crc_store_open(store_dir, 0, &st);
+	if (rc) {
+		snprintf(why, why_len, "cannot open the store %s: %s", store_dir, crc_strerror(rc));
+		return rc;
+	}
+	rc = crc_store_manifest_get(st, w->ckpt_id, &mf);
+	if (rc) {
+		snprintf(why, why_len, "checkpoint %" PRIu64 " in %s: %s", w->ckpt_id, store_dir,
+			 crc_strerror(rc));
+		goto fail;
+	}
+	session = meta_u64(mf, "crcuda.session", &ok);
+	j.upto = meta_u64(mf, "crcuda.journal_seq", &ok);
+	va_base = meta_u64(mf, "crcuda.va_base", &ok);
+	va_size = meta_u64(mf, "crcuda.va_size", &ok);
+	orig_dev = (int)meta_u64(mf, "crcuda.device", &ok);
+	handles = crc_manifest_meta_get(mf, "crcuda.handles");
+	if (!ok || !handles) {
+		snprintf(why, why_len,
+			 "checkpoint %" PRIu64 " lacks crcudad's metadata (not a crcuda checkpoint?)",
+			 w->ckpt_id);
+		rc = CRC_ECORRUPT;
+		goto fail;
+	}
+	if (va_size != crcd.va_session || va_base < crcd.va_base ||
+	    (va_base - crcd.va_base) % crcd.va_session) {
+		snprintf(why, why_len,
+			 "the checkpoint's device VA range %#" PRIx64 "+%#" PRIx64
+			 " is not a session slot of this "
+			 "daemon (window %#" PRIx64 ", %#" PRIx64
+			 " per session): start crcudad with the same "
+			 "--va-base and --va-session (a remap table is future work)",
+			 va_base, va_size, crcd.va_base, crcd.va_session);
+		rc = CRC_EINVAL;
+		goto fail;
+	}
+	slot = (unsigned)((va_base - crcd.va_base) / crcd.va_session);
+	if (w->gpu >= crcd.dev_count || (w->gpu < 0 && orig_dev >= crcd.dev_count)) {
+		snprintf(why, why_len, "GPU %d does not exist on this daemon (%d device(s))",
+			 w->gpu >= 0 ? w->gpu : orig_dev, crcd.dev_count);
+		rc = CRC_ENODEV;
+		goto fail;
+	}
+	rc = crc_store_journal_iterate(st, session, load_record, &j);
+	if (rc < 0) {
+		snprintf(why, why_len, "reading the journal of store session %" PRIu64 ": %s", session,
+			 crc_strerror(rc));
+		goto fail;
+	}
+	p.pid = w->pid;
+	rc = crc_session_create(fd, tcp, &p, slot, &s, why, why_len);
+	if (rc)
+		goto fail;
+	/* --gpu: the client's device 0 is the chosen GPU; contexts are made there. */
+	s->dev_map[0] = w->gpu >= 0 ? w->gpu : orig_dev;
+	mark_dead(j.r, j.n);
+	for (size_t i = 0; i < j.n && !rc; i++)
+		if (!j.r[i].skip)
+			rc = replay_one(s, st, &j.r[i], why, why_len);
+	if (rc)
+		goto fail;
+	/* Handle tables continue where the checkpointed session's were. */
+	for (unsigned t = 1; t < CRC_HT_COUNT && handles && *handles; t++) {
+		uint32_t n = (uint32_t)strtoul(handles, (char **)&handles, 10);
+
+		if (n > s->tables[t].n) {
+			uint64_t v = crc_vhandle(t, n);
+
+			s->force = &v;
+			s->nforce = 1;
+			crc_register(s, t, (union crc_slot){.u64 = 0});
+			s->force = NULL;
+			s->nforce = 0;
+		}
+		if (*handles == ',')
+			handles++;
+	}
+	rc = upload(s, st, mf, why, why_len);
+	if (rc)
+		goto fail;
+	if (!tcp) {
+		rc = crc_session_make_rings(s, &memfd);
+		if (rc) {
+			snprintf(why, why_len, "cannot make the session's rings: %s", crc_strerror(rc));
+			goto fail;
+		}
+	} else {
+		crc_chan_open_tcp(&s->chan, fd);
+	}
+	{
+		/* The control reply, then the notice the restored process reads when it wakes. */
+		struct crc_msg_hdr h = {
+		    .len = sizeof(h) + sizeof(struct crc_ctl_reply), .op = req->op, .seq = req->seq};
+		struct crc_ctl_reply r = {0};
+		struct crc_sock_notice n = {.magic = CRC_PROTO_MAGIC,
+					    .kind = CRC_NOTICE_REBIND,
+					    .session_id = s->id,
+					    .ring_size = crcd.ring_size,
+					    .transport = tcp ? CRC_TRANSPORT_TCP : CRC_TRANSPORT_UNIX};
+		size_t replayed = 0;
+
+		for (size_t i = 0; i < j.n; i++)
+			replayed += !j.r[i].skip;
+		rc = crc_sock_write_all(fd, &h, sizeof(h));
+		if (!rc)
+			rc = crc_sock_write_all(fd, &r, sizeof(r));
+		if (!rc)
+			rc = tcp ? crc_sock_write_all(fd, &n, sizeof(n))
+				 : crc_sock_send_fds(fd, &n, sizeof(n), &memfd, 1);
+		if (memfd >= 0)
+			close(memfd);
+		memfd = -1;
+		if (rc) {
+			snprintf(why, why_len, "the restoring side went away: %s", crc_strerror(rc));
+			goto fail;
+		}
+		pr_info("session %llu: restored checkpoint %" PRIu64
+			" from %s (%zu of %zu journal records replayed, "
+			"%u regions) in %.3f s",
+			(unsigned long long)s->id, w->ckpt_id, store_dir, replayed, j.n, mf->nregions,
+			now_s() - t0);
+	}
+	for (size_t i = 0; i < j.n; i++)
+		free(j.r[i].payload);
+	free(j.r);
+	crc_manifest_free(mf);
+	crc_store_close(st);
+	rc = crc_session_run(s);
+	if (rc) {
+		/* Too late for a clean reply: the client sees the socket close. */
+		crc_session_destroy(s);
+		close(fd);
+		return 0;
+	}
+	return 0;
+fail:
+	if (memfd >= 0)
+		close(memfd);
+	if (s)
+		crc_session_destroy(s);
+	for (size_t i = 0; i < j.n; i++)
+		free(j.r[i].payload);
+	free(j.r);
+	crc_manifest_free(mf);
+	crc_store_close(st);
+	return rc;
+}

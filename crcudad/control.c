@@ -1,0 +1,318 @@
+/* Control connections (crcuda/ctl.h): crcudactl and the CRIU plugin ask for the sessions, quiesce,
+ * checkpoint, commit, abort, resume and restore. One thread per connection; commands on a session
+ * run on that session's own thread (it owns the session's backend state), the control thread waits. */
+#define LOG_PREFIX "control: "
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "crcuda/errno.h"
+#include "crcuda/log.h"
+#include "crcudad.h"
+
+struct control {
+	int fd;
+	bool tcp;
+	struct crc_peer peer;
+};
+
+static int send_reply(int fd, const struct crc_msg_hdr *req, int status, const char *msg, const void *data,
+		      size_t len)
+{
+	struct crc_msg_hdr h = {.op = req->op, .seq = req->seq};
+	struct crc_ctl_reply r = {.status = status};
+	int rc;
+
+	h.len = (uint32_t)(sizeof(h) + sizeof(r) + len);
+	if (msg)
+		snprintf(r.msg, sizeof(r.msg), "%s", msg);
+	rc = crc_sock_write_all(fd, &h, sizeof(h));
+	if (!rc)
+		rc = crc_sock_write_all(fd, &r, sizeof(r));
+	if (!rc && len)
+		rc = crc_sock_write_all(fd, data, len);
+	return rc;
+}
+
+/* The session of pid (or id), held (refs) until session_put. */
+static struct crc_session *session_get(const struct control *c, int32_t pid, uint64_t id, char *why,
+				       size_t why_len)
+{
+	struct crc_session *found = NULL;
+
+	pthread_mutex_lock(&crcd.lock);
+	for (unsigned i = 0; i < crcd.max_sessions; i++) {
+		struct crc_session *s = crcd.sessions[i];
+
+		if (s && s->state != CRC_CTL_RESTORING && (pid ? s->peer.pid == pid : s->id == id)) {
+			found = s;
+			break;
+		}
+	}
+	if (found && !c->tcp && c->peer.uid != 0 && c->peer.uid != found->peer.uid) {
+		snprintf(why, why_len, "session %llu belongs to uid %u", (unsigned long long)found->id,
+			 (unsigned)found->peer.uid);
+		found = NULL;
+	} else if (found) {
+		pthread_mutex_lock(&found->ctl_lock);
+		found->refs++;
+		pthread_mutex_unlock(&found->ctl_lock);
+	} else if (pid) {
+		snprintf(why, why_len, "no session of pid %d on this daemon", (int)pid);
+	} else {
+		snprintf(why, why_len, "no session %llu on this daemon", (unsigned long long)id);
+	}
+	pthread_mutex_unlock(&crcd.lock);
+	return found;
+}
+
+static void session_put(struct crc_session *s)
+{
+	pthread_mutex_lock(&s->ctl_lock);
+	s->refs--;
+	pthread_cond_broadcast(&s->ctl_cond);
+	pthread_mutex_unlock(&s->ctl_lock);
+}
+
+/* Hands a command to the session thread and waits for it. */
+static int run_command(struct crc_session *s, int op, const void *arg, size_t len, int timeout_ms, char *why,
+		       size_t why_len, void *out, size_t *out_len)
+{
+	int rc;
+
+	pthread_mutex_lock(&s->ctl_lock);
+	if (s->ending) {
+		pthread_mutex_unlock(&s->ctl_lock);
+		snprintf(why, why_len, "session %llu is ending", (unsigned long long)s->id);
+		return CRC_EDAEMON;
+	}
+	if (s->cmd && !s->cmd_done) {
+		pthread_mutex_unlock(&s->ctl_lock);
+		snprintf(why, why_len, "another control command is running on session %llu",
+			 (unsigned long long)s->id);
+		return CRC_EBUSY;
+	}
+	s->cmd = op;
+	s->cmd_arg = arg;
+	s->cmd_len = len;
+	s->cmd_timeout_ms = timeout_ms;
+	s->cmd_done = false;
+	s->cmd_msg[0] = 0;
+	s->cmd_out_len = 0;
+	pthread_cond_broadcast(&s->ctl_cond);
+	while (!s->cmd_done)
+		pthread_cond_wait(&s->ctl_cond, &s->ctl_lock);
+	rc = s->cmd_rc;
+	snprintf(why, why_len, "%s", s->cmd_msg);
+	if (out && out_len) {
+		memcpy(out, s->cmd_out, s->cmd_out_len);
+		*out_len = s->cmd_out_len;
+	}
+	s->cmd = 0;
+	pthread_mutex_unlock(&s->ctl_lock);
+	return rc;
+}
+
+/* On the session thread: the command a control thread handed over. */
+void crc_session_command(struct crc_session *s)
+{
+	int op, rc = 0;
+
+	pthread_mutex_lock(&s->ctl_lock);
+	op = s->cmd;
+	pthread_mutex_unlock(&s->ctl_lock);
+	s->cmd_rc = 0;
+	s->cmd_msg[0] = 0;
+	switch (op) {
+	case CRC_OP_CTL_QUIESCE:
+		if (s->state == CRC_CTL_RUNNING)
+			rc = crc_ckpt_quiesce(s, s->cmd_timeout_ms);
+		else
+			crc_session_cmd_done(s, 0, NULL);
+		break;
+	case CRC_OP_CTL_CHECKPOINT:
+		if (s->state != CRC_CTL_QUIESCED) {
+			crc_session_cmd_done(
+			    s, CRC_EINVAL, "session %llu is %s: quiesce it first", (unsigned long long)s->id,
+			    s->state == CRC_CTL_CHECKPOINTED ? "checkpointed (commit or abort first)"
+							     : "running");
+			break;
+		}
+		rc = crc_ckpt_run(s, s->cmd_arg);
+		break;
+	case CRC_OP_CTL_COMMIT:
+		if (s->state != CRC_CTL_CHECKPOINTED) {
+			crc_session_cmd_done(s, CRC_EINVAL, "session %llu has no checkpoint to commit",
+					     (unsigned long long)s->id);
+			break;
+		}
+		rc = crc_ckpt_commit_session(s, s->cmd_arg, s->cmd_len);
+		break;
+	case CRC_OP_CTL_ABORT:
+		crc_ckpt_abort_session(s);
+		crc_session_cmd_done(s, 0, NULL);
+		break;
+	case CRC_OP_CTL_RESUME:
+		if (s->state == CRC_CTL_CHECKPOINTED)
+			crc_ckpt_abort_session(s);
+		if (s->state != CRC_CTL_RUNNING)
+			crc_ckpt_resume(s);
+		crc_session_cmd_done(s, 0, NULL);
+		break;
+	default:
+		crc_session_cmd_done(s, CRC_EINVAL, "unknown control op %d", op);
+	}
+	(void)rc;
+	pthread_mutex_lock(&s->ctl_lock);
+	s->cmd_done = true;
+	pthread_cond_broadcast(&s->ctl_cond);
+	pthread_mutex_unlock(&s->ctl_lock);
+}
+
+static void list_sessions(struct control *c, const struct crc_msg_hdr *h)
+{
+	struct crc_ctl_session_wire w[256];
+	unsigned n = 0;
+
+	pthread_mutex_lock(&crcd.lock);
+	for (unsigned i = 0; i < crcd.max_sessions; i++) {
+		struct crc_session *s = crcd.sessions[i];
+
+		if (!s)
+			continue;
+		w[n++] = (struct crc_ctl_session_wire){
+		    .session_id = s->id,
+		    .pid = s->peer.pid,
+		    .uid = s->peer.uid,
+		    .va_base = s->va_base,
+		    .va_size = s->va_size,
+		    .device_bytes = s->mapped_bytes,
+		    .state = s->state,
+		    .transport = s->tcp ? CRC_TRANSPORT_TCP : CRC_TRANSPORT_UNIX,
+		    .journal_records = s->njrec,
+		};
+	}
+	pthread_mutex_unlock(&crcd.lock);
+	send_reply(c->fd, h, 0, NULL, w, n * sizeof(w[0]));
+}
+
+/* Returns false when the connection is over (restore hands it to a session). */
+static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const uint8_t *p, size_t len)
+{
+	char why[CRC_CTL_MSG_MAX] = "";
+	uint8_t out[64];
+	size_t out_len = 0;
+	struct crc_session *s;
+	const struct crc_ctl_req *r = (const void *)p;
+	int rc;
+
+	if (h->op == CRC_OP_CTL_SESSIONS) {
+		list_sessions(c, h);
+		return true;
+	}
+	if (h->op == CRC_OP_CTL_RESTORE) {
+		const struct crc_ctl_restore_wire *w = (const void *)p;
+
+		if (len <= sizeof(*w) || p[len - 1]) {
+			send_reply(c->fd, h, CRC_EINVAL, "malformed restore request", NULL, 0);
+			return true;
+		}
+		rc = crc_restore(c->fd, c->tcp, &c->peer, h, w, (const char *)(w + 1), why, sizeof(why));
+		if (rc) {
+			send_reply(c->fd, h, rc, why, NULL, 0);
+			return true;
+		}
+		/* The connection belongs to the restored session now (crc_restore replied). */
+		return false;
+	}
+	if (len < sizeof(*r) || h->op < CRC_OP_CTL_QUIESCE || h->op > CRC_OP_CTL_RESUME) {
+		send_reply(c->fd, h, CRC_EINVAL, "malformed control request", NULL, 0);
+		return true;
+	}
+	/* String arguments (store dir, commit's image dir and metadata) must end inside the request. */
+	if ((h->op == CRC_OP_CTL_CHECKPOINT || h->op == CRC_OP_CTL_COMMIT) &&
+	    (len == sizeof(*r) || p[len - 1])) {
+		send_reply(c->fd, h, CRC_EINVAL, "malformed control request (strings)", NULL, 0);
+		return true;
+	}
+	s = session_get(c, r->pid, r->session_id, why, sizeof(why));
+	if (!s) {
+		send_reply(c->fd, h, CRC_ENOTFOUND, why, NULL, 0);
+		return true;
+	}
+	rc = run_command(s, h->op, p + sizeof(*r), len - sizeof(*r), r->timeout_ms, why, sizeof(why), out,
+			 &out_len);
+	session_put(s);
+	send_reply(c->fd, h, rc, rc ? why : NULL, out, rc ? 0 : out_len);
+	return true;
+}
+
+static void *control_main(void *arg)
+{
+	struct control *c = arg;
+	uint8_t *buf = NULL;
+	bool keep_fd = false;
+
+	for (;;) {
+		struct crc_msg_hdr h;
+		size_t len;
+
+		if (crc_sock_read_all(c->fd, &h, sizeof(h)))
+			break;
+		if (h.len < sizeof(h) || h.len - sizeof(h) > (1u << 20)) {
+			pr_warn("control connection of pid %d: bad record length %u", (int)c->peer.pid,
+				h.len);
+			break;
+		}
+		len = h.len - sizeof(h);
+		free(buf);
+		buf = malloc(len + 1);
+		if (!buf || crc_sock_read_all(c->fd, buf, len))
+			break;
+		if (!serve_request(c, &h, buf, len)) {
+			keep_fd = true;
+			break;
+		}
+	}
+	free(buf);
+	if (!keep_fd)
+		close(c->fd);
+	free(c);
+	return NULL;
+}
+
+int crc_control_start(int fd, bool tcp, const struct crc_peer *peer)
+{
+	struct crc_hello_reply *reply = calloc(1, sizeof(*reply));
+	struct control *c = calloc(1, sizeof(*c));
+	pthread_t t;
+	int rc;
+
+	if (!reply || !c) {
+		free(reply);
+		free(c);
+		return CRC_ENOMEM;
+	}
+	*reply = crcd.proto;
+	rc = crc_sock_write_all(fd, reply, sizeof(*reply));
+	free(reply);
+	if (rc) {
+		free(c);
+		close(fd);
+		return 0;
+	}
+	c->fd = fd;
+	c->tcp = tcp;
+	c->peer = *peer;
+	rc = pthread_create(&t, NULL, control_main, c);
+	if (rc) {
+		free(c);
+		close(fd);
+		return 0;
+	}
+	pthread_detach(t);
+	return 0;
+}

@@ -1,0 +1,214 @@
+/* A client for the daemon-side checkpoint tests: builds state (a module with globals, buffers with a
+ * known pattern, a stream, an event, pinned memory), writes its buffers' addresses to READY, waits for
+ * GO, then checks that everything is still there and still works. A helper thread takes a
+ * replacement daemon socket from $CKPT_SWAP_SOCK and puts it in place of the one libcrcuda holds, as
+ * CRIU's restore would. --busy: another thread keeps making long calls until GO.
+ *   ckpt_client READY GO [--busy] */
+#include <cuda.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+extern const unsigned char device_globals_fatbin[];
+
+#define NBUF 3
+static const size_t sizes[NBUF] = {3u << 20, 8u << 20, 65536};
+
+#define CK(call)                                                                                             \
+	do {                                                                                                 \
+		CUresult r_ = (call);                                                                        \
+		if (r_ != CUDA_SUCCESS) {                                                                    \
+			fprintf(stderr, "ckpt_client: %s:%d: %s: error %d\n", __FILE__, __LINE__, #call,     \
+				r_);                                                                         \
+			exit(3);                                                                             \
+		}                                                                                            \
+	} while (0)
+
+static unsigned char pattern(int b, size_t i)
+{
+	return (unsigned char)(i * 131 + (size_t)b * 7 + (i >> 12));
+}
+
+static const char *go_file;
+static CUcontext ctx;
+
+static int exists(const char *p)
+{
+	struct stat st;
+
+	return stat(p, &st) == 0;
+}
+
+/* Receives a socket and dup2()s it over the one connected to the daemon's socket path. */
+static void *swapper(void *arg)
+{
+	const char *path = arg, *daemon = getenv("CRCUDA_SOCKET");
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	int l = socket(AF_UNIX, SOCK_STREAM, 0), c, fd = -1;
+	char buf[CMSG_SPACE(sizeof(int))], byte;
+	struct iovec iov = {&byte, 1};
+	struct msghdr m = {
+	    .msg_iov = &iov, .msg_iovlen = 1, .msg_control = buf, .msg_controllen = sizeof(buf)};
+
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+	unlink(path);
+	if (bind(l, (struct sockaddr *)&a, sizeof(a)) || listen(l, 1))
+		return NULL;
+	c = accept(l, NULL, NULL);
+	if (c < 0 || recvmsg(c, &m, 0) != 1 || !CMSG_FIRSTHDR(&m))
+		return NULL;
+	memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&m)), sizeof(int));
+	for (int old = 0; old < 1024; old++) {
+		struct sockaddr_un peer;
+		socklen_t len = sizeof(peer);
+
+		if (old == fd || old == c || old == l || getpeername(old, (struct sockaddr *)&peer, &len) ||
+		    peer.sun_family != AF_UNIX || strcmp(peer.sun_path, daemon))
+			continue;
+		dup2(fd, old);
+		fprintf(stderr, "ckpt_client: daemon socket %d replaced\n", old);
+	}
+	close(fd);
+	close(c);
+	close(l);
+	return NULL;
+}
+
+static long busy_rounds;
+static CUdeviceptr busy_buf;
+
+static void *busy_main(void *arg)
+{
+	void *host = malloc(sizes[1]);
+
+	(void)arg;
+	CK(cuCtxSetCurrent(ctx));
+	while (!exists(go_file)) {
+		CK(cuMemcpyDtoH(host, busy_buf, sizes[1]));
+		CK(cuCtxSynchronize());
+		busy_rounds++;
+	}
+	free(host);
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	CUdeviceptr buf[NBUF], scratch, counter, coef;
+	size_t counter_size, coef_size;
+	CUdevice dev;
+	CUmodule mod;
+	CUfunction update;
+	CUstream stream, gone;
+	CUevent ev;
+	unsigned char *host, *pinned;
+	int coefs[4] = {3, 1, 4, 1}, value, rounds = 2;
+	pthread_t swap, busy;
+	FILE *f;
+	void *kargs[] = {&rounds};
+
+	if (argc < 3) {
+		fprintf(stderr, "usage: ckpt_client READY GO [--busy]\n");
+		return 2;
+	}
+	go_file = argv[2];
+	if (getenv("CKPT_SWAP_SOCK"))
+		pthread_create(&swap, NULL, swapper, getenv("CKPT_SWAP_SOCK"));
+	CK(cuInit(0));
+	CK(cuDeviceGet(&dev, 0));
+	CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+	CK(cuCtxSetCurrent(ctx));
+	CK(cuModuleLoadData(&mod, device_globals_fatbin));
+	CK(cuModuleGetFunction(&update, mod, "_Z14update_globalsi"));
+	CK(cuModuleGetGlobal(&coef, &coef_size, mod, "coefficients"));
+	CK(cuModuleGetGlobal(&counter, &counter_size, mod, "counter"));
+	CK(cuMemcpyHtoD(coef, coefs, sizeof(coefs)));
+	/* Objects that die before the checkpoint: replay must skip them. */
+	CK(cuMemAlloc(&scratch, 1 << 20));
+	CK(cuStreamCreate(&gone, 0));
+	CK(cuStreamDestroy(gone));
+	for (int b = 0; b < NBUF; b++) {
+		CK(cuMemAlloc(&buf[b], sizes[b]));
+		host = malloc(sizes[b]);
+		for (size_t i = 0; i < sizes[b]; i++)
+			host[i] = pattern(b, i);
+		CK(cuMemcpyHtoD(buf[b], host, sizes[b]));
+		free(host);
+	}
+	CK(cuMemFree(scratch));
+	CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+	CK(cuEventCreate(&ev, 0));
+	CK(cuMemAllocHost((void **)&pinned, 1 << 20));
+	for (size_t i = 0; i < 1 << 20; i++)
+		pinned[i] = pattern(9, i);
+	CK(cuLaunchKernel(update, 1, 1, 1, 32, 1, 1, 0, stream, kargs, NULL));
+	CK(cuStreamSynchronize(stream));
+	CK(cuMemcpyDtoH(&value, counter, sizeof(value)));
+	if (value != 42 + rounds * 3) {
+		fprintf(stderr, "ckpt_client: counter %d before the checkpoint\n", value);
+		return 1;
+	}
+	busy_buf = buf[1];
+	if (argc > 3 && !strcmp(argv[3], "--busy"))
+		pthread_create(&busy, NULL, busy_main, NULL);
+	{
+		char tmp[4096];
+
+		snprintf(tmp, sizeof(tmp), "%s.tmp", argv[1]);
+		f = fopen(tmp, "w");
+		for (int b = 0; b < NBUF; b++)
+			fprintf(f, "%#llx %zu %d\n", (unsigned long long)buf[b], sizes[b], b);
+		fprintf(f, "pid %d\n", (int)getpid());
+		fclose(f);
+		rename(tmp, argv[1]);
+	}
+	while (!exists(go_file))
+		usleep(20000);
+	/* After the checkpoint (and maybe a restore): same addresses, same bytes, same module state. */
+	for (int b = 0; b < NBUF; b++) {
+		host = malloc(sizes[b]);
+		CK(cuMemcpyDtoH(host, buf[b], sizes[b]));
+		for (size_t i = 0; i < sizes[b]; i++) {
+			if (host[i] != pattern(b, i)) {
+				fprintf(stderr, "ckpt_client: buffer %d byte %zu: %u, expected %u\n", b, i,
+					host[i], pattern(b, i));
+				return 1;
+			}
+		}
+		free(host);
+	}
+	CK(cuMemcpyDtoH(&value, counter, sizeof(value)));
+	if (value != 42 + rounds * 3) {
+		fprintf(stderr, "ckpt_client: counter %d after the checkpoint, expected %d\n", value,
+			42 + rounds * 3);
+		return 1;
+	}
+	/* The module's function, the stream and the event still work, and __constant__ data came back. */
+	CK(cuLaunchKernel(update, 1, 1, 1, 32, 1, 1, 0, stream, kargs, NULL));
+	CK(cuEventRecord(ev, stream));
+	CK(cuEventSynchronize(ev));
+	CK(cuMemcpyDtoH(&value, counter, sizeof(value)));
+	if (value != 42 + 2 * rounds * 3) {
+		fprintf(stderr, "ckpt_client: counter %d after one more launch, expected %d\n", value,
+			42 + 2 * rounds * 3);
+		return 1;
+	}
+	/* Pinned memory works with the (possibly new) session. */
+	CK(cuMemcpyHtoD(buf[2], pinned, sizes[2]));
+	CK(cuMemcpyDtoH(pinned + sizes[2], buf[2], sizes[2]));
+	if (memcmp(pinned, pinned + sizes[2], sizes[2])) {
+		fprintf(stderr, "ckpt_client: pinned round trip differs\n");
+		return 1;
+	}
+	if (argc > 3 && !strcmp(argv[3], "--busy")) {
+		pthread_join(busy, NULL);
+		printf("busy rounds %ld\n", busy_rounds);
+	}
+	printf("ckpt_client: OK\n");
+	return 0;
+}

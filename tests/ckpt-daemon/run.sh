@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Daemon-side checkpoint/restore on the simulated device, driven through crcuda/ctl.h (ckpt_ctl).
+#   run.sh BUILD CASE
+# CASE: restore   quiesce, checkpoint, commit, verify the manifest; kill the daemon, start another on the
+#                 same store, restore: the client (socket swapped as CRIU would) finds its buffers at the
+#                 same addresses with the same bytes, and its module, stream and event work
+#       resume    checkpoint with the client left running (resume): it continues correctly
+#       busy      quiesce while another client thread is in long synchronous calls
+#       abort     checkpoint, abort: no manifest; the client resumes
+#       killed    a daemon killed mid-checkpoint leaves the previous checkpoint intact
+set -u
+build=$1 case=$2
+tmp=$(mktemp -d /tmp/crcuda-ckptd.XXXXXX)
+chmod 755 "$tmp"
+export CRCUDA_SOCKET=$tmp/crcudad.sock
+export CRCUDA_SIM_KERNELS=$build/tests/programs/libcrcuda_test_kernels.so
+ctl=$build/tests/ckpt-daemon/ckpt_ctl
+client=$build/tests/ckpt-daemon/ckpt_client
+store=$tmp/store
+daemon_pid= client_pid= pid=
+
+cleanup() {
+	[ -n "$client_pid" ] && kill -9 "$client_pid" 2>/dev/null
+	[ -n "$daemon_pid" ] && kill -9 "$daemon_pid" 2>/dev/null
+	[ "${keep:-0}" = 1 ] || rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+	echo "FAIL: $*" >&2
+	for f in "$tmp"/daemon*.log "$tmp/client.log"; do
+		[ -f "$f" ] && { echo "--- $f" >&2; tail -40 "$f" >&2; }
+	done
+	exit 1
+}
+
+start_daemon() { # start_daemon LOGNAME
+	"$build/crcudad/crcudad" --backend sim --socket "$CRCUDA_SOCKET" --foreground -v \
+		>"$tmp/$1.out" 2>"$tmp/$1.log" &
+	daemon_pid=$!
+	for _ in $(seq 100); do
+		grep -q ready "$tmp/$1.out" 2>/dev/null && return 0
+		kill -0 "$daemon_pid" 2>/dev/null || fail "crcudad did not start"
+		sleep 0.1
+	done
+	fail "crcudad not ready"
+}
+
+start_client() { # start_client [ARGS...]
+	env LD_LIBRARY_PATH="$build/libcrcuda" CKPT_SWAP_SOCK="$tmp/swap.sock" CRCUDA_REBIND_WAIT_MS=20000 \
+		timeout 120 "$client" "$tmp/ready" "$tmp/go" "$@" >"$tmp/client.log" 2>&1 &
+	client_pid=$!
+	for _ in $(seq 300); do
+		if [ -f "$tmp/ready" ]; then
+			# The program's own pid (the one above is timeout's): the daemon knows that one.
+			pid=$(awk '/^pid/ {print $2}' "$tmp/ready")
+			return 0
+		fi
+		kill -0 "$client_pid" 2>/dev/null || fail "the client exited early"
+		sleep 0.1
+	done
+	fail "the client did not get ready"
+}
+
+finish_client() {
+	touch "$tmp/go"
+	wait "$client_pid"
+	rc=$?
+	client_pid=
+	cat "$tmp/client.log"
+	[ $rc = 0 ] || fail "the client failed (exit $rc)"
+	grep -q "ckpt_client: OK" "$tmp/client.log" || fail "no OK from the client"
+}
+
+checkpoint() { # checkpoint: quiesce, checkpoint, commit; prints the id
+	"$ctl" "$CRCUDA_SOCKET" quiesce "$pid" || fail "quiesce"
+	"$ctl" "$CRCUDA_SOCKET" checkpoint "$pid" "$store" >&2 || fail "checkpoint"
+	"$ctl" "$CRCUDA_SOCKET" commit "$pid" || fail "commit"
+}
+
+case $case in
+restore)
+	start_daemon daemon1
+	start_client
+	id=$(checkpoint) || exit 1
+	"$ctl" - verify "$store" "$id" "$tmp/ready" || fail "the manifest does not match the device contents"
+	# The client makes a call now: it parks (quiesced); then its daemon dies.
+	touch "$tmp/go"
+	sleep 0.3
+	kill -9 "$daemon_pid"
+	wait "$daemon_pid" 2>/dev/null
+	start_daemon daemon2
+	"$ctl" "$CRCUDA_SOCKET" restore "$store" "$id" "$pid" "$tmp/swap.sock" || fail "restore"
+	finish_client
+	grep -q "restored checkpoint $id" "$tmp/daemon2.log" || fail "no restore line in the daemon log"
+	;;
+resume)
+	start_daemon daemon1
+	start_client
+	id=$(checkpoint) || exit 1
+	"$ctl" - verify "$store" "$id" "$tmp/ready" || fail "the manifest does not match"
+	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume"
+	# A second checkpoint of the same session (journal appended, chunks shared).
+	id2=$(checkpoint) || exit 1
+	[ "$id2" -gt "$id" ] || fail "second checkpoint id $id2"
+	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume"
+	finish_client
+	;;
+busy)
+	start_daemon daemon1
+	start_client --busy
+	sleep 0.5
+	id=$(checkpoint) || exit 1
+	"$ctl" - verify "$store" "$id" "$tmp/ready" || fail "the manifest does not match"
+	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume"
+	finish_client
+	grep -q "busy rounds [1-9]" "$tmp/client.log" || fail "the busy thread made no calls"
+	;;
+abort)
+	start_daemon daemon1
+	start_client
+	"$ctl" "$CRCUDA_SOCKET" quiesce "$pid" || fail "quiesce"
+	"$ctl" "$CRCUDA_SOCKET" checkpoint "$pid" "$store" || fail "checkpoint"
+	"$ctl" "$CRCUDA_SOCKET" abort "$pid" || fail "abort"
+	[ "$("$ctl" - count "$store")" = 0 ] || fail "a manifest after abort"
+	"$ctl" "$CRCUDA_SOCKET" commit "$pid" 2>/dev/null && fail "commit after abort succeeded"
+	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume"
+	finish_client
+	;;
+killed)
+	start_daemon daemon1
+	start_client
+	id=$(checkpoint) || exit 1
+	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume"
+	"$ctl" "$CRCUDA_SOCKET" quiesce "$pid" || fail "quiesce"
+	"$ctl" "$CRCUDA_SOCKET" checkpoint "$pid" "$store" || fail "checkpoint"
+	# Killed between the copy and the commit: nothing new is visible, the first checkpoint is whole.
+	kill -9 "$daemon_pid"
+	wait "$daemon_pid" 2>/dev/null
+	daemon_pid=
+	[ "$("$ctl" - count "$store")" = 1 ] || fail "expected exactly one checkpoint"
+	"$ctl" - verify "$store" "$id" "$tmp/ready" || fail "the first checkpoint is damaged"
+	kill -9 "$client_pid" 2>/dev/null
+	;;
+*)
+	fail "unknown case $case"
+	;;
+esac
+echo "PASS: $case"
