@@ -46,7 +46,10 @@ start_daemon() { # start_daemon LOGNAME
 }
 
 start_client() { # start_client [ARGS...]
-	env LD_LIBRARY_PATH="$build/libcrcuda" CKPT_SWAP_SOCK="$tmp/swap.sock" CRCUDA_REBIND_WAIT_MS=20000 \
+	# An ASan build of libcrcuda needs the sanitizer runtimes first in the uninstrumented client.
+	local preload
+	preload=$(ldd "$build/libcrcuda/libcuda.so.1" 2>/dev/null | awk '/lib(asan|ubsan)\.so/ {print $3}' | paste -sd: -)
+	env LD_PRELOAD="$preload" ASAN_OPTIONS=detect_leaks=0 LD_LIBRARY_PATH="$build/libcrcuda" CKPT_SWAP_SOCK="$tmp/swap.sock" CRCUDA_REBIND_WAIT_MS=20000 \
 		timeout 120 "$client" "$tmp/ready" "$tmp/go" "$@" >"$tmp/client.log" 2>&1 &
 	client_pid=$!
 	for _ in $(seq 300); do
