@@ -217,8 +217,10 @@ void crc_journal_end(struct crc_session *s, int op, const struct crc_call_hdr *h
 	     type == CRC_JREC_VMM_RELEASE) &&
 	    len >= 8)
 		memcpy(&c->object, args, 8);
-	if ((type == CRC_JREC_MEM_FREE || type == CRC_JREC_MEM_UNRESERVE || type == CRC_JREC_VMM_MAP ||
-	     type == CRC_JREC_VMM_UNMAP) &&
+	/* cuMemFree passes the address alone; unreserve, map and unmap pass address and size. */
+	if (type == CRC_JREC_MEM_FREE && len >= 8)
+		memcpy(&c->addr, args, 8);
+	if ((type == CRC_JREC_MEM_UNRESERVE || type == CRC_JREC_VMM_MAP || type == CRC_JREC_VMM_UNMAP) &&
 	    len >= 16) {
 		memcpy(&c->addr, args, 8);
 		memcpy(&c->size, args + 8, 8);

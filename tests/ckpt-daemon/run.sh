@@ -95,6 +95,8 @@ restore)
 	"$ctl" "$CRCUDA_SOCKET" restore "$store" "$id" "$pid" "$tmp/swap.sock" || fail "restore"
 	finish_client
 	grep -q "restored checkpoint $id" "$tmp/daemon2.log" || fail "no restore line in the daemon log"
+	# A freed allocation and a destroyed stream (two records each) are not replayed.
+	grep -q "(9 of 13 journal records replayed" "$tmp/daemon2.log" || fail "objects destroyed before the checkpoint were replayed"
 	;;
 resume)
 	start_daemon daemon1
