@@ -16,6 +16,10 @@ static const struct ctl_cmd {
 	const char *summary;
 } commands[] = {
     {"run", cmd_run, "run a program under crcuda (starts a local crcudad when none answers)"},
+    {"checkpoint", cmd_checkpoint, "checkpoint a program run under crcuda (CRIU + the device state)"},
+    {"restore", cmd_restore, "restore a checkpoint (locally, or with --remote onto another GPU host)"},
+    {"ls", cmd_ls, "list the checkpoints in the store and the sessions of the daemon"},
+    {"inspect", cmd_inspect, "show a checkpoint: regions, metadata, CRIU images, journal"},
     {"store", cmd_store, "list, inspect, verify and garbage-collect the checkpoint store"},
 };
 

@@ -1,0 +1,427 @@
+/* crcudactl checkpoint PID [--leave-running] [--store DIR] [--daemon ADDR]: checkpoints a program
+ * running under crcuda with CRIU and the crcuda plugin.
+ *
+ * The plugin does the device side inside `criu dump` (quiesce at PAUSE_DEVICES, device memory into
+ * the store at CHECKPOINT_DEVICES, commit once CRIU's images are written); this command finds the
+ * pieces, makes the image directory <store>/criu/<name> (locked while in use, so that gc leaves it),
+ * runs CRIU, shows progress and reports. On failure nothing is committed, the session is resumed and
+ * the directory removed: the previous checkpoints are untouched. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "crc_store.h"
+#include "crcuda/ctl.h"
+#include "crcuda/errno.h"
+#include "crcudactl.h"
+
+#define CKPT_TIMEOUT_DEFAULT 600
+#define CKPT_JSON_VERSION    1
+
+static void ckpt_usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: crcudactl checkpoint [OPTIONS] PID\n"
+		"\n"
+		"Checkpoints PID, a program running under `crcudactl run`: its session is quiesced and its\n"
+		"device memory and globals go into the store, the process is dumped by CRIU (images in\n"
+		"<store>/criu/<name>), and one store transaction commits both. The process is killed\n"
+		"unless --leave-running. Needs root (CRIU).\n"
+		"\n"
+		"Options:\n"
+		"  -R, --leave-running  let the process run on after the checkpoint\n"
+		"  -s, --store DIR      the store (default $CRCUDA_STORE, else ~/.local/share/crcuda/store)\n"
+		"      --daemon ADDR    the program's crcudad (default $CRCUDA_SOCKET, else\n"
+		"                       /tmp/crcuda-UID/crcudad.sock)\n"
+		"      --timeout SEC    give up (and resume the program) after SEC seconds (default %d)\n"
+		"      --json           machine-readable result on stdout\n"
+		"  -h, --help           this help\n"
+		"\n"
+		"Environment: CRCUDA_CRIU (criu binary), CRCUDA_CRIU_PLUGIN_DIR (crcuda_plugin.so).\n"
+		"Exit status: 0 checkpointed, 1 failed (previous checkpoints untouched), 2 usage error.\n",
+		CKPT_TIMEOUT_DEFAULT);
+}
+
+/* Inode of the unix socket listening at path (from /proc/net/unix), or 0. */
+static unsigned long listen_inode(const char *path)
+{
+	char line[PATH_MAX + 128], p[PATH_MAX];
+	unsigned long ino, flags, found = 0;
+	FILE *f = fopen("/proc/net/unix", "r");
+
+	if (!f)
+		return 0;
+	while (!found && fgets(line, sizeof(line), f)) {
+		p[0] = 0;
+		/* Num RefCount Protocol Flags Type St Inode Path; flags 0x10000 = listening */
+		if (sscanf(line, "%*s %*s %*s %lx %*s %*s %lu %4095s", &flags, &ino, p) == 3 &&
+		    (flags & 0x10000) && !strcmp(p, path))
+			found = ino;
+	}
+	fclose(f);
+	return found;
+}
+
+/* The daemon's backend ("sim" or "cuda") from its command line, found through its listening socket.
+ * Recorded in the manifest, so that a restore can start a daemon of the same kind. */
+static void daemon_backend(const char *sock, char *out, size_t len)
+{
+	unsigned long ino = listen_inode(sock);
+	char want[64], path[PATH_MAX], link[64], cmd[4096];
+	DIR *proc;
+	struct dirent *de;
+
+	snprintf(out, len, "unknown");
+	if (!ino || !(proc = opendir("/proc")))
+		return;
+	snprintf(want, sizeof(want), "socket:[%lu]", ino);
+	while ((de = readdir(proc))) {
+		DIR *fds;
+		struct dirent *fe;
+		bool hit = false;
+
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/fd", de->d_name);
+		if (!(fds = opendir(path)))
+			continue;
+		while (!hit && (fe = readdir(fds))) {
+			char fp[PATH_MAX + 300];
+			ssize_t n;
+
+			snprintf(fp, sizeof(fp), "%s/%s", path, fe->d_name);
+			n = readlink(fp, link, sizeof(link) - 1);
+			hit = n > 0 && (link[n] = 0, !strcmp(link, want));
+		}
+		closedir(fds);
+		if (!hit)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		ssize_t n = fd >= 0 ? read(fd, cmd, sizeof(cmd) - 1) : -1;
+
+		if (fd >= 0)
+			close(fd);
+		for (ssize_t i = 0; n > 0 && i < n; i += (ssize_t)strlen(cmd + i) + 1) {
+			cmd[n] = 0;
+			if (!strcmp(cmd + i, "--backend") && i + 10 < n) {
+				snprintf(out, len, "%s", cmd + i + 10);
+				break;
+			}
+		}
+		break;
+	}
+	closedir(proc);
+}
+
+/* The session of pid on the daemon: 0, or -1 with the reason printed. */
+static int find_session(const char *daemon, pid_t pid, struct crc_ctl_session *out)
+{
+	struct crc_ctl *c = NULL;
+	struct crc_ctl_session *s = NULL;
+	unsigned n = 0;
+	int rc = crc_ctl_open(daemon, NULL, &c);
+
+	if (rc) {
+		ctl_error("checkpoint: cannot reach crcudad at %s: %s%s", daemon, crc_strerror(rc),
+			  rc == CRC_ENOTSUP ? " (the daemon's control interface is not built yet)" : "");
+		return -1;
+	}
+	rc = crc_ctl_sessions(c, &s, &n);
+	if (rc) {
+		ctl_error("checkpoint: listing the sessions of crcudad at %s: %s", daemon, crc_ctl_error(c));
+		crc_ctl_close(c);
+		return -1;
+	}
+	rc = -1;
+	for (unsigned i = 0; i < n; i++)
+		if (s[i].pid == pid) {
+			*out = s[i];
+			rc = 0;
+		}
+	if (rc)
+		ctl_error("checkpoint: process %d has no session on crcudad at %s (not run under `crcudactl "
+			  "run`, another daemon (--daemon), or no CUDA call yet)",
+			  (int)pid, daemon);
+	free(s);
+	crc_ctl_close(c);
+	return rc;
+}
+
+/* After a failure: nothing may stay half-done in the daemon (the plugin's fini does the same, but
+ * CRIU may have died before it ran). Errors are expected (nothing to undo) and ignored. */
+static void undo(const char *daemon, pid_t pid)
+{
+	struct crc_ctl *c = NULL;
+
+	if (crc_ctl_open(daemon, NULL, &c) == 0) {
+		crc_ctl_abort(c, pid);
+		crc_ctl_resume(c, pid);
+		crc_ctl_close(c);
+	}
+}
+
+static void rm_tree(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	char path[PATH_MAX * 2];
+
+	if (!d)
+		return;
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+			snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+			if (unlink(path) && errno == EISDIR)
+				rm_tree(path);
+		}
+	closedir(d);
+	rmdir(dir);
+}
+
+static uint64_t report_u64(const char *stats, const char *key)
+{
+	const char *p = strstr(stats, key);
+
+	return p ? strtoull(p + strlen(key), NULL, 10) : 0;
+}
+
+int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
+{
+	enum { OPT_DAEMON = 256, OPT_TIMEOUT, OPT_JSON };
+	static const struct option longopts[] = {
+	    {"leave-running", no_argument, NULL, 'R'},
+	    {"store", required_argument, NULL, 's'},
+	    {"daemon", required_argument, NULL, OPT_DAEMON},
+	    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+	    {"json", no_argument, NULL, OPT_JSON},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
+	};
+	const char *store_arg = NULL, *daemon_arg = NULL;
+	bool leave = false;
+	unsigned timeout = CKPT_TIMEOUT_DEFAULT;
+	char store[PATH_MAX], daemon[PATH_MAX], criu[PATH_MAX], plugdir[PATH_MAX], dir[PATH_MAX + 64];
+	char report[PATH_MAX * 2], outlog[PATH_MAX * 2], dlog[PATH_MAX * 2], backend[64], host[256] = "",
+											  comm[64] = "";
+	char *end, val[2048], pidbuf[32];
+	struct crc_ctl_session sess = {0};
+	struct crc_store *st = NULL;
+	int c, lockfd = -1, rc, ret = CTL_EXIT_FAILURE;
+	pid_t pid;
+
+	while ((c = getopt_long(argc, argv, "Rs:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'R':
+			leave = true;
+			break;
+		case 's':
+			store_arg = optarg;
+			break;
+		case OPT_DAEMON:
+			daemon_arg = optarg;
+			break;
+		case OPT_TIMEOUT:
+			timeout = (unsigned)strtoul(optarg, &end, 10);
+			if (*end || !*optarg) {
+				ctl_error("checkpoint: --timeout wants seconds, got '%s'", optarg);
+				return CTL_EXIT_USAGE;
+			}
+			break;
+		case OPT_JSON:
+			opts->json = true;
+			break;
+		case 'h':
+			ckpt_usage(stdout);
+			return CTL_EXIT_OK;
+		default:
+			ckpt_usage(stderr);
+			return CTL_EXIT_USAGE;
+		}
+	}
+	if (optind != argc - 1) {
+		ctl_error("checkpoint: give exactly one PID");
+		ckpt_usage(stderr);
+		return CTL_EXIT_USAGE;
+	}
+	pid = (pid_t)strtol(argv[optind], &end, 10);
+	if (*end || pid <= 0) {
+		ctl_error("checkpoint: '%s' is not a pid", argv[optind]);
+		return CTL_EXIT_USAGE;
+	}
+	if (ctl_store_dir(store_arg, store, sizeof(store)) ||
+	    ctl_daemon_addr(daemon_arg, daemon, sizeof(daemon)))
+		return CTL_EXIT_USAGE;
+	if (kill(pid, 0) && errno == ESRCH) {
+		ctl_error("checkpoint: no process %d", (int)pid);
+		return CTL_EXIT_FAILURE;
+	}
+	if (ctl_find_criu(criu, sizeof(criu)) || ctl_find_plugin_dir(plugdir, sizeof(plugdir)))
+		return CTL_EXIT_FAILURE;
+	if (find_session(daemon, pid, &sess))
+		return CTL_EXIT_FAILURE;
+
+	/* The store must exist (the daemon opens it by path), and be named absolutely. */
+	rc = crc_store_open(store, CRC_STORE_CREATE, &st);
+	if (rc) {
+		ctl_error("checkpoint: cannot open the store %s: %s", store, crc_strerror(rc));
+		return CTL_EXIT_FAILURE;
+	}
+	crc_store_close(st);
+	if (!realpath(store, val) || strlen(val) >= sizeof(store)) {
+		ctl_error("checkpoint: %s: %s", store, strerror(errno));
+		return CTL_EXIT_FAILURE;
+	}
+	snprintf(store, sizeof(store), "%s", val);
+
+	/* <store>/criu/<time>-<pid>-<random>: unique across concurrent checkpoints. */
+	time_t now = time(NULL);
+	struct tm tm;
+	char stamp[32];
+
+	gmtime_r(&now, &tm);
+	strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm);
+	snprintf(dir, sizeof(dir), "%s/criu", store);
+	if (mkdir(dir, 0700) && errno != EEXIST) {
+		ctl_error("checkpoint: cannot create %s: %s", dir, strerror(errno));
+		return CTL_EXIT_FAILURE;
+	}
+	snprintf(dir, sizeof(dir), "%s/criu/%s-%d-XXXXXX", store, stamp, (int)pid);
+	if (!mkdtemp(dir)) {
+		ctl_error("checkpoint: cannot create an image directory in %s/criu: %s", store,
+			  strerror(errno));
+		return CTL_EXIT_FAILURE;
+	}
+	/* Held until the manifest names the directory (or it is removed): gc skips locked ones. */
+	lockfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (lockfd < 0 || flock(lockfd, LOCK_EX)) {
+		ctl_error("checkpoint: cannot lock %s: %s", dir, strerror(errno));
+		goto out;
+	}
+	snprintf(report, sizeof(report), "%s/crcuda-plugin.report", dir);
+	snprintf(outlog, sizeof(outlog), "%s/criu-dump.out", dir);
+
+	daemon_backend(daemon, backend, sizeof(backend));
+	gethostname(host, sizeof(host) - 1);
+	snprintf(val, sizeof(val), "/proc/%d/comm", (int)pid);
+	FILE *cf = fopen(val, "r");
+	if (cf) {
+		if (fgets(comm, sizeof(comm), cf))
+			comm[strcspn(comm, "\n")] = 0;
+		fclose(cf);
+	}
+	/* Not a session leader: its terminal and session belong to someone else (--shell-job). */
+	bool shell_job = getsid(pid) != pid;
+	const char *rel = dir + strlen(store) + 1;
+
+	char *env[8], e_daemon[PATH_MAX + 16], e_store[PATH_MAX + 16], e_img[PATH_MAX + 32],
+	    e_report[PATH_MAX * 2 + 32], e_meta[1024], e_timeout[64];
+	snprintf(e_daemon, sizeof(e_daemon), "CRCUDA_DAEMON=%s", daemon);
+	snprintf(e_store, sizeof(e_store), "CRCUDA_STORE=%s", store);
+	snprintf(e_img, sizeof(e_img), "CRCUDA_CRIU_IMAGES=%s", rel);
+	snprintf(e_report, sizeof(e_report), "CRCUDA_PLUGIN_REPORT=%s", report);
+	snprintf(e_meta, sizeof(e_meta),
+		 "CRCUDA_CKPT_META=crcuda.backend=%s\ncrcuda.host=%s\ncrcuda.comm=%s\ncriu.shell_job=%d\n"
+		 "crcuda.leave_running=%d",
+		 backend, host, comm, shell_job, leave);
+	snprintf(e_timeout, sizeof(e_timeout), "CRCUDA_TIMEOUT_MS=%u", timeout * 1000);
+	env[0] = e_daemon, env[1] = e_store, env[2] = e_img, env[3] = e_report, env[4] = e_meta;
+	env[5] = e_timeout, env[6] = "CRCUDA_PLUGIN=on", env[7] = NULL;
+
+	snprintf(pidbuf, sizeof(pidbuf), "%d", (int)pid);
+	char *args[16];
+	int na = 0;
+	args[na++] = criu;
+	args[na++] = "dump";
+	args[na++] = "-t";
+	args[na++] = pidbuf;
+	args[na++] = "-D";
+	args[na++] = dir;
+	args[na++] = "--libdir";
+	args[na++] = plugdir;
+	args[na++] = "-o";
+	args[na++] = "dump.log";
+	args[na++] = "-v4";
+	if (leave)
+		args[na++] = "--leave-running";
+	if (shell_job)
+		args[na++] = "--shell-job";
+	args[na] = NULL;
+
+	double t0 = ctl_now();
+	rc = ctl_run_criu(args, env, outlog, report, "checkpoint", timeout, isatty(2) && !opts->json);
+	double secs = ctl_now() - t0;
+	uint64_t id = 0;
+
+	if (ctl_report_get(report, "ckpt", 0, val, sizeof(val)) == 0)
+		id = strtoull(strchr(val, ' ') ? strchr(val, ' ') + 1 : val, NULL, 10);
+	if (rc != 0 || !id) {
+		if (ctl_report_get(report, "error", 0, val, sizeof(val)) == 0)
+			ctl_error("checkpoint of %d failed: %s", (int)pid, val);
+		else if (rc > 0)
+			ctl_error("checkpoint of %d failed: criu dump exited %d", (int)pid, rc);
+		else
+			ctl_error("checkpoint of %d failed", (int)pid);
+		ctl_show_criu_errors(outlog, 5);
+		snprintf(dlog, sizeof(dlog), "%s/dump.log", dir);
+		ctl_show_criu_errors(dlog, 8);
+		if (!id) {
+			undo(daemon, pid);
+			/* Keep CRIU's log for a look, outside the store. */
+			char keep[PATH_MAX];
+			snprintf(keep, sizeof(keep), "/tmp/crcuda-dump-%d-%ld.log", (int)pid, (long)now);
+			if (rename(dlog, keep) == 0)
+				fprintf(stderr, "crcudactl: CRIU's log: %s\n", keep);
+			rm_tree(dir);
+			fprintf(stderr,
+				"crcudactl: nothing was committed; the previous checkpoints are "
+				"untouched%s\n",
+				kill(pid, 0) == 0 ? " and the process runs on" : "");
+		} else {
+			fprintf(stderr,
+				"crcudactl: checkpoint %" PRIu64 " was committed, but CRIU failed after: "
+				"do not rely on it\n",
+				id);
+		}
+		goto out;
+	}
+	uint64_t dev_bytes = 0, new_bytes = 0, allocs = 0, globals = 0;
+	double dev_secs = 0;
+	if (ctl_report_get(report, "stats", 0, val, sizeof(val)) == 0) {
+		const char *p = strstr(val, "seconds=");
+		dev_bytes = report_u64(val, "device_bytes="), new_bytes = report_u64(val, "new_bytes=");
+		allocs = report_u64(val, "allocations="), globals = report_u64(val, "globals=");
+		dev_secs = p ? strtod(p + 8, NULL) : 0;
+	}
+	if (opts->json) {
+		ctl_json_print(json_pack("{s:i, s:I, s:i, s:I, s:s, s:s, s:b, s:f, s:f, s:I, s:I, s:I, s:I}",
+					 "version", CKPT_JSON_VERSION, "id", (json_int_t)id, "pid", (int)pid,
+					 "session", (json_int_t)sess.session_id, "store", store,
+					 "criu_images", rel, "leave_running", leave, "seconds", secs,
+					 "device_seconds", dev_secs, "device_bytes", (json_int_t)dev_bytes,
+					 "new_bytes", (json_int_t)new_bytes, "allocations",
+					 (json_int_t)allocs, "globals", (json_int_t)globals));
+	} else {
+		printf("checkpoint %" PRIu64 ": pid %d, %.1f MiB of device memory (%.1f MiB new, %" PRIu64
+		       " allocations, %" PRIu64
+		       " globals) in %.2f s (device %.2f s); images %s; process %s\n",
+		       id, (int)pid, dev_bytes / 1048576.0, new_bytes / 1048576.0, allocs, globals, secs,
+		       dev_secs, rel, leave ? "left running" : "stopped");
+	}
+	ret = CTL_EXIT_OK;
+out:
+	if (lockfd >= 0)
+		close(lockfd);
+	return ret;
+}

@@ -1,0 +1,207 @@
+/* crcudactl ls [--store DIR] [--daemon ADDR] [--json]: the checkpoints in the store (with the process
+ * each one holds) and the sessions the daemon serves now. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "crc_store.h"
+#include "crcuda/ctl.h"
+#include "crcuda/errno.h"
+#include "crcuda/proto.h"
+#include "crcudactl.h"
+
+#define LS_JSON_VERSION 1
+
+static void ls_usage(FILE *f)
+{
+	fprintf(
+	    f, "Usage: crcudactl ls [--store DIR] [--daemon ADDR] [--json]\n"
+	       "\n"
+	       "Lists the checkpoints in the store and the sessions (client processes) of the daemon.\n"
+	       "\n"
+	       "Options:\n"
+	       "  -s, --store DIR    the store (default $CRCUDA_STORE, else ~/.local/share/crcuda/store)\n"
+	       "      --daemon ADDR  the daemon (default $CRCUDA_SOCKET, else /tmp/crcuda-UID/crcudad.sock)\n"
+	       "      --json         machine-readable output\n"
+	       "  -h, --help         this help\n");
+}
+
+static const char *state_name(uint32_t s)
+{
+	switch (s) {
+	case CRC_CTL_RUNNING:
+		return "running";
+	case CRC_CTL_QUIESCED:
+		return "quiesced";
+	case CRC_CTL_CHECKPOINTED:
+		return "checkpointed";
+	case CRC_CTL_RESTORING:
+		return "restoring";
+	default:
+		return "unknown";
+	}
+}
+
+static const char *meta_or(const struct crc_manifest *m, const char *key, const char *def)
+{
+	const char *v = crc_manifest_meta_get(m, key);
+	return v ? v : def;
+}
+
+/* Checkpoints into list (JSON) or on stdout. 0, or -1 when the store cannot be read. */
+static int list_checkpoints(const char *dir, json_t *list)
+{
+	struct crc_store *st;
+	uint64_t *ids = NULL;
+	size_t n = 0;
+	int rc = crc_store_open(dir, 0, &st);
+
+	if (rc == CRC_ENOENT) {
+		if (!list)
+			printf("no store at %s\n", dir);
+		return 0;
+	}
+	if (rc || (rc = crc_store_manifest_list(st, &ids, &n))) {
+		ctl_error("ls: the store %s: %s", dir, crc_strerror(rc));
+		crc_store_close(st);
+		return -1;
+	}
+	if (!list)
+		printf("Checkpoints in %s:\n%-6s %-8s %-20s %-7s %-12s %12s  %s\n", dir, "ID", "SESSION",
+		       "CREATED", "PID", "PROGRAM", "DEVICE-MiB", "CRIU-IMAGES");
+	for (size_t i = 0; i < n; i++) {
+		struct crc_manifest *m;
+		uint64_t bytes = 0;
+		char when[32];
+		time_t t;
+		struct tm tm;
+
+		if ((rc = crc_store_manifest_get(st, ids[i], &m))) {
+			ctl_error("ls: checkpoint %" PRIu64 ": %s", ids[i], crc_strerror(rc));
+			continue;
+		}
+		for (uint32_t r = 0; r < m->nregions; r++)
+			bytes += m->regions[r].size;
+		t = (time_t)(m->created_ns / 1000000000);
+		gmtime_r(&t, &tm);
+		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		if (list)
+			json_array_append_new(
+			    list, json_pack("{s:I, s:I, s:s, s:s, s:s, s:I, s:s}", "id",
+					    (json_int_t)m->ckpt_id, "session", (json_int_t)m->session_id,
+					    "created", when, "pid", meta_or(m, "crcuda.pid", ""), "program",
+					    meta_or(m, "crcuda.comm", ""), "device_bytes", (json_int_t)bytes,
+					    "criu_images", meta_or(m, "criu.images_dir", "")));
+		else
+			printf("%-6" PRIu64 " %-8" PRIu64 " %-20s %-7s %-12s %12.1f  %s\n", m->ckpt_id,
+			       m->session_id, when, meta_or(m, "crcuda.pid", "-"),
+			       meta_or(m, "crcuda.comm", "-"), bytes / 1048576.0,
+			       meta_or(m, "criu.images_dir", "-"));
+		crc_manifest_free(m);
+	}
+	free(ids);
+	crc_store_close(st);
+	return 0;
+}
+
+static void list_sessions(const char *daemon, json_t *doc)
+{
+	struct crc_ctl *c = NULL;
+	struct crc_ctl_session *s = NULL;
+	unsigned n = 0;
+	int rc = crc_ctl_open(daemon, NULL, &c);
+
+	if (!rc) {
+		rc = crc_ctl_sessions(c, &s, &n);
+		crc_ctl_close(c);
+	}
+	if (rc) {
+		if (doc)
+			json_object_set_new(doc, "daemon_error", json_string(crc_strerror(rc)));
+		else
+			printf("\nSessions: crcudad at %s does not answer (%s)\n", daemon, crc_strerror(rc));
+		return;
+	}
+	json_t *list = doc ? json_array() : NULL;
+	if (doc)
+		json_object_set_new(doc, "sessions", list);
+	else
+		printf("\nSessions of crcudad at %s:\n%-8s %-7s %-6s %-12s %-10s %12s  %s\n", daemon,
+		       "SESSION", "PID", "UID", "STATE", "TRANSPORT", "DEVICE-MiB", "VA");
+	for (unsigned i = 0; i < n; i++) {
+		const char *tr = s[i].transport == CRC_TRANSPORT_TCP ? "tcp" : "unix";
+		if (list)
+			json_array_append_new(
+			    list, json_pack("{s:I, s:i, s:i, s:s, s:s, s:I, s:I, s:I}", "session",
+					    (json_int_t)s[i].session_id, "pid", (int)s[i].pid, "uid",
+					    (int)s[i].uid, "state", state_name(s[i].state), "transport", tr,
+					    "device_bytes", (json_int_t)s[i].device_bytes, "va_base",
+					    (json_int_t)s[i].va_base, "va_size", (json_int_t)s[i].va_size));
+		else
+			printf("%-8" PRIu64 " %-7d %-6d %-12s %-10s %12.1f  0x%" PRIx64 "+0x%" PRIx64 "\n",
+			       s[i].session_id, (int)s[i].pid, (int)s[i].uid, state_name(s[i].state), tr,
+			       s[i].device_bytes / 1048576.0, s[i].va_base, s[i].va_size);
+	}
+	free(s);
+}
+
+int cmd_ls(int argc, char **argv, struct ctl_opts *opts)
+{
+	enum { OPT_DAEMON = 256, OPT_JSON };
+	static const struct option longopts[] = {
+	    {"store", required_argument, NULL, 's'},
+	    {"daemon", required_argument, NULL, OPT_DAEMON},
+	    {"json", no_argument, NULL, OPT_JSON},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
+	};
+	const char *store_arg = NULL, *daemon_arg = NULL;
+	char store[PATH_MAX], daemon[PATH_MAX];
+	json_t *doc = NULL, *list = NULL;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "s:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			store_arg = optarg;
+			break;
+		case OPT_DAEMON:
+			daemon_arg = optarg;
+			break;
+		case OPT_JSON:
+			opts->json = true;
+			break;
+		case 'h':
+			ls_usage(stdout);
+			return CTL_EXIT_OK;
+		default:
+			ls_usage(stderr);
+			return CTL_EXIT_USAGE;
+		}
+	}
+	if (optind != argc) {
+		ctl_error("ls takes no operands");
+		return CTL_EXIT_USAGE;
+	}
+	if (ctl_store_dir(store_arg, store, sizeof(store)) ||
+	    ctl_daemon_addr(daemon_arg, daemon, sizeof(daemon)))
+		return CTL_EXIT_USAGE;
+	if (opts->json) {
+		doc = json_pack("{s:i, s:s, s:s}", "version", LS_JSON_VERSION, "store", store, "daemon",
+				daemon);
+		list = json_array();
+		json_object_set_new(doc, "checkpoints", list);
+	}
+	if (list_checkpoints(store, list)) {
+		json_decref(doc);
+		return CTL_EXIT_FAILURE;
+	}
+	list_sessions(daemon, doc);
+	if (doc)
+		ctl_json_print(doc);
+	return CTL_EXIT_OK;
+}

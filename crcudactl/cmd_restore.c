@@ -1,0 +1,389 @@
+/* crcudactl restore ID [--remote HOST:PORT] [--gpu N]: brings a checkpoint back with CRIU and the
+ * crcuda plugin. The plugin, inside the restored process, has a daemon (local, started here when none
+ * answers; or remote) replay the session from the store, and the process continues once the replay
+ * is complete. The checkpoint is only read: CRIU's logs go to a work directory outside it, so one
+ * checkpoint restores any number of times, and a failed restore leaves it as it was. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "crc_store.h"
+#include "crcuda/ctl.h"
+#include "crcuda/errno.h"
+#include "crcudactl.h"
+
+#define RESTORE_TIMEOUT_DEFAULT 600
+#define RESTORE_JSON_VERSION	1
+
+static void restore_usage(FILE *f)
+{
+	fprintf(
+	    f,
+	    "Usage: crcudactl restore [OPTIONS] ID\n"
+	    "\n"
+	    "Restores checkpoint ID (see `crcudactl ls`): a crcudad replays its device state from the\n"
+	    "store, CRIU restores the process with its pid, and it continues where it was checkpointed.\n"
+	    "Works on any machine that sees the store directory. Needs root (CRIU), and the\n"
+	    "checkpointed pid must be free.\n"
+	    "\n"
+	    "Options:\n"
+	    "  -s, --store DIR        the store (default $CRCUDA_STORE, else ~/.local/share/crcuda/store)\n"
+	    "      --remote HOST:PORT replay on the crcudad listening there (the GPU is remote)\n"
+	    "      --token-file FILE  its token (else $CRCUDA_TOKEN or $CRCUDA_TOKEN_FILE)\n"
+	    "      --daemon SOCKET    a local crcudad (default $CRCUDA_SOCKET, else\n"
+	    "                         /tmp/crcuda-UID/crcudad.sock); started when none answers\n"
+	    "      --backend cuda|sim the backend of a daemon started here (default: the checkpointed\n"
+	    "                         daemon's)\n"
+	    "      --gpu N            device ordinal on the daemon (default: the checkpointed one)\n"
+	    "      --timeout SEC      give up after SEC seconds (default %d)\n"
+	    "      --json             machine-readable result on stdout\n"
+	    "  -h, --help             this help\n"
+	    "\n"
+	    "Exit status: 0 restored (the pid is printed), 1 failed (the checkpoint is untouched),\n"
+	    "2 usage error.\n",
+	    RESTORE_TIMEOUT_DEFAULT);
+}
+
+struct restore_args {
+	const char *store_arg, *remote, *token_file, *daemon_arg, *backend;
+	int gpu;
+	unsigned timeout;
+	uint64_t id;
+};
+
+/* A daemon answers on the socket; else one is started through `crcudactl run` (same locking and
+ * idle exit as for programs: it stays while the restored session lives). */
+static int ensure_local_daemon(const char *sock, const char *backend)
+{
+	struct crc_ctl *c = NULL;
+	char self[PATH_MAX], log[PATH_MAX + 16];
+	ssize_t n;
+	pid_t pid;
+	int status = 0;
+
+	if (crc_ctl_open(sock, NULL, &c) == 0) {
+		crc_ctl_close(c);
+		return 0;
+	}
+	if (!strcmp(backend, "unknown"))
+		backend = "cuda";
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n < 0)
+		return -1;
+	self[n] = 0;
+	snprintf(log, sizeof(log), "%s.start.log", sock);
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		int fd = open("/dev/null", O_RDWR);
+
+		if (fd >= 0) {
+			dup2(fd, 0);
+			dup2(fd, 1);
+		}
+		execl(self, self, "run", "--backend", backend, "--socket", sock, "--", "true", (char *)NULL);
+		_exit(127);
+	}
+	if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status)) {
+		ctl_error("restore: no crcudad answers at %s, and starting one (--backend %s) failed", sock,
+			  backend);
+		return -1;
+	}
+	return 0;
+}
+
+/* Waits (a little) for pid to be free: the checkpointed process may be a zombie not yet reaped. */
+static bool pid_free(pid_t pid)
+{
+	char path[64], line[256];
+
+	for (int i = 0; i < 100; i++) {
+		FILE *f;
+		bool zombie = false;
+
+		if (kill(pid, 0) && errno == ESRCH)
+			return true;
+		snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+		f = fopen(path, "r");
+		while (f && fgets(line, sizeof(line), f))
+			if (!strncmp(line, "State:", 6))
+				zombie = strchr(line, 'Z') != NULL;
+		if (f)
+			fclose(f);
+		if (!zombie)
+			return false;
+		usleep(50000);
+	}
+	return false;
+}
+
+static int parse(int argc, char **argv, struct restore_args *a, struct ctl_opts *opts)
+{
+	enum { OPT_REMOTE = 256, OPT_TOKEN, OPT_DAEMON, OPT_BACKEND, OPT_GPU, OPT_TIMEOUT, OPT_JSON };
+	static const struct option longopts[] = {
+	    {"store", required_argument, NULL, 's'},
+	    {"remote", required_argument, NULL, OPT_REMOTE},
+	    {"token-file", required_argument, NULL, OPT_TOKEN},
+	    {"daemon", required_argument, NULL, OPT_DAEMON},
+	    {"backend", required_argument, NULL, OPT_BACKEND},
+	    {"gpu", required_argument, NULL, OPT_GPU},
+	    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+	    {"json", no_argument, NULL, OPT_JSON},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
+	};
+	char *end;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "s:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			a->store_arg = optarg;
+			break;
+		case OPT_REMOTE:
+			a->remote = optarg;
+			break;
+		case OPT_TOKEN:
+			a->token_file = optarg;
+			break;
+		case OPT_DAEMON:
+			a->daemon_arg = optarg;
+			break;
+		case OPT_BACKEND:
+			if (strcmp(optarg, "sim") && strcmp(optarg, "cuda")) {
+				ctl_error("restore: --backend is cuda or sim, not '%s'", optarg);
+				return CTL_EXIT_USAGE;
+			}
+			a->backend = optarg;
+			break;
+		case OPT_GPU:
+			a->gpu = (int)strtol(optarg, &end, 10);
+			if (*end || !*optarg || a->gpu < 0) {
+				ctl_error("restore: --gpu wants a device ordinal, got '%s'", optarg);
+				return CTL_EXIT_USAGE;
+			}
+			break;
+		case OPT_TIMEOUT:
+			a->timeout = (unsigned)strtoul(optarg, &end, 10);
+			if (*end || !*optarg) {
+				ctl_error("restore: --timeout wants seconds, got '%s'", optarg);
+				return CTL_EXIT_USAGE;
+			}
+			break;
+		case OPT_JSON:
+			opts->json = true;
+			break;
+		case 'h':
+			restore_usage(stdout);
+			return CTL_EXIT_OK;
+		default:
+			restore_usage(stderr);
+			return CTL_EXIT_USAGE;
+		}
+	}
+	if (optind != argc - 1) {
+		ctl_error("restore: give exactly one checkpoint ID");
+		restore_usage(stderr);
+		return CTL_EXIT_USAGE;
+	}
+	a->id = strtoull(argv[optind], &end, 10);
+	if (*end || !a->id) {
+		ctl_error("restore: '%s' is not a checkpoint id", argv[optind]);
+		return CTL_EXIT_USAGE;
+	}
+	if (a->remote && (a->daemon_arg || a->backend)) {
+		ctl_error("restore: --daemon and --backend are for a local daemon, not --remote");
+		return CTL_EXIT_USAGE;
+	}
+	if (a->token_file && !a->remote) {
+		ctl_error("restore: --token-file goes with --remote");
+		return CTL_EXIT_USAGE;
+	}
+	return -1;
+}
+
+int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
+{
+	struct restore_args a = {.gpu = -1, .timeout = RESTORE_TIMEOUT_DEFAULT};
+	char store[PATH_MAX], daemon[PATH_MAX], criu[PATH_MAX], plugdir[PATH_MAX], imgdir[PATH_MAX * 2];
+	char work[] = "/tmp/crcuda-restore-XXXXXX", report[64], outlog[64], pidfile[64], rlog[64];
+	char val[2048], idbuf[32], path[PATH_MAX * 2 + 32];
+	struct crc_manifest *m = NULL;
+	struct crc_store *st = NULL;
+	int rc, ret = CTL_EXIT_FAILURE;
+	bool keep_work = true;
+	pid_t pid = 0;
+
+	rc = parse(argc, argv, &a, opts);
+	if (rc >= 0)
+		return rc;
+	if (ctl_store_dir(a.store_arg, store, sizeof(store)))
+		return CTL_EXIT_USAGE;
+	if (!a.remote && ctl_daemon_addr(a.daemon_arg, daemon, sizeof(daemon)))
+		return CTL_EXIT_USAGE;
+	if (ctl_find_criu(criu, sizeof(criu)) || ctl_find_plugin_dir(plugdir, sizeof(plugdir)))
+		return CTL_EXIT_FAILURE;
+	if (!realpath(store, val)) {
+		ctl_error("restore: no store at %s: %s", store, strerror(errno));
+		return CTL_EXIT_FAILURE;
+	}
+	snprintf(store, sizeof(store), "%s", val);
+
+	/* The manifest names the images and the pid. */
+	rc = crc_store_open(store, 0, &st);
+	if (rc) {
+		ctl_error("restore: cannot open the store %s: %s", store, crc_strerror(rc));
+		return CTL_EXIT_FAILURE;
+	}
+	rc = crc_store_manifest_get(st, a.id, &m);
+	crc_store_close(st);
+	if (rc) {
+		ctl_error("restore: checkpoint %" PRIu64 " in %s: %s", a.id, store,
+			  rc == CRC_ENOTFOUND ? "no such checkpoint (see crcudactl ls)" : crc_strerror(rc));
+		return CTL_EXIT_FAILURE;
+	}
+	const char *rel = crc_manifest_meta_get(m, "criu.images_dir"),
+		   *pidm = crc_manifest_meta_get(m, "crcuda.pid"),
+		   *backend = crc_manifest_meta_get(m, "crcuda.backend"),
+		   *shell = crc_manifest_meta_get(m, "criu.shell_job");
+	if (!rel) {
+		ctl_error("restore: checkpoint %" PRIu64 " has no CRIU images (its manifest names none)",
+			  a.id);
+		goto out;
+	}
+	snprintf(imgdir, sizeof(imgdir), "%s%s%s", rel[0] == '/' ? "" : store, rel[0] == '/' ? "" : "/", rel);
+	snprintf(path, sizeof(path), "%s/inventory.img", imgdir);
+	if (access(path, R_OK)) {
+		ctl_error("restore: checkpoint %" PRIu64
+			  ": its CRIU images %s are missing or unreadable (%s)",
+			  a.id, imgdir, strerror(errno));
+		goto out;
+	}
+	pid = pidm ? (pid_t)atoi(pidm) : 0;
+	if (pid > 0 && !pid_free(pid)) {
+		ctl_error("restore: pid %d is in use (is the checkpointed process, or an earlier restore of "
+			  "it, still running?): CRIU restores the process with its own pid",
+			  (int)pid);
+		goto out;
+	}
+	if (!a.remote && ensure_local_daemon(daemon, a.backend ? a.backend : backend ? backend : "cuda"))
+		goto out;
+
+	if (!mkdtemp(work)) {
+		ctl_error("restore: mkdtemp: %s", strerror(errno));
+		goto out;
+	}
+	snprintf(report, sizeof(report), "%s/plugin.report", work);
+	snprintf(outlog, sizeof(outlog), "%s/criu.out", work);
+	snprintf(pidfile, sizeof(pidfile), "%s/pid", work);
+	snprintf(rlog, sizeof(rlog), "%s/restore.log", work);
+
+	char *env[10], e_daemon[PATH_MAX + 16], e_store[PATH_MAX + 16], e_id[64], e_gpu[32], e_report[96],
+	    e_timeout[64], e_token[PATH_MAX + 32];
+	int ne = 0;
+	snprintf(e_store, sizeof(e_store), "CRCUDA_STORE=%s", store);
+	snprintf(e_id, sizeof(e_id), "CRCUDA_CKPT_ID=%" PRIu64, a.id);
+	snprintf(e_gpu, sizeof(e_gpu), "CRCUDA_GPU=%d", a.gpu);
+	snprintf(e_report, sizeof(e_report), "CRCUDA_PLUGIN_REPORT=%s", report);
+	snprintf(e_timeout, sizeof(e_timeout), "CRCUDA_TIMEOUT_MS=%u", a.timeout * 1000);
+	env[ne++] = e_store, env[ne++] = e_id, env[ne++] = e_gpu, env[ne++] = e_report, env[ne++] = e_timeout;
+	env[ne++] = "CRCUDA_PLUGIN=on";
+	if (a.remote) {
+		snprintf(e_daemon, sizeof(e_daemon), "CRCUDA_REMOTE=%s", a.remote);
+		env[ne++] = e_daemon;
+		if (a.token_file) {
+			if (!realpath(a.token_file, val)) {
+				ctl_error("restore: token file %s: %s", a.token_file, strerror(errno));
+				goto out;
+			}
+			/* The file given here wins over a CRCUDA_TOKEN inherited from the caller. */
+			unsetenv("CRCUDA_TOKEN");
+			snprintf(e_token, sizeof(e_token), "CRCUDA_TOKEN_FILE=%s", val);
+			env[ne++] = e_token;
+		} else if (!getenv("CRCUDA_TOKEN") && !getenv("CRCUDA_TOKEN_FILE")) {
+			ctl_error("restore: --remote needs a token: --token-file FILE, or CRCUDA_TOKEN or "
+				  "CRCUDA_TOKEN_FILE");
+			ret = CTL_EXIT_USAGE;
+			goto out;
+		}
+	} else {
+		snprintf(e_daemon, sizeof(e_daemon), "CRCUDA_DAEMON=%s", daemon);
+		env[ne++] = e_daemon;
+		unsetenv("CRCUDA_REMOTE");
+	}
+	env[ne] = NULL;
+
+	char *args[20];
+	int na = 0;
+	args[na++] = criu;
+	args[na++] = "restore";
+	args[na++] = "-D";
+	args[na++] = imgdir;
+	/* Logs and stats in the work directory: the checkpoint stays as it was. */
+	args[na++] = "-W";
+	args[na++] = work;
+	args[na++] = "-d";
+	args[na++] = "--pidfile";
+	args[na++] = pidfile;
+	args[na++] = "-o";
+	args[na++] = rlog;
+	args[na++] = "-v4";
+	args[na++] = "--libdir";
+	args[na++] = plugdir;
+	if (shell && !strcmp(shell, "1"))
+		args[na++] = "--shell-job";
+	args[na] = NULL;
+
+	double t0 = ctl_now();
+	snprintf(idbuf, sizeof(idbuf), "%" PRIu64, a.id);
+	rc = ctl_run_criu(args, env, outlog, report, "restore", a.timeout, isatty(2) && !opts->json);
+	double secs = ctl_now() - t0;
+	FILE *pf = fopen(pidfile, "r");
+	int got = 0;
+
+	if (pf) {
+		if (fscanf(pf, "%d", &got) != 1)
+			got = 0;
+		fclose(pf);
+	}
+	if (rc != 0 || got <= 0) {
+		if (ctl_report_get(report, "error", 0, val, sizeof(val)) == 0)
+			ctl_error("restore of checkpoint %s failed: %s", idbuf, val);
+		else
+			ctl_error("restore of checkpoint %s failed: criu restore exited %d", idbuf, rc);
+		ctl_show_criu_errors(outlog, 5);
+		ctl_show_criu_errors(rlog, 8);
+		fprintf(stderr, "crcudactl: CRIU's log: %s; checkpoint %s is untouched\n", rlog, idbuf);
+		goto out;
+	}
+	keep_work = false;
+	if (opts->json)
+		ctl_json_print(json_pack("{s:i, s:I, s:i, s:s, s:s, s:f}", "version", RESTORE_JSON_VERSION,
+					 "id", (json_int_t)a.id, "pid", got, "daemon",
+					 a.remote ? a.remote : daemon, "store", store, "seconds", secs));
+	else
+		printf("restored checkpoint %s as pid %d in %.2f s (daemon %s)\n", idbuf, got, secs,
+		       a.remote ? a.remote : daemon);
+	ret = CTL_EXIT_OK;
+out:
+	if (!keep_work && work[strlen(work) - 1] != 'X') {
+		const char *files[] = {report, outlog, pidfile, rlog};
+		for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+			unlink(files[i]);
+		/* CRIU leaves its stats there too. */
+		snprintf(path, sizeof(path), "%s/stats-restore", work);
+		unlink(path);
+		rmdir(work);
+	}
+	crc_manifest_free(m);
+	return ret;
+}

@@ -1,0 +1,271 @@
+/* Helpers of checkpoint, restore, ls and inspect: where the store, CRIU, the plugin and the daemon
+ * are; running CRIU with a timeout and progress; the plugin's report. */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "crcuda/sock.h"
+#include "crcudactl.h"
+
+double ctl_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int ctl_store_dir(const char *given, char *out, size_t len)
+{
+	const char *env = getenv("CRCUDA_STORE"), *home = getenv("HOME");
+	int n;
+
+	if (given && *given)
+		n = snprintf(out, len, "%s", given);
+	else if (env && *env)
+		n = snprintf(out, len, "%s", env);
+	else if (home)
+		n = snprintf(out, len, "%s/.local/share/crcuda/store", home);
+	else {
+		ctl_error("no store given: use --store DIR or set CRCUDA_STORE (HOME is not set)");
+		return -1;
+	}
+	if (n <= 0 || (size_t)n >= len) {
+		ctl_error("store path too long");
+		return -1;
+	}
+	return 0;
+}
+
+int ctl_daemon_addr(const char *given, char *out, size_t len)
+{
+	if (given && *given) {
+		if ((size_t)snprintf(out, len, "%s", given) >= len)
+			return -1;
+	} else if (crc_sock_default_path(out, len)) {
+		ctl_error("socket path too long");
+		return -1;
+	}
+	/* A relative socket path is the caller's; the daemon-side checks compare absolute ones. */
+	if (out[0] != '/' && strchr(out, '/')) {
+		char abs[PATH_MAX];
+
+		if (!realpath(out, abs) || strlen(abs) >= len)
+			return -1;
+		snprintf(out, len, "%s", abs);
+	}
+	return 0;
+}
+
+static int self_dir(char *buf, size_t len)
+{
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+	if (n < 0)
+		return -1;
+	exe[n] = 0;
+	snprintf(buf, len, "%s", dirname(exe));
+	return 0;
+}
+
+int ctl_find_criu(char *out, size_t len)
+{
+	const char *env = getenv("CRCUDA_CRIU");
+
+	if (env && *env) {
+		if (access(env, X_OK)) {
+			ctl_error("CRCUDA_CRIU=%s is not an executable", env);
+			return -1;
+		}
+		snprintf(out, len, "%s", env);
+		return 0;
+	}
+	/* The project's own (scripts/build-criu.sh): Debian 12's criu 3.17 fails on recent kernels. */
+	if (!access(CRCUDA_CRIU_DEFAULT, X_OK)) {
+		snprintf(out, len, "%s", CRCUDA_CRIU_DEFAULT);
+		return 0;
+	}
+	ctl_error("CRIU not found at %s: run scripts/build-criu.sh, or set CRCUDA_CRIU to a criu >= 4.1",
+		  CRCUDA_CRIU_DEFAULT);
+	return -1;
+}
+
+int ctl_find_plugin_dir(char *out, size_t len)
+{
+	static const char *const cands[] = {"../criu-plugin/plugin", "../lib/crcuda/criu", NULL};
+	const char *env = getenv("CRCUDA_CRIU_PLUGIN_DIR");
+	char dir[PATH_MAX], path[PATH_MAX * 2];
+
+	if (env && *env) {
+		snprintf(path, sizeof(path), "%s/crcuda_plugin.so", env);
+		if (access(path, R_OK) || !realpath(env, out)) {
+			ctl_error("CRCUDA_CRIU_PLUGIN_DIR=%s holds no crcuda_plugin.so", env);
+			return -1;
+		}
+		return 0;
+	}
+	if (self_dir(dir, sizeof(dir)) == 0)
+		for (const char *const *c = cands; *c; c++) {
+			snprintf(path, sizeof(path), "%s/%s/crcuda_plugin.so", dir, *c);
+			if (access(path, R_OK))
+				continue;
+			snprintf(path, sizeof(path), "%s/%s", dir, *c);
+			if (realpath(path, out) && strlen(out) < len)
+				return 0;
+		}
+	ctl_error("cannot find the CRIU plugin (crcuda_plugin.so) beside crcudactl (../criu-plugin/plugin "
+		  "or ../lib/crcuda/criu): build it (needs CRIU's headers, scripts/build-criu.sh) or set "
+		  "CRCUDA_CRIU_PLUGIN_DIR");
+	return -1;
+}
+
+/* The latest "phase ..." line of the report, for progress. */
+static void report_phase(const char *report, char *out, size_t len)
+{
+	char line[256];
+	FILE *f = fopen(report, "r");
+
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "phase ", 6) && len > 0) {
+			line[strcspn(line, "\n")] = 0;
+			strncpy(out, line + 6, len - 1);
+			out[len - 1] = 0;
+		}
+	fclose(f);
+}
+
+static const char *phase_words(const char *phase)
+{
+	static const struct {
+		const char *key, *words;
+	} map[] = {
+	    {"quiesce", "quiescing the session"},
+	    {"device", "copying device memory to the store"},
+	    {"criu", "CRIU is writing the process images"},
+	    {"commit", "committing"},
+	    {"replay", "the daemon is replaying the session"},
+	};
+	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+		if (!strncmp(phase, map[i].key, strlen(map[i].key)))
+			return map[i].words;
+	return phase;
+}
+
+int ctl_run_criu(char *const argv[], char *const env[], const char *out_log, const char *report,
+		 const char *what, unsigned timeout_s, bool progress)
+{
+	double start = ctl_now(), last_print = 0;
+	char phase[256] = "starting CRIU", shown[256] = "";
+	int status = 0;
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0) {
+		ctl_error("fork: %s", strerror(errno));
+		return -1;
+	}
+	if (pid == 0) {
+		int fd = open(out_log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+		/* Its own process group: a timeout kills CRIU and whatever it started. */
+		setpgid(0, 0);
+		if (fd < 0 || null < 0 || dup2(null, 0) < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
+			_exit(127);
+		/* Nothing of ours (the caller's pipes, the store) goes into CRIU or the restored task. */
+		for (int i = 3; i < 1024; i++)
+			close(i);
+		for (char *const *e = env; e && *e; e++)
+			putenv(*e);
+		signal(SIGPIPE, SIG_DFL);
+		execv(argv[0], argv);
+		fprintf(stderr, "cannot exec %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	setpgid(pid, pid);
+	for (;;) {
+		pid_t r = waitpid(pid, &status, WNOHANG);
+		double t = ctl_now() - start;
+
+		if (r == pid)
+			break;
+		if (r < 0 && errno != EINTR) {
+			ctl_error("waitpid: %s", strerror(errno));
+			return -1;
+		}
+		if (timeout_s && t > timeout_s) {
+			kill(-pid, SIGKILL);
+			waitpid(pid, &status, 0);
+			ctl_error("%s: CRIU did not finish in %u s: killed (see %s)", what, timeout_s,
+				  out_log);
+			return -1;
+		}
+		if (progress && t >= 2 && t - last_print >= 1) {
+			report_phase(report, phase, sizeof(phase));
+			/* A line per new phase, and every 5 s within a long one. */
+			if (strcmp(phase, shown) || t - last_print >= 5) {
+				fprintf(stderr, "crcudactl: %s: %s (%.0f s)\n", what, phase_words(phase), t);
+				snprintf(shown, sizeof(shown), "%s", phase);
+				last_print = t;
+			}
+		}
+		usleep(50000);
+	}
+	if (WIFEXITED(status))
+		return WEXITSTATUS(status);
+	return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+int ctl_report_get(const char *report, const char *key, int nth, char *out, size_t len)
+{
+	char line[2048];
+	size_t kl = strlen(key);
+	FILE *f = fopen(report, "r");
+	int seen = 0;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, key, kl) || line[kl] != ' ')
+			continue;
+		if (seen++ < nth)
+			continue;
+		line[strcspn(line, "\n")] = 0;
+		snprintf(out, len, "%s", line + kl + 1);
+		fclose(f);
+		return 0;
+	}
+	fclose(f);
+	return -1;
+}
+
+void ctl_show_criu_errors(const char *log, int max)
+{
+	char line[1024];
+	FILE *f = fopen(log, "r");
+	int n = 0;
+
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f) && n < max)
+		if (strstr(line, "Error (")) {
+			fprintf(stderr, "  | %s", line);
+			n++;
+		}
+	fclose(f);
+}

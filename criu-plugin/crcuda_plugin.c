@@ -1,0 +1,686 @@
+/* crcuda's CRIU plugin: lets plain `criu dump/restore --libdir DIR` checkpoint and restore a crcuda
+ * client (a process whose libcuda.so.1 is libcrcuda, talking to crcudad over a unix socket).
+ *
+ * Dump: PAUSE_DEVICES asks the daemon to quiesce the session of each task that has one;
+ * CHECKPOINT_DEVICES (tasks frozen) has it copy device memory into the store; DUMP_UNIX_SK claims the
+ * task's socket to the daemon, which CRIU could not dump (its other end is in the daemon); fini
+ * commits the checkpoint once CRIU has written its images (abort on failure) and resumes the session
+ * (it only runs on with --leave-running: otherwise CRIU kills the frozen task right after).
+ * Restore: RESTORE_UNIX_SK, in the restored task, has a daemon replay the checkpoint and returns the
+ * socket of the new session, so the task is held until replay is complete.
+ *
+ * Configuration (environment; crcudactl sets it, plain criu gets the defaults):
+ *   CRCUDA_DAEMON        daemon: unix socket path or HOST:PORT (default: the dumped task's own
+ *                        CRCUDA_SOCKET, else $CRCUDA_SOCKET, else /tmp/crcuda-UID/crcudad.sock)
+ *   CRCUDA_REMOTE        restore on the daemon at HOST:PORT (token: CRCUDA_TOKEN / CRCUDA_TOKEN_FILE)
+ *   CRCUDA_STORE         the store (dump: default ~/.local/share/crcuda/store; restore: the dump's)
+ *   CRCUDA_CRIU_IMAGES   the image directory relative to the store (default: computed)
+ *   CRCUDA_CKPT_ID       restore: the checkpoint (default: the one committed by this dump)
+ *   CRCUDA_GPU           restore: device ordinal (default -1: the checkpointed one)
+ *   CRCUDA_TIMEOUT_MS    quiesce and replay timeout (default 60000)
+ *   CRCUDA_CKPT_META     dump: extra manifest metadata, key=value lines
+ *   CRCUDA_PLUGIN_REPORT file the plugin appends its results and errors to (for crcudactl)
+ *   CRCUDA_PLUGIN=off    disables the plugin */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "criu-log.h"
+#include "criu-plugin.h"
+#include "crcuda/ctl.h"
+#include "crcuda/errno.h"
+#include "crcuda/sock.h"
+
+#undef LOG_PREFIX
+#define LOG_PREFIX "crcuda_plugin: "
+
+#define PLUGIN_NAME	   "crcuda"
+#define PLUGIN_IMG	   "crcuda.img"
+#define PLUGIN_IMG_VERSION 1
+#define TIMEOUT_MS_DEFAULT 60000
+#define MAX_TASKS	   64
+
+/* CRIU's own (exported by the criu binary; the cuda plugin uses them the same way). */
+extern int add_inventory_plugin(const char *name);
+extern bool check_and_remove_inventory_plugin(const char *name, size_t n);
+
+struct task {
+	pid_t pid;
+	uint64_t session;
+	bool quiesced, checkpointed;
+	uint32_t sk_ino; /* its socket to the daemon, once DUMP_UNIX_SK saw it */
+	struct crc_ctl_ckpt_stats stats;
+};
+
+static struct {
+	bool enabled;
+	int stage;
+	char daemon[PATH_MAX]; /* unix path or HOST:PORT */
+	char token[256];
+	char store[PATH_MAX];
+	int timeout_ms;
+	struct crc_ctl *ctl; /* dump: one control connection for the whole dump */
+	struct task tasks[MAX_TASKS];
+	unsigned ntasks;
+	/* restore: what the dump recorded */
+	uint32_t r_ino;
+	pid_t r_pid;
+	uint64_t r_ckpt;
+	int r_gpu;
+} P;
+
+/* ---- helpers ------------------------------------------------------------------------------------------ */
+
+/* One line into CRCUDA_PLUGIN_REPORT (O_APPEND: the restored task and CRIU both write). */
+static void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void report(const char *fmt, ...)
+{
+	const char *path = getenv("CRCUDA_PLUGIN_REPORT");
+	char line[2048];
+	va_list ap;
+	int n, fd;
+
+	if (!path || !*path)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if ((size_t)n > sizeof(line) - 2)
+		n = sizeof(line) - 2;
+	for (int i = 0; i < n; i++)
+		if (line[i] == '\n')
+			line[i] = ' ';
+	line[n++] = '\n';
+	fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return;
+	if (write(fd, line, (size_t)n) < 0)
+		pr_warn("cannot write %s: %s\n", path, strerror(errno));
+	close(fd);
+}
+
+/* An error: CRIU's log and the report (crcudactl shows the report's reason). */
+#define fail(fmt, ...)                                                                                       \
+	do {                                                                                                 \
+		pr_err(fmt "\n", ##__VA_ARGS__);                                                             \
+		report("error " fmt, ##__VA_ARGS__);                                                         \
+	} while (0)
+
+/* A phase: into the report (crcudactl shows it as progress). Tests hold the plugin at one
+ * (CRCUDA_PLUGIN_TEST_PAUSE=PHASE): it writes "pid ppid" to CRCUDA_PLUGIN_TEST_PAUSE_FILE and waits up
+ * to 60 s for the file to go, so that a test can kill -9 a participant at that very step. */
+static void phase(const char *name, int pid)
+{
+	const char *want = getenv("CRCUDA_PLUGIN_TEST_PAUSE"),
+		   *file = getenv("CRCUDA_PLUGIN_TEST_PAUSE_FILE");
+	char buf[64];
+	int fd, n;
+
+	report("phase %s %d", name, pid);
+	if (!want || !file || strcmp(want, name))
+		return;
+	fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return;
+	n = snprintf(buf, sizeof(buf), "%d %d\n", (int)getpid(), (int)getppid());
+	if (write(fd, buf, (size_t)n) != n)
+		pr_warn("cannot write %s\n", file);
+	close(fd);
+	pr_info("test pause at phase %s\n", name);
+	for (int i = 0; i < 600 && access(file, F_OK) == 0; i++)
+		usleep(100000);
+}
+
+static int env_int(const char *name, int def)
+{
+	const char *v = getenv(name);
+	char *end;
+	long n;
+
+	if (!v || !*v)
+		return def;
+	n = strtol(v, &end, 10);
+	return *end || n < INT_MIN || n > INT_MAX ? def : (int)n;
+}
+
+static bool is_tcp(const char *addr)
+{
+	return !strchr(addr, '/') && strchr(addr, ':');
+}
+
+/* CRCUDA_TOKEN, else the first line of CRCUDA_TOKEN_FILE ("" when neither). */
+static void read_token(char *buf, size_t len)
+{
+	const char *tok = getenv("CRCUDA_TOKEN"), *file = getenv("CRCUDA_TOKEN_FILE");
+	ssize_t n = 0;
+	int fd;
+
+	buf[0] = 0;
+	if (tok && *tok) {
+		snprintf(buf, len, "%s", tok);
+		return;
+	}
+	if (!file || !*file || (fd = open(file, O_RDONLY | O_CLOEXEC)) < 0)
+		return;
+	n = read(fd, buf, len - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	buf[strcspn(buf, "\r\n")] = 0;
+}
+
+/* The value of NAME in /proc/PID/environ (the environment the client started with). */
+static bool task_env(pid_t pid, const char *name, char *out, size_t len)
+{
+	char path[64], buf[65536];
+	size_t nl = strlen(name);
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = 0;
+	for (char *p = buf; p < buf + n; p += strlen(p) + 1) {
+		if (!strncmp(p, name, nl) && p[nl] == '=') {
+			snprintf(out, len, "%s", p + nl + 1);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Does the task look like a crcuda client (libcrcuda's environment)? Only to decide between "not
+ * ours" and "ours, but the daemon cannot be reached". */
+static bool looks_like_client(pid_t pid)
+{
+	char v[PATH_MAX];
+
+	return task_env(pid, "CRCUDA_SOCKET", v, sizeof(v)) || task_env(pid, "CRCUDA_REMOTE", v, sizeof(v));
+}
+
+static struct task *task_find(pid_t pid)
+{
+	for (unsigned i = 0; i < P.ntasks; i++)
+		if (P.tasks[i].pid == pid)
+			return &P.tasks[i];
+	return NULL;
+}
+
+static int ctl_connect(struct crc_ctl **out)
+{
+	int rc = crc_ctl_open(P.daemon, is_tcp(P.daemon) ? P.token : NULL, out);
+
+	if (rc)
+		*out = NULL;
+	return rc;
+}
+
+/* ---- the plugin's image ------------------------------------------------------------------------------- */
+
+static int image_write(uint64_t ckpt)
+{
+	char buf[4096];
+	int dir = criu_get_image_dir(), fd, n = 0;
+
+	n += snprintf(buf + n, sizeof(buf) - n, "version %d\ndaemon %s\nstore %s\n", PLUGIN_IMG_VERSION,
+		      P.daemon, P.store);
+	if (ckpt)
+		n += snprintf(buf + n, sizeof(buf) - n, "ckpt %" PRIu64 "\n", ckpt);
+	for (unsigned i = 0; i < P.ntasks && n < (int)sizeof(buf) - 128; i++)
+		if (P.tasks[i].sk_ino)
+			n += snprintf(buf + n, sizeof(buf) - n, "task %d %" PRIu64 " %u\n",
+				      (int)P.tasks[i].pid, P.tasks[i].session, P.tasks[i].sk_ino);
+	/* Replaced whole (rename) so that a reader never sees half of it. */
+	fd = openat(dir, PLUGIN_IMG ".tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0 || write(fd, buf, (size_t)n) != n || fsync(fd) || close(fd) ||
+	    renameat(dir, PLUGIN_IMG ".tmp", dir, PLUGIN_IMG)) {
+		fail("cannot write %s in the image directory: %s", PLUGIN_IMG, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return 0;
+}
+
+/* Reads the dump's record; returns 1 when there is none (not a crcuda dump), 0, or -1. */
+static int image_read(void)
+{
+	char line[PATH_MAX + 64];
+	int fd = openat(criu_get_image_dir(), PLUGIN_IMG, O_RDONLY | O_CLOEXEC);
+	FILE *f;
+
+	if (fd < 0)
+		return errno == ENOENT ? 1 : -1;
+	f = fdopen(fd, "r");
+	if (!f) {
+		close(fd);
+		return -1;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long a, b;
+		unsigned ino;
+		int pid;
+
+		line[strcspn(line, "\n")] = 0;
+		if (!strncmp(line, "store ", 6) && !P.store[0] && strlen(line + 6) < sizeof(P.store))
+			memcpy(P.store, line + 6, strlen(line + 6) + 1);
+		else if (sscanf(line, "ckpt %llu", &a) == 1)
+			P.r_ckpt = a;
+		else if (sscanf(line, "task %d %llu %u", &pid, &b, &ino) == 3) {
+			if (P.r_ino) {
+				fail("the dump holds more than one crcuda client: not supported");
+				fclose(f);
+				return -1;
+			}
+			P.r_pid = pid;
+			P.r_ino = ino;
+		}
+	}
+	fclose(f);
+	return 0;
+}
+
+/* ---- dump ------------------------------------------------------------------------------------------- */
+
+static int dump_init(void)
+{
+	const char *v = getenv("CRCUDA_STORE"), *home = getenv("HOME");
+
+	if (v && *v)
+		snprintf(P.store, sizeof(P.store), "%s", v);
+	else if (home)
+		snprintf(P.store, sizeof(P.store), "%s/.local/share/crcuda/store", home);
+	read_token(P.token, sizeof(P.token));
+	return 0;
+}
+
+/* The daemon of this task: CRCUDA_DAEMON, else the task's own CRCUDA_SOCKET, else the default. */
+static void dump_daemon(pid_t pid)
+{
+	const char *v = getenv("CRCUDA_DAEMON");
+
+	if (P.daemon[0])
+		return;
+	if (v && *v)
+		snprintf(P.daemon, sizeof(P.daemon), "%s", v);
+	else if (!task_env(pid, "CRCUDA_SOCKET", P.daemon, sizeof(P.daemon)) &&
+		 crc_sock_default_path(P.daemon, sizeof(P.daemon)))
+		P.daemon[0] = 0;
+}
+
+static int pause_devices(int pid)
+{
+	struct crc_ctl_session *s = NULL;
+	struct task *t = NULL;
+	char remote[256];
+	unsigned n = 0;
+	int rc;
+
+	if (!P.enabled || P.stage != CR_PLUGIN_STAGE__DUMP)
+		return -ENOTSUP;
+	dump_daemon(pid);
+	if (!P.ctl && (rc = ctl_connect(&P.ctl))) {
+		if (!looks_like_client(pid))
+			return -ENOTSUP;
+		fail("task %d is a crcuda client, but its daemon at %s cannot be reached: %s", pid, P.daemon,
+		     crc_strerror(rc));
+		return -1;
+	}
+	rc = crc_ctl_sessions(P.ctl, &s, &n);
+	if (rc) {
+		fail("listing the sessions of %s: %s", P.daemon, crc_ctl_error(P.ctl));
+		return -1;
+	}
+	for (unsigned i = 0; i < n; i++)
+		if (s[i].pid == pid) {
+			if (P.ntasks == MAX_TASKS) {
+				fail("more than %d crcuda clients in one dump", MAX_TASKS);
+				free(s);
+				return -1;
+			}
+			t = &P.tasks[P.ntasks++];
+			*t = (struct task){.pid = pid, .session = s[i].session_id};
+		}
+	free(s);
+	if (!t) {
+		if (task_env(pid, "CRCUDA_REMOTE", remote, sizeof(remote)) && *remote) {
+			fail(
+			    "task %d uses the remote daemon %s: checkpointing a client of a remote daemon is "
+			    "not supported (restore onto a remote daemon is)",
+			    pid, remote);
+			return -1;
+		}
+		pr_info("task %d has no session on %s: not a crcuda client (or no CUDA call yet)\n", pid,
+			P.daemon);
+		return -ENOTSUP;
+	}
+	phase("quiesce", pid);
+	rc = crc_ctl_quiesce(P.ctl, pid, P.timeout_ms);
+	if (rc) {
+		fail("quiescing session %" PRIu64 " of task %d: %s", t->session, pid, crc_ctl_error(P.ctl));
+		return -1;
+	}
+	t->quiesced = true;
+	pr_info("task %d: session %" PRIu64 " quiesced\n", pid, t->session);
+	report("session %d %" PRIu64, pid, t->session);
+	return 0;
+}
+
+static int checkpoint_devices(int pid)
+{
+	struct task *t = task_find(pid);
+	int rc;
+
+	if (!P.enabled || !t)
+		return -ENOTSUP;
+	phase("device", pid);
+	rc = crc_ctl_checkpoint(P.ctl, pid, P.store, &t->stats);
+	if (rc) {
+		fail("checkpoint of the device state of task %d into %s: %s", pid, P.store,
+		     crc_ctl_error(P.ctl));
+		return -1;
+	}
+	t->checkpointed = true;
+	pr_info("task %d: %" PRIu64 " allocations, %" PRIu64 " globals, %" PRIu64 " bytes (%" PRIu64
+		" new) in %.3f s\n",
+		pid, t->stats.allocations, t->stats.globals, t->stats.device_bytes, t->stats.new_bytes,
+		t->stats.seconds);
+	report("stats %d allocations=%" PRIu64 " globals=%" PRIu64 " modules=%" PRIu64
+	       " device_bytes=%" PRIu64 " new_bytes=%" PRIu64 " seconds=%.6f",
+	       pid, t->stats.allocations, t->stats.globals, t->stats.modules, t->stats.device_bytes,
+	       t->stats.new_bytes, t->stats.seconds);
+	phase("criu", pid);
+	return 0;
+}
+
+/* The owner of socket inode ino among the tasks with a session. */
+static struct task *socket_owner(uint32_t ino)
+{
+	char want[64], path[64], link[64];
+
+	snprintf(want, sizeof(want), "socket:[%u]", ino);
+	for (unsigned i = 0; i < P.ntasks; i++) {
+		DIR *d;
+		struct dirent *de;
+		bool found = false;
+
+		snprintf(path, sizeof(path), "/proc/%d/fd", (int)P.tasks[i].pid);
+		d = opendir(path);
+		if (!d)
+			continue;
+		while (!found && (de = readdir(d))) {
+			char fdpath[sizeof(path) + sizeof(de->d_name)];
+			ssize_t n;
+
+			snprintf(fdpath, sizeof(fdpath), "%s/%s", path, de->d_name);
+			n = readlink(fdpath, link, sizeof(link) - 1);
+			if (n > 0) {
+				link[n] = 0;
+				found = !strcmp(link, want);
+			}
+		}
+		closedir(d);
+		if (found)
+			return &P.tasks[i];
+	}
+	return NULL;
+}
+
+static int dump_unix_sk(int fd, int id)
+{
+	struct sockaddr_un peer = {0};
+	socklen_t len = sizeof(peer);
+	struct task *t;
+
+	if (!P.enabled || !P.ntasks || is_tcp(P.daemon))
+		return -ENOTSUP;
+	if (getpeername(fd, (struct sockaddr *)&peer, &len) || peer.sun_family != AF_UNIX ||
+	    len <= offsetof(struct sockaddr_un, sun_path) || strcmp(peer.sun_path, P.daemon))
+		return -ENOTSUP;
+	t = socket_owner((uint32_t)id);
+	if (!t) {
+		pr_info("socket %d to the daemon belongs to no task with a session: not ours\n", id);
+		return -ENOTSUP;
+	}
+	if (t->sk_ino) {
+		fail("task %d holds two sockets to the daemon (%u and %d)", (int)t->pid, t->sk_ino, id);
+		return -1;
+	}
+	if (!t->checkpointed) {
+		fail("socket of task %d dumped before its device state was saved", (int)t->pid);
+		return -1;
+	}
+	t->sk_ino = (uint32_t)id;
+	/* Restore then needs this plugin (and fails clearly without it). */
+	if (add_inventory_plugin(PLUGIN_NAME) || image_write(0))
+		return -1;
+	pr_info("socket %d of task %d to %s: restored by the plugin\n", id, (int)t->pid, P.daemon);
+	return 0;
+}
+
+/* The image directory relative to the store (what the manifest names). */
+static void images_rel(char *out, size_t len)
+{
+	const char *env = getenv("CRCUDA_CRIU_IMAGES");
+	char link[64], img[PATH_MAX], store[PATH_MAX];
+	ssize_t n;
+	size_t sl;
+
+	if (env && *env) {
+		snprintf(out, len, "%s", env);
+		return;
+	}
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", criu_get_image_dir());
+	n = readlink(link, img, sizeof(img) - 1);
+	img[n > 0 ? n : 0] = 0;
+	if (realpath(P.store, store) && (sl = strlen(store)) && !strncmp(img, store, sl) && img[sl] == '/')
+		snprintf(out, len, "%s", img + sl + 1);
+	else
+		snprintf(out, len, "%s", img); /* outside the store: absolute */
+}
+
+/* Metadata for the manifest: the task's pid, the image directory, and CRCUDA_CKPT_META's lines
+ * (key=value each; crcudactl adds the backend, host, ...). meta[] points into buf. */
+static void dump_meta(const struct task *t, const char *rel, char *buf, size_t len, const char **meta,
+		      size_t max)
+{
+	const char *extra = getenv("CRCUDA_CKPT_META");
+	size_t n = 0, used = 0;
+	int w;
+
+	w = snprintf(buf, len, "crcuda.pid=%d", (int)t->pid);
+	meta[n++] = buf;
+	used = (size_t)w + 1;
+	w = snprintf(buf + used, len - used, "criu.images_dir=%s", rel);
+	meta[n++] = buf + used;
+	used += (size_t)w + 1;
+	if (extra && used < len) {
+		char *p = buf + used;
+
+		snprintf(p, len - used, "%s", extra);
+		for (char *save = NULL, *kv = strtok_r(p, "\n", &save); kv && n < max - 1;
+		     kv = strtok_r(NULL, "\n", &save))
+			if (strchr(kv, '='))
+				meta[n++] = kv;
+	}
+	meta[n] = NULL;
+}
+
+static void dump_fini(int ret)
+{
+	uint64_t last = 0;
+	char rel[PATH_MAX], metabuf[8192];
+	const char *meta[32];
+
+	for (unsigned i = 0; i < P.ntasks; i++) {
+		struct task *t = &P.tasks[i];
+		uint64_t id = 0;
+		int rc;
+
+		if (!ret && t->checkpointed && t->sk_ino) {
+			images_rel(rel, sizeof(rel));
+			dump_meta(t, rel, metabuf, sizeof(metabuf), meta, sizeof(meta) / sizeof(meta[0]));
+			phase("commit", (int)t->pid);
+			rc = crc_ctl_commit(P.ctl, t->pid, rel, meta, &id);
+			if (rc) {
+				fail("commit of the checkpoint of task %d: %s", (int)t->pid,
+				     crc_ctl_error(P.ctl));
+				crc_ctl_abort(P.ctl, t->pid);
+			} else {
+				pr_info("task %d: checkpoint %" PRIu64 " committed (images %s)\n",
+					(int)t->pid, id, rel);
+				report("ckpt %d %" PRIu64, (int)t->pid, id);
+				last = id;
+			}
+		} else if (t->checkpointed) {
+			crc_ctl_abort(P.ctl, t->pid);
+			report("aborted %d", (int)t->pid);
+		}
+		/* Always: after --leave-running or a failure the task runs on; otherwise CRIU kills it
+		 * while it is still frozen, so the parked threads never get to run. */
+		if (t->quiesced && crc_ctl_resume(P.ctl, t->pid))
+			pr_warn("resuming session of task %d: %s\n", (int)t->pid, crc_ctl_error(P.ctl));
+	}
+	if (last)
+		image_write(last);
+	crc_ctl_close(P.ctl);
+	P.ctl = NULL;
+}
+
+/* ---- restore ------------------------------------------------------------------------------------------ */
+
+static int restore_init(void)
+{
+	const char *v;
+	struct crc_ctl *probe;
+	int rc;
+
+	if (!check_and_remove_inventory_plugin(PLUGIN_NAME, strlen(PLUGIN_NAME)))
+		return 1; /* not dumped with this plugin */
+	v = getenv("CRCUDA_STORE");
+	if (v && *v)
+		snprintf(P.store, sizeof(P.store), "%s", v);
+	rc = image_read();
+	if (rc) {
+		if (rc > 0)
+			fail("the images need the crcuda plugin, but %s is missing from them", PLUGIN_IMG);
+		return -1;
+	}
+	v = getenv("CRCUDA_CKPT_ID");
+	if (v && *v)
+		P.r_ckpt = strtoull(v, NULL, 10);
+	if (!P.r_ckpt) {
+		fail("no checkpoint id: the dump was not committed (set CRCUDA_CKPT_ID, or use crcudactl "
+		     "restore)");
+		return -1;
+	}
+	P.r_gpu = env_int("CRCUDA_GPU", -1);
+	v = getenv("CRCUDA_REMOTE");
+	if (!v || !*v)
+		v = getenv("CRCUDA_DAEMON");
+	if (v && *v)
+		snprintf(P.daemon, sizeof(P.daemon), "%s", v);
+	else if (crc_sock_default_path(P.daemon, sizeof(P.daemon)))
+		return -1;
+	read_token(P.token, sizeof(P.token));
+	/* Fail before CRIU creates any task when no daemon answers. */
+	rc = ctl_connect(&probe);
+	if (rc) {
+		fail("no crcudad answers at %s: %s", P.daemon, crc_strerror(rc));
+		return -1;
+	}
+	crc_ctl_close(probe);
+	pr_info("restoring checkpoint %" PRIu64 " of %s on %s (gpu %d)\n", P.r_ckpt, P.store, P.daemon,
+		P.r_gpu);
+	return 0;
+}
+
+/* Runs in the restored task (CRIU forked it and is restoring its files). */
+static int restore_unix_sk(int id)
+{
+	struct crc_ctl_restore_opts o;
+	struct crc_ctl *c;
+	int fd = -1, rc;
+
+	if (!P.enabled || P.stage != CR_PLUGIN_STAGE__RESTORE || (uint32_t)id != P.r_ino)
+		return -ENOTSUP;
+	o = (struct crc_ctl_restore_opts){
+	    .store_dir = P.store,
+	    .ckpt_id = P.r_ckpt,
+	    .gpu = P.r_gpu,
+	    .pid = getpid(),
+	    .timeout_ms = P.timeout_ms,
+	};
+	phase("replay", (int)o.pid);
+	rc = ctl_connect(&c);
+	if (rc) {
+		fail("no crcudad answers at %s: %s", P.daemon, crc_strerror(rc));
+		return -1;
+	}
+	rc = crc_ctl_restore(c, &o, &fd); /* consumes c on success only */
+	if (rc) {
+		fail("the daemon at %s could not restore checkpoint %" PRIu64 ": %s", P.daemon, P.r_ckpt,
+		     crc_ctl_error(c));
+		crc_ctl_close(c);
+		return -1;
+	}
+	pr_info("task %d: session replayed on %s, socket %d\n", (int)o.pid, P.daemon, fd);
+	report("restored %d %" PRIu64, (int)o.pid, P.r_ckpt);
+	return fd;
+}
+
+/* ---- registration ------------------------------------------------------------------------------------- */
+
+static int plugin_init(int stage)
+{
+	const char *off = getenv("CRCUDA_PLUGIN");
+	int rc = 0;
+
+	memset(&P, 0, sizeof(P));
+	P.stage = stage;
+	P.timeout_ms = env_int("CRCUDA_TIMEOUT_MS", TIMEOUT_MS_DEFAULT);
+	/* pre-dump copies no device state (no incremental device dump yet): stay out of it. */
+	if ((off && !strcmp(off, "off")) || stage == CR_PLUGIN_STAGE__PRE_DUMP)
+		return 0;
+	if (stage == CR_PLUGIN_STAGE__DUMP)
+		rc = dump_init();
+	else if (stage == CR_PLUGIN_STAGE__RESTORE)
+		rc = restore_init();
+	if (rc < 0)
+		return -1;
+	P.enabled = rc == 0;
+	return 0;
+}
+
+static void plugin_fini(int stage, int ret)
+{
+	if (P.enabled && stage == CR_PLUGIN_STAGE__DUMP)
+		dump_fini(ret);
+	P.enabled = false;
+}
+
+CR_PLUGIN_REGISTER(PLUGIN_NAME, plugin_init, plugin_fini)
+CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__PAUSE_DEVICES, pause_devices)
+CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__CHECKPOINT_DEVICES, checkpoint_devices)
+CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__DUMP_UNIX_SK, dump_unix_sk)
+CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__RESTORE_UNIX_SK, restore_unix_sk)

@@ -1,0 +1,272 @@
+#!/usr/bin/env bash
+# Checkpoint/restore through real CRIU and the crcuda plugin, on the simulated device, zdtm-style: set
+# up, signal ready, checkpoint/restore, verify. Every case checks the program's own result (state_app's
+# checksum over its device memory) bit for bit against an uninterrupted run under the layer.
+#   cr.sh BUILD CASE
+# CASE: basic          checkpoint mid-run (async steps in flight), kill, restore, finish
+#       twice          two --leave-running checkpoints while it runs; the original finishes; then the
+#                      earlier and the later one are each restored and finish
+#       restore-twice  one checkpoint restored twice (one after the other)
+#       netns          restore in another network namespace ("another node"): a daemon there, by its
+#                      unix socket and then over TCP (--remote with a token)
+#       kill9-ctl|kill9-criu|kill9-daemon
+#                      kill -9 of crcudactl, criu or the daemon at each step of a checkpoint and of a
+#                      restore: the previous checkpoint still restores and verifies
+# Needs root and CRIU (.deps/criu): exit 77 otherwise.
+set -u
+build=$1 case=$2
+ctl=$build/crcudactl/crcudactl
+progs=$build/tests/programs
+app_bin=$progs/state_app
+top=$(cd "$(dirname "$0")/../.." && pwd)
+
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" = 0 ] || skip "needs root (CRIU)"
+criu=${CRCUDA_CRIU:-$top/.deps/criu/bin/criu}
+[ -x "$criu" ] || skip "no CRIU at $criu (scripts/build-criu.sh)"
+[ -f "$build/criu-plugin/plugin/crcuda_plugin.so" ] || skip "the CRIU plugin was not built"
+
+# Descriptors inherited from ctest (its log pipes) would be dumped with the program and break the
+# restore: only stdin/out/err go on.
+for fd in /proc/$$/fd/*; do
+	fd=${fd##*/}
+	[ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-"
+done
+
+tmp=$(mktemp -d /tmp/crcuda-cr.XXXXXX)
+sock=$tmp/d/crcudad.sock
+log=$tmp/d/crcudad.log
+store=$tmp/store
+export CRCUDA_SIM_KERNELS=$progs/libcrcuda_test_kernels.so CRCUDA_SOCKET=$sock CRCUDA_STORE=$store
+export CRCUDA_CRIU=$criu
+unset CRCUDA_REMOTE CRCUDA_TOKEN CRCUDA_TOKEN_FILE CRCUDA_LIBDIR CRCUDAD CRCUDA_DAEMON
+app_args=(--mb 8 --chunks 4 --steps 24)
+pids=() # the programs (original and restored share a pid)
+extra_daemons=()
+ns=""
+ok=0
+
+daemon_pids() { [ -f "$log" ] && sed -n 's/^([^)]*) \([0-9]*\) crcudad: serving on.*/\1/p' "$log"; }
+cleanup() {
+	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+	for p in $(daemon_pids) "${extra_daemons[@]}"; do kill -9 "$p" 2>/dev/null; done
+	[ -n "$ns" ] && ip netns del "$ns" 2>/dev/null
+	if [ $ok = 1 ]; then rm -rf "$tmp"; else echo "cr: logs kept in $tmp" >&2; fi
+}
+trap cleanup EXIT
+fail() {
+	echo "FAIL ($case): $*" >&2
+	[ -f "$log" ] && { echo "--- daemon log (last lines)" >&2; tail -n 25 "$log" >&2; }
+	exit 1
+}
+wait_for() { # wait_for SECONDS COMMAND...
+	local i n=$(($1 * 20))
+	shift
+	for ((i = 0; i < n; i++)); do "$@" && return 0; sleep 0.05; done
+	return 1
+}
+# Gone, or a zombie that PID 1 has not reaped yet.
+gone() { [ ! -e "/proc/$1" ] || grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null; }
+checksum() { sed -n 's/.*checksum=\([0-9a-f]*\).*/\1/p' "$1"; }
+
+# The reference: the same run, never interrupted.
+ref=$(timeout 120 "$ctl" run --backend sim --idle-exit 60 -- "$app_bin" "${app_args[@]}" | checksum /dev/stdin)
+[ -n "$ref" ] || fail "the uninterrupted reference run failed"
+
+# start_app NAME [ARGS...]: state_app under the layer in its own session (CRIU needs no --shell-job),
+# stdout/stderr to files, paused at its ready step until NAME/go exists. Sets $app (its pid) and $dir.
+start_app() {
+	dir=$tmp/$1
+	shift
+	mkdir -p "$dir"
+	setsid "$ctl" run --backend sim --idle-exit 60 -- "$app_bin" "${app_args[@]}" --ready-file "$dir/ready" \
+		--go-file "$dir/go" "$@" </dev/null >"$dir/out" 2>"$dir/err" &
+	app=$!
+	disown "$app"
+	pids+=("$app")
+	wait_for 60 test -e "$dir/ready" || fail "the program did not get ready: $(cat "$dir/err")"
+}
+
+# checkpoint PID [OPTIONS...]: prints the checkpoint id; remembers the sizes of the program's files
+# (CRIU checks them at restore: they must be as they were at the checkpoint).
+checkpoint() {
+	local pid=$1 out id
+	shift
+	out=$(timeout 120 "$ctl" --json checkpoint "$@" "$pid" 2>"$tmp/ckpt.err") ||
+		fail "checkpoint of $pid failed: $(cat "$tmp/ckpt.err")"
+	id=$(echo "$out" | sed -n 's/^  "id": \([0-9]*\),*$/\1/p')
+	[ -n "$id" ] || fail "no checkpoint id in: $out"
+	stat -c %s "$dir/out" >"$tmp/ckpt$id.out.size"
+	stat -c %s "$dir/err" >"$tmp/ckpt$id.err.size"
+	echo "$id"
+}
+
+# restore ID [OPTIONS...]: the program's files back to their size at the checkpoint, then restore.
+restore() {
+	local id=$1 out
+	shift
+	truncate -s "$(cat "$tmp/ckpt$id.out.size")" "$dir/out"
+	truncate -s "$(cat "$tmp/ckpt$id.err.size")" "$dir/err"
+	out=$(timeout 120 "$ctl" restore "$@" "$id" 2>"$tmp/restore.err") ||
+		fail "restore of checkpoint $id failed: $(cat "$tmp/restore.err")"
+	echo "$out" | sed -n 's/.* as pid \([0-9]*\) .*/\1/p'
+}
+
+# finish PID: lets the (restored) program go on, waits for its end, compares its checksum.
+finish() {
+	local pid=$1 what=$2 got
+	touch "$dir/go"
+	wait_for 120 gone "$pid" || fail "$what: pid $pid did not finish"
+	got=$(checksum "$dir/out")
+	[ "$got" = "$ref" ] || fail "$what: checksum '$got', uninterrupted run: $ref ($(cat "$dir/err"))"
+	echo "cr: $what: checksum $got = uninterrupted run"
+	rm -f "$dir/go"
+}
+
+# Kills (-9) and waits for a program that a failed step left frozen or parked.
+reap() { kill -9 "$1" 2>/dev/null; wait_for 30 gone "$1" || fail "pid $1 does not die"; }
+
+# The control interface is another component's; until it is there, say so and skip.
+probe_ctl() {
+	start_app probe
+	if ! out=$(timeout 60 "$ctl" checkpoint "$app" 2>&1); then
+		if echo "$out" | grep -q "not built yet"; then
+			reap "$app"
+			skip "the daemon's control interface (common/ctl.c) is not built yet"
+		fi
+		fail "checkpoint failed: $out"
+	fi
+	wait_for 30 gone "$app" || fail "the program still runs after a checkpoint without --leave-running"
+	rm -rf "$store"
+}
+probe_ctl
+
+case $case in
+basic)
+	start_app basic
+	id=$(checkpoint "$app")
+	wait_for 30 gone "$app" || fail "the program still runs after the checkpoint"
+	"$ctl" ls >"$tmp/ls" || fail "crcudactl ls"
+	grep -q "^$id " "$tmp/ls" || fail "checkpoint $id not listed: $(cat "$tmp/ls")"
+	"$ctl" --json inspect "$id" >"$tmp/inspect" || fail "crcudactl inspect $id"
+	grep -q '"device-alloc"' "$tmp/inspect" || fail "no device allocation in the manifest"
+	find "$store/criu" -mindepth 1 -maxdepth 1 -type d >"$tmp/before"
+	(cd "$store" && find criu -type f -exec md5sum {} + | sort) >"$tmp/sum.before"
+	pid=$(restore "$id")
+	[ "$pid" = "$app" ] || fail "restored pid '$pid', checkpointed $app"
+	(cd "$store" && find criu -type f -exec md5sum {} + | sort) >"$tmp/sum.after"
+	cmp -s "$tmp/sum.before" "$tmp/sum.after" || fail "the restore changed the checkpoint's images"
+	finish "$pid" "restored"
+	"$ctl" store verify >/dev/null || fail "store verify"
+	;;
+twice)
+	# Ready at once, no waiting: it runs on while it is checkpointed twice (--leave-running).
+	app_args=(--mb 8 --chunks 4 --steps 1200)
+	ref=$(timeout 300 "$ctl" run --backend sim -- "$app_bin" "${app_args[@]}" | checksum /dev/stdin)
+	start_app twice --ready-at 1
+	rm -f "$dir/go"
+	first=$(checkpoint "$app" --leave-running)
+	sleep 0.3
+	second=$(checkpoint "$app" --leave-running)
+	[ "$second" -gt "$first" ] || fail "second checkpoint $second not after $first"
+	gone "$app" && fail "the program did not run on after --leave-running"
+	finish "$app" "original (after two --leave-running checkpoints)"
+	for id in "$first" "$second"; do
+		pid=$(restore "$id")
+		finish "$pid" "checkpoint $id restored"
+	done
+	;;
+restore-twice)
+	start_app again
+	id=$(checkpoint "$app")
+	wait_for 30 gone "$app" || fail "the program still runs after the checkpoint"
+	for n in 1 2; do
+		pid=$(restore "$id")
+		finish "$pid" "restore $n of checkpoint $id"
+	done
+	;;
+netns)
+	command -v ip >/dev/null || skip "no ip(8)"
+	ns=crcr-$(printf %04x%04x $((RANDOM)) $$ | tail -c 8)
+	ip netns add "$ns" || { ns=""; skip "cannot create a network namespace"; }
+	ip -n "$ns" link set lo up || fail "lo up in $ns"
+	port=$((20000 + RANDOM % 20000))
+	echo "tok-$RANDOM$RANDOM" >"$tmp/token"
+	chmod 600 "$tmp/token"
+	# "The other node": its own daemon, in its own network namespace, seeing the same store.
+	ip netns exec "$ns" "$build/crcudad/crcudad" --backend sim --socket "$tmp/ns/crcudad.sock" \
+		--listen "127.0.0.1:$port" --token-file "$tmp/token" --foreground -v \
+		>"$tmp/ns.out" 2>"$tmp/ns.log" &
+	extra_daemons+=($!)
+	disown $!
+	wait_for 30 grep -q ready "$tmp/ns.out" || fail "no daemon in $ns: $(cat "$tmp/ns.log")"
+	start_app netns
+	id=$(checkpoint "$app")
+	wait_for 30 gone "$app" || fail "the program still runs after the checkpoint"
+	# The first node's daemon is gone: nothing of it can be used.
+	for p in $(daemon_pids); do kill -9 "$p"; done
+	truncate -s "$(cat "$tmp/ckpt$id.out.size")" "$dir/out"
+	truncate -s "$(cat "$tmp/ckpt$id.err.size")" "$dir/err"
+	out=$(ip netns exec "$ns" timeout 120 "$ctl" restore --daemon "$tmp/ns/crcudad.sock" "$id" 2>&1) ||
+		fail "restore in $ns by the unix socket: $out"
+	pid=$(echo "$out" | sed -n 's/.* as pid \([0-9]*\) .*/\1/p')
+	[ "$(readlink "/proc/$pid/ns/net")" = "$(ip netns exec "$ns" readlink /proc/self/ns/net)" ] ||
+		fail "the restored process is not in $ns"
+	finish "$pid" "restored in $ns (unix socket)"
+	truncate -s "$(cat "$tmp/ckpt$id.out.size")" "$dir/out"
+	truncate -s "$(cat "$tmp/ckpt$id.err.size")" "$dir/err"
+	out=$(ip netns exec "$ns" timeout 120 "$ctl" restore --remote "127.0.0.1:$port" --token-file "$tmp/token" \
+		"$id" 2>&1) || fail "restore in $ns over TCP: $out"
+	pid=$(echo "$out" | sed -n 's/.* as pid \([0-9]*\) .*/\1/p')
+	finish "$pid" "restored in $ns (TCP, --remote)"
+	grep -q "session" "$tmp/ns.log" || fail "no session on the daemon in $ns"
+	;;
+kill9-ctl | kill9-criu | kill9-daemon)
+	target=${case#kill9-}
+	export CRCUDA_PLUGIN_TEST_PAUSE_FILE=$tmp/paused
+	for step in quiesce device criu commit replay; do
+		rm -f "$CRCUDA_PLUGIN_TEST_PAUSE_FILE"
+		start_app "k-$step"
+		if [ $step = replay ]; then
+			prev=$(checkpoint "$app")
+			wait_for 30 gone "$app" || fail "the program still runs after the checkpoint"
+			truncate -s "$(cat "$tmp/ckpt$prev.out.size")" "$dir/out"
+			truncate -s "$(cat "$tmp/ckpt$prev.err.size")" "$dir/err"
+			CRCUDA_PLUGIN_TEST_PAUSE=$step timeout 120 "$ctl" restore "$prev" >"$tmp/k.out" 2>&1 &
+		else
+			prev=$(checkpoint "$app" --leave-running)
+			CRCUDA_PLUGIN_TEST_PAUSE=$step timeout 120 "$ctl" checkpoint "$app" >"$tmp/k.out" 2>&1 &
+		fi
+		# timeout(1) runs crcudactl as its child
+		tpid=$!
+		wait_for 60 test -s "$CRCUDA_PLUGIN_TEST_PAUSE_FILE" || fail "step $step never reached: $(cat "$tmp/k.out")"
+		read -r ppid pparent <"$CRCUDA_PLUGIN_TEST_PAUSE_FILE"
+		ctl_pid=$(pgrep -P "$tpid" | head -1)
+		case $target in
+		ctl) victim=$ctl_pid ;;
+		criu) victim=$([ $step = replay ] && echo "$pparent" || echo "$ppid") ;;
+		daemon) victim=$(daemon_pids | tail -1) ;;
+		esac
+		[ -n "$victim" ] || fail "no $target process found at step $step"
+		kill -9 "$victim"
+		rm -f "$CRCUDA_PLUGIN_TEST_PAUSE_FILE"
+		wait "$tpid" 2>/dev/null
+		# A criu that outlived crcudactl finishes on its own: it must be done before the pid is
+		# reused by the restore below.
+		criu_pid=$([ $step = replay ] && echo "$pparent" || echo "$ppid")
+		wait_for 60 gone "$criu_pid" || fail "criu ($criu_pid) still runs after step $step"
+		# Whatever the failed step left (a frozen, parked or half-restored program) goes.
+		gone "$app" || reap "$app"
+		wait_for 60 gone "$app" || fail "pid $app still there after step $step"
+		pid=$(restore "$prev")
+		finish "$pid" "kill -9 $target at $step: previous checkpoint $prev restored"
+		"$ctl" store verify >/dev/null || fail "store verify after kill -9 $target at $step"
+	done
+	;;
+*)
+	echo "unknown case $case" >&2
+	exit 2
+	;;
+esac
+ok=1
+echo "PASS: $case"
