@@ -14,10 +14,10 @@
 
 #include "crc_store.h"
 #include "crcuda/errno.h"
+#include "crcuda/journal.h"
 #include "crcudactl.h"
 
 #define INSPECT_JSON_VERSION 1
-#define PREVIEW_BYTES	     16 /* of each journal payload, in hex */
 
 static void inspect_usage(FILE *f)
 {
@@ -38,24 +38,29 @@ struct jctx {
 	uint64_t n, bytes;
 };
 
+/* One journal record, formatted by crcuda/journal.h (the daemon's record layout). */
 static int journal_rec(void *arg, uint64_t seq, uint32_t type, const void *payload, uint32_t len)
 {
 	struct jctx *j = arg;
-	char hex[PREVIEW_BYTES * 2 + 4] = "";
-	const unsigned char *p = payload;
+	char buf[4096];
 
-	for (uint32_t i = 0; i < len && i < PREVIEW_BYTES; i++)
-		snprintf(hex + 2 * i, 3, "%02x", p[i]);
-	if (len > PREVIEW_BYTES)
-		strcat(hex, "..");
 	j->n++;
 	j->bytes += len;
-	if (j->list)
-		json_array_append_new(j->list, json_pack("{s:I, s:s, s:i, s:i, s:s}", "seq", (json_int_t)seq,
-							 "type", crc_jrec_type_name(type), "type_id",
-							 (int)type, "length", (int)len, "payload_head", hex));
-	else
-		printf("  %6" PRIu64 "  %-16s %8u  %s\n", seq, crc_jrec_type_name(type), len, hex);
+	if (j->list) {
+		json_error_t err;
+		json_t *rec;
+
+		crc_jrec_format_json(buf, sizeof(buf), seq, type, payload, len);
+		rec = json_loads(buf, 0, &err);
+		/* A record too long for the buffer, or not decodable: its header at least. */
+		json_array_append_new(j->list,
+				      rec ? rec
+					  : json_pack("{s:I, s:s, s:i}", "seq", (json_int_t)seq, "type",
+						      crc_jrec_type_name(type), "length", (int)len));
+	} else {
+		crc_jrec_format_text(buf, sizeof(buf), seq, type, payload, len);
+		printf("  %s\n", buf);
+	}
 	return 0;
 }
 
@@ -219,8 +224,7 @@ int cmd_inspect(int argc, char **argv, struct ctl_opts *opts)
 	}
 	struct jctx j = {.list = journal};
 	if (!doc)
-		printf("  journal of session %" PRIu64 ":\n  %6s  %-16s %8s  %s\n", m->session_id, "SEQ",
-		       "TYPE", "BYTES", "PAYLOAD");
+		printf("  journal of session %" PRIu64 ":\n", m->session_id);
 	rc = crc_store_journal_iterate(st, m->session_id, journal_rec, &j);
 	if (doc) {
 		json_object_set_new(doc, "journal", journal);

@@ -270,20 +270,29 @@ static int store_gc(struct store_args *a)
 	}
 	if (open_store(a, 0, &st))
 		return CTL_EXIT_FAILURE;
+	uint64_t criu_dirs = 0, criu_bytes = 0;
 	int rc = crc_store_gc(st, &rep);
+	/* And the CRIU image directories of checkpoints that never committed. */
+	if (!rc)
+		rc = crc_store_gc_criu(st, &criu_dirs, &criu_bytes);
 	crc_store_close(st);
 	if (rc) {
 		ctl_error("gc failed: %s", crc_strerror(rc));
 		return CTL_EXIT_FAILURE;
 	}
 	if (a->opts->json) {
-		ctl_json_print(json_pack("{s:i, s:s, s:I, s:I, s:I, s:I, s:I}", "version", STORE_JSON_VERSION,
-					 "store", a->dir, "chunks_removed", (json_int_t)rep.chunks_removed,
-					 "packs_removed", (json_int_t)rep.packs_removed,
-					 "orphan_packs_removed", (json_int_t)rep.orphan_packs_removed,
-					 "bytes_freed", (json_int_t)rep.bytes_freed, "bytes_dead_retained",
-					 (json_int_t)rep.bytes_dead_retained));
+		ctl_json_print(json_pack(
+		    "{s:i, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "version", STORE_JSON_VERSION, "store",
+		    a->dir, "chunks_removed", (json_int_t)rep.chunks_removed, "packs_removed",
+		    (json_int_t)rep.packs_removed, "orphan_packs_removed",
+		    (json_int_t)rep.orphan_packs_removed, "bytes_freed", (json_int_t)rep.bytes_freed,
+		    "bytes_dead_retained", (json_int_t)rep.bytes_dead_retained, "criu_dirs_removed",
+		    (json_int_t)criu_dirs, "criu_bytes_freed", (json_int_t)criu_bytes));
 	} else {
+		if (criu_dirs)
+			printf("gc: removed %" PRIu64 " CRIU image directories no checkpoint names (%" PRIu64
+			       " bytes)\n",
+			       criu_dirs, criu_bytes);
 		printf("gc: removed %" PRIu64 " chunks, %" PRIu64 " pack files and %" PRIu64
 		       " orphan pack files, %" PRIu64 " bytes freed; %" PRIu64
 		       " dead bytes stay in packs that hold live chunks\n",

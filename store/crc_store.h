@@ -304,6 +304,13 @@ struct crc_gc_report {
  * @retval CRC_EDB, -errno */
 int crc_store_gc(struct crc_store *st, struct crc_gc_report *out);
 
+/** Removes CRIU image directories (<store>/criu/<name>) that no manifest names in its
+ * "criu.images_dir" (a failed or killed checkpoint's), except those locked by a checkpoint in progress
+ * (flock on the directory, held until after its commit) or younger than a minute.
+ * @param[out] dirs_removed, bytes_freed counts (may be NULL)
+ * @retval CRC_EINVAL, CRC_ENOMEM, or a manifest read error (then nothing is removed) */
+int crc_store_gc_criu(struct crc_store *st, uint64_t *dirs_removed, uint64_t *bytes_freed);
+
 struct crc_store_stat {
 	uint64_t sessions;
 	uint64_t manifests;

@@ -150,7 +150,23 @@ basic)
 	grep -q "^$id " "$tmp/ls" || fail "checkpoint $id not listed: $(cat "$tmp/ls")"
 	"$ctl" --json inspect "$id" >"$tmp/inspect" || fail "crcudactl inspect $id"
 	grep -q '"device-alloc"' "$tmp/inspect" || fail "no device allocation in the manifest"
-	find "$store/criu" -mindepth 1 -maxdepth 1 -type d >"$tmp/before"
+	"$ctl" inspect "$id" >"$tmp/inspect.txt" || fail "crcudactl inspect $id (text)"
+	grep -q "MODULE_LOAD" "$tmp/inspect.txt" || fail "no module load in the journal: $(cat "$tmp/inspect.txt")"
+	# gc: CRIU images no checkpoint names go (a killed checkpoint's), those of a checkpoint in
+	# progress (locked) and the checkpoint's own stay.
+	mkdir -p "$store/criu/orphan" "$store/criu/busy"
+	echo x >"$store/criu/orphan/core-1.img"
+	touch -d '-2 hours' "$store/criu/orphan" "$store/criu/busy"
+	flock "$store/criu/busy" sleep 30 &
+	lock_pid=$!
+	pids+=("$lock_pid")
+	sleep 0.2
+	"$ctl" store gc >"$tmp/gc" || fail "store gc: $(cat "$tmp/gc")"
+	kill "$lock_pid"
+	[ -e "$store/criu/orphan" ] && fail "gc left CRIU images that no checkpoint names"
+	[ -e "$store/criu/busy" ] || fail "gc removed the images of a checkpoint in progress (locked)"
+	grep -q "removed 1 CRIU image directories" "$tmp/gc" || fail "gc did not report it: $(cat "$tmp/gc")"
+	rmdir "$store/criu/busy"
 	(cd "$store" && find criu -type f -exec md5sum {} + | sort) >"$tmp/sum.before"
 	pid=$(restore "$id")
 	[ "$pid" = "$app" ] || fail "restored pid '$pid', checkpointed $app"
