@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The README's main job: sets everything up, builds, and runs the demo. For now (issue 2) it creates
-# a store, records a demo checkpoint manifest and lists it; later issues grow it into
-# run -> checkpoint -> kill -> restore.
+# The README's main job: sets everything up, builds, and runs the demo (scripts/demo-run.sh): a CUDA
+# program run under crcuda, checkpointed halfway, killed, restored, its result equal to an
+# uninterrupted run's. Needs root (CRIU).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 "$top/scripts/setup.sh"
