@@ -768,6 +768,17 @@ int crc_session_create(int fd, bool tcp, const struct crc_peer *peer, unsigned s
 	if (!s)
 		return CRC_ENOMEM;
 	pthread_mutex_lock(&crcd.lock);
+	/* A slot whose client has just died (kill -9, then restore at once) is freed by its session
+	 * thread within a poll interval: wait for that rather than refuse. */
+	for (int tries = 0; slot < crcd.max_sessions && crcd.sessions[slot] && tries < 150; tries++) {
+		struct crc_session *o = crcd.sessions[slot];
+
+		if (!crc_sock_alive(o->fd) || o->ckpt)
+			break;
+		pthread_mutex_unlock(&crcd.lock);
+		usleep(20 * 1000);
+		pthread_mutex_lock(&crcd.lock);
+	}
 	if (slot >= crcd.max_sessions || crcd.sessions[slot]) {
 		struct crc_session *o = slot < crcd.max_sessions ? crcd.sessions[slot] : NULL;
 
