@@ -18,6 +18,9 @@ work=$(mktemp -d /tmp/crcuda-bench-ckpt.XXXXXX)
 ok=0
 trap '[ $ok = 1 ] && rm -rf "$work" || echo "checkpoint: logs kept in $work" >&2' EXIT
 steps=8
+# The uninterrupted reference run: native by default (CRCUDA_BENCH_NVIDIA=0 CRCUDA_BENCH_BACKEND=sim
+# runs the crcuda side alone on the simulated device, as a smoke test).
+ref_run=${CRCUDA_BENCH_REF_RUN:-}
 
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
@@ -41,57 +44,67 @@ start_app() {
 
 results=()
 for mb in "${sizes[@]}"; do
-	ref=$("$app" --mb "$mb" --chunks 8 --steps $steps | sed -n 's/.*checksum=\([0-9a-f]*\).*/\1/p')
+	# shellcheck disable=SC2086
+	ref=$($ref_run "$app" --mb "$mb" --chunks 8 --steps $steps | sed -n 's/.*checksum=\([0-9a-f]*\).*/\1/p')
 
-	# NVIDIA: lock + checkpoint (device memory into the process), criu dump, criu restore,
-	# driver restore + unlock.
-	d=$work/nv-$mb
-	start_app "$d" "$mb" || exit 1
-	mkdir -p "$d/img"
-	t0=$(now)
-	"$nv" "$app_pid" lock >/dev/null && "$nv" "$app_pid" checkpoint >/dev/null || exit 1
-	t1=$(now)
-	"$criu" dump -t "$app_pid" -D "$d/img" -o dump.log >/dev/null 2>&1 || { echo "criu dump failed"; tail -20 "$d/img/dump.log"; exit 1; }
-	t2=$(now)
-	wait_gone "$app_pid"
-	"$criu" restore -D "$d/img" -d -o restore.log >/dev/null 2>&1 || { echo "criu restore failed"; tail -20 "$d/img/restore.log"; exit 1; }
-	t3=$(now)
-	"$nv" "$app_pid" restore >/dev/null && "$nv" "$app_pid" unlock >/dev/null || exit 1
-	t4=$(now)
-	touch "$d/go"
-	wait_gone "$app_pid"
-	nv_ok=$([ "$(checksum "$d/out")" = "$ref" ] && echo ok || echo WRONG)
-	nv_img=$(du -sm "$d/img" | cut -f1)
-	nv_ck=$(elapsed "$t0" "$t2")
-	nv_rs=$(elapsed "$t2" "$t4")
-	results+=("$(printf '%-8s %6s MiB  ckpt %6ss (driver %5ss, criu %5ss)  restore %6ss (criu %5ss, driver %5ss)  image %6s MiB  result %s' \
-		nvidia "$mb" "$nv_ck" "$(elapsed "$t0" "$t1")" "$(elapsed "$t1" "$t2")" "$nv_rs" \
-		"$(elapsed "$t2" "$t3")" "$(elapsed "$t3" "$t4")" "$nv_img" "$nv_ok")")
-	rm -rf "$d/img"
-
-	# crcuda: crcudactl checkpoint / restore (issue 6).
-	if [ -x "$crcudactl" ] && "$crcudactl" checkpoint --help >/dev/null 2>&1; then
-		d=$work/crc-$mb
-		start_app "$d" "$mb" "$crcudactl" run --backend cuda -- || exit 1
+	if [ "${CRCUDA_BENCH_NVIDIA:-1}" = 1 ]; then
+		# NVIDIA: lock + checkpoint (device memory into the process), criu dump, criu restore,
+		# driver restore + unlock.
+		d=$work/nv-$mb
+		start_app "$d" "$mb" || exit 1
+		mkdir -p "$d/img"
 		t0=$(now)
-		ckpt_json=$("$crcudactl" --json checkpoint --store "$work/store" "$app_pid") || exit 1
+		"$nv" "$app_pid" lock >/dev/null && "$nv" "$app_pid" checkpoint >/dev/null || exit 1
 		t1=$(now)
-		wait_gone "$app_pid"
-		id=$(echo "$ckpt_json" | sed -n 's/.*"id": *"\{0,1\}\([0-9a-zA-Z]*\).*/\1/p' | head -1)
+		"$criu" dump -t "$app_pid" -D "$d/img" -o dump.log >/dev/null 2>&1 || { echo "criu dump failed"; tail -20 "$d/img/dump.log"; exit 1; }
 		t2=$(now)
-		"$crcudactl" restore --store "$work/store" "$id" >/dev/null || exit 1
+		wait_gone "$app_pid"
+		"$criu" restore -D "$d/img" -d -o restore.log >/dev/null 2>&1 || { echo "criu restore failed"; tail -20 "$d/img/restore.log"; exit 1; }
 		t3=$(now)
+		"$nv" "$app_pid" restore >/dev/null && "$nv" "$app_pid" unlock >/dev/null || exit 1
+		t4=$(now)
 		touch "$d/go"
 		wait_gone "$app_pid"
-		crc_ok=$([ "$(checksum "$d/out")" = "$ref" ] && echo ok || echo WRONG)
-		crc_img=$(du -sm "$work/store" | cut -f1)
-		results+=("$(printf '%-8s %6s MiB  ckpt %6ss  restore %6ss  store %6s MiB  result %s  (ratio ckpt %.2fx of nvidia)' \
-			crcuda "$mb" "$(elapsed "$t0" "$t1")" "$(elapsed "$t2" "$t3")" "$crc_img" "$crc_ok" \
-			"$(awk -v a="$(elapsed "$t0" "$t1")" -v b="$nv_ck" 'BEGIN{print a/b}')")")
-		rm -rf "$work/store"
+		nv_ok=$([ "$(checksum "$d/out")" = "$ref" ] && echo ok || echo WRONG)
+		nv_img=$(du -sm "$d/img" | cut -f1)
+		nv_ck=$(elapsed "$t0" "$t2")
+		nv_rs=$(elapsed "$t2" "$t4")
+		results+=("$(printf '%-8s %6s MiB  ckpt %6ss (driver %5ss, criu %5ss)  restore %6ss (criu %5ss, driver %5ss)  image %6s MiB  result %s' \
+			nvidia "$mb" "$nv_ck" "$(elapsed "$t0" "$t1")" "$(elapsed "$t1" "$t2")" "$nv_rs" \
+			"$(elapsed "$t2" "$t3")" "$(elapsed "$t3" "$t4")" "$nv_img" "$nv_ok")")
+		rm -rf "$d/img"
+
 	else
-		results+=("$(printf '%-8s %6s MiB  (crcudactl checkpoint not built yet)' crcuda "$mb")")
+		nv_ck=0 nv_rs=0
 	fi
+
+	# crcuda: the app under the layer (its own daemon on the real driver), crcudactl checkpoint
+	# (quiesce, device copy into the store, CRIU dump of a process without GPU state, commit) and
+	# crcudactl restore (replay + upload, CRIU restore).
+	d=$work/crc-$mb
+	export CRCUDA_SOCKET=$work/crcudad-$mb.sock CRCUDA_STORE=$work/store-$mb
+	start_app "$d" "$mb" "$crcudactl" run --backend "${CRCUDA_BENCH_BACKEND:-cuda}" -- || exit 1
+	t0=$(now)
+	"$crcudactl" checkpoint --json "$app_pid" >"$d/ckpt.json" || { cat "$d/ckpt.json"; exit 1; }
+	t1=$(now)
+	wait_gone "$app_pid"
+	id=$(sed -n 's/^ *"id": *\([0-9]*\).*/\1/p' "$d/ckpt.json")
+	t2=$(now)
+	"$crcudactl" restore --json "$id" >"$d/restore.json" || { cat "$d/restore.json"; exit 1; }
+	t3=$(now)
+	touch "$d/go"
+	wait_gone "$app_pid"
+	crc_ok=$([ "$(checksum "$d/out")" = "$ref" ] && echo ok || echo WRONG)
+	crc_img=$(du -sm "$CRCUDA_STORE" | cut -f1)
+	crc_ck=$(elapsed "$t0" "$t1")
+	crc_rs=$(elapsed "$t2" "$t3")
+	copy=$(awk -F'[:,]' '/"device_bytes"/ {b = $2} /"device_seconds"/ {s = $2} END { if (s > 0) printf "%.1f", b / s / 1e9; else print "-" }' "$d/ckpt.json")
+	results+=("$(printf '%-8s %6s MiB  ckpt %6ss (device copy %s GB/s)  restore %6ss  store %6s MiB  result %s' \
+		crcuda "$mb" "$crc_ck" "$copy" "$crc_rs" "$crc_img" "$crc_ok")")
+	results+=("$(awk -v c="$crc_ck" -v n="$nv_ck" -v r="$crc_rs" -v nr="$nv_rs" -v mb="$mb" 'BEGIN {
+		if (n > 0) printf "ratio    %6s MiB  ckpt %.3fx of nvidia (goal <= 0.2 at 8 GiB)  restore %.3fx of nvidia, %.2f s (goal <= 1.5 s)", mb, c / n, r / nr, r }')")
+	pkill -f "crcudad.*$CRCUDA_SOCKET" 2>/dev/null
+	rm -rf "$CRCUDA_STORE"
 done
 printf '%s\n' "${results[@]}"
 ok=1

@@ -35,6 +35,8 @@ grep -E "Test +#|tests passed|FAILED|Failed" "$out/ctest-gpu.log" | tail -60
 
 echo "== under the layer on the real driver"
 tests/gpu/layer.sh build-gpu 2>&1 | tee "$out/layer.txt"
+echo "== checkpoint/restore of PyTorch training under crcuda"
+tests/gpu/torch-cr.sh build-gpu 2>&1 | tee -a "$out/layer.txt"
 
 echo "== benchmarks"
 : >"$out/bench.txt"
