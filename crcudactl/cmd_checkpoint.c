@@ -215,7 +215,7 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	char store[PATH_MAX], daemon[PATH_MAX], criu[PATH_MAX], plugdir[PATH_MAX], dir[PATH_MAX + 64];
 	char report[PATH_MAX * 2], outlog[PATH_MAX * 2], dlog[PATH_MAX * 2], backend[64], host[256] = "",
 											  comm[64] = "";
-	char *end, val[2048], pidbuf[32];
+	char *end, val[PATH_MAX], pidbuf[32];
 	struct crc_ctl_session sess = {0};
 	struct crc_store *st = NULL;
 	int c, lockfd = -1, rc, ret = CTL_EXIT_FAILURE;

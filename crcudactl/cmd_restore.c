@@ -216,7 +216,7 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 	struct restore_args a = {.gpu = -1, .timeout = RESTORE_TIMEOUT_DEFAULT};
 	char store[PATH_MAX], daemon[PATH_MAX], criu[PATH_MAX], plugdir[PATH_MAX], imgdir[PATH_MAX * 2];
 	char work[] = "/tmp/crcuda-restore-XXXXXX", report[64], outlog[64], pidfile[64], rlog[64];
-	char val[2048], idbuf[32], path[PATH_MAX * 2 + 32];
+	char val[PATH_MAX], idbuf[32], path[PATH_MAX * 2 + 32];
 	struct crc_manifest *m = NULL;
 	struct crc_store *st = NULL;
 	int rc, ret = CTL_EXIT_FAILURE;
