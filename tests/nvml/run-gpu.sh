@@ -1,7 +1,6 @@
 #!/bin/sh
 # gpu_nvml: test_nvml under the layer on the GPU machine. libcuda.so.1 and libnvidia-ml.so.1 both come
-# from <build>/libcrcuda (libcrcuda answering from crcudad, which must be reachable the way crcudactl
-# run sets it up), so the checks compare crcuda's NVML with libcrcuda and then verify that the process
+# from <build>/libcrcuda (libcrcuda answering from a private crcudad that crcudactl run starts), so the checks compare crcuda's NVML with libcrcuda and then verify that the process
 # holds no /dev/nvidia*. Skips (77) where there is no GPU or libcrcuda is not built.
 # usage: run-gpu.sh BUILD_DIR TEST_NVML CHECK_SCRIPT
 set -u
@@ -16,5 +15,10 @@ if [ ! -e "$build/libcrcuda/libcuda.so.1" ]; then
 	echo "run-gpu.sh: $build/libcrcuda/libcuda.so.1 is not built: skipped"
 	exit 77
 fi
-LD_LIBRARY_PATH="$build/libcrcuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-	exec "$test_nvml" "$build/libcrcuda/libnvidia-ml.so.1" --script "$script"
+# crcudactl run starts a private daemon on the real driver (it puts libcrcuda first on the path).
+sock=$(mktemp -u /tmp/crcuda-gpu-nvml.XXXXXX).sock
+"$build/crcudactl/crcudactl" run --backend cuda --socket "$sock" --idle-exit 2 -- \
+	"$test_nvml" "$build/libcrcuda/libnvidia-ml.so.1" --script "$script"
+rc=$?
+pkill -f "crcudad.*$sock" 2>/dev/null
+exit $rc
