@@ -59,6 +59,11 @@ if [ "$only" = all ] || [ "$only" = cudart ]; then
 	else
 		result FAIL layer_cublas_sgemm "$(tail -2 "$tmp/sgemm.log" | tr '\n' ' ')"
 	fi
+	if under_layer "$build/tests/cudart/cudart_sgemm" --pedantic >"$tmp/sgemm.log" 2>&1; then
+		result PASS layer_cublas_sgemm_pedantic "$(tail -1 "$tmp/sgemm.log")"
+	else
+		result FAIL layer_cublas_sgemm_pedantic "$(tail -2 "$tmp/sgemm.log" | tr '\n' ' ')"
+	fi
 fi
 
 # PyTorch: native twice, then under the layer, losses compared bit for bit.
