@@ -78,33 +78,39 @@ for mb in "${sizes[@]}"; do
 		nv_ck=0 nv_rs=0
 	fi
 
-	# crcuda: the app under the layer (its own daemon on the real driver), crcudactl checkpoint
-	# (quiesce, device copy into the store, CRIU dump of a process without GPU state, commit) and
-	# crcudactl restore (replay + upload, CRIU restore).
-	d=$work/crc-$mb
-	export CRCUDA_SOCKET=$work/crcudad-$mb.sock CRCUDA_STORE=$work/store-$mb
-	start_app "$d" "$mb" "$crcudactl" run --backend "${CRCUDA_BENCH_BACKEND:-cuda}" -- || exit 1
-	t0=$(now)
-	"$crcudactl" checkpoint --json "$app_pid" >"$d/ckpt.json" || { cat "$d/ckpt.json"; exit 1; }
-	t1=$(now)
-	wait_gone "$app_pid"
-	id=$(sed -n 's/^ *"id": *\([0-9]*\).*/\1/p' "$d/ckpt.json")
-	t2=$(now)
-	"$crcudactl" restore --json "$id" >"$d/restore.json" || { cat "$d/restore.json"; exit 1; }
-	t3=$(now)
-	touch "$d/go"
-	wait_gone "$app_pid"
-	crc_ok=$([ "$(checksum "$d/out")" = "$ref" ] && echo ok || echo WRONG)
-	crc_img=$(du -sm "$CRCUDA_STORE" | cut -f1)
-	crc_ck=$(elapsed "$t0" "$t1")
-	crc_rs=$(elapsed "$t2" "$t3")
-	copy=$(awk -F'[:,]' '/"device_bytes"/ {b = $2} /"device_seconds"/ {s = $2} END { if (s > 0) printf "%.1f", b / s / 1e9; else print "-" }' "$d/ckpt.json")
-	results+=("$(printf '%-8s %6s MiB  ckpt %6ss (device copy %s GB/s)  restore %6ss  store %6s MiB  result %s' \
-		crcuda "$mb" "$crc_ck" "$copy" "$crc_rs" "$crc_img" "$crc_ok")")
-	results+=("$(awk -v c="$crc_ck" -v n="$nv_ck" -v r="$crc_rs" -v nr="$nv_rs" -v mb="$mb" 'BEGIN {
-		if (n > 0) printf "ratio    %6s MiB  ckpt %.3fx of nvidia (goal <= 0.2 at 8 GiB)  restore %.3fx of nvidia, %.2f s (goal <= 1.5 s)", mb, c / n, r / nr, r }')")
-	pkill -f "crcudad.*$CRCUDA_SOCKET" 2>/dev/null
-	rm -rf "$CRCUDA_STORE"
+	# Durable (the store fsyncs its packs before the commit: the default) and, like CRIU's own images,
+	# without fsync (CRCUDA_STORE_SYNC=0: safe against a killed process, not against power loss).
+	for sync in ${CRCUDA_BENCH_SYNC_MODES:-1 0}; do
+	export CRCUDA_STORE_SYNC=$sync
+	label=$([ "$sync" = 1 ] && echo crcuda || echo crcuda-nosync)
+		# crcuda: the app under the layer (its own daemon on the real driver), crcudactl checkpoint
+		# (quiesce, device copy into the store, CRIU dump of a process without GPU state, commit) and
+		# crcudactl restore (replay + upload, CRIU restore).
+		d=$work/crc-$mb-$sync
+		export CRCUDA_SOCKET=$work/crcudad-$mb-$sync.sock CRCUDA_STORE=$work/store-$mb-$sync
+		start_app "$d" "$mb" "$crcudactl" run --backend "${CRCUDA_BENCH_BACKEND:-cuda}" -- || exit 1
+		t0=$(now)
+		"$crcudactl" checkpoint --json "$app_pid" >"$d/ckpt.json" || { cat "$d/ckpt.json"; exit 1; }
+		t1=$(now)
+		wait_gone "$app_pid"
+		id=$(sed -n 's/^ *"id": *\([0-9]*\).*/\1/p' "$d/ckpt.json")
+		t2=$(now)
+		"$crcudactl" restore --json "$id" >"$d/restore.json" || { cat "$d/restore.json"; exit 1; }
+		t3=$(now)
+		touch "$d/go"
+		wait_gone "$app_pid"
+		crc_ok=$([ "$(checksum "$d/out")" = "$ref" ] && echo ok || echo WRONG)
+		crc_img=$(du -sm "$CRCUDA_STORE" | cut -f1)
+		crc_ck=$(elapsed "$t0" "$t1")
+		crc_rs=$(elapsed "$t2" "$t3")
+		copy=$(awk -F'[:,]' '/"device_bytes"/ {b = $2} /"device_seconds"/ {s = $2} END { if (s > 0) printf "%.1f", b / s / 1e9; else print "-" }' "$d/ckpt.json")
+		results+=("$(printf '%-8s %6s MiB  ckpt %6ss (copy+hash+write %s GB/s)  restore %6ss  store %6s MiB  result %s' \
+			"$label" "$mb" "$crc_ck" "$copy" "$crc_rs" "$crc_img" "$crc_ok")")
+		results+=("$(awk -v c="$crc_ck" -v n="$nv_ck" -v r="$crc_rs" -v nr="$nv_rs" -v mb="$mb" -v label="$label" 'BEGIN {
+			if (n > 0) printf "ratio    %6s MiB  %s  ckpt %.3fx of nvidia (goal <= 0.2 at 8 GiB)  restore %.3fx of nvidia, %.2f s (goal <= 1.5 s)", mb, label, c / n, r / nr, r }')")
+		pkill -f "crcudad.*$CRCUDA_SOCKET" 2>/dev/null
+		rm -rf "$CRCUDA_STORE"
+	done
 done
 printf '%s\n' "${results[@]}"
 ok=1

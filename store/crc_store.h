@@ -42,6 +42,10 @@ void crc_hash_compute(const void *data, size_t len, struct crc_hash *out);
  * @{ */
 /* Create the directory (and parents) and an empty store if none is there. */
 #define CRC_STORE_CREATE 0x1u
+/* Do not fsync pack files before a commit names them. A process killed at any point still leaves the
+ * previous checkpoint intact (the page cache outlives it); a power loss may not. Also set by the
+ * environment: CRCUDA_STORE_SYNC=0 (so a daemon's checkpoints follow its environment). */
+#define CRC_STORE_NOSYNC 0x2u
 /** @} */
 
 /** Opens (or with CRC_STORE_CREATE creates) the store in dir.

@@ -161,7 +161,7 @@ static int pw_seal(struct pack_writer *pw)
 	if (rc)
 		return rc;
 	struct pack_file *pf = &pw->files[pw->nfiles - 1];
-	if (fsync(pf->fd)) {
+	if (!pw->st->nosync && fsync(pf->fd)) {
 		rc = -errno;
 		pr_perror("fsync of pack %016" PRIx64, pf->id);
 		return rc;
@@ -220,7 +220,7 @@ int crc__pw_sync(struct pack_writer *pw)
 	if (rc)
 		return rc;
 	/* The new files' directory entries must be durable before a commit names them. */
-	if (fsync(pw->st->packs_dir_fd)) {
+	if (!pw->st->nosync && fsync(pw->st->packs_dir_fd)) {
 		rc = -errno;
 		pr_perror("fsync of %s", pw->st->packs_dir);
 		return rc;

@@ -210,8 +210,11 @@ static int open_dbis(struct crc_store *st, MDB_txn *txn, bool create)
 
 int crc_store_open(const char *dir, unsigned flags, struct crc_store **out)
 {
-	if (!dir || !*dir || !out || (flags & ~CRC_STORE_CREATE))
+	if (!dir || !*dir || !out || (flags & ~(CRC_STORE_CREATE | CRC_STORE_NOSYNC)))
 		return CRC_EINVAL;
+	const char *sync_env = getenv("CRCUDA_STORE_SYNC");
+	if (sync_env && !strcmp(sync_env, "0"))
+		flags |= CRC_STORE_NOSYNC;
 	bool create = flags & CRC_STORE_CREATE;
 	char path[PATH_MAX];
 	MDB_txn *txn = NULL;
@@ -222,6 +225,7 @@ int crc_store_open(const char *dir, unsigned flags, struct crc_store **out)
 	st->packs_dir_fd = -1;
 	st->read_fd = -1;
 	st->dir = strdup(dir);
+	st->nosync = flags & CRC_STORE_NOSYNC;
 	if (!st->dir || asprintf(&st->packs_dir, "%s/packs", dir) < 0) {
 		st->packs_dir = NULL;
 		rc = CRC_ENOMEM;

@@ -35,6 +35,7 @@ struct crc_store {
 	char *dir;
 	char *packs_dir;
 	int packs_dir_fd;
+	bool nosync; /* CRC_STORE_NOSYNC */
 	/* The last pack file opened for reading, kept open for sequential chunk reads. */
 	int read_fd;
 	uint64_t read_pack;
