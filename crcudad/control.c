@@ -3,6 +3,7 @@
  * run on that session's own thread (it owns the session's backend state), the control thread waits. */
 #define LOG_PREFIX "control: "
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,10 +48,20 @@ static struct crc_session *session_get(const struct control *c, int32_t pid, uin
 	for (unsigned i = 0; i < crcd.max_sessions; i++) {
 		struct crc_session *s = crcd.sessions[i];
 
-		if (s && s->state != CRC_CTL_RESTORING && (pid ? s->peer.pid == pid : s->id == id)) {
-			found = s;
-			break;
+		if (!s || s->state == CRC_CTL_RESTORING || (pid ? s->peer.pid != pid : s->id != id))
+			continue;
+		/* By pid: the newest live session. A process may have had an earlier one (crcudactl run
+		 * checks the daemon with a session of its own, and exec keeps the pid) that is still
+		 * being torn down. */
+		if (pid && found) {
+			bool s_live = !crc_sock_alive(s->fd), found_live = !crc_sock_alive(found->fd);
+
+			if (s_live != found_live ? !s_live : s->id < found->id)
+				continue;
 		}
+		found = s;
+		if (!pid)
+			break;
 	}
 	if (found && !c->tcp && c->peer.uid != 0 && c->peer.uid != found->peer.uid) {
 		snprintf(why, why_len, "session %llu belongs to uid %u", (unsigned long long)found->id,
