@@ -208,7 +208,10 @@ void crc_ring_commit(struct crc_ring *r)
 	atomic_store_explicit(&r->ctl->head, head + r->reserved, memory_order_release);
 	r->reserved = 0;
 	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load(&r->ctl->data_waiters)) {
+	/* Taking the flag makes one wake per sleep: a producer that keeps publishing while the consumer
+	 * is being scheduled does not make a futex call per record. The waiter sets it again before it
+	 * sleeps again. */
+	if (atomic_exchange(&r->ctl->data_waiters, 0)) {
 		atomic_fetch_add(&r->ctl->data_seq, 1);
 		futex_wake(&r->ctl->data_seq);
 	}
@@ -250,7 +253,7 @@ void crc_ring_release(struct crc_ring *r)
 	atomic_store_explicit(&r->ctl->tail, tail + r->reserved, memory_order_release);
 	r->reserved = 0;
 	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load(&r->ctl->space_waiters)) {
+	if (atomic_exchange(&r->ctl->space_waiters, 0)) {
 		atomic_fetch_add(&r->ctl->space_seq, 1);
 		futex_wake(&r->ctl->space_seq);
 	}
