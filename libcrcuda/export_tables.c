@@ -610,6 +610,25 @@ static CUresult ctx_get_id(CUcontext ctx, unsigned long long *id)
 	return env->ctx_id(ctx, id);
 }
 
+/* Slot 51: (ctx, stream, *id, per_thread) -> the stream's unique id, as cuStreamGetId. Read off the
+ * driver's own code on the H200 (tests/gpu/diagnose.sh disassembles it): NULL id gives
+ * CUDA_ERROR_INVALID_VALUE, stream (CUstream)-1 CUDA_ERROR_INVALID_HANDLE, ctx only matters for the
+ * special handles 0..2, and the last argument (a byte) picks the per-thread default stream. cuBLAS
+ * calls it for every GEMM (its per-stream workspace). */
+static CUresult ctx_stream_id(CUcontext ctx, CUstream stream, unsigned long long *id,
+			      unsigned char per_thread)
+{
+	const struct crc_export_env *env = env_get();
+
+	if (!id)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (stream == (CUstream)(uintptr_t)-1)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!env || !env->stream_id)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	return env->stream_id((uintptr_t)stream < 3 ? ctx : NULL, stream, per_thread != 0, id);
+}
+
 /* ---- INTEGRITY_CHECK ------------------------------------------------------------------------- */
 
 /* MD2, RFC 1319. Its substitution table is a permutation of 0..255 built from the digits of pi. */
@@ -855,6 +874,7 @@ static void tables_build(void)
 
 	fill(tbl_ctx, CTX_WORDS, stubs_ctx, ARRAY_SIZE(stubs_ctx));
 	tbl_ctx[4] = (const void *)ctx_get_id;
+	tbl_ctx[51] = (const void *)ctx_stream_id;
 }
 
 _Static_assert(sizeof(stubs_cudart) / sizeof(stubs_cudart[0]) >= CUDART_WORDS, "stubs");

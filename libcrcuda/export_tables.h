@@ -38,6 +38,10 @@ struct crc_export_env {
 	 * device with this ordinal. */
 	CUresult (*device_identity)(int ordinal, CUuuid *uuid, int *pci_domain, int *pci_bus,
 				    int *pci_device);
+	/* cuStreamGetId of stream; for the special handles 0, 1 and 2, of that default stream of ctx
+	 * (NULL: the current context), the per-thread one for 0 when per_thread. cuBLASLt's 21318c60
+	 * slot 51. */
+	CUresult (*stream_id)(CUcontext ctx, CUstream stream, int per_thread, unsigned long long *id);
 };
 
 /* Sets the callbacks (copied). Call once, before the application can reach cuGetExportTable; a

@@ -47,6 +47,24 @@ static CUresult env_ctx_id(CUcontext ctx, unsigned long long *id)
 	return crc_fwd_cuCtxGetId(ctx, id);
 }
 
+/* The exported entry points (this library's own), so the per-thread variant marks the thread. */
+CUresult cuStreamGetId_ptsz(CUstream hStream, unsigned long long *streamId);
+
+static CUresult env_stream_id(CUcontext ctx, CUstream stream, int per_thread, unsigned long long *id)
+{
+	CUcontext popped;
+	CUresult res;
+
+	if ((uintptr_t)stream >= 3)
+		return cuStreamGetId(stream, id);
+	if (ctx && (res = cuCtxPushCurrent(ctx)) != CUDA_SUCCESS)
+		return res;
+	res = per_thread ? cuStreamGetId_ptsz(stream, id) : cuStreamGetId(stream, id);
+	if (ctx)
+		cuCtxPopCurrent(&popped);
+	return res;
+}
+
 static CUresult env_driver_version(int *version)
 {
 	*version = crc_client.info.driver_version;
@@ -93,6 +111,7 @@ CUresult crc_hook_cuInit(unsigned int Flags)
 		    .driver_version = env_driver_version,
 		    .device_count = env_device_count,
 		    .device_identity = env_device_identity,
+		    .stream_id = env_stream_id,
 		};
 		crc_export_tables_init(&env);
 #endif

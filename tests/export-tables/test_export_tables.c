@@ -35,6 +35,18 @@ static CUresult fake_ctx_id(CUcontext ctx, unsigned long long *id)
 	return CUDA_SUCCESS;
 }
 
+/* Records what slot 51 passed on. */
+static CUcontext seen_ctx;
+static CUstream seen_stream;
+static int seen_per_thread;
+
+static CUresult fake_stream_id(CUcontext ctx, CUstream stream, int per_thread, unsigned long long *id)
+{
+	seen_ctx = ctx, seen_stream = stream, seen_per_thread = per_thread;
+	*id = (uintptr_t)stream + 1000 * (unsigned)per_thread;
+	return CUDA_SUCCESS;
+}
+
 static CUresult fake_driver_version(int *v)
 {
 	*v = 13000;
@@ -78,6 +90,7 @@ static const struct crc_export_env fake_env = {
     .driver_version = fake_driver_version,
     .device_count = fake_device_count,
     .device_identity = fake_device_identity,
+    .stream_id = fake_stream_id,
 };
 
 /* ---- Helpers --------------------------------------------------------------------------------- */
@@ -247,6 +260,19 @@ static void test_slots(void)
 	CHECK_EQ_INT(((fn_id_t)table(U_CTX)[4])(NULL, &id), CUDA_SUCCESS);
 	CHECK_EQ_INT(id, 0x6000 * 3);
 	fake_current = NULL;
+
+	/* Slot 51 (ctx, stream, *id, per_thread), as the driver's code does it: the context counts only
+	 * for the special stream handles; a NULL id and the (CUstream)-1 handle are refused. */
+	typedef CUresult (*fn_stream_id_t)(CUcontext, CUstream, unsigned long long *, unsigned char);
+	fn_stream_id_t stream_id = (fn_stream_id_t)table(U_CTX)[51];
+	CHECK_EQ_INT(stream_id((CUcontext)0x5000, (CUstream)0x7000, &id, 0), CUDA_SUCCESS);
+	CHECK(seen_ctx == NULL && seen_stream == (CUstream)0x7000 && !seen_per_thread);
+	CHECK_EQ_INT(id, 0x7000);
+	CHECK_EQ_INT(stream_id((CUcontext)0x5000, NULL, &id, 1), CUDA_SUCCESS);
+	CHECK(seen_ctx == (CUcontext)0x5000 && seen_stream == NULL && seen_per_thread == 1);
+	CHECK_EQ_INT(id, 1000);
+	CHECK_EQ_INT(stream_id(NULL, (CUstream)0x7000, NULL, 0), CUDA_ERROR_INVALID_VALUE);
+	CHECK_EQ_INT(stream_id(NULL, (CUstream)(uintptr_t)-1, &id, 0), CUDA_ERROR_INVALID_HANDLE);
 }
 
 /* ---- Context-local storage ------------------------------------------------------------------- */
