@@ -29,3 +29,15 @@ else
 	echo "NVML: losses change with crcuda's NVML:"
 	diff <(grep '^step ' "$tmp/native.txt") <(grep '^step ' "$tmp/nvml.txt") | head -6
 fi
+
+# 3. The 1-ulp loss differences under the layer: do they go away without cuDNN?
+"$py" "$top/tests/torch/train.py" --steps 20 --no-cudnn >"$tmp/n-nocudnn.txt" 2>&1
+"$build/crcudactl/crcudactl" run --backend cuda --socket "$tmp/d.sock" -- "$py" "$top/tests/torch/train.py" \
+	--steps 20 --no-cudnn >"$tmp/l-nocudnn.txt" 2>&1
+if cmp -s <(grep '^step ' "$tmp/n-nocudnn.txt") <(grep '^step ' "$tmp/l-nocudnn.txt"); then
+	echo "no cuDNN: losses under the layer equal native"
+else
+	echo "no cuDNN: losses under the layer still differ:"
+	diff <(grep '^step ' "$tmp/n-nocudnn.txt") <(grep '^step ' "$tmp/l-nocudnn.txt") | head -6
+fi
+pkill -f "crcudad.*$tmp/d.sock" 2>/dev/null

@@ -48,6 +48,7 @@ def main():
     p.add_argument("--ready-at", type=int, default=-1)
     p.add_argument("--ready-file")
     p.add_argument("--go-file")
+    p.add_argument("--no-cudnn", action="store_true", help="diagnostics: convolutions without cuDNN")
     args = p.parse_args()
 
     torch.manual_seed(args.seed)
@@ -56,6 +57,8 @@ def main():
     torch.backends.cudnn.deterministic = True
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    if args.no_cudnn:
+        torch.backends.cudnn.enabled = False
     dev = torch.device("cuda")
 
     gen = torch.Generator().manual_seed(args.seed)
