@@ -1,7 +1,9 @@
 /* LOCAL rows: answered in the client from what the handshake and earlier calls cached, with no round
  * trip (the hot getters of cudart and PyTorch). */
 #define LOG_PREFIX "libcrcuda: "
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -241,16 +243,47 @@ static CUresult func_attr(int *pi, CUfunction_attribute attrib, uint64_t handle)
 	return CUDA_SUCCESS;
 }
 
+/* CRCUDA_VERIFY_LOCAL=1 (diagnostics): also ask the daemon, and log where the cached answer differs. */
+static bool verify_local(void)
+{
+	static int v = -1;
+
+	if (v < 0) {
+		const char *e = getenv("CRCUDA_VERIFY_LOCAL");
+		v = e && *e && strcmp(e, "0");
+	}
+	return v;
+}
+
+static void verify_attr(const char *what, int attrib, int cached, CUresult real_res, int real)
+{
+	if (real_res != CUDA_SUCCESS || real != cached)
+		pr_warn("verify: %s attribute %d: cached %d, daemon %d (result %d)", what, attrib, cached,
+			real, (int)real_res);
+}
+
 CUresult crc_local_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
 {
-	return func_attr(pi, attrib, (uintptr_t)hfunc);
+	CUresult res = func_attr(pi, attrib, (uintptr_t)hfunc);
+	int real = 0;
+
+	if (res == CUDA_SUCCESS && verify_local())
+		verify_attr("cuFuncGetAttribute", attrib, *pi,
+			    crc_fwd_cuFuncGetAttribute(&real, attrib, hfunc), real);
+	return res;
 }
 
 CUresult crc_local_cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev)
 {
 	CUresult res = device_ready(dev, NULL);
+	int real = 0;
 
-	return res != CUDA_SUCCESS ? res : func_attr(pi, attrib, (uintptr_t)kernel);
+	if (res == CUDA_SUCCESS)
+		res = func_attr(pi, attrib, (uintptr_t)kernel);
+	if (res == CUDA_SUCCESS && verify_local())
+		verify_attr("cuKernelGetAttribute", attrib, *pi,
+			    crc_fwd_cuKernelGetAttribute(&real, attrib, kernel, dev), real);
+	return res;
 }
 
 static CUresult func_owner(uint64_t handle, unsigned tag, uint64_t *owner)

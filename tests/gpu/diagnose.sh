@@ -8,9 +8,9 @@ build=$(cd "${1:?usage: diagnose.sh BUILD}" && pwd)
 top=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d /tmp/crcuda-diag.XXXXXX)
 
-"$build/bench/probe_export" 21318c60971432488ca641ff7324c8f2 4 51 | tee "$tmp/probe.txt"
+"$build/bench/probe_export" 21318c60971432488ca641ff7324c8f2 4 39 51 | tee "$tmp/probe.txt"
 while read -r _ slot _ addr where; do
-	[ "$slot" = 51 ] || [ "$slot" = 4 ] || continue
+	[ "$slot" = 39 ] || continue
 	lib=${where%+*}
 	off=${where##*+}
 	echo "--- slot $slot: $lib at $off"
@@ -41,3 +41,10 @@ else
 	diff <(grep '^step ' "$tmp/n-nocudnn.txt") <(grep '^step ' "$tmp/l-nocudnn.txt") | head -6
 fi
 pkill -f "crcudad.*$tmp/d.sock" 2>/dev/null
+
+# 4. Which of libcrcuda's locally cached answers differ from the driver's during the training.
+CRCUDA_VERIFY_LOCAL=1 "$build/crcudactl/crcudactl" run --backend cuda --socket "$tmp/d2.sock" -- "$py" \
+	"$top/tests/torch/train.py" --steps 20 >/dev/null 2>"$tmp/verify.err"
+echo "verify: $(grep -c 'verify:' "$tmp/verify.err") mismatches"
+grep 'verify:' "$tmp/verify.err" | sed 's/^([0-9. ]*) [0-9]* //' | sort | uniq -c | sort -rn | head -12
+pkill -f "crcudad.*$tmp/d2.sock" 2>/dev/null
