@@ -629,6 +629,20 @@ static CUresult ctx_stream_id(CUcontext ctx, CUstream stream, unsigned long long
 	return env->stream_id((uintptr_t)stream < 3 ? ctx : NULL, stream, per_thread != 0, id);
 }
 
+/* Slot 39: (unused, stream, *id) -> the id of a stream object; the driver's code reads a field of the
+ * stream (the one slot 51 returns for it) and refuses a NULL stream or id with INVALID_VALUE. */
+static CUresult ctx_stream_object_id(void *unused, CUstream stream, unsigned long long *id)
+{
+	const struct crc_export_env *env = env_get();
+
+	(void)unused;
+	if (!stream || !id)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!env || !env->stream_id)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	return env->stream_id(NULL, stream, 0, id);
+}
+
 /* ---- INTEGRITY_CHECK ------------------------------------------------------------------------- */
 
 /* MD2, RFC 1319. Its substitution table is a permutation of 0..255 built from the digits of pi. */
@@ -874,6 +888,7 @@ static void tables_build(void)
 
 	fill(tbl_ctx, CTX_WORDS, stubs_ctx, ARRAY_SIZE(stubs_ctx));
 	tbl_ctx[4] = (const void *)ctx_get_id;
+	tbl_ctx[39] = (const void *)ctx_stream_object_id;
 	tbl_ctx[51] = (const void *)ctx_stream_id;
 }
 

@@ -273,6 +273,15 @@ static void test_slots(void)
 	CHECK_EQ_INT(id, 1000);
 	CHECK_EQ_INT(stream_id(NULL, (CUstream)0x7000, NULL, 0), CUDA_ERROR_INVALID_VALUE);
 	CHECK_EQ_INT(stream_id(NULL, (CUstream)(uintptr_t)-1, &id, 0), CUDA_ERROR_INVALID_HANDLE);
+
+	/* Slot 39 (unused, stream, *id): a stream object's id; NULL stream or id refused. */
+	typedef CUresult (*fn_stream_obj_id_t)(void *, CUstream, unsigned long long *);
+	fn_stream_obj_id_t stream_obj_id = (fn_stream_obj_id_t)table(U_CTX)[39];
+	CHECK_EQ_INT(stream_obj_id(NULL, (CUstream)0x7100, &id), CUDA_SUCCESS);
+	CHECK(seen_stream == (CUstream)0x7100 && seen_ctx == NULL && !seen_per_thread);
+	CHECK_EQ_INT(id, 0x7100);
+	CHECK_EQ_INT(stream_obj_id(NULL, NULL, &id), CUDA_ERROR_INVALID_VALUE);
+	CHECK_EQ_INT(stream_obj_id(NULL, (CUstream)0x7100, NULL), CUDA_ERROR_INVALID_VALUE);
 }
 
 /* ---- Context-local storage ------------------------------------------------------------------- */
