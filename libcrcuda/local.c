@@ -458,6 +458,45 @@ CUresult crc_local_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *
 	return CUDA_SUCCESS;
 }
 
+/* The same answer with the capture details a capturing stream would have (cuBLAS asks before every
+ * GEMM): none, since cuStreamBeginCapture is refused. */
+static CUresult capture_info(CUstream hStream, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,
+			     const CUgraphNode **deps, const CUgraphEdgeData **edges, size_t *ndeps)
+{
+	CUresult res = crc_local_cuStreamIsCapturing(hStream, status);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (id)
+		*id = 0;
+	if (graph)
+		*graph = NULL;
+	if (deps)
+		*deps = NULL;
+	if (edges)
+		*edges = NULL;
+	if (ndeps)
+		*ndeps = 0;
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_hook_cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+					    cuuint64_t *id_out, CUgraph *graph_out,
+					    const CUgraphNode **dependencies_out, size_t *numDependencies_out)
+{
+	return capture_info(hStream, captureStatus_out, id_out, graph_out, dependencies_out, NULL,
+			    numDependencies_out);
+}
+
+CUresult crc_hook_cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+					    cuuint64_t *id_out, CUgraph *graph_out,
+					    const CUgraphNode **dependencies_out,
+					    const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out)
+{
+	return capture_info(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out,
+			    numDependencies_out);
+}
+
 /* ---- memory ---------------------------------------------------------------------------------------- */
 /* Every allocation is served in 2 MiB granules by the daemon's VA allocator. */
 CUresult crc_local_cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
