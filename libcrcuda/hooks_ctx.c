@@ -2,6 +2,7 @@
  * thread lives here; every request carries the current context and the daemon makes it current. */
 #define LOG_PREFIX "libcrcuda: "
 #include <string.h>
+#include <unistd.h>
 
 #include "client.h"
 #include "crcuda/log.h"
@@ -27,6 +28,31 @@ void crc_primary_state(CUdevice dev, unsigned *flags, int *active)
 	pthread_mutex_unlock(&primary_lock);
 }
 
+/* A stream's id. The special handles (0, legacy, per-thread) name a context's default stream, which
+ * the driver's cuStreamGetId does not answer for when the call comes through the daemon (its own
+ * default streams are not the application's; CUDA_ERROR_INVALID_HANDLE, seen on the H200): they
+ * get ids of their own, stable per context (and per thread for the per-thread stream), with the top
+ * bit set so they never equal a real stream's. */
+static CUresult default_stream_id(uint64_t ctx, bool per_thread, unsigned long long *id)
+{
+	if (!ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*id = 1ull << 63 | (uint64_t)crc_vhandle_index(ctx) << 32 |
+	      (per_thread ? ((uint64_t)(gettid() & 0x3fffffff) << 2 | 2) : 1);
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_hook_cuStreamGetId(CUstream hStream, unsigned long long *streamId)
+{
+	uintptr_t v = (uintptr_t)hStream;
+
+	if (!streamId)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (v >= 3)
+		return crc_fwd_cuStreamGetId(hStream, streamId);
+	return default_stream_id(crc_current_ctx(), v == 2 || (v == 0 && crc_self()->ptds), streamId);
+}
+
 #ifdef CRC_HAVE_EXPORT_TABLES
 static CUresult env_primary_ctx(CUdevice dev, CUcontext *out)
 {
@@ -47,22 +73,13 @@ static CUresult env_ctx_id(CUcontext ctx, unsigned long long *id)
 	return crc_fwd_cuCtxGetId(ctx, id);
 }
 
-/* The exported entry points (this library's own), so the per-thread variant marks the thread. */
-CUresult cuStreamGetId_ptsz(CUstream hStream, unsigned long long *streamId);
-
+/* cuBLASLt's table: the same, with the context given for the special handles. */
 static CUresult env_stream_id(CUcontext ctx, CUstream stream, int per_thread, unsigned long long *id)
 {
-	CUcontext popped;
-	CUresult res;
-
 	if ((uintptr_t)stream >= 3)
-		return cuStreamGetId(stream, id);
-	if (ctx && (res = cuCtxPushCurrent(ctx)) != CUDA_SUCCESS)
-		return res;
-	res = per_thread ? cuStreamGetId_ptsz(stream, id) : cuStreamGetId(stream, id);
-	if (ctx)
-		cuCtxPopCurrent(&popped);
-	return res;
+		return crc_hook_cuStreamGetId(stream, id);
+	return default_stream_id(ctx ? (uintptr_t)ctx : crc_current_ctx(),
+				 per_thread || stream == CU_STREAM_PER_THREAD, id);
 }
 
 static CUresult env_driver_version(int *version)
