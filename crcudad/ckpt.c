@@ -794,7 +794,10 @@ static int replay_one(struct crc_session *s, struct crc_store *st, const struct 
 	return rc;
 }
 
-/* Uploads every region's chunks (double-buffered pinned staging, async copies). */
+/* Uploads every region's chunks: double-buffered pinned staging of UPLOAD_BATCH chunks, each batch
+ * read and hash-checked by UPLOAD_READERS threads while the other batch's async copies run. */
+#define UPLOAD_BATCH   16
+#define UPLOAD_READERS 4
 static int upload(struct crc_session *s, struct crc_store *st, const struct crc_manifest *mf, char *why,
 		  size_t why_len)
 {
@@ -817,7 +820,7 @@ static int upload(struct crc_session *s, struct crc_store *st, const struct crc_
 	s->cur_ctx = UINT64_MAX;
 	res = CALL(cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
 	for (int b = 0; b < 2 && res == CUDA_SUCCESS; b++) {
-		res = CALL(cuMemAllocHost_v2, &buf[b], max);
+		res = CALL(cuMemAllocHost_v2, &buf[b], max * UPLOAD_BATCH);
 		if (res == CUDA_SUCCESS)
 			res = CALL(cuEventCreate, &ev[b], CU_EVENT_DISABLE_TIMING);
 	}
@@ -858,27 +861,39 @@ static int upload(struct crc_session *s, struct crc_store *st, const struct crc_
 		} else if (rg->kind != CRC_REGION_DEVICE_ALLOC) {
 			continue;
 		}
-		for (uint32_t c = 0; c < rg->nchunks && !rc; c++) {
-			size_t got = 0;
+		/* Batches of chunks: read and checked by several threads into one staging buffer while
+		 * the other one's copy runs. */
+		for (uint32_t c = 0; c < rg->nchunks && !rc; c += UPLOAD_BATCH) {
+			uint32_t nb = rg->nchunks - c < UPLOAD_BATCH ? rg->nchunks - c : UPLOAD_BATCH;
+			struct crc_hash hashes[UPLOAD_BATCH];
+			void *bufs[UPLOAD_BATCH];
+			size_t lens[UPLOAD_BATCH];
 
+			for (uint32_t b = 0; b < nb; b++) {
+				hashes[b] = rg->chunks[c + b].hash;
+				bufs[b] = (uint8_t *)buf[k] + (size_t)b * max;
+				lens[b] = max;
+			}
 			res = CALL(cuEventSynchronize, ev[k]);
 			if (res == CUDA_SUCCESS)
-				rc = crc_store_chunk_read(st, &rg->chunks[c].hash, buf[k], max, &got);
+				rc = crc_store_chunks_read(st, hashes, nb, bufs, lens, UPLOAD_READERS);
 			if (res != CUDA_SUCCESS || rc) {
-				snprintf(why, why_len, "region %u chunk %u: %s", i, c,
+				snprintf(why, why_len, "region %u chunks %u..%u: %s", i, c, c + nb - 1,
 					 rc ? crc_strerror(rc) : "CUDA error waiting for a copy");
 				rc = rc ? rc : CRC_ECUDA;
 				break;
 			}
-			res = CALL(cuMemcpyHtoDAsync_v2, addr + off, buf[k], got, stream);
+			for (uint32_t b = 0; b < nb && res == CUDA_SUCCESS; b++) {
+				res = CALL(cuMemcpyHtoDAsync_v2, addr + off, bufs[b], lens[b], stream);
+				off += lens[b];
+			}
 			if (res == CUDA_SUCCESS)
 				res = CALL(cuEventRecord, ev[k], stream);
 			if (res != CUDA_SUCCESS) {
-				snprintf(why, why_len, "uploading %#" PRIx64 "+%zu: CUDA error %d",
-					 addr + off, got, res);
+				snprintf(why, why_len, "uploading region %u near %#" PRIx64 ": CUDA error %d",
+					 i, addr + off, res);
 				rc = CRC_ECUDA;
 			}
-			off += got;
 			k ^= 1;
 		}
 	}

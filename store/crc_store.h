@@ -269,6 +269,14 @@ int crc_store_manifest_delete(struct crc_store *st, uint64_t ckpt_id);
 int crc_store_chunk_read(struct crc_store *st, const struct crc_hash *hash, void *buf, size_t buflen,
 			 size_t *out_len);
 
+/* Reads n chunks, chunk i into bufs[i] (at least lens[i] bytes, where *lens[i] on return is its
+ * length), each checked against its hash, with up to `threads` threads reading and hashing at once
+ * (restore's upload path; the store handle must not be used by another thread meanwhile).
+ * @retval CRC_ENOTFOUND, CRC_ECORRUPT, CRC_ETRUNC, CRC_EINVAL (a buffer too small) as
+ *         crc_store_chunk_read, for the first chunk that failed */
+int crc_store_chunks_read(struct crc_store *st, const struct crc_hash *hashes, size_t n, void *const *bufs,
+			  size_t *lens, unsigned threads);
+
 /* One problem crc_store_verify() found. what is a short sentence; id names the object (a chunk hash
  * in hex, a pack file name, "ckpt 3"); err is CRC_ECORRUPT, CRC_ETRUNC or CRC_ENOTFOUND. */
 typedef void (*crc_problem_fn)(void *arg, int err, const char *id, const char *what);

@@ -2,6 +2,8 @@
 #define LOG_PREFIX "store: "
 
 #include <errno.h>
+#include <stdatomic.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -260,33 +262,33 @@ int crc__chunk_locate(struct crc_store *st, MDB_txn *txn, const struct crc_hash 
 	return 0;
 }
 
-int crc__chunk_read_at(struct crc_store *st, const struct crc_hash *hash, const struct chunk_loc *loc,
-		       void *buf)
+/* Reads and checks one chunk through the pack file descriptor cache *fd / *fd_pack (one per thread). */
+static int chunk_read_fd(struct crc_store *st, const struct crc_hash *hash, const struct chunk_loc *loc,
+			 void *buf, int *fd, uint64_t *fd_pack)
 {
 	char path[PATH_MAX], hex[CRC_HASH_HEX_LEN + 1];
 	crc_hash_to_hex(hash, hex);
 	crc__pack_path(st, loc->pack, path, sizeof(path));
-	if (st->read_fd < 0 || st->read_pack != loc->pack) {
-		if (st->read_fd >= 0)
-			close(st->read_fd);
-		st->read_fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (st->read_fd < 0) {
+	if (*fd < 0 || *fd_pack != loc->pack) {
+		if (*fd >= 0)
+			close(*fd);
+		*fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (*fd < 0) {
 			int rc = errno == ENOENT ? CRC_ETRUNC : -errno;
 			pr_perror("chunk %s: opening %s", hex, path);
 			return rc;
 		}
-		st->read_pack = loc->pack;
+		*fd_pack = loc->pack;
 		/* Chunks are mostly read in file order (restore, verify): ask for deep readahead. */
-		posix_fadvise(st->read_fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+		posix_fadvise(*fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	}
 	/* Start reading the bytes that follow while this chunk is hashed: chunks are mostly read in file
 	 * order, and this overlaps the disk with the hashing. */
-	posix_fadvise(st->read_fd, (off_t)(loc->offset + loc->length), (off_t)loc->length,
-		      POSIX_FADV_WILLNEED);
+	posix_fadvise(*fd, (off_t)(loc->offset + loc->length), (off_t)loc->length, POSIX_FADV_WILLNEED);
 	uint8_t *p = buf;
 	size_t done = 0;
 	while (done < loc->length) {
-		ssize_t r = pread(st->read_fd, p + done, loc->length - done, (off_t)(loc->offset + done));
+		ssize_t r = pread(*fd, p + done, loc->length - done, (off_t)(loc->offset + done));
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0) {
@@ -314,6 +316,12 @@ int crc__chunk_read_at(struct crc_store *st, const struct crc_hash *hash, const 
 	return 0;
 }
 
+int crc__chunk_read_at(struct crc_store *st, const struct crc_hash *hash, const struct chunk_loc *loc,
+		       void *buf)
+{
+	return chunk_read_fd(st, hash, loc, buf, &st->read_fd, &st->read_pack);
+}
+
 int crc_store_chunk_read(struct crc_store *st, const struct crc_hash *hash, void *buf, size_t buflen,
 			 size_t *out_len)
 {
@@ -333,4 +341,78 @@ int crc_store_chunk_read(struct crc_store *st, const struct crc_hash *hash, void
 	if (buflen < loc.length)
 		return CRC_EINVAL;
 	return crc__chunk_read_at(st, hash, &loc, buf);
+}
+
+/* ---- parallel reads ------------------------------------------------------------------------------ */
+struct batch {
+	struct crc_store *st;
+	const struct crc_hash *hashes;
+	const struct chunk_loc *locs;
+	void *const *bufs;
+	size_t n;
+	unsigned threads;
+	atomic_size_t next;
+	atomic_int rc;
+};
+
+static void *batch_worker(void *arg)
+{
+	struct batch *b = arg;
+	int fd = -1;
+	uint64_t fd_pack = 0;
+
+	for (size_t i; (i = atomic_fetch_add(&b->next, 1)) < b->n && !atomic_load(&b->rc);) {
+		int rc = chunk_read_fd(b->st, &b->hashes[i], &b->locs[i], b->bufs[i], &fd, &fd_pack);
+		int zero = 0;
+
+		if (rc)
+			atomic_compare_exchange_strong(&b->rc, &zero, rc);
+	}
+	if (fd >= 0)
+		close(fd);
+	return NULL;
+}
+
+int crc_store_chunks_read(struct crc_store *st, const struct crc_hash *hashes, size_t n, void *const *bufs,
+			  size_t *lens, unsigned threads)
+{
+	if (!st || (n && (!hashes || !bufs || !lens)))
+		return CRC_EINVAL;
+	if (!n)
+		return 0;
+	struct chunk_loc *locs = calloc(n, sizeof(*locs));
+	if (!locs)
+		return CRC_ENOMEM;
+	MDB_txn *txn;
+	int rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn);
+	if (rc) {
+		free(locs);
+		return crc__mdb_err(rc, "mdb_txn_begin");
+	}
+	for (size_t i = 0; i < n && !rc; i++) {
+		rc = crc__chunk_locate(st, txn, &hashes[i], &locs[i]);
+		if (!rc && lens[i] < locs[i].length)
+			rc = CRC_EINVAL;
+		if (!rc)
+			lens[i] = locs[i].length;
+	}
+	mdb_txn_abort(txn);
+	if (rc) {
+		free(locs);
+		return rc;
+	}
+	struct batch b = {.st = st, .hashes = hashes, .locs = locs, .bufs = bufs, .n = n};
+	pthread_t tids[16];
+	unsigned started = 0;
+	if (threads > 16)
+		threads = 16;
+	/* The calling thread is one of the readers. */
+	for (unsigned t = 1; t < threads && t < n; t++)
+		if (!pthread_create(&tids[started], NULL, batch_worker, &b))
+			started++;
+	batch_worker(&b);
+	for (unsigned t = 0; t < started; t++)
+		pthread_join(tids[t], NULL);
+	free(locs);
+	return atomic_load(&b.rc);
 }

@@ -1,5 +1,7 @@
 /* Store unit tests; argv[1] names the test (each is its own ctest entry). */
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <lmdb.h>
 #include <sys/stat.h>
@@ -587,6 +589,66 @@ static void test_gc(void)
 	free(dir);
 }
 
+/* crc_store_chunks_read: many chunks by several threads, each checked; a flipped byte is found. */
+static void test_batch_read(void)
+{
+	char *dir;
+	struct crc_store *st = fresh_store(&dir);
+	uint64_t session;
+	enum { N = 24 };
+	const size_t len = 96 << 10;
+	uint64_t seeds[N];
+	for (int i = 0; i < N; i++)
+		seeds[i] = 100 + (uint64_t)i;
+	CHECK_OK(crc_store_session_create(st, "b", &session));
+	uint64_t id = commit_chunks(st, session, seeds, N, len);
+	struct crc_manifest *mf;
+	CHECK_OK(crc_store_manifest_get(st, id, &mf));
+	CHECK_EQ_INT(mf->regions[0].nchunks, N);
+	struct crc_hash hashes[N];
+	void *bufs[N];
+	size_t lens[N];
+	uint8_t *want = malloc(len);
+	CHECK(want);
+	for (int i = 0; i < N; i++) {
+		hashes[i] = mf->regions[0].chunks[i].hash;
+		bufs[i] = malloc(len);
+		CHECK(bufs[i]);
+		lens[i] = len;
+	}
+	CHECK_OK(crc_store_chunks_read(st, hashes, N, bufs, lens, 4));
+	for (int i = 0; i < N; i++) {
+		test_fill(want, len, seeds[i]);
+		CHECK_EQ_INT(lens[i], len);
+		CHECK(!memcmp(bufs[i], want, len));
+	}
+	lens[3] = len - 1; /* a buffer too small */
+	CHECK_EQ_INT(crc_store_chunks_read(st, hashes, N, bufs, lens, 4), CRC_EINVAL);
+	for (int i = 0; i < N; i++)
+		lens[i] = len;
+	/* One flipped byte in the pack: the batch fails with CRC_ECORRUPT. */
+	char *packs;
+	CHECK(asprintf(&packs, "%s/packs", dir) > 0);
+	DIR *d = opendir(packs);
+	struct dirent *e;
+	char path[PATH_MAX] = "";
+	while (d && (e = readdir(d)))
+		if (strstr(e->d_name, ".pack"))
+			snprintf(path, sizeof(path), "%s/%s", packs, e->d_name);
+	if (d)
+		closedir(d);
+	CHECK(path[0]);
+	flip_byte(path, 4096);
+	CHECK_EQ_INT(crc_store_chunks_read(st, hashes, N, bufs, lens, 4), CRC_ECORRUPT);
+	for (int i = 0; i < N; i++)
+		free(bufs[i]);
+	free(want);
+	free(packs);
+	crc_manifest_free(mf);
+	crc_store_close(st);
+	free(dir);
+}
+
 /* gc while the only pack on disk is a live writer's: skipping it is no error, whatever the
  * directory order (a skipped pack once leaked MDB_NOTFOUND out of gc when it came last). */
 static void test_gc_live_writer_only(void)
@@ -632,6 +694,7 @@ int main(int argc, char **argv)
 	    {"schema", test_schema},
 	    {"gc", test_gc},
 	    {"gc_live_writer_only", test_gc_live_writer_only},
+	    {"batch_read", test_batch_read},
 	};
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
 		if (argc > 1 && strcmp(argv[1], tests[i].name))
