@@ -267,9 +267,12 @@ CUresult crc_local_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfu
 	CUresult res = func_attr(pi, attrib, (uintptr_t)hfunc);
 	int real = 0;
 
-	if (res == CUDA_SUCCESS && verify_local())
-		verify_attr("cuFuncGetAttribute", attrib, *pi,
-			    crc_fwd_cuFuncGetAttribute(&real, attrib, hfunc), real);
+	if (res == CUDA_SUCCESS && verify_local()) {
+		/* The call first: the order arguments are evaluated in is unspecified. */
+		CUresult real_res = crc_fwd_cuFuncGetAttribute(&real, attrib, hfunc);
+
+		verify_attr("cuFuncGetAttribute", attrib, *pi, real_res, real);
+	}
 	return res;
 }
 
@@ -280,9 +283,11 @@ CUresult crc_local_cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CU
 
 	if (res == CUDA_SUCCESS)
 		res = func_attr(pi, attrib, (uintptr_t)kernel);
-	if (res == CUDA_SUCCESS && verify_local())
-		verify_attr("cuKernelGetAttribute", attrib, *pi,
-			    crc_fwd_cuKernelGetAttribute(&real, attrib, kernel, dev), real);
+	if (res == CUDA_SUCCESS && verify_local()) {
+		CUresult real_res = crc_fwd_cuKernelGetAttribute(&real, attrib, kernel, dev);
+
+		verify_attr("cuKernelGetAttribute", attrib, *pi, real_res, real);
+	}
 	return res;
 }
 
