@@ -17,7 +17,9 @@ set -u
 build=$1 case=$2
 ctl=$build/crcudactl/crcudactl
 progs=$build/tests/programs
-app_bin=$progs/state_app
+# CR_APP: another program with state_app's options and checksum line (tests/cudart/state_rt, built
+# with static or shared cudart), with CR_SIM_KERNELS naming its host kernels.
+app_bin=${CR_APP:-$progs/state_app}
 top=$(cd "$(dirname "$0")/../.." && pwd)
 
 skip() { echo "SKIP: $*"; exit 77; }
@@ -37,7 +39,7 @@ tmp=$(mktemp -d /tmp/crcuda-cr.XXXXXX)
 sock=$tmp/d/crcudad.sock
 log=$tmp/d/crcudad.log
 store=$tmp/store
-export CRCUDA_SIM_KERNELS=$progs/libcrcuda_test_kernels.so CRCUDA_SOCKET=$sock CRCUDA_STORE=$store
+export CRCUDA_SIM_KERNELS=${CR_SIM_KERNELS:-$progs/libcrcuda_test_kernels.so} CRCUDA_SOCKET=$sock CRCUDA_STORE=$store
 export CRCUDA_CRIU=$criu
 unset CRCUDA_REMOTE CRCUDA_TOKEN CRCUDA_TOKEN_FILE CRCUDA_LIBDIR CRCUDAD CRCUDA_DAEMON
 app_args=(--mb 8 --chunks 4 --steps 24)

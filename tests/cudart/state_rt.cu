@@ -1,0 +1,107 @@
+// state_rt: tests/programs/state_app written against the CUDA runtime (cudart), for checkpoint/restore
+// of nvcc-built programs (tests/cr, CR_APP=cudart_state_rt_static|shared). The same kernels, options and
+// checksum line: --mb --chunks --steps --ready-at --ready-file --go-file --seed. Halfway it writes the
+// ready file with steps still in flight and waits for the go file.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cudart_test.h"
+
+// The kernels have state_app's names and bodies, so the simulated device runs them with state_app's
+// host implementations.
+extern "C" __global__ void state_init(unsigned *x, unsigned long long n, unsigned seed)
+{
+	for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+	     i += (unsigned long long)gridDim.x * blockDim.x)
+		x[i] = (unsigned)(i * 2654435761ull) ^ seed;
+}
+
+extern "C" __global__ void state_step(unsigned *x, unsigned long long n, unsigned step)
+{
+	for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+	     i += (unsigned long long)gridDim.x * blockDim.x)
+		x[i] = x[i] * 1664525u + 1013904223u + step;
+}
+
+extern "C" __global__ void state_checksum(const unsigned *x, unsigned long long n, unsigned long long *sum)
+{
+	unsigned long long local = 0;
+	for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+	     i += (unsigned long long)gridDim.x * blockDim.x)
+		local += x[i] ^ (unsigned)i;
+	atomicAdd(sum, local);
+}
+
+int main(int argc, char **argv)
+{
+	unsigned long mb = 64;
+	unsigned chunks = 4, steps = 20, ready_at = ~0u, seed = 7;
+	const char *ready_file = NULL, *go_file = NULL;
+	for (int i = 1; i + 1 < argc; i += 2) {
+		const char *a = argv[i], *v = argv[i + 1];
+		if (!strcmp(a, "--mb"))
+			mb = strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--chunks"))
+			chunks = (unsigned)strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--steps"))
+			steps = (unsigned)strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--ready-at"))
+			ready_at = (unsigned)strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--seed"))
+			seed = (unsigned)strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--ready-file"))
+			ready_file = v;
+		else if (!strcmp(a, "--go-file"))
+			go_file = v;
+		else {
+			fprintf(stderr, "state_rt: unknown option %s\n", a);
+			return 2;
+		}
+	}
+	if (ready_at == ~0u)
+		ready_at = steps / 2;
+	cudart_test_init("state_rt");
+	unsigned long long words = ((unsigned long long)mb << 20) / 4 / chunks;
+	unsigned **bufs = (unsigned **)calloc(chunks, sizeof(*bufs));
+	CHECK(bufs);
+	cudaStream_t stream;
+	CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+	for (unsigned c = 0; c < chunks; c++) {
+		CUDA_CHECK(cudaMalloc(&bufs[c], words * 4));
+		state_init<<<264, 256, 0, stream>>>(bufs[c], words, seed + c);
+		CUDA_CHECK_LAUNCH();
+	}
+	for (unsigned step = 1; step <= steps; step++) {
+		for (unsigned c = 0; c < chunks; c++) {
+			state_step<<<264, 256, 0, stream>>>(bufs[c], words, step);
+			CUDA_CHECK_LAUNCH();
+		}
+		if (step == ready_at && ready_file) {
+			char tmp[4096];
+			snprintf(tmp, sizeof(tmp), "%s.tmp", ready_file);
+			FILE *f = fopen(tmp, "w");
+			CHECK(f && fprintf(f, "ready %u\n", step) > 0 && !fclose(f) && !rename(tmp, ready_file));
+			while (go_file && access(go_file, F_OK))
+				usleep(10000);
+		}
+	}
+	unsigned long long *dsum, part, total = 0;
+	CUDA_CHECK(cudaMalloc(&dsum, sizeof(*dsum)));
+	for (unsigned c = 0; c < chunks; c++) {
+		CUDA_CHECK(cudaMemsetAsync(dsum, 0, sizeof(*dsum), stream));
+		state_checksum<<<264, 256, 0, stream>>>(bufs[c], words, dsum);
+		CUDA_CHECK_LAUNCH();
+		CUDA_CHECK(cudaMemcpyAsync(&part, dsum, sizeof(part), cudaMemcpyDeviceToHost, stream));
+		CUDA_CHECK(cudaStreamSynchronize(stream));
+		total += part * (c + 1);
+	}
+	printf("state_rt: mb=%lu chunks=%u steps=%u checksum=%016llx\n", mb, chunks, steps, total);
+	for (unsigned c = 0; c < chunks; c++)
+		CUDA_CHECK(cudaFree(bufs[c]));
+	CUDA_CHECK(cudaFree(dsum));
+	CUDA_CHECK(cudaStreamDestroy(stream));
+	free(bufs);
+	return 0;
+}
