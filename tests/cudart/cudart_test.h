@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CUDART_TEST_SKIP 77
+#include "check.h" /* CHECK, CHECK_EQ_INT: the project's test assertions */
 
 #define CUDA_CHECK(call)                                                                                     \
 	do {                                                                                                 \
@@ -22,24 +22,6 @@
 
 /* A launch: its configuration error now, its execution error at the next synchronisation. */
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
-
-#define CHECK(cond)                                                                                          \
-	do {                                                                                                 \
-		if (!(cond)) {                                                                               \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);             \
-			exit(1);                                                                             \
-		}                                                                                            \
-	} while (0)
-
-#define CHECK_EQ(a, b)                                                                                       \
-	do {                                                                                                 \
-		long long check_a_ = (long long)(a), check_b_ = (long long)(b);                              \
-		if (check_a_ != check_b_) {                                                                  \
-			fprintf(stderr, "%s:%d: CHECK failed: %s == %s (%lld != %lld)\n", __FILE__,          \
-				__LINE__, #a, #b, check_a_, check_b_);                                       \
-			exit(1);                                                                             \
-		}                                                                                            \
-	} while (0)
 
 /* Exits 77 when cudart finds no device or no usable driver, as a GPU-less machine reports it. */
 static inline void cudart_test_init(const char *program)
@@ -58,7 +40,7 @@ static inline void cudart_test_init(const char *program)
 	case cudaErrorDevicesUnavailable:
 		fprintf(stderr, "%s: skipped: no usable CUDA device (cudaGetDeviceCount: %s)\n", program,
 			cudaGetErrorName(err));
-		exit(CUDART_TEST_SKIP);
+		exit(CHECK_SKIP);
 	default:
 		fprintf(stderr, "%s: cudaGetDeviceCount failed: %s (%d)\n", program, cudaGetErrorName(err),
 			(int)err);
@@ -66,7 +48,7 @@ static inline void cudart_test_init(const char *program)
 	}
 	if (!count) {
 		fprintf(stderr, "%s: skipped: no CUDA device\n", program);
-		exit(CUDART_TEST_SKIP);
+		exit(CHECK_SKIP);
 	}
 	CUDA_CHECK(cudaSetDevice(0));
 }

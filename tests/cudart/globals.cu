@@ -33,15 +33,15 @@ int main(void)
 
 	cudart_test_init("globals");
 	CUDA_CHECK(cudaMemcpyFromSymbol(&count, counter, sizeof(count)));
-	CHECK_EQ(count, 42);
+	CHECK_EQ_INT(count, 42);
 	CUDA_CHECK(cudaMemcpyFromSymbol(tab, table, sizeof(tab)));
 	for (int k = 0; k < 4; k++)
-		CHECK_EQ(tab[k], 10 * (k + 1));
+		CHECK_EQ_INT(tab[k], 10 * (k + 1));
 
 	CUDA_CHECK(cudaMemcpyToSymbol(coeffs, first, sizeof(first)));
 	CUDA_CHECK(cudaMemcpyToSymbol(coeffs, &last, sizeof(last), 3 * sizeof(int)));
 	CUDA_CHECK(cudaMemcpyFromSymbol(&c3, coeffs, sizeof(c3), 3 * sizeof(int)));
-	CHECK_EQ(c3, 100);
+	CHECK_EQ_INT(c3, 100);
 
 	CUDA_CHECK(cudaMalloc(&dev, sizeof(out)));
 	apply<<<2, N / 2>>>(dev, N);
@@ -50,13 +50,13 @@ int main(void)
 	CUDA_CHECK_LAUNCH();
 	CUDA_CHECK(cudaMemcpy(out, dev, sizeof(out), cudaMemcpyDeviceToHost));
 	for (int i = 0; i < N; i++)
-		CHECK_EQ(out[i], want_coeffs[i % 4] * i + 10 * (i % 4 + 1));
+		CHECK_EQ_INT(out[i], want_coeffs[i % 4] * i + 10 * (i % 4 + 1));
 
 	CUDA_CHECK(cudaMemcpyFromSymbol(&count, counter, sizeof(count)));
-	CHECK_EQ(count, 42 + N);
+	CHECK_EQ_INT(count, 42 + N);
 	CUDA_CHECK(cudaMemcpyFromSymbol(tab, table, sizeof(tab)));
 	for (int k = 0; k < 4; k++)
-		CHECK_EQ(tab[k], 10 * (k + 1) + want_coeffs[k]);
+		CHECK_EQ_INT(tab[k], 10 * (k + 1) + want_coeffs[k]);
 	CUDA_CHECK(cudaFree(dev));
 	return cudart_test_pass("globals");
 }

@@ -21,7 +21,7 @@ int main(void)
 	CUDA_CHECK_LAUNCH();
 	CUDA_CHECK(cudaDeviceSynchronize());
 	CUDA_CHECK(cudaMemcpy(&total, dev, sizeof(total), cudaMemcpyDeviceToHost));
-	CHECK_EQ(total, (unsigned long long)LAUNCHES * (LAUNCHES + 1) / 2);
+	CHECK_EQ_INT(total, (unsigned long long)LAUNCHES * (LAUNCHES + 1) / 2);
 	CUDA_CHECK(cudaFree(dev));
 	return cudart_test_pass("many_launches");
 }

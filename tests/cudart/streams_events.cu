@@ -84,7 +84,7 @@ int main(void)
 	CHECK(ms >= 0.0f);
 	// c = b - a = (2a + 1) - a = a + 1 = ROUNDS + i + 1
 	for (int i = 0; i < N; i++)
-		CHECK_EQ(host[i], ROUNDS + i + 1);
+		CHECK_EQ_INT(host[i], ROUNDS + i + 1);
 
 	CUDA_CHECK(cudaStreamSynchronize(sa));
 	CUDA_CHECK(cudaStreamSynchronize(sb));

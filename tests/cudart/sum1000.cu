@@ -20,7 +20,7 @@ int main(void)
 	sum_to<<<1, 1>>>(dev, 1000);
 	CUDA_CHECK_LAUNCH();
 	CUDA_CHECK(cudaMemcpy(&result, dev, sizeof(result), cudaMemcpyDeviceToHost));
-	CHECK_EQ(result, 500500);
+	CHECK_EQ_INT(result, 500500);
 	CUDA_CHECK(cudaFree(dev));
 	return cudart_test_pass("sum1000");
 }
