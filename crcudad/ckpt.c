@@ -559,6 +559,7 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 	free(src);
 	free(idx);
 	stats.seconds = now_s() - t0;
+	stats.new_bytes = crc_ckpt_new_bytes(s->ckpt);
 	memcpy(s->cmd_out, &stats, sizeof(stats));
 	s->cmd_out_len = sizeof(stats);
 	s->state = CRC_CTL_CHECKPOINTED;

@@ -28,6 +28,7 @@ struct crc_ckpt {
 	struct chunk_loc *newlocs;
 	struct crc_hash *newhashes;
 	size_t nnew, capnew;
+	uint64_t new_bytes;
 	struct pack_writer pw;
 	int error; /* sticky: after a failed write only abort makes sense */
 };
@@ -163,6 +164,7 @@ static int ckpt_add_chunk(struct crc_ckpt *ck, const void *data, size_t len, str
 	struct chunk_loc loc;
 	if ((rc = crc__pw_append(&ck->pw, hash, data, len, &loc)) || (rc = record_new_chunk(ck, hash, &loc)))
 		return rc;
+	ck->new_bytes += len;
 	/* Re-find: the set did not grow since insert, so the slot is still valid. */
 	slot->value = ck->nnew;
 	return 0;
@@ -400,4 +402,9 @@ fail:
 		mdb_txn_abort(txn);
 	ckpt_free(ck, true);
 	return rc;
+}
+
+uint64_t crc_ckpt_new_bytes(const struct crc_ckpt *ck)
+{
+	return ck ? ck->new_bytes : 0;
 }

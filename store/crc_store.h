@@ -206,6 +206,10 @@ int crc_ckpt_meta_set(struct crc_ckpt *ck, const char *key, const char *value);
  * @retval CRC_EIO, -errno writing or syncing pack files
  * @retval CRC_ENOSPC, CRC_EDB, CRC_ECORRUPT LMDB failures */
 int crc_ckpt_commit(struct crc_ckpt *ck, uint64_t *out_id);
+
+/* Bytes this checkpoint wrote to the store so far: chunks the store already held (an unchanged region,
+ * a dedup hit) are not written again and do not count. */
+uint64_t crc_ckpt_new_bytes(const struct crc_ckpt *ck);
 /* Drops the checkpoint and deletes the pack files it wrote. NULL is allowed. */
 void crc_ckpt_abort(struct crc_ckpt *ck);
 

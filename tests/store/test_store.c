@@ -290,6 +290,20 @@ static void test_dedup(void)
 		CHECK(got == len && !memcmp(buf, want, len));
 	}
 	crc_manifest_free(m);
+	/* crc_ckpt_new_bytes counts only what a checkpoint writes: a known chunk and a repeat are free. */
+	struct crc_ckpt *ck;
+	uint32_t r;
+	struct crc_region_desc d = {.kind = CRC_REGION_DEVICE_ALLOC, .size = 3 * len};
+	CHECK_OK(crc_ckpt_begin(st, session, &ck));
+	CHECK_OK(crc_ckpt_region_add(ck, &d, &r));
+	test_fill(buf, len, 1);
+	CHECK_OK(crc_ckpt_put_chunk(ck, r, buf, len, NULL));
+	CHECK_EQ_INT(crc_ckpt_new_bytes(ck), 0);
+	test_fill(buf, len, 4);
+	CHECK_OK(crc_ckpt_put_chunk(ck, r, buf, len, NULL));
+	CHECK_OK(crc_ckpt_put_chunk(ck, r, buf, len, NULL));
+	CHECK_EQ_INT(crc_ckpt_new_bytes(ck), len);
+	crc_ckpt_abort(ck);
 	free(buf);
 	free(want);
 	crc_store_close(st);
