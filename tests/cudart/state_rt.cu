@@ -9,30 +9,9 @@
 
 #include "cudart_test.h"
 
-// The kernels have state_app's names and bodies, so the simulated device runs them with state_app's
-// host implementations.
-extern "C" __global__ void state_init(unsigned *x, unsigned long long n, unsigned seed)
-{
-	for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
-	     i += (unsigned long long)gridDim.x * blockDim.x)
-		x[i] = (unsigned)(i * 2654435761ull) ^ seed;
-}
-
-extern "C" __global__ void state_step(unsigned *x, unsigned long long n, unsigned step)
-{
-	for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
-	     i += (unsigned long long)gridDim.x * blockDim.x)
-		x[i] = x[i] * 1664525u + 1013904223u + step;
-}
-
-extern "C" __global__ void state_checksum(const unsigned *x, unsigned long long n, unsigned long long *sum)
-{
-	unsigned long long local = 0;
-	for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
-	     i += (unsigned long long)gridDim.x * blockDim.x)
-		local += x[i] ^ (unsigned)i;
-	atomicAdd(sum, local);
-}
+// The kernels are state_app's own source (same names and bodies), so the simulated device runs them with
+// state_app's host implementations.
+#include "../programs/state_app.cu"
 
 int main(int argc, char **argv)
 {
