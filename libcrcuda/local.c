@@ -414,53 +414,53 @@ CUresult crc_local_cuStreamGetDevice(CUstream hStream, CUdevice *device)
 	return res == CUDA_SUCCESS ? crc_ctx_device(ctx, device) : res;
 }
 
+/* The cached facts of a stream: *si = NULL for the default streams (0, legacy, per-thread). */
+static CUresult stream_info(CUstream hStream, struct crc_stream_info **si)
+{
+	uint64_t v = (uintptr_t)hStream;
+
+	*si = NULL;
+	if (v == 0 || v == (uintptr_t)CU_STREAM_LEGACY || v == (uintptr_t)CU_STREAM_PER_THREAD)
+		return CUDA_SUCCESS;
+	*si = crc_stream_lookup(v);
+	return *si ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
 CUresult crc_local_cuStreamGetFlags(CUstream hStream, unsigned int *flags)
 {
 	struct crc_stream_info *si;
-	uint64_t v = (uintptr_t)hStream;
+	CUresult res;
 
 	if (!flags)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (v == 0 || v == (uintptr_t)CU_STREAM_LEGACY || v == (uintptr_t)CU_STREAM_PER_THREAD) {
-		*flags = CU_STREAM_DEFAULT;
-		return CUDA_SUCCESS;
-	}
-	si = crc_stream_lookup(v);
-	if (!si)
-		return CUDA_ERROR_INVALID_HANDLE;
-	*flags = si->flags;
-	return CUDA_SUCCESS;
+	if ((res = stream_info(hStream, &si)) == CUDA_SUCCESS)
+		*flags = si ? si->flags : CU_STREAM_DEFAULT;
+	return res;
 }
 
 CUresult crc_local_cuStreamGetPriority(CUstream hStream, int *priority)
 {
 	struct crc_stream_info *si;
-	uint64_t v = (uintptr_t)hStream;
+	CUresult res;
 
 	if (!priority)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (v == 0 || v == (uintptr_t)CU_STREAM_LEGACY || v == (uintptr_t)CU_STREAM_PER_THREAD) {
-		*priority = 0;
-		return CUDA_SUCCESS;
-	}
-	si = crc_stream_lookup(v);
-	if (!si)
-		return CUDA_ERROR_INVALID_HANDLE;
-	*priority = si->priority;
-	return CUDA_SUCCESS;
+	if ((res = stream_info(hStream, &si)) == CUDA_SUCCESS)
+		*priority = si ? si->priority : 0;
+	return res;
 }
 
 /* Stream capture is not forwarded (yet): no stream is ever capturing. */
 CUresult crc_local_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
-	uint64_t v = (uintptr_t)hStream;
+	struct crc_stream_info *si;
+	CUresult res;
 
 	if (!captureStatus)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (v > (uintptr_t)CU_STREAM_PER_THREAD && !crc_stream_lookup(v))
-		return CUDA_ERROR_INVALID_HANDLE;
-	*captureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
-	return CUDA_SUCCESS;
+	if ((res = stream_info(hStream, &si)) == CUDA_SUCCESS)
+		*captureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
+	return res;
 }
 
 /* The same answer with the capture details a capturing stream would have (cuBLAS asks before every
