@@ -15,50 +15,31 @@ if(NOT NVCC_EXECUTABLE)
 endif()
 set(CUDA_STUB_LIBCUDA ${CUDA_HOME}/lib64/stubs/libcuda.so)
 
-find_path(LMDB_INCLUDE_DIR lmdb.h)
-find_library(LMDB_LIBRARY lmdb)
-if(NOT LMDB_INCLUDE_DIR OR NOT LMDB_LIBRARY)
-  message(FATAL_ERROR "LMDB not found: run scripts/setup.sh (Debian package liblmdb-dev)")
-endif()
-add_library(lmdb::lmdb UNKNOWN IMPORTED)
-set_target_properties(lmdb::lmdb PROPERTIES IMPORTED_LOCATION ${LMDB_LIBRARY}
-                                            INTERFACE_INCLUDE_DIRECTORIES ${LMDB_INCLUDE_DIR})
+# crc_debian_library(<target> <header> <library> <what> <Debian package>): an imported target for a
+# library that scripts/setup.sh installs, or a clear error naming the package.
+function(crc_debian_library target header library what package)
+  string(MAKE_C_IDENTIFIER "${target}" var)
+  find_path(${var}_INCLUDE_DIR ${header})
+  find_library(${var}_LIBRARY ${library})
+  if(NOT ${var}_INCLUDE_DIR OR NOT ${var}_LIBRARY)
+    message(FATAL_ERROR "${what} not found: run scripts/setup.sh (Debian package ${package})")
+  endif()
+  add_library(${target} UNKNOWN IMPORTED GLOBAL)
+  set_target_properties(${target} PROPERTIES IMPORTED_LOCATION ${${var}_LIBRARY}
+                                             INTERFACE_INCLUDE_DIRECTORIES ${${var}_INCLUDE_DIR})
+endfunction()
 
-# xxHash (Debian libxxhash-dev): XXH3-128 content addresses of the store's chunks.
-find_path(XXHASH_INCLUDE_DIR xxhash.h)
-find_library(XXHASH_LIBRARY xxhash)
-if(NOT XXHASH_INCLUDE_DIR OR NOT XXHASH_LIBRARY)
-  message(FATAL_ERROR "xxHash not found: run scripts/setup.sh (Debian package libxxhash-dev)")
-endif()
-add_library(xxhash::xxhash UNKNOWN IMPORTED)
-set_target_properties(xxhash::xxhash PROPERTIES IMPORTED_LOCATION ${XXHASH_LIBRARY}
-                                                INTERFACE_INCLUDE_DIRECTORIES ${XXHASH_INCLUDE_DIR})
-
-# Jansson (Debian libjansson-dev): crcudactl's --json output.
-find_path(JANSSON_INCLUDE_DIR jansson.h)
-find_library(JANSSON_LIBRARY jansson)
-if(NOT JANSSON_INCLUDE_DIR OR NOT JANSSON_LIBRARY)
-  message(FATAL_ERROR "Jansson not found: run scripts/setup.sh (Debian package libjansson-dev)")
-endif()
-add_library(jansson::jansson UNKNOWN IMPORTED)
-set_target_properties(jansson::jansson PROPERTIES IMPORTED_LOCATION ${JANSSON_LIBRARY}
-                                                  INTERFACE_INCLUDE_DIRECTORIES ${JANSSON_INCLUDE_DIR})
+crc_debian_library(lmdb::lmdb lmdb.h lmdb LMDB liblmdb-dev)
+# XXH3-128 content addresses of the store's chunks.
+crc_debian_library(xxhash::xxhash xxhash.h xxhash xxHash libxxhash-dev)
+# crcudactl's --json output.
+crc_debian_library(jansson::jansson jansson.h jansson Jansson libjansson-dev)
+# Fatbin entries are compressed with LZ4 or zstd (common/modimage.c).
+crc_debian_library(crc::lz4 lz4.h lz4 LZ4 liblz4-dev)
+crc_debian_library(crc::zstd zstd.h zstd zstd libzstd-dev)
 
 find_package(Python3 REQUIRED COMPONENTS Interpreter)
 find_package(Threads REQUIRED)
 
 # Where scripts/setup.sh builds CRIU (project-local prefix).
 set(CRCUDA_DEPS_DIR ${PROJECT_SOURCE_DIR}/.deps CACHE PATH "project-local dependency prefix")
-
-# LZ4 and zstd: fatbin entries are compressed with one of them (common/modimage.c).
-find_path(LZ4_INCLUDE_DIR lz4.h)
-find_library(LZ4_LIBRARY lz4)
-find_path(ZSTD_INCLUDE_DIR zstd.h)
-find_library(ZSTD_LIBRARY zstd)
-if(NOT LZ4_INCLUDE_DIR OR NOT LZ4_LIBRARY OR NOT ZSTD_INCLUDE_DIR OR NOT ZSTD_LIBRARY)
-  message(FATAL_ERROR "LZ4 or zstd not found: run scripts/setup.sh (Debian packages liblz4-dev, libzstd-dev)")
-endif()
-add_library(crc::lz4 UNKNOWN IMPORTED)
-set_target_properties(crc::lz4 PROPERTIES IMPORTED_LOCATION ${LZ4_LIBRARY} INTERFACE_INCLUDE_DIRECTORIES ${LZ4_INCLUDE_DIR})
-add_library(crc::zstd UNKNOWN IMPORTED)
-set_target_properties(crc::zstd PROPERTIES IMPORTED_LOCATION ${ZSTD_LIBRARY} INTERFACE_INCLUDE_DIRECTORIES ${ZSTD_INCLUDE_DIR})
