@@ -233,11 +233,8 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 			daemon_arg = optarg;
 			break;
 		case OPT_TIMEOUT:
-			timeout = (unsigned)strtoul(optarg, &end, 10);
-			if (*end || !*optarg) {
-				ctl_error("checkpoint: --timeout wants seconds, got '%s'", optarg);
+			if (ctl_parse_timeout("checkpoint", optarg, &timeout))
 				return CTL_EXIT_USAGE;
-			}
 			break;
 		case OPT_JSON:
 			opts->json = true;

@@ -173,11 +173,8 @@ static int parse(int argc, char **argv, struct restore_args *a, struct ctl_opts 
 			}
 			break;
 		case OPT_TIMEOUT:
-			a->timeout = (unsigned)strtoul(optarg, &end, 10);
-			if (*end || !*optarg) {
-				ctl_error("restore: --timeout wants seconds, got '%s'", optarg);
+			if (ctl_parse_timeout("restore", optarg, &a->timeout))
 				return CTL_EXIT_USAGE;
-			}
 			break;
 		case OPT_JSON:
 			opts->json = true;

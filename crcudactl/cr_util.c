@@ -26,6 +26,18 @@ double ctl_now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+int ctl_parse_timeout(const char *cmd, const char *arg, unsigned *out)
+{
+	char *end;
+
+	*out = (unsigned)strtoul(arg, &end, 10);
+	if (*end || !*arg) {
+		ctl_error("%s: --timeout wants seconds, got '%s'", cmd, arg);
+		return -1;
+	}
+	return 0;
+}
+
 int ctl_store_dir(const char *given, char *out, size_t len)
 {
 	const char *env = getenv("CRCUDA_STORE"), *home = getenv("HOME");

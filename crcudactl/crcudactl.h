@@ -36,6 +36,8 @@ int ctl_json_print(json_t *v);
 
 /* CLOCK_MONOTONIC seconds. */
 double ctl_now(void);
+/* --timeout SEC of command cmd: 0, or -1 with a usage message. */
+int ctl_parse_timeout(const char *cmd, const char *arg, unsigned *out);
 /* --store DIR, else $CRCUDA_STORE, else ~/.local/share/crcuda/store. 0 or -1 (message printed). */
 int ctl_store_dir(const char *given, char *out, size_t len);
 /* --daemon ADDR, else $CRCUDA_SOCKET, else /tmp/crcuda-UID/crcudad.sock. */
