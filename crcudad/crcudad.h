@@ -207,11 +207,16 @@ void crc_journal_free(struct crc_session *s);
 /* The name argument (STR) of a generated-marshalling request, or NULL. */
 const char *crc_request_str_arg(int op, const uint8_t *args, size_t len);
 
-/* ---- checkpoint and restore (ckpt.c) -------------------------------------------------------------- */
+/* ---- checkpoint and restore (ckpt.c, restore.c)
+ * -------------------------------------------------------------- */
 /* On the session thread, quiesced. Fill the reply data (s->cmd_out) and message themselves. */
 int crc_ckpt_quiesce(struct crc_session *s, int timeout_ms);
 void crc_ckpt_resume(struct crc_session *s);
 int crc_ckpt_run(struct crc_session *s, const char *store_dir);
+/* Shared by checkpoint and restore (ckpt.c). */
+double crc_now_s(void);
+CUcontext crc_session_ctx(struct crc_session *s);
+CUresult crc_global_of(struct crc_session *s, uint64_t vh, const char *name, CUdeviceptr *addr, size_t *size);
 int crc_ckpt_commit_session(struct crc_session *s, const char *args, size_t len);
 void crc_ckpt_abort_session(struct crc_session *s);
 /* On a control connection: replays a checkpoint into a new session served on fd. Replies itself. */

@@ -1,0 +1,474 @@
+/* Restore of a session from the store: replay the journal in a new session in the same VA slot with the
+ * same handles, upload the data and globals, and hand the control connection over as the session's
+ * socket (REBIND). */
+#define LOG_PREFIX "crcudad: "
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "crcuda/errno.h"
+#include "crcuda/log.h"
+#include "crcuda/modimage.h"
+#include "crcudad.h"
+
+/* After cuda.h: define and call entry points by their ABI names. */
+#include "crcuda/cuda_api_undef.h"
+
+#define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
+
+/* ---- restore ------------------------------------------------------------------------------------ */
+struct jrec_copy {
+	uint64_t seq;
+	uint32_t type;
+	uint32_t len;
+	uint8_t *payload;
+	struct crc_jrec_view v;
+	bool skip;
+};
+
+struct jload {
+	struct jrec_copy *r;
+	size_t n, cap;
+	uint64_t upto;
+};
+
+static int load_record(void *arg, uint64_t seq, uint32_t type, const void *payload, uint32_t len)
+{
+	struct jload *j = arg;
+	struct jrec_copy *r;
+
+	if (seq > j->upto)
+		return 1; /* past the checkpoint: stop */
+	if (j->n == j->cap) {
+		size_t cap = j->cap ? j->cap * 2 : 256;
+
+		r = realloc(j->r, cap * sizeof(*r));
+		if (!r)
+			return CRC_ENOMEM;
+		j->r = r;
+		j->cap = cap;
+	}
+	r = &j->r[j->n];
+	*r = (struct jrec_copy){.seq = seq, .type = type, .len = len, .payload = malloc(len ? len : 1)};
+	if (!r->payload)
+		return CRC_ENOMEM;
+	memcpy(r->payload, payload, len);
+	if (crc_jrec_decode(r->payload, len, &r->v)) {
+		free(r->payload);
+		return CRC_ECORRUPT;
+	}
+	j->n++;
+	return 0;
+}
+
+static bool has_handle(const struct crc_jrec_view *v, uint64_t h)
+{
+	for (unsigned i = 0; i < v->call->nhandles; i++)
+		if (v->handles[i] == h)
+			return true;
+	return false;
+}
+
+/* Objects destroyed before the checkpoint are not recreated, nor is anything that used them. */
+static void mark_dead(struct jrec_copy *r, size_t n)
+{
+	uint64_t *dead = NULL;
+	size_t ndead = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct crc_jrec_call *c = r[i].v.call;
+		bool destroys = r[i].type == CRC_JREC_MODULE_UNLOAD || r[i].type == CRC_JREC_STREAM_DESTROY ||
+				r[i].type == CRC_JREC_EVENT_DESTROY || r[i].type == CRC_JREC_CONTEXT_DESTROY;
+
+		for (size_t j = i; destroys && c->object && j-- > 0;) {
+			if (!r[j].skip && has_handle(&r[j].v, c->object)) {
+				r[j].skip = r[i].skip = true;
+				break;
+			}
+		}
+		for (size_t j = i; r[i].type == CRC_JREC_MEM_FREE && j-- > 0;) {
+			if (!r[j].skip && r[j].type == CRC_JREC_MEM_ALLOC && r[j].v.call->addr == c->addr) {
+				r[j].skip = r[i].skip = true;
+				break;
+			}
+		}
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct crc_jrec_view *v = &r[i].v;
+
+		for (unsigned k = 0; !r[i].skip && k < v->call->nrefs; k++)
+			for (size_t d = 0; d < ndead; d++)
+				if (dead[d] == v->refs[k])
+					r[i].skip = true;
+		if (!r[i].skip || !v->call->nhandles)
+			continue;
+		uint64_t *p = realloc(dead, (ndead + v->call->nhandles) * sizeof(*p));
+
+		if (!p)
+			continue;
+		dead = p;
+		for (unsigned k = 0; k < v->call->nhandles; k++)
+			dead[ndead++] = v->handles[k];
+	}
+	free(dead);
+}
+
+static int replay_one(struct crc_session *s, struct crc_store *st, const struct jrec_copy *r, char *why,
+		      size_t why_len)
+{
+	const struct crc_jrec_call *c = r->v.call;
+	size_t extra = r->type == CRC_JREC_MODULE_LOAD ? c->image_bytes : 0;
+	size_t len = sizeof(struct crc_msg_hdr) + sizeof(struct crc_call_hdr) + c->args_len + extra;
+	struct crc_msg_hdr *m = malloc(len);
+	struct crc_call_hdr *h;
+	uint8_t *args;
+	CUresult res;
+	int rc = 0;
+
+	if (!m)
+		return CRC_ENOMEM;
+	*m = (struct crc_msg_hdr){.len = (uint32_t)len, .op = c->op, .seq = r->seq};
+	h = (struct crc_call_hdr *)(m + 1);
+	*h = (struct crc_call_hdr){.ctx = c->ctx, .thread = c->thread, .flags = c->call_flags};
+	args = (uint8_t *)(h + 1);
+	memcpy(args, r->v.args, c->args_len);
+	if (r->type == CRC_JREC_MODULE_LOAD) {
+		struct crc_load_req *lr = (struct crc_load_req *)args;
+		struct crc_hash hash;
+		size_t got = 0;
+
+		memcpy(hash.bytes, c->image_hash, 16);
+		*lr = (struct crc_load_req){
+		    .image_bytes = c->image_bytes, .offset = 0, .chunk = c->image_bytes};
+		rc = crc_store_chunk_read(st, &hash, lr + 1, c->image_bytes, &got);
+		if (rc || got != c->image_bytes) {
+			snprintf(why, why_len, "journal record %" PRIu64 ": cannot read the module image: %s",
+				 r->seq, crc_strerror(rc ? rc : CRC_ETRUNC));
+			free(m);
+			return rc ? rc : CRC_ETRUNC;
+		}
+	}
+	s->force = r->v.handles;
+	s->nforce = c->nhandles;
+	s->force_mismatch = false;
+	s->force_addr = r->type == CRC_JREC_MEM_ALLOC || r->type == CRC_JREC_MEM_RESERVE ? c->addr : 0;
+	s->out_len = 0;
+	res = crc_session_execute(s, m);
+	if (res != CUDA_SUCCESS) {
+		snprintf(why, why_len,
+			 "journal record %" PRIu64 " (%s): %s failed on this daemon: CUDA error %d%s", r->seq,
+			 crc_jrec_type_name(r->type), crc_cu_table[c->op].sym, res,
+			 r->type == CRC_JREC_MEM_ALLOC ? " (the same address is needed)" : "");
+		rc = CRC_ECUDA;
+	} else if (s->nforce || s->force_mismatch) {
+		snprintf(why, why_len,
+			 "journal record %" PRIu64 " (%s): the replayed call did not name the same handles",
+			 r->seq, crc_cu_table[c->op].sym);
+		rc = CRC_ECORRUPT;
+	}
+	s->force = NULL;
+	s->nforce = 0;
+	s->force_addr = 0;
+	s->force_mismatch = false;
+	free(m);
+	return rc;
+}
+
+/* Uploads every region's chunks: double-buffered pinned staging of UPLOAD_BATCH chunks, each batch
+ * read and hash-checked by UPLOAD_READERS threads while the other batch's async copies run. */
+#define UPLOAD_BATCH   16
+#define UPLOAD_READERS 4
+static int upload(struct crc_session *s, struct crc_store *st, const struct crc_manifest *mf, char *why,
+		  size_t why_len)
+{
+	size_t max = 0;
+	void *buf[2] = {NULL, NULL};
+	CUevent ev[2] = {NULL, NULL};
+	CUstream stream = NULL;
+	CUresult res;
+	int rc = 0, k = 0;
+	CUcontext ctx = crc_session_ctx(s);
+
+	for (uint32_t i = 0; i < mf->nregions; i++)
+		for (uint32_t c = 0; c < mf->regions[i].nchunks; c++)
+			if (mf->regions[i].chunks[c].length > max)
+				max = mf->regions[i].chunks[c].length;
+	if (!max)
+		return 0;
+	if (ctx)
+		CALL(cuCtxSetCurrent, ctx);
+	s->cur_ctx = UINT64_MAX;
+	res = CALL(cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
+	for (int b = 0; b < 2 && res == CUDA_SUCCESS; b++) {
+		res = CALL(cuMemAllocHost_v2, &buf[b], max * UPLOAD_BATCH);
+		if (res == CUDA_SUCCESS)
+			res = CALL(cuEventCreate, &ev[b], CU_EVENT_DISABLE_TIMING);
+	}
+	if (res != CUDA_SUCCESS) {
+		snprintf(why, why_len, "cannot set up staging buffers for the upload: CUDA error %d", res);
+		rc = CRC_ECUDA;
+		goto out;
+	}
+	for (uint32_t i = 0; i < mf->nregions && !rc; i++) {
+		const struct crc_region *rg = &mf->regions[i];
+		uint64_t addr = rg->addr, off = 0;
+
+		if (rg->kind == CRC_REGION_DEVICE_GLOBAL) {
+			/* "SYMBOL@0xVHANDLE": the global of that module as this daemon loaded it. */
+			const char *at = rg->name ? strrchr(rg->name, '@') : NULL;
+			char sym[512];
+			CUdeviceptr gaddr = 0;
+			size_t gsize = 0;
+
+			if (!at || (size_t)(at - rg->name) >= sizeof(sym)) {
+				snprintf(why, why_len, "region %u: bad global name", i);
+				rc = CRC_ECORRUPT;
+				break;
+			}
+			memcpy(sym, rg->name, (size_t)(at - rg->name));
+			sym[at - rg->name] = 0;
+			res = crc_global_of(s, strtoull(at + 1, NULL, 0), sym, &gaddr, &gsize);
+			if (res != CUDA_SUCCESS || gsize != rg->size) {
+				snprintf(
+				    why, why_len,
+				    "device global %s: not found after reloading its module (CUDA error %d, "
+				    "%zu bytes, %" PRIu64 " expected)",
+				    rg->name, res, gsize, rg->size);
+				rc = CRC_ENOTFOUND;
+				break;
+			}
+			addr = gaddr;
+		} else if (rg->kind != CRC_REGION_DEVICE_ALLOC) {
+			continue;
+		}
+		/* Batches of chunks: read and checked by several threads into one staging buffer while
+		 * the other one's copy runs. */
+		for (uint32_t c = 0; c < rg->nchunks && !rc; c += UPLOAD_BATCH) {
+			uint32_t nb = rg->nchunks - c < UPLOAD_BATCH ? rg->nchunks - c : UPLOAD_BATCH;
+			struct crc_hash hashes[UPLOAD_BATCH];
+			void *bufs[UPLOAD_BATCH];
+			size_t lens[UPLOAD_BATCH];
+
+			for (uint32_t b = 0; b < nb; b++) {
+				hashes[b] = rg->chunks[c + b].hash;
+				bufs[b] = (uint8_t *)buf[k] + (size_t)b * max;
+				lens[b] = max;
+			}
+			res = CALL(cuEventSynchronize, ev[k]);
+			if (res == CUDA_SUCCESS)
+				rc = crc_store_chunks_read(st, hashes, nb, bufs, lens, UPLOAD_READERS);
+			if (res != CUDA_SUCCESS || rc) {
+				snprintf(why, why_len, "region %u chunks %u..%u: %s", i, c, c + nb - 1,
+					 rc ? crc_strerror(rc) : "CUDA error waiting for a copy");
+				rc = rc ? rc : CRC_ECUDA;
+				break;
+			}
+			for (uint32_t b = 0; b < nb && res == CUDA_SUCCESS; b++) {
+				res = CALL(cuMemcpyHtoDAsync_v2, addr + off, bufs[b], lens[b], stream);
+				off += lens[b];
+			}
+			if (res == CUDA_SUCCESS)
+				res = CALL(cuEventRecord, ev[k], stream);
+			if (res != CUDA_SUCCESS) {
+				snprintf(why, why_len, "uploading region %u near %#" PRIx64 ": CUDA error %d",
+					 i, addr + off, res);
+				rc = CRC_ECUDA;
+			}
+			k ^= 1;
+		}
+	}
+	if (!rc && (res = CALL(cuStreamSynchronize, stream)) != CUDA_SUCCESS) {
+		snprintf(why, why_len, "uploading the checkpoint's data: CUDA error %d", res);
+		rc = CRC_ECUDA;
+	}
+out:
+	if (stream)
+		CALL(cuStreamSynchronize, stream);
+	for (int b = 0; b < 2; b++) {
+		if (buf[b])
+			CALL(cuMemFreeHost, buf[b]);
+		if (ev[b])
+			CALL(cuEventDestroy_v2, ev[b]);
+	}
+	if (stream)
+		CALL(cuStreamDestroy_v2, stream);
+	return rc;
+}
+
+static uint64_t meta_u64(const struct crc_manifest *m, const char *key, bool *ok)
+{
+	const char *v = crc_manifest_meta_get(m, key);
+
+	if (!v) {
+		*ok = false;
+		return 0;
+	}
+	return strtoull(v, NULL, 0);
+}
+
+int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_msg_hdr *req,
+		const struct crc_ctl_restore_wire *w, const char *store_dir, char *why, size_t why_len)
+{
+	struct crc_store *st = NULL;
+	struct crc_manifest *mf = NULL;
+	struct crc_session *s = NULL;
+	struct jload j = {0};
+	struct crc_peer p = *peer;
+	uint64_t session, va_base, va_size;
+	unsigned slot;
+	bool ok = true;
+	int rc, memfd = -1, orig_dev;
+	double t0 = crc_now_s();
+	const char *handles;
+
+	rc = crc_store_open(store_dir, 0, &st);
+	if (rc) {
+		snprintf(why, why_len, "cannot open the store %s: %s", store_dir, crc_strerror(rc));
+		return rc;
+	}
+	rc = crc_store_manifest_get(st, w->ckpt_id, &mf);
+	if (rc) {
+		snprintf(why, why_len, "checkpoint %" PRIu64 " in %s: %s", w->ckpt_id, store_dir,
+			 crc_strerror(rc));
+		goto fail;
+	}
+	session = meta_u64(mf, "crcuda.session", &ok);
+	j.upto = meta_u64(mf, "crcuda.journal_seq", &ok);
+	va_base = meta_u64(mf, "crcuda.va_base", &ok);
+	va_size = meta_u64(mf, "crcuda.va_size", &ok);
+	orig_dev = (int)meta_u64(mf, "crcuda.device", &ok);
+	handles = crc_manifest_meta_get(mf, "crcuda.handles");
+	if (!ok || !handles) {
+		snprintf(why, why_len,
+			 "checkpoint %" PRIu64 " lacks crcudad's metadata (not a crcuda checkpoint?)",
+			 w->ckpt_id);
+		rc = CRC_ECORRUPT;
+		goto fail;
+	}
+	if (va_size != crcd.va_session || va_base < crcd.va_base ||
+	    (va_base - crcd.va_base) % crcd.va_session) {
+		snprintf(why, why_len,
+			 "the checkpoint's device VA range %#" PRIx64 "+%#" PRIx64
+			 " is not a session slot of this "
+			 "daemon (window %#" PRIx64 ", %#" PRIx64
+			 " per session): start crcudad with the same "
+			 "--va-base and --va-session (a remap table is future work)",
+			 va_base, va_size, crcd.va_base, crcd.va_session);
+		rc = CRC_EINVAL;
+		goto fail;
+	}
+	slot = (unsigned)((va_base - crcd.va_base) / crcd.va_session);
+	if (w->gpu >= crcd.dev_count || (w->gpu < 0 && orig_dev >= crcd.dev_count)) {
+		snprintf(why, why_len, "GPU %d does not exist on this daemon (%d device(s))",
+			 w->gpu >= 0 ? w->gpu : orig_dev, crcd.dev_count);
+		rc = CRC_ENODEV;
+		goto fail;
+	}
+	rc = crc_store_journal_iterate(st, session, load_record, &j);
+	if (rc < 0) {
+		snprintf(why, why_len, "reading the journal of store session %" PRIu64 ": %s", session,
+			 crc_strerror(rc));
+		goto fail;
+	}
+	p.pid = w->pid;
+	rc = crc_session_create(fd, tcp, &p, slot, &s, why, why_len);
+	if (rc)
+		goto fail;
+	/* --gpu: the client's device 0 is the chosen GPU; contexts are made there. */
+	s->dev_map[0] = w->gpu >= 0 ? w->gpu : orig_dev;
+	mark_dead(j.r, j.n);
+	for (size_t i = 0; i < j.n && !rc; i++)
+		if (!j.r[i].skip)
+			rc = replay_one(s, st, &j.r[i], why, why_len);
+	if (rc)
+		goto fail;
+	/* Handle tables continue where the checkpointed session's were. */
+	for (unsigned t = 1; t < CRC_HT_COUNT && handles && *handles; t++) {
+		uint32_t n = (uint32_t)strtoul(handles, (char **)&handles, 10);
+
+		if (n > s->tables[t].n) {
+			uint64_t v = crc_vhandle(t, n);
+
+			s->force = &v;
+			s->nforce = 1;
+			crc_register(s, t, (union crc_slot){.u64 = 0});
+			s->force = NULL;
+			s->nforce = 0;
+		}
+		if (*handles == ',')
+			handles++;
+	}
+	rc = upload(s, st, mf, why, why_len);
+	if (rc)
+		goto fail;
+	if (!tcp) {
+		rc = crc_session_make_rings(s, &memfd);
+		if (rc) {
+			snprintf(why, why_len, "cannot make the session's rings: %s", crc_strerror(rc));
+			goto fail;
+		}
+	} else {
+		crc_chan_open_tcp(&s->chan, fd);
+	}
+	{
+		/* The control reply, then the notice the restored process reads when it wakes. */
+		struct crc_msg_hdr h = {
+		    .len = sizeof(h) + sizeof(struct crc_ctl_reply), .op = req->op, .seq = req->seq};
+		struct crc_ctl_reply r = {0};
+		struct crc_sock_notice n = {.magic = CRC_PROTO_MAGIC,
+					    .kind = CRC_NOTICE_REBIND,
+					    .session_id = s->id,
+					    .ring_size = crcd.ring_size,
+					    .transport = tcp ? CRC_TRANSPORT_TCP : CRC_TRANSPORT_UNIX};
+		size_t replayed = 0;
+
+		for (size_t i = 0; i < j.n; i++)
+			replayed += !j.r[i].skip;
+		rc = crc_sock_write_all(fd, &h, sizeof(h));
+		if (!rc)
+			rc = crc_sock_write_all(fd, &r, sizeof(r));
+		if (!rc)
+			rc = tcp ? crc_sock_write_all(fd, &n, sizeof(n))
+				 : crc_sock_send_fds(fd, &n, sizeof(n), &memfd, 1);
+		if (memfd >= 0)
+			close(memfd);
+		memfd = -1;
+		if (rc) {
+			snprintf(why, why_len, "the restoring side went away: %s", crc_strerror(rc));
+			goto fail;
+		}
+		pr_info("session %llu: restored checkpoint %" PRIu64
+			" from %s (%zu of %zu journal records replayed, "
+			"%u regions) in %.3f s",
+			(unsigned long long)s->id, w->ckpt_id, store_dir, replayed, j.n, mf->nregions,
+			crc_now_s() - t0);
+	}
+	for (size_t i = 0; i < j.n; i++)
+		free(j.r[i].payload);
+	free(j.r);
+	crc_manifest_free(mf);
+	crc_store_close(st);
+	rc = crc_session_run(s);
+	if (rc) {
+		/* Too late for a clean reply: the client sees the socket close. */
+		crc_session_destroy(s);
+		close(fd);
+		return 0;
+	}
+	return 0;
+fail:
+	if (memfd >= 0)
+		close(memfd);
+	if (s)
+		crc_session_destroy(s);
+	for (size_t i = 0; i < j.n; i++)
+		free(j.r[i].payload);
+	free(j.r);
+	crc_manifest_free(mf);
+	crc_store_close(st);
+	return rc;
+}
