@@ -1,6 +1,12 @@
-/* Writing checkpoints (and blobs): chunks into pack files, then one LMDB commit naming them all. */
+/* Writing checkpoints (and blobs): chunks into pack files, then one LMDB commit naming them all.
+ *
+ * Several threads may put chunks into one checkpoint at once, each through its own lane (a pack
+ * writer with pack files of its own, and an LMDB read transaction handle for dedup lookups), so that
+ * hashing and writing never contend. What the lanes share (the dedup set, the region chunk arrays,
+ * the list of new chunks) is guarded by one mutex, held only for those bookkeeping steps. */
 #define LOG_PREFIX "store: "
 
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "crcuda/errno.h"
@@ -14,6 +20,18 @@ struct ckpt_region {
 	uint32_t capchunks;
 };
 
+struct ckpt_lane {
+	struct pack_writer pw;
+	/* Looks chunks up in the committed index: begun once, then renewed and reset around each lookup,
+	 * so that no snapshot is held between puts. */
+	MDB_txn *lookup_txn;
+};
+
+/* crc_ckpt_put_chunk's index: after the region's last chunk. */
+#define CHUNK_APPEND UINT32_MAX
+/* A chunk's value in the dedup set while the lane that claimed it looks it up and writes it. */
+#define CHUNK_CLAIMED UINT64_MAX
+
 struct crc_ckpt {
 	struct crc_store *st;
 	uint64_t session;
@@ -22,6 +40,9 @@ struct crc_ckpt {
 	uint32_t nregions, capregions;
 	struct crc_meta_kv *meta;
 	uint32_t nmeta, capmeta;
+	struct ckpt_lane *lanes;
+	unsigned nlanes;
+	pthread_mutex_t lock; /* guards what follows, and the regions' chunk arrays */
 	/* Every distinct chunk this checkpoint names; value = index in newlocs + 1 when this checkpoint
 	 * wrote it, 0 when it was already in the store (commit checks those are still there). */
 	struct hset chunks;
@@ -29,7 +50,6 @@ struct crc_ckpt {
 	struct crc_hash *newhashes;
 	size_t nnew, capnew;
 	uint64_t new_bytes;
-	struct pack_writer pw;
 	int error; /* sticky: after a failed write only abort makes sense */
 };
 
@@ -51,8 +71,32 @@ int crc_ckpt_begin(struct crc_store *st, uint64_t session, struct crc_ckpt **out
 	ck->st = st;
 	ck->session = session;
 	ck->created_ns = crc__now_ns();
-	crc__pw_init(&ck->pw, st);
+	pthread_mutex_init(&ck->lock, NULL);
+	rc = crc_ckpt_set_lanes(ck, 1);
+	if (rc) {
+		pthread_mutex_destroy(&ck->lock);
+		free(ck);
+		return rc;
+	}
 	*out = ck;
+	return 0;
+}
+
+int crc_ckpt_set_lanes(struct crc_ckpt *ck, unsigned n)
+{
+	if (!ck || !n || n > CRC_CKPT_LANES_MAX || ck->chunks.count)
+		return CRC_EINVAL;
+	if (n == ck->nlanes)
+		return 0;
+	struct ckpt_lane *lanes = calloc(n, sizeof(*lanes));
+	if (!lanes)
+		return CRC_ENOMEM;
+	/* No chunk yet: the old lanes hold no pack file and no lookup transaction. */
+	free(ck->lanes);
+	ck->lanes = lanes;
+	ck->nlanes = n;
+	for (unsigned i = 0; i < n; i++)
+		crc__pw_init(&lanes[i].pw, ck->st);
 	return 0;
 }
 
@@ -112,16 +156,17 @@ oom:
 	return CRC_ENOMEM;
 }
 
-/* Is the chunk already in the store's committed index? */
-static int chunk_exists(struct crc_store *st, const struct crc_hash *hash, bool *out)
+/* Is the chunk already in the store's committed index? (The store is opened MDB_NOTLS, so each
+ * lane's transaction may live in whichever thread puts through it.) */
+static int chunk_exists(struct crc_store *st, struct ckpt_lane *lane, const struct crc_hash *hash, bool *out)
 {
-	MDB_txn *txn;
 	struct chunk_loc loc;
-	int rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn);
+	int rc = lane->lookup_txn ? mdb_txn_renew(lane->lookup_txn)
+				  : mdb_txn_begin(st->env, NULL, MDB_RDONLY, &lane->lookup_txn);
 	if (rc)
-		return crc__mdb_err(rc, "mdb_txn_begin");
-	rc = crc__chunk_locate(st, txn, hash, &loc);
-	mdb_txn_abort(txn);
+		return crc__mdb_err(rc, "beginning a chunk lookup");
+	rc = crc__chunk_locate(st, lane->lookup_txn, hash, &loc);
+	mdb_txn_reset(lane->lookup_txn);
 	if (rc && rc != CRC_ENOTFOUND)
 		return rc;
 	*out = rc == 0;
@@ -148,26 +193,83 @@ static int record_new_chunk(struct crc_ckpt *ck, const struct crc_hash *hash, co
 	return 0;
 }
 
-/* Adds the chunk to the checkpoint's set, writing it unless the store or this checkpoint has it. */
-static int ckpt_add_chunk(struct crc_ckpt *ck, const void *data, size_t len, struct crc_hash *hash)
+/* Adds the chunk to the checkpoint's set, writing it through the lane unless the store or this
+ * checkpoint has it. The lane that first inserts a hash claims it; a lane that meets a claimed hash
+ * goes on at once (its manifest entry needs only the hash, and a failed write fails the checkpoint). */
+static int ckpt_add_chunk(struct crc_ckpt *ck, struct ckpt_lane *lane, const void *data, size_t len,
+			  struct crc_hash *hash)
 {
-	bool fresh, exists = false;
-	crc_hash_compute(data, len, hash);
-	struct hset_slot *slot = crc__hset_insert(&ck->chunks, hash, &fresh);
-	if (!slot)
-		return CRC_ENOMEM;
-	if (!fresh)
-		return 0;
-	int rc = chunk_exists(ck->st, hash, &exists);
-	if (rc || exists)
-		return rc;
+	bool fresh = false, exists = false;
 	struct chunk_loc loc;
-	if ((rc = crc__pw_append(&ck->pw, hash, data, len, &loc)) || (rc = record_new_chunk(ck, hash, &loc)))
+	crc_hash_compute(data, len, hash);
+	pthread_mutex_lock(&ck->lock);
+	int rc = ck->error;
+	if (!rc) {
+		struct hset_slot *slot = crc__hset_insert(&ck->chunks, hash, &fresh);
+		if (!slot)
+			rc = CRC_ENOMEM;
+		else if (fresh)
+			slot->value = CHUNK_CLAIMED;
+	}
+	pthread_mutex_unlock(&ck->lock);
+	if (rc || !fresh)
 		return rc;
-	ck->new_bytes += len;
-	/* Re-find: the set did not grow since insert, so the slot is still valid. */
-	slot->value = ck->nnew;
+	rc = chunk_exists(ck->st, lane, hash, &exists);
+	if (!rc && !exists)
+		rc = crc__pw_append(&lane->pw, hash, data, len, &loc);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&ck->lock);
+	if (!exists && !(rc = record_new_chunk(ck, hash, &loc)))
+		ck->new_bytes += len;
+	/* Found again: other lanes may have grown the set meanwhile. */
+	if (!rc)
+		crc__hset_find(&ck->chunks, hash)->value = exists ? 0 : ck->nnew;
+	pthread_mutex_unlock(&ck->lock);
+	return rc;
+}
+
+/* Names the chunk at index (CHUNK_APPEND: after the last) of a region; called with ck->lock held. */
+static int region_set_chunk(struct ckpt_region *cr, uint32_t index, const struct crc_hash *hash, size_t len)
+{
+	if (index == CHUNK_APPEND)
+		index = cr->r.nchunks;
+	if (index >= cr->capchunks) {
+		uint32_t cap = cr->capchunks ? cr->capchunks : 16;
+		while (cap <= index)
+			cap = cap > UINT32_MAX / 2 ? UINT32_MAX : cap * 2;
+		struct crc_chunk_ref *p = realloc(cr->r.chunks, (size_t)cap * sizeof(*p));
+		if (!p)
+			return CRC_ENOMEM;
+		/* Length 0 marks a chunk not put yet (a put chunk has at least one byte). */
+		memset(p + cr->capchunks, 0, (size_t)(cap - cr->capchunks) * sizeof(*p));
+		cr->r.chunks = p;
+		cr->capchunks = cap;
+	}
+	if (cr->r.chunks[index].length) {
+		pr_err("chunk %u of a region was put twice", index);
+		return CRC_EINVAL;
+	}
+	cr->r.chunks[index] = (struct crc_chunk_ref){*hash, len};
+	if (index >= cr->r.nchunks)
+		cr->r.nchunks = index + 1;
 	return 0;
+}
+
+static int put_chunk(struct crc_ckpt *ck, unsigned lane, uint32_t region, uint32_t index, const void *data,
+		     size_t len, struct crc_hash *out_hash)
+{
+	struct crc_hash hash;
+	int rc = ckpt_add_chunk(ck, &ck->lanes[lane], data, len, &hash);
+	pthread_mutex_lock(&ck->lock);
+	if (!rc)
+		rc = region_set_chunk(&ck->regions[region], index, &hash, len);
+	if (rc && !ck->error)
+		ck->error = rc;
+	pthread_mutex_unlock(&ck->lock);
+	if (!rc && out_hash)
+		*out_hash = hash;
+	return rc;
 }
 
 int crc_ckpt_put_chunk(struct crc_ckpt *ck, uint32_t region, const void *data, size_t len,
@@ -175,35 +277,65 @@ int crc_ckpt_put_chunk(struct crc_ckpt *ck, uint32_t region, const void *data, s
 {
 	if (!ck || region >= ck->nregions || !data || !len || len > CRC_CHUNK_MAX)
 		return CRC_EINVAL;
-	if (ck->error)
-		return ck->error;
-	struct crc_region *r = &ck->regions[region].r;
-	if (r->nchunks == ck->regions[region].capchunks) {
-		uint32_t cap = r->nchunks ? r->nchunks * 2 : 16;
-		struct crc_chunk_ref *p = realloc(r->chunks, cap * sizeof(*p));
-		if (!p)
-			return CRC_ENOMEM;
-		r->chunks = p;
-		ck->regions[region].capchunks = cap;
-	}
-	struct crc_hash hash;
-	int rc = ckpt_add_chunk(ck, data, len, &hash);
-	if (rc) {
-		ck->error = rc;
-		return rc;
-	}
-	r->chunks[r->nchunks++] = (struct crc_chunk_ref){hash, len};
-	if (out_hash)
-		*out_hash = hash;
-	return 0;
+	return put_chunk(ck, 0, region, CHUNK_APPEND, data, len, out_hash);
 }
 
-/* In txn: index the chunks this writer wrote, record its packs, and check that the chunks it reused
- * are still indexed (a gc between put_chunk and commit may have removed them). */
-static int commit_chunks(struct crc_store *st, MDB_txn *txn, struct pack_writer *pw,
-			 const struct hset *chunks, const struct crc_hash *newhashes,
-			 const struct chunk_loc *newlocs, size_t nnew)
+int crc_ckpt_put_chunk_at(struct crc_ckpt *ck, unsigned lane, uint32_t region, uint32_t chunk_index,
+			  const void *data, size_t len, struct crc_hash *out_hash)
 {
+	if (!ck || lane >= ck->nlanes || region >= ck->nregions ||
+	    chunk_index >= ck->regions[region].r.size || chunk_index == CHUNK_APPEND || !data || !len ||
+	    len > CRC_CHUNK_MAX)
+		return CRC_EINVAL;
+	return put_chunk(ck, lane, region, chunk_index, data, len, out_hash);
+}
+
+/* Seals every lane's pack files, each lane in a thread of its own (the fsyncs are the long part),
+ * then syncs the packs directory once. */
+struct lane_seal {
+	struct pack_writer *pw;
+	int rc;
+};
+
+static void *seal_lane(void *arg)
+{
+	struct lane_seal *ls = arg;
+	ls->rc = crc__pw_seal(ls->pw);
+	return NULL;
+}
+
+static int sync_lanes(struct crc_ckpt *ck)
+{
+	struct lane_seal seals[CRC_CKPT_LANES_MAX];
+	pthread_t tids[CRC_CKPT_LANES_MAX];
+	bool threaded[CRC_CKPT_LANES_MAX] = {false};
+	unsigned nseals = 0;
+	int rc = 0;
+	for (unsigned i = 0; i < ck->nlanes; i++)
+		if (ck->lanes[i].pw.nfiles)
+			seals[nseals++] = (struct lane_seal){&ck->lanes[i].pw, 0};
+	if (!nseals)
+		return 0;
+	/* Without fsyncs a seal is a small write: not worth a thread. */
+	for (unsigned i = 1; i < nseals && !ck->st->nosync; i++)
+		threaded[i] = !pthread_create(&tids[i], NULL, seal_lane, &seals[i]);
+	for (unsigned i = 0; i < nseals; i++) {
+		if (threaded[i])
+			pthread_join(tids[i], NULL);
+		else
+			seal_lane(&seals[i]);
+		if (seals[i].rc && !rc)
+			rc = seals[i].rc;
+	}
+	return rc ? rc : crc__packs_dir_sync(ck->st);
+}
+
+/* In txn: index the chunks this checkpoint wrote, record its lanes' packs, and check that the chunks
+ * it reused are still indexed (a gc between put_chunk and commit may have removed them). */
+static int commit_chunks(struct crc_ckpt *ck, MDB_txn *txn)
+{
+	struct crc_store *st = ck->st;
+	const struct hset *chunks = &ck->chunks;
 	int rc;
 	for (size_t i = 0; i < chunks->cap; i++) {
 		if (!chunks->slots[i].used || chunks->slots[i].value)
@@ -218,24 +350,27 @@ static int commit_chunks(struct crc_store *st, MDB_txn *txn, struct pack_writer 
 		if (rc)
 			return rc;
 	}
-	for (size_t i = 0; i < nnew; i++) {
+	for (size_t i = 0; i < ck->nnew; i++) {
 		uint8_t v[CHUNK_LOC_SIZE];
-		crc__chunk_loc_encode(&newlocs[i], v);
-		MDB_val k = {16, (void *)newhashes[i].bytes}, val = {sizeof(v), v};
+		crc__chunk_loc_encode(&ck->newlocs[i], v);
+		MDB_val k = {16, (void *)ck->newhashes[i].bytes}, val = {sizeof(v), v};
 		rc = mdb_put(txn, st->dbi_chunks, &k, &val, MDB_NOOVERWRITE);
 		/* Another writer indexed the same bytes meanwhile: keep theirs; ours become dead bytes. */
 		if (rc && rc != MDB_KEYEXIST)
 			return crc__mdb_err(rc, "indexing a chunk");
 		STORE_FAULT("commit-chunk-indexed");
 	}
-	for (size_t i = 0; i < pw->nfiles; i++) {
-		uint8_t key[8], v[8];
-		put_be64(key, pw->files[i].id);
-		put_le64(v, pw->files[i].size);
-		MDB_val k = {8, key}, val = {8, v};
-		rc = mdb_put(txn, st->dbi_packs, &k, &val, 0);
-		if (rc)
-			return crc__mdb_err(rc, "recording a pack file");
+	for (unsigned l = 0; l < ck->nlanes; l++) {
+		const struct pack_writer *pw = &ck->lanes[l].pw;
+		for (size_t i = 0; i < pw->nfiles; i++) {
+			uint8_t key[8], v[8];
+			put_be64(key, pw->files[i].id);
+			put_le64(v, pw->files[i].size);
+			MDB_val k = {8, key}, val = {8, v};
+			rc = mdb_put(txn, st->dbi_packs, &k, &val, 0);
+			if (rc)
+				return crc__mdb_err(rc, "recording a pack file");
+		}
 	}
 	STORE_FAULT("commit-packs-recorded");
 	return 0;
@@ -243,7 +378,13 @@ static int commit_chunks(struct crc_store *st, MDB_txn *txn, struct pack_writer 
 
 static void ckpt_free(struct crc_ckpt *ck, bool discard_packs)
 {
-	crc__pw_release(&ck->pw, discard_packs);
+	for (unsigned i = 0; i < ck->nlanes; i++) {
+		crc__pw_release(&ck->lanes[i].pw, discard_packs);
+		if (ck->lanes[i].lookup_txn)
+			mdb_txn_abort(ck->lanes[i].lookup_txn);
+	}
+	free(ck->lanes);
+	pthread_mutex_destroy(&ck->lock);
 	for (uint32_t i = 0; i < ck->nregions; i++) {
 		free(ck->regions[i].r.name);
 		free(ck->regions[i].r.chunks);
@@ -280,8 +421,14 @@ int crc_ckpt_commit(struct crc_ckpt *ck, uint64_t *out_id)
 		goto fail;
 	for (uint32_t i = 0; i < ck->nregions; i++) {
 		uint64_t sum = 0;
-		for (uint32_t c = 0; c < ck->regions[i].r.nchunks; c++)
+		for (uint32_t c = 0; c < ck->regions[i].r.nchunks; c++) {
+			if (!ck->regions[i].r.chunks[c].length) {
+				pr_err("region %u: chunk %u was never put", i, c);
+				rc = CRC_EINVAL;
+				goto fail;
+			}
 			sum += ck->regions[i].r.chunks[c].length;
+		}
 		if (sum != ck->regions[i].r.size) {
 			pr_err("region %u: chunks hold %llu bytes, the region is %llu", i,
 			       (unsigned long long)sum, (unsigned long long)ck->regions[i].r.size);
@@ -290,7 +437,7 @@ int crc_ckpt_commit(struct crc_ckpt *ck, uint64_t *out_id)
 		}
 	}
 	STORE_FAULT("commit-start");
-	rc = crc__pw_sync(&ck->pw);
+	rc = sync_lanes(ck);
 	if (rc)
 		goto fail;
 
@@ -302,7 +449,7 @@ int crc_ckpt_commit(struct crc_ckpt *ck, uint64_t *out_id)
 	if ((rc = crc__session_check(st, txn, ck->session)) || (rc = crc__next_ckpt_id(st, txn, &id)))
 		goto fail;
 	STORE_FAULT("commit-txn-begun");
-	rc = commit_chunks(st, txn, &ck->pw, &ck->chunks, ck->newhashes, ck->newlocs, ck->nnew);
+	rc = commit_chunks(ck, txn);
 	if (rc)
 		goto fail;
 
@@ -366,7 +513,7 @@ int crc_store_blob_put(struct crc_store *st, uint64_t session, const void *data,
 	int rc = crc_ckpt_begin(st, session, &ck);
 	if (rc)
 		return rc;
-	if ((rc = ckpt_add_chunk(ck, data, len, &hash)) || (rc = crc__pw_sync(&ck->pw)))
+	if ((rc = ckpt_add_chunk(ck, &ck->lanes[0], data, len, &hash)) || (rc = sync_lanes(ck)))
 		goto fail;
 	rc = mdb_txn_begin(st->env, NULL, 0, &txn);
 	if (rc) {
@@ -375,7 +522,7 @@ int crc_store_blob_put(struct crc_store *st, uint64_t session, const void *data,
 	}
 	if ((rc = crc__session_check(st, txn, session)))
 		goto fail;
-	rc = commit_chunks(st, txn, &ck->pw, &ck->chunks, ck->newhashes, ck->newlocs, ck->nnew);
+	rc = commit_chunks(ck, txn);
 	if (rc)
 		goto fail;
 	uint8_t key[24], val[8];

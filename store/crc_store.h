@@ -12,7 +12,8 @@
  * previous checkpoints intact; what it wrote is garbage that crc_store_gc() removes.
  *
  * Every function returns 0 or a negative crcuda error code (crcuda/errno.h). A store handle may be
- * used by one thread at a time, and must not be used across fork(). */
+ * used by one thread at a time (except crc_ckpt_put_chunk_at, one thread per lane), and must not be
+ * used across fork(). */
 #ifndef CRCUDA_STORE_H
 #define CRCUDA_STORE_H
 
@@ -184,23 +185,44 @@ int crc_ckpt_begin(struct crc_store *st, uint64_t session, struct crc_ckpt **out
  * @retval CRC_EINVAL bad arguments
  * @retval CRC_ENOMEM */
 int crc_ckpt_region_add(struct crc_ckpt *ck, const struct crc_region_desc *desc, uint32_t *out_index);
-/** Appends len bytes as the next chunk of a region. The bytes are hashed; a chunk already in the
- * store (or already in this checkpoint) is not written again. Large chunks (MiBs) give the best
- * throughput.
+/** Appends len bytes as the next chunk of a region, through lane 0. The bytes are hashed; a chunk
+ * already in the store (or already in this checkpoint) is not written again. Large chunks (MiBs)
+ * give the best throughput.
  * @param[out] out_hash the chunk's hash (may be NULL)
  * @retval CRC_EINVAL bad arguments (len must be 1..CRC_CHUNK_MAX)
  * @retval CRC_EIO, -errno writing the pack file (the checkpoint can then only be aborted)
  * @retval CRC_ENOMEM, CRC_EDB */
 int crc_ckpt_put_chunk(struct crc_ckpt *ck, uint32_t region, const void *data, size_t len,
 		       struct crc_hash *out_hash);
+/* Most lanes a checkpoint may have (crc_ckpt_set_lanes). */
+#define CRC_CKPT_LANES_MAX 32
+
+/** Lets n threads put chunks at once (crc_ckpt_put_chunk_at), each through its own lane 0..n-1 with
+ * pack files of its own, so that hashing and writing run in parallel. A checkpoint starts with one
+ * lane; call this before its first chunk.
+ * @retval CRC_EINVAL n is 0 or above CRC_CKPT_LANES_MAX, or chunks were already put
+ * @retval CRC_ENOMEM */
+int crc_ckpt_set_lanes(struct crc_ckpt *ck, unsigned n);
+/** Puts len bytes as chunk chunk_index of a region, through a lane: as crc_ckpt_put_chunk, but
+ * several threads may call it at once, one per lane, and a region's chunks may come in any order.
+ * Every index from 0 up must be put (once) before the commit. The lanes share one dedup set: bytes
+ * put twice, even by two lanes at once, are written once. Other calls on the checkpoint and its store
+ * wait until every put has returned.
+ * @param[in] lane 0..lanes-1 (crc_ckpt_set_lanes)
+ * @param[in] chunk_index the chunk's position in the region (below the region's size)
+ * @retval CRC_EINVAL bad arguments, or an index put before (then the checkpoint can only be aborted)
+ * @retval as crc_ckpt_put_chunk otherwise */
+int crc_ckpt_put_chunk_at(struct crc_ckpt *ck, unsigned lane, uint32_t region, uint32_t chunk_index,
+			  const void *data, size_t len, struct crc_hash *out_hash);
 /** Sets a free-form metadata key (e.g. "criu.images_dir"); a second call replaces the value.
  * @retval CRC_EINVAL bad arguments
  * @retval CRC_ENOMEM */
 int crc_ckpt_meta_set(struct crc_ckpt *ck, const char *key, const char *value);
-/** Makes the checkpoint durable and visible: fsyncs its pack files, then commits one LMDB
- * transaction holding the chunk index entries and the manifest. Frees ck whatever the result.
+/** Makes the checkpoint durable and visible: fsyncs its pack files (the lanes' in parallel), then
+ * commits one LMDB transaction holding the chunk index entries and the manifest. Frees ck whatever
+ * the result.
  * @param[out] out_id the checkpoint id (may be NULL)
- * @retval CRC_EINVAL a region whose chunks do not add up to its size
+ * @retval CRC_EINVAL a region whose chunks do not add up to its size, or with a chunk never put
  * @retval CRC_EAGAIN a chunk this checkpoint reused was removed by a concurrent gc; retry
  * @retval CRC_ENOTFOUND the session was removed meanwhile
  * @retval CRC_EIO, -errno writing or syncing pack files
@@ -210,7 +232,7 @@ int crc_ckpt_commit(struct crc_ckpt *ck, uint64_t *out_id);
 /* Bytes this checkpoint wrote to the store so far: chunks the store already held (an unchanged region,
  * a dedup hit) are not written again and do not count. */
 uint64_t crc_ckpt_new_bytes(const struct crc_ckpt *ck);
-/* Drops the checkpoint and deletes the pack files it wrote. NULL is allowed. */
+/* Drops the checkpoint and deletes the pack files it wrote (every lane's). NULL is allowed. */
 void crc_ckpt_abort(struct crc_ckpt *ck);
 
 struct crc_chunk_ref {

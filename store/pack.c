@@ -154,8 +154,7 @@ static int pw_new_file(struct pack_writer *pw)
 	return 0;
 }
 
-/* Writes out and fsyncs the current pack file (it stays open and locked). */
-static int pw_seal(struct pack_writer *pw)
+int crc__pw_seal(struct pack_writer *pw)
 {
 	if (!pw->nfiles)
 		return 0;
@@ -185,7 +184,7 @@ int crc__pw_append(struct pack_writer *pw, const struct crc_hash *hash, const vo
 	struct pack_file *pf = pw->nfiles ? &pw->files[pw->nfiles - 1] : NULL;
 	if (!pf || (pf->size > PACK_HEADER_SIZE && pf->size + CHUNK_HEADER_SIZE + len > PACK_TARGET_SIZE)) {
 		/* Sealing here, not at commit, spreads the fsyncs over the checkpoint. */
-		if ((rc = pw_seal(pw)) || (rc = pw_new_file(pw)))
+		if ((rc = crc__pw_seal(pw)) || (rc = pw_new_file(pw)))
 			return rc;
 		pf = &pw->files[pw->nfiles - 1];
 	}
@@ -214,17 +213,11 @@ int crc__pw_append(struct pack_writer *pw, const struct crc_hash *hash, const vo
 	return 0;
 }
 
-int crc__pw_sync(struct pack_writer *pw)
+int crc__packs_dir_sync(struct crc_store *st)
 {
-	if (!pw->nfiles)
-		return 0;
-	int rc = pw_seal(pw);
-	if (rc)
-		return rc;
-	/* The new files' directory entries must be durable before a commit names them. */
-	if (!pw->st->nosync && fsync(pw->st->packs_dir_fd)) {
-		rc = -errno;
-		pr_perror("fsync of %s", pw->st->packs_dir);
+	if (!st->nosync && fsync(st->packs_dir_fd)) {
+		int rc = -errno;
+		pr_perror("fsync of %s", st->packs_dir);
 		return rc;
 	}
 	STORE_FAULT("packs-dir-synced");

@@ -117,8 +117,11 @@ void crc__pw_init(struct pack_writer *pw, struct crc_store *st);
 /* Appends one chunk; sets *out to where its data lives. */
 int crc__pw_append(struct pack_writer *pw, const struct crc_hash *hash, const void *data, size_t len,
 		   struct chunk_loc *out);
-/* Flushes and fsyncs every pack file and the packs directory. */
-int crc__pw_sync(struct pack_writer *pw);
+/* Writes out and fsyncs the pack file being written (it stays open and locked); the earlier ones
+ * were sealed when the writer moved past them. */
+int crc__pw_seal(struct pack_writer *pw);
+/* Fsyncs the packs directory: new pack files' entries must be durable before a commit names them. */
+int crc__packs_dir_sync(struct crc_store *st);
 /* Closes the files (releasing their locks); with discard, unlinks them too. Frees the buffers. */
 void crc__pw_release(struct pack_writer *pw, bool discard);
 
