@@ -5,8 +5,11 @@
  * The writer is a forked child that counts the store's fault points (pack created, every 256 KiB
  * piece written, chunk appended, packs synced, chunk index entries, manifest written, before and
  * after the LMDB commit, gc steps) and kills itself at point K; the parent runs K = 1, 2, ... until
- * the child finishes untouched. */
+ * the child finishes untouched. With the argument "lanes" the child writes its checkpoint through
+ * two lanes (crc_ckpt_put_chunk_at, from one thread so that the points come in a fixed order; the
+ * commit seals the lanes in parallel). */
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,13 +24,15 @@
 #define MAX_K 400
 #define BIG   (5u << 20) /* above half the writer's buffer: written straight from the caller */
 
-static long kill_at, points_seen;
-static uint64_t old_id; /* a checkpoint the writer deletes before its gc */
+static long kill_at;
+static atomic_long points_seen; /* the commit's lane seals reach points from two threads */
+static unsigned lanes;		/* 0: crc_ckpt_put_chunk; else that many lanes */
+static uint64_t old_id;		/* a checkpoint the writer deletes before its gc */
 static int report_fd = -1;
 
 static void kill_hook(const char *point)
 {
-	if (++points_seen != kill_at)
+	if (atomic_fetch_add(&points_seen, 1) + 1 != kill_at)
 		return;
 	/* Tell the parent where we died, then die without any cleanup. */
 	if (write(report_fd, point, strlen(point)) < 0)
@@ -98,18 +103,25 @@ static int writer(const char *dir, uint64_t session)
 	CHECK_OK(crc_store_blob_put(st, session, buf, 3000, &blob));
 	struct crc_region_desc d = {
 	    .kind = CRC_REGION_DEVICE_ALLOC, .addr = 0x600000000000ull, .size = 6ull * CHUNK};
+	struct crc_region_desc big = {.kind = CRC_REGION_HOST, .size = BIG};
+	uint32_t rbig;
 	CHECK_OK(crc_ckpt_begin(st, session, &ck));
 	CHECK_OK(crc_ckpt_region_add(ck, &d, &r));
+	CHECK_OK(crc_ckpt_region_add(ck, &big, &rbig));
+	if (lanes)
+		CHECK_OK(crc_ckpt_set_lanes(ck, lanes));
+	/* Through lanes: last chunk first, lane by position. */
 	const uint64_t seeds[] = {100, 200, 101, 201, 202, 200};
-	for (int i = 0; i < 6; i++) {
+	for (uint32_t k = 0; k < 6; k++) {
+		uint32_t i = lanes ? 5 - k : k;
 		test_fill(buf, CHUNK, seeds[i]);
-		CHECK_OK(crc_ckpt_put_chunk(ck, r, buf, CHUNK, NULL));
+		CHECK_OK(lanes ? crc_ckpt_put_chunk_at(ck, i % lanes, r, i, buf, CHUNK, NULL)
+			       : crc_ckpt_put_chunk(ck, r, buf, CHUNK, NULL));
 	}
-	struct crc_region_desc big = {.kind = CRC_REGION_HOST, .size = BIG};
 	uint8_t *bigbuf = malloc(BIG);
 	test_fill(bigbuf, BIG, 500);
-	CHECK_OK(crc_ckpt_region_add(ck, &big, &r));
-	CHECK_OK(crc_ckpt_put_chunk(ck, r, bigbuf, BIG, NULL));
+	CHECK_OK(lanes ? crc_ckpt_put_chunk_at(ck, lanes - 1, rbig, 0, bigbuf, BIG, NULL)
+		       : crc_ckpt_put_chunk(ck, rbig, bigbuf, BIG, NULL));
 	free(bigbuf);
 	CHECK_OK(crc_ckpt_meta_set(ck, "criu.images_dir", "/next"));
 	CHECK_OK(crc_ckpt_commit(ck, NULL));
@@ -159,7 +171,7 @@ static int count_records(void *arg, uint64_t seq, uint32_t type, const void *pay
 	return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	char *dir = test_tmpdir("crash");
 	struct crc_store *st;
@@ -174,6 +186,8 @@ int main(void)
 	crc_store_close(st);
 	/* The killed children's store errors are expected noise. */
 	crc_log_set_level(CRC_LOG_ERROR);
+	if (argc > 1 && !strcmp(argv[1], "lanes"))
+		lanes = 2;
 
 	for (kill_at = 1; kill_at <= MAX_K; kill_at++) {
 		int fds[2];
@@ -263,8 +277,8 @@ int main(void)
 			dup |= !strcmp(names[i], names[j]);
 		distinct_names += !dup;
 	}
-	printf("crash test: killed the writer at %d points (%d kinds of point), it completed at %d\n",
-	       ndistinct, distinct_names, completed_at);
+	printf("crash test%s: killed the writer at %d points (%d kinds of point), it completed at %d\n",
+	       lanes ? " (lanes)" : "", ndistinct, distinct_names, completed_at);
 	for (int i = 0; i < ndistinct; i++)
 		printf("  %3d %s\n", i + 1, names[i]);
 	CHECK(ndistinct >= 30);

@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <fcntl.h>
 #include <lmdb.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -694,6 +695,340 @@ static void test_gc_live_writer_only(void)
 	free(dir);
 }
 
+/* --- lanes: several threads putting into one checkpoint --- */
+
+/* The checkpoint the lane tests write: a device allocation of 37 chunks of 64 KiB with repeats and a
+ * short last chunk, a global of three small chunks, and an empty host region. */
+#define LANE_CHUNK	  (64u << 10)
+#define LANE_ALLOC_CHUNKS 37
+static const struct lane_region {
+	struct crc_region_desc desc;
+	uint32_t nchunks;
+} lane_regions[] = {
+    {{.kind = CRC_REGION_DEVICE_ALLOC,
+      .addr = 0x600000000000ull,
+      .size = (LANE_ALLOC_CHUNKS - 1) * (uint64_t)LANE_CHUNK + 1000},
+     LANE_ALLOC_CHUNKS},
+    {{.kind = CRC_REGION_DEVICE_GLOBAL, .size = 3 * 100, .name = "g"}, 3},
+    {{.kind = CRC_REGION_HOST, .size = 0}, 0},
+};
+#define LANE_REGIONS (sizeof(lane_regions) / sizeof(lane_regions[0]))
+
+/* Chunk i of region r: its seed (seeds 1 and 2 repeat, and are in the store before) and length. */
+static uint64_t lane_seed(uint32_t r, uint32_t i)
+{
+	return r == 0 ? (i % 5 == 0 ? 1 : i % 7 == 0 ? 2 : 1000 + i) : 2000 + i;
+}
+static size_t lane_len(uint32_t r, uint32_t i)
+{
+	if (r == 0)
+		return i + 1 == LANE_ALLOC_CHUNKS ? 1000 : LANE_CHUNK;
+	return 100;
+}
+
+struct lane_writer {
+	struct crc_ckpt *ck;
+	unsigned lane, nlanes;
+	const uint32_t *region_index;
+	pthread_barrier_t *start;
+};
+
+/* Puts the chunks whose position is lane modulo nlanes, last first, so that the lanes finish in an
+ * order unlike the regions'. */
+static void *lane_writer_main(void *arg)
+{
+	struct lane_writer *w = arg;
+	uint8_t *buf = malloc(LANE_CHUNK);
+	CHECK(buf);
+	pthread_barrier_wait(w->start);
+	for (uint32_t r = 0; r < LANE_REGIONS; r++) {
+		for (uint32_t i = lane_regions[r].nchunks; i-- > 0;) {
+			if (i % w->nlanes != w->lane)
+				continue;
+			size_t len = lane_len(r, i);
+			test_fill(buf, len, lane_seed(r, i));
+			CHECK_OK(
+			    crc_ckpt_put_chunk_at(w->ck, w->lane, w->region_index[r], i, buf, len, NULL));
+		}
+	}
+	free(buf);
+	return NULL;
+}
+
+/* Writes the lane checkpoint with nlanes threads, or (nlanes 0) in order through crc_ckpt_put_chunk. */
+static uint64_t write_lane_ckpt(struct crc_store *st, uint64_t session, unsigned nlanes, uint64_t *new_bytes)
+{
+	struct crc_ckpt *ck;
+	uint32_t region_index[LANE_REGIONS];
+	uint64_t id;
+	CHECK_OK(crc_ckpt_begin(st, session, &ck));
+	for (uint32_t r = 0; r < LANE_REGIONS; r++)
+		CHECK_OK(crc_ckpt_region_add(ck, &lane_regions[r].desc, &region_index[r]));
+	if (!nlanes) {
+		uint8_t *buf = malloc(LANE_CHUNK);
+		CHECK(buf);
+		for (uint32_t r = 0; r < LANE_REGIONS; r++)
+			for (uint32_t i = 0; i < lane_regions[r].nchunks; i++) {
+				test_fill(buf, lane_len(r, i), lane_seed(r, i));
+				CHECK_OK(crc_ckpt_put_chunk(ck, region_index[r], buf, lane_len(r, i), NULL));
+			}
+		free(buf);
+	} else {
+		pthread_t tids[CRC_CKPT_LANES_MAX];
+		struct lane_writer w[CRC_CKPT_LANES_MAX];
+		pthread_barrier_t start;
+		CHECK_OK(crc_ckpt_set_lanes(ck, nlanes));
+		CHECK(pthread_barrier_init(&start, NULL, nlanes) == 0);
+		for (unsigned l = 0; l < nlanes; l++) {
+			w[l] = (struct lane_writer){ck, l, nlanes, region_index, &start};
+			CHECK(pthread_create(&tids[l], NULL, lane_writer_main, &w[l]) == 0);
+		}
+		for (unsigned l = 0; l < nlanes; l++)
+			pthread_join(tids[l], NULL);
+		pthread_barrier_destroy(&start);
+	}
+	*new_bytes = crc_ckpt_new_bytes(ck);
+	CHECK_OK(crc_ckpt_meta_set(ck, "criu.images_dir", "/lanes"));
+	CHECK_OK(crc_ckpt_commit(ck, &id));
+	return id;
+}
+
+/* Every region of the lane checkpoint read back, byte for byte. */
+static void check_lane_ckpt(struct crc_store *st, const struct crc_manifest *m)
+{
+	uint8_t *buf = malloc(LANE_CHUNK), *want = malloc(LANE_CHUNK);
+	CHECK(buf && want);
+	CHECK_EQ_INT(m->nregions, LANE_REGIONS);
+	for (uint32_t r = 0; r < LANE_REGIONS; r++) {
+		const struct crc_region *reg = &m->regions[r];
+		CHECK_EQ_INT(reg->kind, lane_regions[r].desc.kind);
+		CHECK_EQ_INT(reg->size, lane_regions[r].desc.size);
+		CHECK_EQ_INT(reg->nchunks, lane_regions[r].nchunks);
+		for (uint32_t i = 0; i < reg->nchunks; i++) {
+			size_t got, len = lane_len(r, i);
+			CHECK_OK(crc_store_chunk_read(st, &reg->chunks[i].hash, buf, LANE_CHUNK, &got));
+			test_fill(want, len, lane_seed(r, i));
+			CHECK(got == len && reg->chunks[i].length == len && !memcmp(buf, want, len));
+		}
+	}
+	free(buf);
+	free(want);
+}
+
+/* A store holding seeds 1 and 2 already (so that lanes meet chunks the store has). */
+static struct crc_store *lane_store(char **dir, uint64_t *session)
+{
+	struct crc_store *st = fresh_store(dir);
+	CHECK_OK(crc_store_session_create(st, "lanes", session));
+	commit_chunks(st, *session, (uint64_t[]){1, 2}, 2, LANE_CHUNK);
+	return st;
+}
+
+static void check_store_clean(struct crc_store *st)
+{
+	struct crc_verify_report vr;
+	struct crc_gc_report gr;
+	CHECK_OK(crc_store_verify(st, NULL, NULL, &vr));
+	CHECK_EQ_INT(vr.problems, 0);
+	CHECK_EQ_INT(vr.orphan_packs, 0);
+	CHECK_OK(crc_store_gc(st, &gr));
+	CHECK_EQ_INT(gr.chunks_removed, 0);
+	CHECK_EQ_INT(gr.packs_removed + gr.orphan_packs_removed, 0);
+}
+
+/* 1, 2, 3 and 5 lanes write the same manifest as crc_ckpt_put_chunk does, and the same new bytes. */
+static void test_lanes_manifest(void)
+{
+	struct crc_manifest *ref = NULL;
+	uint64_t ref_new = 0;
+	struct crc_store_stat ref_stat = {0};
+	for (unsigned nlanes = 0; nlanes <= 5; nlanes++) {
+		if (nlanes == 4)
+			continue;
+		char *dir;
+		uint64_t session, new_bytes;
+		struct crc_store *st = lane_store(&dir, &session);
+		uint64_t id = write_lane_ckpt(st, session, nlanes, &new_bytes);
+		struct crc_manifest *m;
+		struct crc_store_stat ss;
+		CHECK_OK(crc_store_manifest_get(st, id, &m));
+		check_lane_ckpt(st, m);
+		CHECK_OK(crc_store_stat(st, &ss));
+		check_store_clean(st);
+		if (!ref) {
+			ref = m;
+			ref_new = new_bytes;
+			ref_stat = ss;
+		} else {
+			/* The same regions naming the same chunks in the same order. */
+			CHECK_EQ_INT(m->nregions, ref->nregions);
+			for (uint32_t r = 0; r < m->nregions; r++) {
+				CHECK_EQ_INT(m->regions[r].addr, ref->regions[r].addr);
+				CHECK_EQ_INT(m->regions[r].nchunks, ref->regions[r].nchunks);
+				CHECK(!memcmp(m->regions[r].chunks, ref->regions[r].chunks,
+					      m->regions[r].nchunks * sizeof(*m->regions[r].chunks)));
+			}
+			CHECK_EQ_STR(crc_manifest_meta_get(m, "criu.images_dir"), "/lanes");
+			CHECK_EQ_INT(new_bytes, ref_new);
+			CHECK_EQ_INT(ss.chunks, ref_stat.chunks);
+			CHECK_EQ_INT(ss.chunk_bytes, ref_stat.chunk_bytes);
+			crc_manifest_free(m);
+		}
+		crc_store_close(st);
+		test_rmrf(dir);
+		free(dir);
+	}
+	/* Seeds 1 and 2 were in the store: not new. */
+	uint64_t want_new = 0;
+	for (uint32_t r = 0; r < LANE_REGIONS; r++)
+		for (uint32_t i = 0; i < lane_regions[r].nchunks; i++)
+			if (lane_seed(r, i) >= 1000)
+				want_new += lane_len(r, i);
+	CHECK_EQ_INT(ref_new, want_new);
+	crc_manifest_free(ref);
+}
+
+/* Four lanes put the same 16 chunks at once (each at positions of its own): each is written and
+ * indexed once, and the one the store held before is not written at all. */
+struct same_writer {
+	struct crc_ckpt *ck;
+	unsigned lane;
+	uint32_t region;
+	pthread_barrier_t *start;
+};
+#define SAME_CHUNKS 16
+#define SAME_LANES  4
+
+static void *same_writer_main(void *arg)
+{
+	struct same_writer *w = arg;
+	uint8_t *buf = malloc(LANE_CHUNK);
+	CHECK(buf);
+	pthread_barrier_wait(w->start);
+	for (uint32_t k = 0; k < SAME_CHUNKS; k++) {
+		test_fill(buf, LANE_CHUNK, k + 1);
+		CHECK_OK(crc_ckpt_put_chunk_at(w->ck, w->lane, w->region, w->lane * SAME_CHUNKS + k, buf,
+					       LANE_CHUNK, NULL));
+	}
+	free(buf);
+	return NULL;
+}
+
+static void test_lanes_dedup(void)
+{
+	char *dir;
+	uint64_t session, id;
+	struct crc_store *st = fresh_store(&dir);
+	struct crc_ckpt *ck;
+	uint32_t region;
+	int npacks;
+	CHECK_OK(crc_store_session_create(st, "same", &session));
+	commit_chunks(st, session, (uint64_t[]){1}, 1, LANE_CHUNK);
+	uint64_t before = packs_on_disk(dir, &npacks);
+	struct crc_region_desc d = {.kind = CRC_REGION_DEVICE_ALLOC,
+				    .size = (uint64_t)SAME_LANES * SAME_CHUNKS * LANE_CHUNK};
+	CHECK_OK(crc_ckpt_begin(st, session, &ck));
+	CHECK_OK(crc_ckpt_region_add(ck, &d, &region));
+	CHECK_OK(crc_ckpt_set_lanes(ck, SAME_LANES));
+	pthread_t tids[SAME_LANES];
+	struct same_writer w[SAME_LANES];
+	pthread_barrier_t start;
+	CHECK(pthread_barrier_init(&start, NULL, SAME_LANES) == 0);
+	for (unsigned l = 0; l < SAME_LANES; l++) {
+		w[l] = (struct same_writer){ck, l, region, &start};
+		CHECK(pthread_create(&tids[l], NULL, same_writer_main, &w[l]) == 0);
+	}
+	for (unsigned l = 0; l < SAME_LANES; l++)
+		pthread_join(tids[l], NULL);
+	pthread_barrier_destroy(&start);
+	CHECK_EQ_INT(crc_ckpt_new_bytes(ck), (SAME_CHUNKS - 1) * (uint64_t)LANE_CHUNK);
+	CHECK_OK(crc_ckpt_commit(ck, &id));
+
+	/* On disk: each new chunk once, in however many lanes' packs. */
+	int npacks_after;
+	uint64_t after = packs_on_disk(dir, &npacks_after);
+	CHECK(npacks_after > npacks);
+	CHECK_EQ_INT(after - before, (uint64_t)(npacks_after - npacks) * PACK_HEADER_SIZE +
+					 (SAME_CHUNKS - 1) * (uint64_t)(CHUNK_HEADER_SIZE + LANE_CHUNK));
+	struct crc_store_stat ss;
+	CHECK_OK(crc_store_stat(st, &ss));
+	CHECK_EQ_INT(ss.chunks, SAME_CHUNKS);
+	struct crc_manifest *m;
+	uint8_t *buf = malloc(LANE_CHUNK), *want = malloc(LANE_CHUNK);
+	CHECK_OK(crc_store_manifest_get(st, id, &m));
+	CHECK_EQ_INT(m->regions[0].nchunks, SAME_LANES * SAME_CHUNKS);
+	for (uint32_t i = 0; i < m->regions[0].nchunks; i++) {
+		size_t got;
+		CHECK_OK(crc_store_chunk_read(st, &m->regions[0].chunks[i].hash, buf, LANE_CHUNK, &got));
+		test_fill(want, LANE_CHUNK, i % SAME_CHUNKS + 1);
+		CHECK(got == LANE_CHUNK && !memcmp(buf, want, LANE_CHUNK));
+	}
+	crc_manifest_free(m);
+	check_store_clean(st);
+	free(buf);
+	free(want);
+	crc_store_close(st);
+	test_rmrf(dir);
+	free(dir);
+}
+
+/* An aborted multi-lane checkpoint, and one whose commit fails, leave no pack file of any lane; the
+ * API refuses misuse. */
+static void test_lanes_abort(void)
+{
+	char *dir;
+	uint64_t session;
+	struct crc_store *st = lane_store(&dir, &session);
+	struct crc_ckpt *ck;
+	uint32_t region;
+	int npacks, n;
+	packs_on_disk(dir, &npacks);
+	uint8_t *buf = malloc(LANE_CHUNK);
+	CHECK(buf);
+	struct crc_region_desc d = {.kind = CRC_REGION_DEVICE_ALLOC, .size = 4ull * LANE_CHUNK};
+	for (int failed_commit = 0; failed_commit <= 1; failed_commit++) {
+		CHECK_OK(crc_ckpt_begin(st, session, &ck));
+		CHECK_OK(crc_ckpt_region_add(ck, &d, &region));
+		CHECK_EQ_INT(crc_ckpt_set_lanes(ck, 0), CRC_EINVAL);
+		CHECK_EQ_INT(crc_ckpt_set_lanes(ck, CRC_CKPT_LANES_MAX + 1), CRC_EINVAL);
+		CHECK_OK(crc_ckpt_set_lanes(ck, 3));
+		CHECK_EQ_INT(crc_ckpt_put_chunk_at(ck, 3, region, 0, buf, LANE_CHUNK, NULL), CRC_EINVAL);
+		CHECK_EQ_INT(crc_ckpt_put_chunk_at(ck, 0, region, (uint32_t)d.size, buf, LANE_CHUNK, NULL),
+			     CRC_EINVAL);
+		/* A chunk through each lane; index 1 is left out. */
+		const uint32_t indices[] = {0, 2, 3};
+		for (unsigned lane = 0; lane < 3; lane++) {
+			test_fill(buf, LANE_CHUNK, 50 + lane);
+			CHECK_OK(
+			    crc_ckpt_put_chunk_at(ck, lane, region, indices[lane], buf, LANE_CHUNK, NULL));
+		}
+		CHECK_EQ_INT(crc_ckpt_set_lanes(ck, 2), CRC_EINVAL);
+		packs_on_disk(dir, &n);
+		CHECK_EQ_INT(n, npacks + 3);
+		if (failed_commit)
+			CHECK_EQ_INT(crc_ckpt_commit(ck, NULL), CRC_EINVAL);
+		else
+			crc_ckpt_abort(ck);
+		packs_on_disk(dir, &n);
+		CHECK_EQ_INT(n, npacks);
+		check_store_clean(st);
+	}
+	/* A chunk put twice at one index fails the checkpoint. */
+	CHECK_OK(crc_ckpt_begin(st, session, &ck));
+	CHECK_OK(crc_ckpt_region_add(ck, &d, &region));
+	CHECK_OK(crc_ckpt_put_chunk_at(ck, 0, region, 2, buf, LANE_CHUNK, NULL));
+	CHECK_EQ_INT(crc_ckpt_put_chunk_at(ck, 0, region, 2, buf, LANE_CHUNK, NULL), CRC_EINVAL);
+	CHECK_EQ_INT(crc_ckpt_put_chunk(ck, region, buf, LANE_CHUNK, NULL), CRC_EINVAL);
+	crc_ckpt_abort(ck);
+	packs_on_disk(dir, &n);
+	CHECK_EQ_INT(n, npacks);
+	check_store_clean(st);
+	free(buf);
+	crc_store_close(st);
+	test_rmrf(dir);
+	free(dir);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct {
@@ -709,6 +1044,9 @@ int main(int argc, char **argv)
 	    {"gc", test_gc},
 	    {"gc_live_writer_only", test_gc_live_writer_only},
 	    {"batch_read", test_batch_read},
+	    {"lanes_manifest", test_lanes_manifest},
+	    {"lanes_dedup", test_lanes_dedup},
+	    {"lanes_abort", test_lanes_abort},
 	};
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
 		if (argc > 1 && strcmp(argv[1], tests[i].name))
