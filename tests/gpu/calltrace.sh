@@ -32,7 +32,7 @@ trace() {
 	shift 2
 	if [ "$side" = native ]; then target=$real; else target=$build/libcrcuda/libcuda.so.1; fi
 	rm -f "$tmp/$name.$side".*
-	env CALLTRACE_REAL="$target" CALLTRACE_LOG="$tmp/$name.$side" LD_PRELOAD="$tracer" \
+	env CALLTRACE_REAL="$target" CALLTRACE_WRAP_EXPORT="${CALLTRACE_WRAP_EXPORT:-21318c60,42d85a81}" CALLTRACE_LOG="$tmp/$name.$side" LD_PRELOAD="$tracer" \
 		CRCUDA_SOCKET="$sock" \
 		LD_LIBRARY_PATH="$([ "$side" = layer ] && echo "$build/libcrcuda:")${LD_LIBRARY_PATH:-}" \
 		timeout 300 "$@" >"$tmp/$name.$side.out" 2>&1
@@ -58,5 +58,6 @@ for w in $which; do
 		mkdir -p "$OUT/calltrace"
 		gzip -c "$tmp/$w.native" >"$OUT/calltrace/$w.native.gz"
 		gzip -c "$tmp/$w.layer" >"$OUT/calltrace/$w.layer.gz"
+		cp "$tmp/$w.native.out" "$tmp/$w.layer.out" "$OUT/calltrace/"
 	fi
 done

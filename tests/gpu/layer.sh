@@ -2,6 +2,7 @@
 # tests/gpu/layer.sh BUILD: on the GPU machine, everything under crcuda on the real driver, against
 # native runs in the same call. Prints one "PASS|FAIL|SKIP name detail" line per check:
 #   layer_<prog>          the driver-API programs (tests/programs) through libcrcuda + crcudad
+#   layer_pointer_attrs   cuPointerGetAttribute(s) answer as natively (tests/programs/pointer_attrs)
 #   layer_cudart_<p>_<v>  the cudart programs (static and shared cudart) through the layer
 #   torch_native_repeat   two native runs of tests/torch/train.py give the same losses bit for bit
 #   torch_layer_losses    the run under the layer gives the native losses bit for bit
@@ -11,7 +12,7 @@ set -u
 build=$(cd "${1:?usage: layer.sh BUILD}" && pwd)
 top=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d /tmp/crcuda-gpu-layer.XXXXXX)
-only=${ONLY:-all} # all | programs | cudart | torch
+only=${ONLY:-all} # all | programs | attrs | cudart | torch
 export CRCUDA_SOCKET=$tmp/crcudad.sock
 lib=$build/libcrcuda
 daemon_pid=
@@ -37,6 +38,17 @@ under_layer() { env LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" 
 		[ "$p" = vmm_fixed ] && awk '$1 ~ /^55[0-9a-f]{10}-/' "/proc/$daemon_pid/maps" | head -5
 	fi
 done
+if [ "$only" = all ] || [ "$only" = programs ] || [ "$only" = attrs ]; then
+	# Pointer attributes steer libraries (cuBLASLt): the answers must be the native ones.
+	"$build/tests/programs/pointer_attrs" >"$tmp/attrs.native" 2>&1
+	under_layer "$build/tests/programs/pointer_attrs" >"$tmp/attrs.layer" 2>&1
+	if cmp -s "$tmp/attrs.native" "$tmp/attrs.layer"; then
+		result PASS layer_pointer_attrs "$(grep -c attr "$tmp/attrs.native") answers as native"
+	else
+		result FAIL layer_pointer_attrs "$(diff "$tmp/attrs.native" "$tmp/attrs.layer" | grep -c '^>') answers differ:"
+		diff "$tmp/attrs.native" "$tmp/attrs.layer" | head -${ATTRS_DIFF_LINES:-24}
+	fi
+fi
 if [ "$only" = all ] || [ "$only" = programs ]; then
 	if under_layer "$build/tests/programs/state_app" --mb 64 --verify >"$tmp/state.log" 2>&1; then
 		result PASS layer_state_app

@@ -7,6 +7,7 @@
 #include <cuda.h>
 #include <cudaProfiler.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "crcuda/cuda_api.h"
 #include "crcuda/cuda_api_undef.h"
@@ -29,5 +30,14 @@ void ct_result(struct ct_line *l, long long r);
 void ct_mem(struct ct_line *l, int arg, const void *p, size_t size);
 void ct_str(struct ct_line *l, int arg, const char *s);
 void ct_end(struct ct_line *l);
+
+/* Export tables named in CALLTRACE_WRAP_EXPORT are copied with each slot replaced by a trampoline that
+ * logs the call (as six integer arguments: enough for the slots this is used on) and forwards it. */
+#define CT_TABLES 4
+#define CT_SLOTS  128
+typedef uint64_t ct_slot_fn(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
+extern ct_slot_fn *const ct_tramp[CT_TABLES][CT_SLOTS];
+uint64_t ct_export_call(int table, int slot, uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e,
+			uint64_t f);
 
 #endif

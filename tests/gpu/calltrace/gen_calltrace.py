@@ -8,6 +8,7 @@ layer and diff the two logs: the first answer that differs is the suspect."""
 import re
 import sys
 
+CT_TABLES, CT_SLOTS = 4, 128  # as in calltrace.h
 HAND = {"cuGetProcAddress", "cuGetProcAddress_v2", "cuGetExportTable"}
 ROW = re.compile(r"^CRC_CU_API\((\w+), (\w+), (\w+), (\d+), (\w+), (\w+), ([^,]+), \((.*)\), \((.*)\)\)$")
 
@@ -58,6 +59,15 @@ def main(def_path, out_path):
             body.append(f"\t\tct_mem(&l, {i}, {name}, sizeof(*{name}));")
         body += ["\t\tct_end(&l);", "\t}", "\treturn r;", "}", ""]
         out += body
+    # Trampolines for the slots of wrapped export tables (calltrace.c, CALLTRACE_WRAP_EXPORT).
+    for t in range(CT_TABLES):
+        for i in range(CT_SLOTS):
+            out.append(f"static uint64_t ct_tr_{t}_{i}(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e, "
+                       f"uint64_t f)\n{{\n\treturn ct_export_call({t}, {i}, a, b, c, d, e, f);\n}}")
+    out.append("ct_slot_fn *const ct_tramp[CT_TABLES][CT_SLOTS] = {")
+    for t in range(CT_TABLES):
+        out.append("\t{" + ", ".join(f"ct_tr_{t}_{i}" for i in range(CT_SLOTS)) + "},")
+    out.append("};")
     out.append("void *const ct_self[CRC_CU_COUNT] = {")
     out += [f"\t[CRC_CU_{s}] = (void *){s}," for s in syms]
     out.append("};\n")
