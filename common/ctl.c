@@ -300,6 +300,13 @@ int crc_ctl_resume(struct crc_ctl *c, pid_t pid)
 	return simple(c, CRC_OP_CTL_RESUME, pid, 0);
 }
 
+int crc_ctl_slot(struct crc_ctl *c, uint64_t va_base, uint64_t va_size)
+{
+	struct crc_ctl_slot_wire w = {.va_base = va_base, .va_size = va_size};
+
+	return exchange(c, CRC_OP_CTL_SLOT, &w, sizeof(w), NULL, 0, NULL, NULL);
+}
+
 int crc_ctl_restore(struct crc_ctl *c, const struct crc_ctl_restore_opts *opts, int *client_fd)
 {
 	struct crc_ctl_restore_wire w;
@@ -327,4 +334,44 @@ int crc_ctl_restore(struct crc_ctl *c, const struct crc_ctl_restore_opts *opts, 
 	}
 out:
 	return rc;
+}
+
+int crc_ctl_alt_socket(const char *base, unsigned alt, char *out, size_t len)
+{
+	int n = alt ? snprintf(out, len, "%s.%u", base, alt) : snprintf(out, len, "%s", base);
+
+	return n > 0 && (size_t)n < len ? 0 : CRC_EINVAL;
+}
+
+int crc_ctl_find_pid(const char *base, pid_t pid, char *out, size_t len, struct crc_ctl_session *s)
+{
+	int first = CRC_ENOTFOUND;
+
+	for (unsigned alt = 0; alt < CRC_CTL_ALT_DAEMONS; alt++) {
+		struct crc_ctl_session *list = NULL;
+		struct crc_ctl *c = NULL;
+		unsigned n = 0;
+		bool found = false;
+		int rc;
+
+		if (crc_ctl_alt_socket(base, alt, out, len) || (alt && access(out, F_OK)))
+			continue;
+		rc = crc_ctl_open(out, NULL, &c);
+		if (!rc) {
+			rc = crc_ctl_sessions(c, &list, &n);
+			crc_ctl_close(c);
+		}
+		if (rc && !alt)
+			first = rc;
+		for (unsigned i = 0; !rc && i < n && !found; i++) {
+			found = list[i].pid == pid;
+			if (found && s)
+				*s = list[i];
+		}
+		free(list);
+		if (found)
+			return 0;
+	}
+	crc_ctl_alt_socket(base, 0, out, len);
+	return first;
 }

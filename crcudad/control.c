@@ -1,6 +1,7 @@
 /* Control connections (crcuda/ctl.h): crcudactl and the CRIU plugin ask for the sessions, quiesce,
- * checkpoint, commit, abort, resume and restore. One thread per connection; commands on a session
- * run on that session's own thread (it owns the session's backend state), the control thread waits. */
+ * checkpoint, commit, abort, resume and restore, and whether a checkpoint's VA slot is free. One thread per
+ * connection; commands on a session run on that session's own thread (it owns the session's backend state),
+ * the control thread waits. */
 #define LOG_PREFIX "control: "
 #include <errno.h>
 #include <stdbool.h>
@@ -222,6 +223,15 @@ static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const 
 
 	if (h->op == CRC_OP_CTL_SESSIONS) {
 		list_sessions(c, h);
+		return true;
+	}
+	if (h->op == CRC_OP_CTL_SLOT) {
+		const struct crc_ctl_slot_wire *w = (const void *)p;
+		unsigned slot;
+
+		rc = len < sizeof(*w) ? CRC_EINVAL
+				      : crc_slot_check(w->va_base, w->va_size, &slot, why, sizeof(why));
+		send_reply(c->fd, h, rc, rc ? why : NULL, NULL, 0);
 		return true;
 	}
 	if (h->op == CRC_OP_CTL_RESTORE) {

@@ -177,6 +177,10 @@ struct crc_session {
 
 /* Starts the session thread for an accepted, greeted connection. */
 int crc_session_start(int fd, bool tcp, const struct crc_peer *peer, const struct crc_hello *hello);
+/* The slot of a checkpoint's device VA range on this daemon: 0; CRC_EINVAL when the range is not a slot
+ * of this daemon's window, CRC_EBUSY while a live session holds it (why says which). A slot whose
+ * holder is going away (client dead) counts as free: crc_session_create waits for it. */
+int crc_slot_check(uint64_t va_base, uint64_t va_size, unsigned *slot, char *why, size_t why_len);
 /* A session in a given slot (restore), not started: its thread comes with crc_session_run. The slot
  * must be free (CRC_EBUSY, with who holds it in why). */
 int crc_session_create(int fd, bool tcp, const struct crc_peer *peer, unsigned slot, struct crc_session **out,

@@ -349,19 +349,11 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 		rc = CRC_ECORRUPT;
 		goto fail;
 	}
-	if (va_size != crcd.va_session || va_base < crcd.va_base ||
-	    (va_base - crcd.va_base) % crcd.va_session) {
-		snprintf(why, why_len,
-			 "the checkpoint's device VA range %#" PRIx64 "+%#" PRIx64
-			 " is not a session slot of this "
-			 "daemon (window %#" PRIx64 ", %#" PRIx64
-			 " per session): start crcudad with the same "
-			 "--va-base and --va-session (a remap table is future work)",
-			 va_base, va_size, crcd.va_base, crcd.va_session);
-		rc = CRC_EINVAL;
+	/* The very range: pointers into it live in the application's memory and in device memory. A
+	 * holder that is dying is waited for when the session is made. */
+	rc = crc_slot_check(va_base, va_size, &slot, why, why_len);
+	if (rc)
 		goto fail;
-	}
-	slot = (unsigned)((va_base - crcd.va_base) / crcd.va_session);
 	if (w->gpu >= crcd.dev_count || (w->gpu < 0 && orig_dev >= crcd.dev_count)) {
 		snprintf(why, why_len, "GPU %d does not exist on this daemon (%d device(s))",
 			 w->gpu >= 0 ? w->gpu : orig_dev, crcd.dev_count);

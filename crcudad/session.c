@@ -3,6 +3,7 @@
  * handlers for the rest); the virtual handle tables; cleanup when the client goes away. */
 #define LOG_PREFIX "session: "
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -760,6 +761,51 @@ static void session_setup(struct crc_session *s, unsigned slot)
 		crc_register(s, CRC_HT_CTX, (union crc_slot){.u64 = 0});
 }
 
+/* A holder of a slot that will not let go of it soon: its client is connected, or a checkpoint of it
+ * waits for its commit. A holder whose client has just died (kill -9, then restore at once) frees the
+ * slot within a poll interval. Called with crcd.lock held. */
+static bool holds_for_good(const struct crc_session *o)
+{
+	return !crc_sock_alive(o->fd) || o->ckpt;
+}
+
+static void held_why(unsigned slot, const struct crc_session *o, char *why, size_t why_len)
+{
+	snprintf(why, why_len,
+		 "VA slot %u (%#llx) of this daemon is held by session %llu of live pid %d, and the "
+		 "checkpoint's device pointers need that range",
+		 slot, (unsigned long long)(crcd.va_base + slot * crcd.va_session), (unsigned long long)o->id,
+		 (int)o->peer.pid);
+}
+
+int crc_slot_check(uint64_t va_base, uint64_t va_size, unsigned *slot, char *why, size_t why_len)
+{
+	const struct crc_session *o;
+	int rc = 0;
+
+	if (va_size != crcd.va_session || va_base < crcd.va_base ||
+	    (va_base - crcd.va_base) % crcd.va_session ||
+	    (va_base - crcd.va_base) / crcd.va_session >= crcd.max_sessions) {
+		snprintf(why, why_len,
+			 "the checkpoint's device VA range %#" PRIx64 "+%#" PRIx64
+			 " is not a session slot of this daemon (window %#" PRIx64 ", %u slots of %#" PRIx64
+			 "): it needs a crcudad whose window has it as a slot (e.g. --va-base %#" PRIx64
+			 " --va-session %#" PRIx64 ")",
+			 va_base, va_size, crcd.va_base, crcd.max_sessions, crcd.va_session, va_base,
+			 va_size);
+		return CRC_EINVAL;
+	}
+	*slot = (unsigned)((va_base - crcd.va_base) / crcd.va_session);
+	pthread_mutex_lock(&crcd.lock);
+	o = crcd.sessions[*slot];
+	if (o && holds_for_good(o)) {
+		held_why(*slot, o, why, why_len);
+		rc = CRC_EBUSY;
+	}
+	pthread_mutex_unlock(&crcd.lock);
+	return rc;
+}
+
 int crc_session_create(int fd, bool tcp, const struct crc_peer *peer, unsigned slot, struct crc_session **out,
 		       char *why, size_t why_len)
 {
@@ -768,12 +814,10 @@ int crc_session_create(int fd, bool tcp, const struct crc_peer *peer, unsigned s
 	if (!s)
 		return CRC_ENOMEM;
 	pthread_mutex_lock(&crcd.lock);
-	/* A slot whose client has just died (kill -9, then restore at once) is freed by its session
-	 * thread within a poll interval: wait for that rather than refuse. */
+	/* A holder that is going away frees the slot within a poll interval: wait for that rather than
+	 * refuse. */
 	for (int tries = 0; slot < crcd.max_sessions && crcd.sessions[slot] && tries < 150; tries++) {
-		struct crc_session *o = crcd.sessions[slot];
-
-		if (!crc_sock_alive(o->fd) || o->ckpt)
+		if (holds_for_good(crcd.sessions[slot]))
 			break;
 		pthread_mutex_unlock(&crcd.lock);
 		usleep(20 * 1000);
@@ -783,13 +827,7 @@ int crc_session_create(int fd, bool tcp, const struct crc_peer *peer, unsigned s
 		struct crc_session *o = slot < crcd.max_sessions ? crcd.sessions[slot] : NULL;
 
 		if (o)
-			snprintf(why, why_len,
-				 "VA slot %u (%#llx) of this daemon is held by session %llu (pid %d): the "
-				 "checkpoint "
-				 "needs that range (restoring into another range needs a remap table, future "
-				 "work)",
-				 slot, (unsigned long long)(crcd.va_base + slot * crcd.va_session),
-				 (unsigned long long)o->id, (int)o->peer.pid);
+			held_why(slot, o, why, why_len);
 		else
 			snprintf(why, why_len, "VA slot %u does not exist on this daemon (--max-sessions %u)",
 				 slot, crcd.max_sessions);
@@ -807,6 +845,7 @@ int crc_session_create(int fd, bool tcp, const struct crc_peer *peer, unsigned s
 	*out = s;
 	return 0;
 }
+
 int crc_session_run(struct crc_session *s)
 {
 	int rc;

@@ -25,6 +25,7 @@
 #ifndef CRCUDA_CTL_H
 #define CRCUDA_CTL_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -100,9 +101,26 @@ struct crc_ctl_restore_opts {
  * connected to it as the restored session's client (the connection itself becomes that socket; the
  * REBIND notice for the restored process is already queued on it). c is consumed (closed) on success;
  * on failure it stays open so that crc_ctl_error() says why: close it then. The restored session
- * takes the checkpoint's VA slot; if that slot is in use on this daemon (the checkpointed session
- * still runs, --leave-running, or another session holds it) the restore fails with CRC_EBUSY (a remap
- * table for a moved window is future work). */
+ * takes the checkpoint's VA slot; if a live session holds that slot on this daemon (the checkpointed
+ * session still runs, --leave-running, a restored copy of it, or another program) the restore fails
+ * with CRC_EBUSY, and with CRC_EINVAL when the range is no slot of this daemon's window: device
+ * pointers cannot move, so another daemon must serve it (crc_ctl_slot asks first). */
 int crc_ctl_restore(struct crc_ctl *c, const struct crc_ctl_restore_opts *opts, int *client_fd);
+
+/* Could this daemon restore a checkpoint whose device VA range is va_base+va_size (crcuda.va_base,
+ * crcuda.va_size)? 0 when the range is a slot of its window and free (or held by a session whose
+ * client is gone: it is freed at once); CRC_EBUSY when a live session holds it; CRC_EINVAL when the
+ * range is no slot of its window. crc_ctl_error() says which session, or which window. */
+int crc_ctl_slot(struct crc_ctl *c, uint64_t va_base, uint64_t va_size);
+
+/* The daemons `crcudactl restore` starts beside the one at socket base when a checkpoint's slot is
+ * taken there: base.1 .. base.(CRC_CTL_ALT_DAEMONS - 1), each its own process, GPU context and device
+ * address space. alt 0 is base itself. 0, or CRC_EINVAL when the path does not fit. */
+#define CRC_CTL_ALT_DAEMONS 16
+int crc_ctl_alt_socket(const char *base, unsigned alt, char *out, size_t len);
+/* The daemon among base and its alternates that serves pid: its socket into out and the session
+ * into *s (may be NULL). 0, CRC_ENOTFOUND when none does, or the base daemon's error when nothing
+ * answers at all. */
+int crc_ctl_find_pid(const char *base, pid_t pid, char *out, size_t len, struct crc_ctl_session *s);
 
 #endif

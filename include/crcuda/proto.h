@@ -63,6 +63,7 @@ enum crc_ctl_op {
 	CRC_OP_CTL_ABORT,			  /* struct crc_ctl_req */
 	CRC_OP_CTL_RESUME,			  /* struct crc_ctl_req */
 	CRC_OP_CTL_RESTORE,			  /* crc_ctl_restore_wire + store dir; see ctl.h */
+	CRC_OP_CTL_SLOT,			  /* struct crc_ctl_slot_wire; status only */
 };
 
 /* ---- handshake ---------------------------------------------------------------------------------- */
@@ -181,6 +182,10 @@ struct crc_ctl_restore_wire {
 	int32_t timeout_ms;
 	uint32_t pad;
 	/* then the store directory, NUL-terminated */
+};
+
+struct crc_ctl_slot_wire {
+	uint64_t va_base, va_size;
 };
 
 /* ---- virtual handles ---------------------------------------------------------------------------- */
