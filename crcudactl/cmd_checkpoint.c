@@ -42,7 +42,8 @@ static void ckpt_usage(FILE *f)
 		"Options:\n"
 		"  -R, --leave-running  let the process run on after the checkpoint\n"
 		"  -s, --store DIR      the store (default $CRCUDA_STORE, else ~/.local/share/crcuda/store)\n"
-		"      --daemon ADDR    the program's crcudad (default $CRCUDA_SOCKET, else\n"
+		"      --daemon ADDR    the program's crcudad, or the one beside which `crcudactl restore`\n"
+		"                       started it (ADDR.N) (default $CRCUDA_SOCKET, else\n"
 		"                       /tmp/crcuda-UID/crcudad.sock)\n"
 		"      --timeout SEC    give up (and resume the program) after SEC seconds (default %d)\n"
 		"      --json           machine-readable result on stdout\n"
@@ -125,38 +126,25 @@ static void daemon_backend(const char *sock, char *out, size_t len)
 	closedir(proc);
 }
 
-/* The session of pid on the daemon: 0, or -1 with the reason printed. */
-static int find_session(const char *daemon, pid_t pid, struct crc_ctl_session *out)
+/* The session of pid on the daemon at daemon or one of the daemons `crcudactl restore` starts beside
+ * it (a restore whose VA slot was taken there): that daemon's socket replaces daemon. 0, or -1 with
+ * the reason printed. */
+static int find_session(char *daemon, size_t len, pid_t pid, struct crc_ctl_session *out)
 {
-	struct crc_ctl *c = NULL;
-	struct crc_ctl_session *s = NULL;
-	unsigned n = 0;
-	int rc = crc_ctl_open(daemon, NULL, &c);
+	char base[PATH_MAX];
+	int rc;
 
-	if (rc) {
-		ctl_error("checkpoint: cannot reach crcudad at %s: %s%s", daemon, crc_strerror(rc),
+	snprintf(base, sizeof(base), "%s", daemon);
+	rc = crc_ctl_find_pid(base, pid, daemon, len, out);
+	if (rc == CRC_ENOTFOUND)
+		ctl_error(
+		    "checkpoint: process %d has no session on crcudad at %s or beside it (%s.N) (not run "
+		    "under `crcudactl run`, another daemon (--daemon), or no CUDA call yet)",
+		    (int)pid, base, base);
+	else if (rc)
+		ctl_error("checkpoint: cannot reach crcudad at %s: %s%s", base, crc_strerror(rc),
 			  rc == CRC_ENOTSUP ? " (the daemon's control interface is not built yet)" : "");
-		return -1;
-	}
-	rc = crc_ctl_sessions(c, &s, &n);
-	if (rc) {
-		ctl_error("checkpoint: listing the sessions of crcudad at %s: %s", daemon, crc_ctl_error(c));
-		crc_ctl_close(c);
-		return -1;
-	}
-	rc = -1;
-	for (unsigned i = 0; i < n; i++)
-		if (s[i].pid == pid) {
-			*out = s[i];
-			rc = 0;
-		}
-	if (rc)
-		ctl_error("checkpoint: process %d has no session on crcudad at %s (not run under `crcudactl "
-			  "run`, another daemon (--daemon), or no CUDA call yet)",
-			  (int)pid, daemon);
-	free(s);
-	crc_ctl_close(c);
-	return rc;
+	return rc ? -1 : 0;
 }
 
 /* After a failure: nothing may stay half-done in the daemon (the plugin's fini does the same, but
@@ -266,7 +254,7 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	}
 	if (ctl_find_criu(criu, sizeof(criu)) || ctl_find_plugin_dir(plugdir, sizeof(plugdir)))
 		return CTL_EXIT_FAILURE;
-	if (find_session(daemon, pid, &sess))
+	if (find_session(daemon, sizeof(daemon), pid, &sess))
 		return CTL_EXIT_FAILURE;
 
 	/* The store must exist (the daemon opens it by path), and be named absolutely. */

@@ -1,5 +1,5 @@
 /* crcudactl ls [--store DIR] [--daemon ADDR] [--json]: the checkpoints in the store (with the process
- * each one holds) and the sessions the daemon serves now. */
+ * each one holds) and the sessions the daemon, and those started beside it by restores, serve now. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "crc_store.h"
 #include "crcuda/ctl.h"
@@ -21,7 +22,9 @@ static void ls_usage(FILE *f)
 	fprintf(
 	    f, "Usage: crcudactl ls [--store DIR] [--daemon ADDR] [--json]\n"
 	       "\n"
-	       "Lists the checkpoints in the store and the sessions (client processes) of the daemon.\n"
+	       "Lists the checkpoints in the store and the sessions (client processes) of the daemon, and\n"
+	       "of the daemons `crcudactl restore` started beside it (ADDR.N: a checkpoint's VA slot was\n"
+	       "taken in the first).\n"
 	       "\n"
 	       "Options:\n"
 	       "  -s, --store DIR    the store (default $CRCUDA_STORE, else ~/.local/share/crcuda/store)\n"
@@ -108,7 +111,9 @@ static int list_checkpoints(const char *dir, json_t *list)
 	return 0;
 }
 
-static void list_sessions(const char *daemon, json_t *doc)
+/* The sessions of one daemon; alt > 0: one that `crcudactl restore` started beside the first (a
+ * checkpoint's VA slot was taken there), listed only when it answers. */
+static void list_sessions(const char *daemon, unsigned alt, json_t *doc)
 {
 	struct crc_ctl *c = NULL;
 	struct crc_ctl_session *s = NULL;
@@ -119,6 +124,8 @@ static void list_sessions(const char *daemon, json_t *doc)
 		rc = crc_ctl_sessions(c, &s, &n);
 		crc_ctl_close(c);
 	}
+	if (rc && alt)
+		return;
 	if (rc) {
 		if (doc)
 			json_object_set_new(doc, "daemon_error", json_string(crc_strerror(rc)));
@@ -126,21 +133,24 @@ static void list_sessions(const char *daemon, json_t *doc)
 			printf("\nSessions: crcudad at %s does not answer (%s)\n", daemon, crc_strerror(rc));
 		return;
 	}
-	json_t *list = doc ? json_array() : NULL;
-	if (doc)
+	json_t *list = doc ? json_object_get(doc, "sessions") : NULL;
+	if (doc && !list) {
+		list = json_array();
 		json_object_set_new(doc, "sessions", list);
-	else
+	}
+	if (!doc)
 		printf("\nSessions of crcudad at %s:\n%-8s %-7s %-6s %-12s %-10s %12s  %s\n", daemon,
 		       "SESSION", "PID", "UID", "STATE", "TRANSPORT", "DEVICE-MiB", "VA");
 	for (unsigned i = 0; i < n; i++) {
 		const char *tr = s[i].transport == CRC_TRANSPORT_TCP ? "tcp" : "unix";
 		if (list)
-			json_array_append_new(
-			    list, json_pack("{s:I, s:i, s:i, s:s, s:s, s:I, s:I, s:I}", "session",
-					    (json_int_t)s[i].session_id, "pid", (int)s[i].pid, "uid",
-					    (int)s[i].uid, "state", state_name(s[i].state), "transport", tr,
-					    "device_bytes", (json_int_t)s[i].device_bytes, "va_base",
-					    (json_int_t)s[i].va_base, "va_size", (json_int_t)s[i].va_size));
+			json_array_append_new(list, json_pack("{s:I, s:i, s:i, s:s, s:s, s:I, s:I, s:I, s:s}",
+							      "session", (json_int_t)s[i].session_id, "pid",
+							      (int)s[i].pid, "uid", (int)s[i].uid, "state",
+							      state_name(s[i].state), "transport", tr,
+							      "device_bytes", (json_int_t)s[i].device_bytes,
+							      "va_base", (json_int_t)s[i].va_base, "va_size",
+							      (json_int_t)s[i].va_size, "daemon", daemon));
 		else
 			printf("%-8" PRIu64 " %-7d %-6d %-12s %-10s %12.1f  0x%" PRIx64 "+0x%" PRIx64 "\n",
 			       s[i].session_id, (int)s[i].pid, (int)s[i].uid, state_name(s[i].state), tr,
@@ -200,7 +210,12 @@ int cmd_ls(int argc, char **argv, struct ctl_opts *opts)
 		json_decref(doc);
 		return CTL_EXIT_FAILURE;
 	}
-	list_sessions(daemon, doc);
+	for (unsigned alt = 0; alt < CRC_CTL_ALT_DAEMONS; alt++) {
+		char path[PATH_MAX + 16];
+
+		if (!crc_ctl_alt_socket(daemon, alt, path, sizeof(path)) && (!alt || !access(path, F_OK)))
+			list_sessions(path, alt, doc);
+	}
 	if (doc)
 		ctl_json_print(doc);
 	return CTL_EXIT_OK;

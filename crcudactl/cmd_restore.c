@@ -19,6 +19,7 @@
 #include "crc_store.h"
 #include "crcuda/ctl.h"
 #include "crcuda/errno.h"
+#include "crcuda/proto.h"
 #include "crcudactl.h"
 
 #define RESTORE_TIMEOUT_DEFAULT 600
@@ -61,26 +62,35 @@ struct restore_args {
 };
 
 /* A daemon answers on the socket; else one is started through `crcudactl run` (same locking and
- * idle exit as for programs: it stays while the restored session lives). */
-static int ensure_local_daemon(const char *sock, const char *backend)
+ * idle exit as for programs: it stays while the restored session lives). va: NULL, or the
+ * "--va-base", "--va-session" values of the checkpoint's window for a daemon started here. */
+static int ensure_local_daemon(const char *sock, const char *backend, char *const *va)
 {
 	struct crc_ctl *c = NULL;
 	char self[PATH_MAX], log[PATH_MAX + 16];
-	ssize_t n;
+	char *argv[16] = {self, "run", "--backend", (char *)backend, "--socket", (char *)sock};
+	int n = 6, status = 0;
+	ssize_t len;
 	pid_t pid;
-	int status = 0;
 
 	if (crc_ctl_open(sock, NULL, &c) == 0) {
 		crc_ctl_close(c);
 		return 0;
 	}
 	if (!strcmp(backend, "unknown"))
-		backend = "cuda";
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n < 0)
+		argv[3] = "cuda";
+	len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (len < 0)
 		return -1;
-	self[n] = 0;
-	snprintf(log, sizeof(log), "%s.start.log", sock);
+	self[len] = 0;
+	if (va) {
+		/* A daemon beside another one: its own log (the default one is the other's). */
+		snprintf(log, sizeof(log), "%s.log", sock);
+		argv[n++] = "--daemon-log", argv[n++] = log;
+		argv[n++] = "--va-base", argv[n++] = va[0];
+		argv[n++] = "--va-session", argv[n++] = va[1];
+	}
+	argv[n++] = "--", argv[n++] = "true", argv[n] = NULL;
 	fflush(NULL);
 	pid = fork();
 	if (pid == 0) {
@@ -90,14 +100,90 @@ static int ensure_local_daemon(const char *sock, const char *backend)
 			dup2(fd, 0);
 			dup2(fd, 1);
 		}
-		execl(self, self, "run", "--backend", backend, "--socket", sock, "--", "true", (char *)NULL);
+		execv(self, argv);
 		_exit(127);
 	}
 	if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status)) {
 		ctl_error("restore: no crcudad answers at %s, and starting one (--backend %s) failed", sock,
-			  backend);
+			  argv[3]);
 		return -1;
 	}
+	return 0;
+}
+
+/* The checkpoint's device VA range (its session's slot): every device pointer of the process is in
+ * it, so it cannot move. */
+struct ckpt_va {
+	uint64_t base, size, slot;
+};
+
+/* Can the daemon at addr restore into va? 0 yes; 1 nothing answers there; else CRC_E* with the
+ * daemon's reason in why. */
+static int slot_query(const char *addr, const char *token, const struct ckpt_va *va, char *why, size_t len)
+{
+	struct crc_ctl *c = NULL;
+	int rc = crc_ctl_open(addr, token, &c);
+
+	if (rc) {
+		snprintf(why, len, "no crcudad answers: %s", crc_strerror(rc));
+		return 1;
+	}
+	rc = crc_ctl_slot(c, va->base, va->size);
+	snprintf(why, len, "%s", crc_ctl_error(c));
+	crc_ctl_close(c);
+	return rc;
+}
+
+/* The local daemon to restore into, in out: base when the checkpoint's slot is free there (or held
+ * by a dying session: the daemon waits for it); else an alternate base.N (crc_ctl_alt_socket) where
+ * it is free; else a new crcudad started at the first silent base.N, with the checkpoint's window.
+ * Another daemon is another process with its own CUDA context and device address space, where the
+ * same fixed range is free: a restored copy of a checkpoint that still runs, or another program in
+ * that slot, does not stop a restore. */
+static int pick_local_daemon(const char *sock, const char *backend, uint64_t ckpt, const struct ckpt_va *va,
+			     char *out, size_t len)
+{
+	char why[CRC_CTL_MSG_MAX], first[CRC_CTL_MSG_MAX] = "", vb[32], vs[32], base[PATH_MAX];
+	char *window[2] = {vb, vs};
+	int silent = -1, rc;
+
+	snprintf(base, sizeof(base), "%s", sock); /* out may be sock */
+	if (ensure_local_daemon(base, backend, NULL))
+		return -1;
+	for (unsigned alt = 0; alt < CRC_CTL_ALT_DAEMONS; alt++) {
+		if (crc_ctl_alt_socket(base, alt, out, len))
+			break;
+		rc = slot_query(out, NULL, va, why, sizeof(why));
+		if (!rc)
+			return 0;
+		if (rc == 1 && silent < 0 && alt)
+			silent = (int)alt;
+		if (rc != 1 && !first[0])
+			snprintf(first, sizeof(first), "%s", why);
+	}
+	if (silent < 0 || crc_ctl_alt_socket(base, (unsigned)silent, out, len)) {
+		ctl_error("restore: checkpoint %" PRIu64 " needs device VA range %#" PRIx64 "+%#" PRIx64
+			  ", which none of the %d crcudad at %s[.N] can take (%s)",
+			  ckpt, va->base, va->size, CRC_CTL_ALT_DAEMONS, base, first);
+		return -1;
+	}
+	/* The checkpoint's own window: its range is slot va->slot there, as where it was taken. */
+	snprintf(vb, sizeof(vb), "%#" PRIx64, va->base - va->slot * va->size);
+	snprintf(vs, sizeof(vs), "%#" PRIx64, va->size);
+	if (ensure_local_daemon(out, backend, window))
+		rc = 1;
+	else
+		rc = slot_query(out, NULL, va, why, sizeof(why));
+	if (rc) {
+		ctl_error("restore: checkpoint %" PRIu64 " needs device VA range %#" PRIx64 "+%#" PRIx64
+			  ", which crcudad at %s cannot take (%s), and a second crcudad (--va-base %s "
+			  "--va-session %s) at %s could not reserve it either: %s (its log: %s.log)",
+			  ckpt, va->base, va->size, base, first, vb, vs, out,
+			  rc == 1 ? "it did not start" : why, out);
+		return -1;
+	}
+	fprintf(stderr, "crcudactl: restore: %s; checkpoint %" PRIu64 " goes to a second crcudad at %s\n",
+		first, ckpt, out);
 	return 0;
 }
 
@@ -216,6 +302,7 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 	char val[PATH_MAX], idbuf[32], path[PATH_MAX * 2 + 32];
 	struct crc_manifest *m = NULL;
 	struct crc_store *st = NULL;
+	struct ckpt_va va;
 	int rc, ret = CTL_EXIT_FAILURE;
 	bool keep_work = true;
 	pid_t pid = 0;
@@ -251,7 +338,10 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 	const char *rel = crc_manifest_meta_get(m, "criu.images_dir"),
 		   *pidm = crc_manifest_meta_get(m, "crcuda.pid"),
 		   *backend = crc_manifest_meta_get(m, "crcuda.backend"),
-		   *shell = crc_manifest_meta_get(m, "criu.shell_job");
+		   *shell = crc_manifest_meta_get(m, "criu.shell_job"),
+		   *va_base = crc_manifest_meta_get(m, "crcuda.va_base"),
+		   *va_size = crc_manifest_meta_get(m, "crcuda.va_size"),
+		   *va_slot = crc_manifest_meta_get(m, "crcuda.va_slot");
 	if (!rel) {
 		ctl_error("restore: checkpoint %" PRIu64 " has no CRIU images (its manifest names none)",
 			  a.id);
@@ -272,8 +362,39 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 			  (int)pid);
 		goto out;
 	}
-	if (!a.remote && ensure_local_daemon(daemon, a.backend ? a.backend : backend ? backend : "cuda"))
+	if (!va_base || !va_size || !va_slot) {
+		ctl_error("restore: checkpoint %" PRIu64
+			  " lacks its device VA range (not a crcuda checkpoint?)",
+			  a.id);
 		goto out;
+	}
+	va = (struct ckpt_va){strtoull(va_base, NULL, 0), strtoull(va_size, NULL, 0),
+			      strtoull(va_slot, NULL, 0)};
+	if (a.remote) {
+		/* No daemon can be started on the other host: a taken slot there is an error, now. */
+		const char *file = a.token_file		    ? a.token_file
+				   : getenv("CRCUDA_TOKEN") ? NULL
+							    : getenv("CRCUDA_TOKEN_FILE");
+		int n = file || getenv("CRCUDA_TOKEN") ? ctl_read_token(file, val, CRC_TOKEN_MAX + 1) : -1;
+
+		/* Without a token the usage error below says so. */
+		if (n >= 0 && (rc = slot_query(a.remote, val, &va, path, sizeof(path)))) {
+			ctl_error("restore: crcudad at %s cannot take checkpoint %" PRIu64 ": %s%s", a.remote,
+				  a.id, path,
+				  rc == 1
+				      ? ""
+				      : "; no second daemon can be started on another host: restore there "
+					"once that range is free, or on another daemon (a local one, or "
+					"another --remote)");
+			goto out;
+		}
+	} else if (pick_local_daemon(daemon,
+				     a.backend ? a.backend
+				     : backend ? backend
+					       : "cuda",
+				     a.id, &va, daemon, sizeof(daemon))) {
+		goto out;
+	}
 
 	if (!mkdtemp(work)) {
 		ctl_error("restore: mkdtemp: %s", strerror(errno));

@@ -36,7 +36,7 @@
 #define SIM_NAME_PREFIX	      "crcuda simulated" /* how the simulated device names its GPUs */
 
 struct run_args {
-	const char *remote, *token_file, *backend, *socket, *daemon_log;
+	const char *remote, *token_file, *backend, *socket, *daemon_log, *va_base, *va_session;
 	bool backend_given;
 	unsigned idle_exit;
 	char **prog;
@@ -63,6 +63,9 @@ static void run_usage(FILE *f)
 	    "      --daemon-log FILE    log of a daemon started here (default crcudad.log beside the "
 	    "socket)\n"
 	    "      --idle-exit SECONDS  idle time before a daemon started here exits (default %d; 0: never)\n"
+	    "      --va-base ADDR, --va-session BYTES\n"
+	    "                           the device VA window of a daemon started here (crcudad's options;\n"
+	    "                           `crcudactl restore` uses them for a checkpoint's window)\n"
 	    "      --remote HOST:PORT   use the crcudad listening there (no local daemon)\n"
 	    "      --token-file FILE    its token (else $CRCUDA_TOKEN or $CRCUDA_TOKEN_FILE)\n"
 	    "  -h, --help               this help\n"
@@ -190,28 +193,12 @@ static void on_alarm(int sig)
 
 static int read_token(const char *file, struct crc_hello *h)
 {
-	const char *tok = getenv("CRCUDA_TOKEN");
-	ssize_t n = 0;
+	char tok[sizeof(h->token) + 1];
+	int n = ctl_read_token(file, tok, sizeof(tok));
 
-	if (!file && tok) {
-		n = (ssize_t)strlen(tok);
-		if ((size_t)n > sizeof(h->token))
-			return -1;
-		memcpy(h->token, tok, (size_t)n);
-	} else if (file) {
-		int fd = open(file, O_RDONLY | O_CLOEXEC);
-
-		if (fd < 0) {
-			ctl_error("cannot open token file %s: %s", file, strerror(errno));
-			return -1;
-		}
-		n = read(fd, h->token, sizeof(h->token));
-		close(fd);
-		if (n < 0)
-			return -1;
-		while (n && (h->token[n - 1] == '\n' || h->token[n - 1] == '\r'))
-			n--;
-	}
+	if (n < 0)
+		return -1;
+	memcpy(h->token, tok, (size_t)n);
 	h->token_len = (uint32_t)n;
 	return 0;
 }
@@ -388,7 +375,9 @@ static void show_log(const char *log, off_t from)
 static void exec_daemon(const char *crcudad, const struct run_args *a, const char *log, int ready_fd)
 {
 	char idle[16];
-	int null = open("/dev/null", O_RDONLY), out = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+	const char *argv[16] = {crcudad,       "--backend", a->backend,	    "--socket", a->socket,
+				"--idle-exit", idle,	    "--foreground", "-v"};
+	int n = 9, null = open("/dev/null", O_RDONLY), out = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
 
 	if (null < 0 || out < 0 || dup2(null, 0) < 0 || dup2(ready_fd, 1) < 0 || dup2(out, 2) < 0)
 		_exit(127);
@@ -402,8 +391,12 @@ static void exec_daemon(const char *crcudad, const struct run_args *a, const cha
 	/* The daemon's log is --daemon-log, not the program's CRCUDA_LOG_FILE. */
 	unsetenv("CRCUDA_LOG_FILE");
 	snprintf(idle, sizeof(idle), "%u", a->idle_exit);
-	execl(crcudad, crcudad, "--backend", a->backend, "--socket", a->socket, "--idle-exit", idle,
-	      "--foreground", "-v", (char *)NULL);
+	if (a->va_base)
+		argv[n++] = "--va-base", argv[n++] = a->va_base;
+	if (a->va_session)
+		argv[n++] = "--va-session", argv[n++] = a->va_session;
+	argv[n] = NULL;
+	execv(crcudad, (char *const *)argv);
 	fprintf(stderr, "crcudactl: cannot exec %s: %s\n", crcudad, strerror(errno));
 	_exit(127);
 }
@@ -575,7 +568,16 @@ static int prepend_env(const char *var, const char *dir)
 
 int cmd_run(int argc, char **argv, struct ctl_opts *opts)
 {
-	enum { OPT_REMOTE = 256, OPT_TOKEN, OPT_BACKEND, OPT_SOCKET, OPT_LOG, OPT_IDLE };
+	enum {
+		OPT_REMOTE = 256,
+		OPT_TOKEN,
+		OPT_BACKEND,
+		OPT_SOCKET,
+		OPT_LOG,
+		OPT_IDLE,
+		OPT_VA_BASE,
+		OPT_VA_SESSION
+	};
 	static const struct option longopts[] = {
 	    {"remote", required_argument, NULL, OPT_REMOTE},
 	    {"token-file", required_argument, NULL, OPT_TOKEN},
@@ -583,6 +585,8 @@ int cmd_run(int argc, char **argv, struct ctl_opts *opts)
 	    {"socket", required_argument, NULL, OPT_SOCKET},
 	    {"daemon-log", required_argument, NULL, OPT_LOG},
 	    {"idle-exit", required_argument, NULL, OPT_IDLE},
+	    {"va-base", required_argument, NULL, OPT_VA_BASE},
+	    {"va-session", required_argument, NULL, OPT_VA_SESSION},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -623,6 +627,17 @@ int cmd_run(int argc, char **argv, struct ctl_opts *opts)
 			}
 			local_only = true;
 			break;
+		case OPT_VA_BASE:
+		case OPT_VA_SESSION:
+			errno = 0;
+			strtoull(optarg, &end, 0);
+			if (errno || *end || !*optarg) {
+				ctl_error("run: --va-base and --va-session want a number, got '%s'", optarg);
+				return CTL_EXIT_USAGE;
+			}
+			*(c == OPT_VA_BASE ? &a.va_base : &a.va_session) = optarg;
+			local_only = true;
+			break;
 		case 'h':
 			run_usage(stdout);
 			return CTL_EXIT_OK;
@@ -645,7 +660,8 @@ int cmd_run(int argc, char **argv, struct ctl_opts *opts)
 		return CTL_EXIT_USAGE;
 	}
 	if (a.remote && local_only) {
-		ctl_error("run: --socket, --daemon-log and --idle-exit are for a local daemon, not --remote");
+		ctl_error("run: --socket, --daemon-log, --idle-exit and --va-* are for a local daemon, not "
+			  "--remote");
 		return CTL_EXIT_USAGE;
 	}
 	if (find_libdir(libdir, sizeof(libdir)))

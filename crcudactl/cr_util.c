@@ -281,3 +281,31 @@ void ctl_show_criu_errors(const char *log, int max)
 		}
 	fclose(f);
 }
+
+int ctl_read_token(const char *file, char *out, size_t len)
+{
+	const char *tok = getenv("CRCUDA_TOKEN");
+	ssize_t n = 0;
+
+	if (!file && tok) {
+		n = (ssize_t)strlen(tok);
+		if ((size_t)n >= len)
+			return -1;
+		memcpy(out, tok, (size_t)n);
+	} else if (file) {
+		int fd = open(file, O_RDONLY | O_CLOEXEC);
+
+		if (fd < 0) {
+			ctl_error("cannot open token file %s: %s", file, strerror(errno));
+			return -1;
+		}
+		n = read(fd, out, len - 1);
+		close(fd);
+		if (n < 0)
+			return -1;
+		while (n && (out[n - 1] == '\n' || out[n - 1] == '\r'))
+			n--;
+	}
+	out[n] = 0;
+	return (int)n;
+}

@@ -53,6 +53,9 @@ int ctl_run_criu(char *const argv[], char *const env[], const char *out_log, con
 		 const char *what, unsigned timeout_s, bool progress);
 /* The nth (from 0) "KEY value" line of the plugin's report: value into out. 0 or -1. */
 int ctl_report_get(const char *report, const char *key, int nth, char *out, size_t len);
+/* The token for a remote daemon: the first line of file, else $CRCUDA_TOKEN when file is NULL ("" when
+ * neither). Its length, or -1 (message printed when the file cannot be read). */
+int ctl_read_token(const char *file, char *out, size_t len);
 /* Prints CRIU's "Error (...)" lines of log (at most max) on stderr. */
 void ctl_show_criu_errors(const char *log, int max);
 

@@ -314,18 +314,22 @@ static int dump_init(void)
 	return 0;
 }
 
-/* The daemon of this task: CRCUDA_DAEMON, else the task's own CRCUDA_SOCKET, else the default. */
+/* The daemon of this task: CRCUDA_DAEMON, else the task's own CRCUDA_SOCKET (else the default) or
+ * the daemon beside it that serves the task (a restore whose VA slot was taken there went to one). */
 static void dump_daemon(pid_t pid)
 {
 	const char *v = getenv("CRCUDA_DAEMON");
+	char base[PATH_MAX];
 
 	if (P.daemon[0])
 		return;
 	if (v && *v)
 		snprintf(P.daemon, sizeof(P.daemon), "%s", v);
-	else if (!task_env(pid, "CRCUDA_SOCKET", P.daemon, sizeof(P.daemon)) &&
-		 crc_sock_default_path(P.daemon, sizeof(P.daemon)))
+	else if (!task_env(pid, "CRCUDA_SOCKET", base, sizeof(base)) &&
+		 crc_sock_default_path(base, sizeof(base)))
 		P.daemon[0] = 0;
+	else
+		crc_ctl_find_pid(base, pid, P.daemon, sizeof(P.daemon), NULL);
 }
 
 static int pause_devices(int pid)
@@ -639,8 +643,11 @@ static int restore_unix_sk(int id)
 	}
 	rc = crc_ctl_restore(c, &o, &fd); /* consumes c on success only */
 	if (rc) {
-		fail("the daemon at %s could not restore checkpoint %" PRIu64 ": %s", P.daemon, P.r_ckpt,
-		     crc_ctl_error(c));
+		fail("the daemon at %s could not restore checkpoint %" PRIu64 ": %s%s", P.daemon, P.r_ckpt,
+		     crc_ctl_error(c),
+		     rc == CRC_EBUSY || rc == CRC_EINVAL
+			 ? " (`crcudactl restore` sends such a restore to a second local crcudad)"
+			 : "");
 		crc_ctl_close(c);
 		return -1;
 	}
