@@ -610,37 +610,38 @@ static CUresult ctx_get_id(CUcontext ctx, unsigned long long *id)
 	return env->ctx_id(ctx, id);
 }
 
-/* Slot 51: (ctx, stream, *id, per_thread) -> the stream's unique id, as cuStreamGetId. Read off the
- * driver's own code on the H200 (tests/gpu/diagnose.sh disassembles it): NULL id gives
- * CUDA_ERROR_INVALID_VALUE, stream (CUstream)-1 CUDA_ERROR_INVALID_HANDLE, ctx only matters for the
- * special handles 0..2, and the last argument (a byte) picks the per-thread default stream. cuBLAS
- * calls it for every GEMM (its per-stream workspace). */
-static CUresult ctx_stream_id(CUcontext ctx, CUstream stream, unsigned long long *id,
-			      unsigned char per_thread)
+/* Slot 51: (ctx, stream, *out, per_thread) -> the stream object a handle stands for: the special
+ * handles 0..2 become the context's default stream (the last argument, a byte, picks the per-thread
+ * one), any other handle is itself. Read off the driver's code on the H200 (tests/gpu/diagnose.sh) and
+ * confirmed by tracing cuBLAS natively (tests/gpu/calltrace.sh): the word it writes is the pointer that
+ * cuBLAS passes to slot 39 next. NULL out gives CUDA_ERROR_INVALID_VALUE, (CUstream)-1
+ * CUDA_ERROR_INVALID_HANDLE. crcuda answers the default streams with the special handles
+ * CU_STREAM_LEGACY and CU_STREAM_PER_THREAD, which every stream argument of the layer accepts. */
+static CUresult ctx_stream_resolve(CUcontext ctx, CUstream stream, CUstream *out, unsigned char per_thread)
 {
-	const struct crc_export_env *env = env_get();
-
-	if (!id)
+	(void)ctx;
+	if (!out)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (stream == (CUstream)(uintptr_t)-1)
 		return CUDA_ERROR_INVALID_HANDLE;
-	if (!env || !env->stream_id)
-		return CUDA_ERROR_NOT_INITIALIZED;
-	return env->stream_id((uintptr_t)stream < 3 ? ctx : NULL, stream, per_thread != 0, id);
+	if ((uintptr_t)stream < 3)
+		stream = per_thread || stream == CU_STREAM_PER_THREAD ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+	*out = stream;
+	return CUDA_SUCCESS;
 }
 
-/* Slot 39: (unused, stream, *id) -> the id of a stream object; the driver's code reads a field of the
- * stream (the one slot 51 returns for it) and refuses a NULL stream or id with INVALID_VALUE. */
-static CUresult ctx_stream_object_id(void *unused, CUstream stream, unsigned long long *id)
+/* Slot 39: (ctx, stream, *id) -> the stream's unique id (cuStreamGetId), for a stream slot 51 gave; the
+ * driver's code refuses a NULL stream or id with INVALID_VALUE. ctx matters for the default streams.
+ * cuBLAS calls 51 then 39 before each GEMM and keys its per-stream workspace by the id. */
+static CUresult ctx_stream_id(CUcontext ctx, CUstream stream, unsigned long long *id)
 {
 	const struct crc_export_env *env = env_get();
 
-	(void)unused;
 	if (!stream || !id)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!env || !env->stream_id)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	return env->stream_id(NULL, stream, 0, id);
+	return env->stream_id((uintptr_t)stream < 3 ? ctx : NULL, stream, stream == CU_STREAM_PER_THREAD, id);
 }
 
 /* ---- INTEGRITY_CHECK ------------------------------------------------------------------------- */
@@ -888,8 +889,8 @@ static void tables_build(void)
 
 	fill(tbl_ctx, CTX_WORDS, stubs_ctx, ARRAY_SIZE(stubs_ctx));
 	tbl_ctx[4] = (const void *)ctx_get_id;
-	tbl_ctx[39] = (const void *)ctx_stream_object_id;
-	tbl_ctx[51] = (const void *)ctx_stream_id;
+	tbl_ctx[39] = (const void *)ctx_stream_id;
+	tbl_ctx[51] = (const void *)ctx_stream_resolve;
 }
 
 _Static_assert(sizeof(stubs_cudart) / sizeof(stubs_cudart[0]) >= CUDART_WORDS, "stubs");

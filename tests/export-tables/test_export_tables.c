@@ -35,7 +35,7 @@ static CUresult fake_ctx_id(CUcontext ctx, unsigned long long *id)
 	return CUDA_SUCCESS;
 }
 
-/* Records what slot 51 passed on. */
+/* Records what slot 39 passed on. */
 static CUcontext seen_ctx;
 static CUstream seen_stream;
 static int seen_per_thread;
@@ -261,27 +261,36 @@ static void test_slots(void)
 	CHECK_EQ_INT(id, 0x6000 * 3);
 	fake_current = NULL;
 
-	/* Slot 51 (ctx, stream, *id, per_thread), as the driver's code does it: the context counts only
-	 * for the special stream handles; a NULL id and the (CUstream)-1 handle are refused. */
-	typedef CUresult (*fn_stream_id_t)(CUcontext, CUstream, unsigned long long *, unsigned char);
-	fn_stream_id_t stream_id = (fn_stream_id_t)table(U_CTX)[51];
-	CHECK_EQ_INT(stream_id((CUcontext)0x5000, (CUstream)0x7000, &id, 0), CUDA_SUCCESS);
-	CHECK(seen_ctx == NULL && seen_stream == (CUstream)0x7000 && !seen_per_thread);
-	CHECK_EQ_INT(id, 0x7000);
-	CHECK_EQ_INT(stream_id((CUcontext)0x5000, NULL, &id, 1), CUDA_SUCCESS);
-	CHECK(seen_ctx == (CUcontext)0x5000 && seen_stream == NULL && seen_per_thread == 1);
-	CHECK_EQ_INT(id, 1000);
-	CHECK_EQ_INT(stream_id(NULL, (CUstream)0x7000, NULL, 0), CUDA_ERROR_INVALID_VALUE);
-	CHECK_EQ_INT(stream_id(NULL, (CUstream)(uintptr_t)-1, &id, 0), CUDA_ERROR_INVALID_HANDLE);
+	/* Slot 51 (ctx, stream, *out, per_thread): the stream object a handle stands for. Special handles
+	 * become the default stream the byte argument picks (crcuda: CU_STREAM_LEGACY/PER_THREAD); other
+	 * handles are themselves; a NULL out and the (CUstream)-1 handle are refused. */
+	typedef CUresult (*fn_stream_resolve_t)(CUcontext, CUstream, CUstream *, unsigned char);
+	fn_stream_resolve_t resolve = (fn_stream_resolve_t)table(U_CTX)[51];
+	CUstream obj = NULL;
+	CHECK_EQ_INT(resolve((CUcontext)0x5000, (CUstream)0x7000, &obj, 0), CUDA_SUCCESS);
+	CHECK(obj == (CUstream)0x7000);
+	CHECK_EQ_INT(resolve((CUcontext)0x5000, NULL, &obj, 0), CUDA_SUCCESS);
+	CHECK(obj == CU_STREAM_LEGACY);
+	CHECK_EQ_INT(resolve((CUcontext)0x5000, NULL, &obj, 1), CUDA_SUCCESS);
+	CHECK(obj == CU_STREAM_PER_THREAD);
+	CHECK_EQ_INT(resolve((CUcontext)0x5000, CU_STREAM_PER_THREAD, &obj, 0), CUDA_SUCCESS);
+	CHECK(obj == CU_STREAM_PER_THREAD);
+	CHECK_EQ_INT(resolve(NULL, (CUstream)0x7000, NULL, 0), CUDA_ERROR_INVALID_VALUE);
+	CHECK_EQ_INT(resolve(NULL, (CUstream)(uintptr_t)-1, &obj, 0), CUDA_ERROR_INVALID_HANDLE);
 
-	/* Slot 39 (unused, stream, *id): a stream object's id; NULL stream or id refused. */
-	typedef CUresult (*fn_stream_obj_id_t)(void *, CUstream, unsigned long long *);
-	fn_stream_obj_id_t stream_obj_id = (fn_stream_obj_id_t)table(U_CTX)[39];
-	CHECK_EQ_INT(stream_obj_id(NULL, (CUstream)0x7100, &id), CUDA_SUCCESS);
+	/* Slot 39 (ctx, stream, *id): the id of what slot 51 gave, as cuStreamGetId; the context counts
+	 * only for the default streams; a NULL stream or id is refused. */
+	typedef CUresult (*fn_stream_id_t)(CUcontext, CUstream, unsigned long long *);
+	fn_stream_id_t stream_id = (fn_stream_id_t)table(U_CTX)[39];
+	CHECK_EQ_INT(stream_id((CUcontext)0x5000, (CUstream)0x7100, &id), CUDA_SUCCESS);
 	CHECK(seen_stream == (CUstream)0x7100 && seen_ctx == NULL && !seen_per_thread);
 	CHECK_EQ_INT(id, 0x7100);
-	CHECK_EQ_INT(stream_obj_id(NULL, NULL, &id), CUDA_ERROR_INVALID_VALUE);
-	CHECK_EQ_INT(stream_obj_id(NULL, (CUstream)0x7100, NULL), CUDA_ERROR_INVALID_VALUE);
+	CHECK_EQ_INT(resolve((CUcontext)0x5000, NULL, &obj, 1), CUDA_SUCCESS);
+	CHECK_EQ_INT(stream_id((CUcontext)0x5000, obj, &id), CUDA_SUCCESS);
+	CHECK(seen_ctx == (CUcontext)0x5000 && seen_stream == CU_STREAM_PER_THREAD && seen_per_thread == 1);
+	CHECK_EQ_INT(id, 2 + 1000);
+	CHECK_EQ_INT(stream_id(NULL, NULL, &id), CUDA_ERROR_INVALID_VALUE);
+	CHECK_EQ_INT(stream_id(NULL, (CUstream)0x7100, NULL), CUDA_ERROR_INVALID_VALUE);
 }
 
 /* ---- Context-local storage ------------------------------------------------------------------- */
