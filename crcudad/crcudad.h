@@ -68,6 +68,7 @@ enum crc_alloc_kind {
 struct crc_alloc {
 	enum crc_alloc_kind kind;
 	uint64_t ptr, size;
+	uint64_t req; /* the bytes cuMemAlloc asked for (size is rounded to the granule) */
 	CUmemGenericAllocationHandle handle;
 	uint64_t vhandle;
 	int refs;
@@ -282,7 +283,8 @@ typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h,
 	X(cuMemCreate, vmm_create)                                                                           \
 	X(cuMemRetainAllocationHandle, vmm_retain)                                                           \
 	X(cuMemSetAccess, vmm_access)                                                                        \
-	X(cuPointerGetAttribute, ptrattr)
+	X(cuPointerGetAttribute, ptrattr)                                                                    \
+	X(cuPointerGetAttributes, ptrattrs)
 
 #define CRC_DECL_RAW(sym, fn) crc_raw_fn crc_raw_##fn;
 CRC_RAW_HANDLERS(CRC_DECL_RAW)

@@ -166,6 +166,7 @@ static CUresult map_new(struct crc_session *s, uint64_t bytes, uint64_t *out)
 		return res != CUDA_SUCCESS ? res : CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	a->handle = h;
+	a->req = bytes;
 	a->vhandle = s->cur_ctx; /* the context cuPointerGetAttribute reports */
 	account(s, (int64_t)size);
 	s->jaddr = ptr;
@@ -451,7 +452,16 @@ CUresult crc_ctl_pin_register(struct crc_session *s, const uint8_t *args, size_t
 	/* The client sent the memfd on the socket before this record. */
 	if (crc_sock_recv_fds(s->fd, &byte, 1, &memfd, 1, &nfds) || nfds != 1)
 		return CUDA_ERROR_INVALID_VALUE;
-	local = mmap(NULL, r->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	/* At the client's own address where it is free here: then the device pointer of the memory (UVA)
+	 * is the client's pointer, as natively, and kernels can use it. */
+	local = mmap((void *)(uintptr_t)r->client_addr, r->bytes, PROT_READ | PROT_WRITE,
+		     MAP_SHARED | MAP_FIXED_NOREPLACE, memfd, 0);
+	if (local != MAP_FAILED && local != (void *)(uintptr_t)r->client_addr) {
+		munmap(local, r->bytes); /* a kernel without MAP_FIXED_NOREPLACE took it as a hint */
+		local = MAP_FAILED;
+	}
+	if (local == MAP_FAILED)
+		local = mmap(NULL, r->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
 	close(memfd);
 	if (local == MAP_FAILED)
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -460,10 +470,11 @@ CUresult crc_ctl_pin_register(struct crc_session *s, const uint8_t *args, size_t
 		munmap(local, r->bytes);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	if (r->flags & CU_MEMHOSTALLOC_DEVICEMAP)
-		reg_flags |= CU_MEMHOSTREGISTER_DEVICEMAP;
+	/* Mapped whatever the flags: with unified addressing all page-locked memory is (the driver's
+	 * cuMemHostGetDevicePointer and pointer attributes answer for it). */
+	reg_flags |= CU_MEMHOSTREGISTER_DEVICEMAP;
 	res = CALL(cuMemHostRegister_v2, local, r->bytes, reg_flags);
-	if (res == CUDA_SUCCESS && (r->flags & CU_MEMHOSTALLOC_DEVICEMAP))
+	if (res == CUDA_SUCCESS)
 		res = CALL(cuMemHostGetDevicePointer_v2, (CUdeviceptr *)&p->device_ptr, local, 0);
 	if (res != CUDA_SUCCESS) {
 		munmap(local, r->bytes);
@@ -999,31 +1010,4 @@ CUresult crc_raw_vmm_access(struct crc_session *s, const struct crc_call_hdr *h,
 	if (w[2] > 64 || len - sizeof(w) < w[2] * sizeof(CUmemAccessDesc))
 		return CUDA_ERROR_INVALID_VALUE;
 	return CALL(cuMemSetAccess, w[0], w[1], (const CUmemAccessDesc *)(args + sizeof(w)), w[2]);
-}
-
-CUresult crc_raw_ptrattr(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args, size_t len)
-{
-	uint64_t w[2], *out = crc_out(s, 64);
-	CUresult res;
-
-	(void)h;
-	if (len < sizeof(w) || !out)
-		return CUDA_ERROR_INVALID_VALUE;
-	memcpy(w, args, sizeof(w));
-	res = CALL(cuPointerGetAttribute, out, (CUpointer_attribute)w[1], w[0]);
-	/* Memory of cuMemAlloc is a VMM mapping for the backend: answer as for cuMemAlloc memory. */
-	for (struct crc_alloc *a = s->allocs; a; a = a->next) {
-		if (a->kind != CRC_ALLOC_MEM || w[0] - a->ptr >= a->size)
-			continue;
-		if (w[1] == CU_POINTER_ATTRIBUTE_CONTEXT)
-			out[0] = a->vhandle, res = CUDA_SUCCESS;
-		else if (w[1] == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
-			out[0] = a->ptr, res = CUDA_SUCCESS;
-		else if (w[1] == CU_POINTER_ATTRIBUTE_RANGE_SIZE)
-			out[0] = a->size, res = CUDA_SUCCESS;
-		return res;
-	}
-	if (res == CUDA_SUCCESS && w[1] == CU_POINTER_ATTRIBUTE_CONTEXT)
-		out[0] = crc_find_handle(s, CRC_HT_CTX, (void *)(uintptr_t)out[0]);
-	return res;
 }

@@ -625,7 +625,8 @@ static CUresult ctx_stream_resolve(CUcontext ctx, CUstream stream, CUstream *out
 	if (stream == (CUstream)(uintptr_t)-1)
 		return CUDA_ERROR_INVALID_HANDLE;
 	if ((uintptr_t)stream < 3)
-		stream = per_thread || stream == CU_STREAM_PER_THREAD ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+		stream =
+		    per_thread || stream == CU_STREAM_PER_THREAD ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
 	*out = stream;
 	return CUDA_SUCCESS;
 }

@@ -559,7 +559,7 @@ static size_t attr_size(CUpointer_attribute a)
 	case CU_POINTER_ATTRIBUTE_P2P_TOKENS:
 		return sizeof(CUDA_POINTER_ATTRIBUTE_P2P_TOKENS);
 	case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
-		return 0; /* a handle: not answered */
+		return 0; /* a handle: see its callers */
 	default:
 		return 4;
 	}
@@ -603,10 +603,19 @@ static CUresult host_pointer_attribute(void *data, CUpointer_attribute a, const 
 	}
 }
 
-CUresult crc_hook_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+/* Page-locked memory answered here: over TCP, or the application's own (cuMemHostRegister); what the
+ * daemon shares by memfd it answers itself. */
+static struct crc_pinned *local_pinned(CUdeviceptr ptr)
 {
 	struct crc_pinned *pin = crc_pinned_find((void *)(uintptr_t)ptr, 1);
-	uint64_t req[2] = {ptr, (uint64_t)attribute}, out[8] = {0};
+
+	return pin && pin->memfd < 0 ? pin : NULL;
+}
+
+CUresult crc_hook_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+	struct crc_pinned *pin = local_pinned(ptr);
+	uint64_t req[2] = {ptr, (uint64_t)attribute}, out[2] = {0};
 	size_t n = attr_size(attribute);
 	CUresult res;
 
@@ -614,26 +623,55 @@ CUresult crc_hook_cuPointerGetAttribute(void *data, CUpointer_attribute attribut
 		return CUDA_ERROR_INVALID_VALUE;
 	if (pin)
 		return host_pointer_attribute(data, attribute, pin, ptr);
-	if (!n)
-		return crc_not_supported(CRC_CU_cuPointerGetAttribute);
 	res = crc_rpc(CRC_CU_cuPointerGetAttribute, req, sizeof(req), out, sizeof(out));
-	if (res == CUDA_SUCCESS)
-		memcpy(data, out, n);
-	return res;
+	if (res != CUDA_SUCCESS)
+		return res;
+	/* A memory pool's handle would be the daemon's: only "none" is answered. */
+	if (attribute == CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE) {
+		if (out[0])
+			return crc_not_supported(CRC_CU_cuPointerGetAttribute);
+		n = sizeof(CUmemoryPool);
+	}
+	memcpy(data, out, n);
+	return CUDA_SUCCESS;
 }
 
+#define PTRATTRS_MAX 64 /* the daemon's limit per call */
+
+/* One round trip for the whole array: the daemon answers each attribute as the driver's array form
+ * does (values of attributes that do not apply are zero, not errors). Host memory of this process is
+ * answered here, attributes it cannot answer with zeros. */
 CUresult crc_hook_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes,
 					 void **data, CUdeviceptr ptr)
 {
-	if (!attributes || !data)
-		return CUDA_ERROR_INVALID_VALUE;
-	for (unsigned i = 0; i < numAttributes; i++) {
-		CUresult res = crc_hook_cuPointerGetAttribute(data[i], attributes[i], ptr);
+	struct crc_pinned *pin = local_pinned(ptr);
+	uint64_t req[2 + PTRATTRS_MAX], out[2 * PTRATTRS_MAX];
+	CUresult res;
 
-		if (res != CUDA_SUCCESS && res != CUDA_ERROR_NOT_SUPPORTED)
-			return res;
+	if (!attributes || !data || !numAttributes || numAttributes > PTRATTRS_MAX)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (unsigned i = 0; i < numAttributes; i++)
+		if (!data[i])
+			return CUDA_ERROR_INVALID_VALUE;
+	if (pin) {
+		for (unsigned i = 0; i < numAttributes; i++)
+			if (host_pointer_attribute(data[i], attributes[i], pin, ptr) != CUDA_SUCCESS)
+				memset(data[i], 0, attr_size(attributes[i]) ? attr_size(attributes[i]) : 8);
+		return CUDA_SUCCESS;
 	}
-	return CUDA_SUCCESS;
+	req[0] = ptr;
+	req[1] = numAttributes;
+	for (unsigned i = 0; i < numAttributes; i++)
+		req[2 + i] = (uint64_t)attributes[i];
+	res = crc_rpc(CRC_CU_cuPointerGetAttributes, req, (2 + numAttributes) * 8, out, numAttributes * 16);
+	for (unsigned i = 0; res == CUDA_SUCCESS && i < numAttributes; i++) {
+		/* A memory pool's handle is the daemon's, not the application's: none is reported. */
+		if (attributes[i] == CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE)
+			memset(data[i], 0, sizeof(CUmemoryPool));
+		else
+			memcpy(data[i], out + 2 * i, attr_size(attributes[i]));
+	}
+	return res;
 }
 
 /* cuMemSetAccess carries an array: one record with count descriptors. */

@@ -2,6 +2,7 @@
 # Forwarding tests on the simulated device: start a private crcudad, run clients through libcrcuda.
 #   run.sh BUILD CASE [ARGS...]
 # CASE: programs unix|tcp PROG...   the driver-API programs, unchanged, through the layer
+#       same-output PROG             PROG prints the same natively (on the sim) and through the layer
 #       bad-token                    TCP with a wrong (and with no) token: refused, no hang
 #       other-uid                    a client of another uid is refused (root only; else skipped)
 #       daemon-killed                SIGKILL the daemon mid-run: the client gets errors and exits
@@ -66,6 +67,15 @@ programs)
 		[ $rc = 0 ] || fail "$prog over $mode: exit $rc"
 		grep -q "session .*ended" "$tmp/daemon.log" || fail "$prog did not go through crcudad"
 	done
+	;;
+same-output)
+	start_daemon
+	prog=$build/tests/programs/$1
+	LD_LIBRARY_PATH=$build/sim/lib timeout 60 "$prog" >"$tmp/native" 2>&1 || fail "$1 natively: exit $?"
+	client -- "$prog" >"$tmp/layer" 2>&1 || fail "$1 through the layer: exit $?: $(tail -2 "$tmp/layer")"
+	cmp -s "$tmp/native" "$tmp/layer" || fail "$1 answers differently through the layer:
+$(diff "$tmp/native" "$tmp/layer" | head -60)"
+	echo "$1: $(wc -l <"$tmp/native") lines, the same natively and through the layer"
 	;;
 bad-token)
 	start_daemon

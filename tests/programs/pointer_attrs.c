@@ -2,9 +2,10 @@
  * (cuMemAlloc, and a VMM mapping), pinned host memory and a plain host pointer, printed in a form that
  * does not depend on where memory landed (addresses relative to the queried pointer, ids as
  * "nonzero"). Libraries steer by these answers (cuBLASLt takes another path when the array form
- * fails), so tests/gpu/layer.sh compares this output natively and under crcuda line for line. The
- * program itself checks what must hold everywhere: the array form never fails for a valid attribute
- * list, and agrees with the single form wherever that succeeds. */
+ * fails), so tests/gpu/layer.sh (real driver) and sim_forward_pointer_attrs (simulated device) compare
+ * this output natively and under crcuda line for line. The program itself checks what must hold
+ * everywhere: the array form answers each attribute the single form answers, with the same value, and
+ * all the attributes it answers alone also in one call. */
 #include <inttypes.h>
 #include <stdint.h>
 #include <string.h>
@@ -49,35 +50,53 @@ static void print_value(CUpointer_attribute a, const uint64_t v[2], uint64_t p, 
 
 static void query(const char *what, uint64_t p)
 {
-	CUpointer_attribute attrs[NATTR];
-	uint64_t multi[NATTR][2];
+	CUpointer_attribute attrs[NATTR], ok_attrs[NATTR];
+	uint64_t alone[NATTR][2], together[NATTR][2];
 	void *data[NATTR];
-	CUresult mres;
+	int nok = 0;
+	CUresult res;
 
-	memset(multi, 0, sizeof(multi));
-	for (int i = 0; i < NATTR; i++) {
-		attrs[i] = (CUpointer_attribute)(i + 1);
-		data[i] = multi[i];
-	}
-	mres = cuPointerGetAttributes(NATTR, attrs, data, (CUdeviceptr)p);
-	printf("%s: cuPointerGetAttributes = %d\n", what, (int)mres);
-	if (mres != CUDA_SUCCESS) {
-		fprintf(stderr, "pointer_attrs: %s: cuPointerGetAttributes failed: %s\n", what, cu_error_name(mres));
-		exit(1);
-	}
 	for (int i = 0; i < NATTR; i++) {
 		uint64_t single[2] = {0, 0};
-		char sv[64], mv[64];
-		CUresult sres = cuPointerGetAttribute(single, attrs[i], (CUdeviceptr)p);
+		char sv[64], av[64];
+		CUresult sres, ares;
 
+		attrs[i] = (CUpointer_attribute)(i + 1);
+		sres = cuPointerGetAttribute(single, attrs[i], (CUdeviceptr)p);
+		memset(alone[i], 0, sizeof(alone[i]));
+		data[0] = alone[i];
+		ares = cuPointerGetAttributes(1, &attrs[i], data, (CUdeviceptr)p);
 		print_value(attrs[i], single, p, sv, sizeof(sv));
-		print_value(attrs[i], multi[i], p, mv, sizeof(mv));
-		printf("%s: attr %2d single %d %s multi %s\n", what, i + 1, (int)sres,
-		       sres == CUDA_SUCCESS ? sv : "-", mv);
+		print_value(attrs[i], alone[i], p, av, sizeof(av));
+		printf("%s: attr %2d single %d %s array %d %s\n", what, i + 1, (int)sres,
+		       sres == CUDA_SUCCESS ? sv : "-", (int)ares, ares == CUDA_SUCCESS ? av : "-");
 		/* The array form answers what the single form answers (P2P tokens are per call). */
-		if (sres == CUDA_SUCCESS && strcmp(sv, mv) && attrs[i] != CU_POINTER_ATTRIBUTE_P2P_TOKENS) {
-			fprintf(stderr, "pointer_attrs: %s: attribute %d: single %s, array %s\n", what, i + 1, sv,
-				mv);
+		if (sres == CUDA_SUCCESS && attrs[i] != CU_POINTER_ATTRIBUTE_P2P_TOKENS &&
+		    (ares != CUDA_SUCCESS || strcmp(sv, av))) {
+			fprintf(stderr, "pointer_attrs: %s: attribute %d: single %s, array %d %s\n", what,
+				i + 1, sv, (int)ares, av);
+			exit(1);
+		}
+		if (ares == CUDA_SUCCESS)
+			ok_attrs[nok++] = attrs[i];
+	}
+	/* All the attributes the array form answers alone, in one call: the same answers. */
+	for (int i = 0; i < nok; i++) {
+		memset(together[i], 0, sizeof(together[i]));
+		data[i] = together[i];
+	}
+	res = cuPointerGetAttributes((unsigned)nok, ok_attrs, data, (CUdeviceptr)p);
+	printf("%s: %d attributes in one array call: %d\n", what, nok, (int)res);
+	for (int i = 0; i < nok; i++) {
+		char av[64], tv[64];
+		int k = (int)ok_attrs[i] - 1;
+
+		print_value(ok_attrs[i], alone[k], p, av, sizeof(av));
+		print_value(ok_attrs[i], together[i], p, tv, sizeof(tv));
+		if (res != CUDA_SUCCESS ||
+		    (strcmp(av, tv) && ok_attrs[i] != CU_POINTER_ATTRIBUTE_P2P_TOKENS)) {
+			fprintf(stderr, "pointer_attrs: %s: attribute %d: alone %s, together %d %s\n", what,
+				k + 1, av, (int)res, tv);
 			exit(1);
 		}
 	}

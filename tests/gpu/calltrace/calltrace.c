@@ -46,8 +46,8 @@ __attribute__((constructor)) static void ct_init(void)
 	for (int i = 0; i < CRC_CU_COUNT; i++)
 		ct_real[i] = dlsym(real_lib, crc_cu_table[i].sym);
 	real_gpa = (CUresult(*)(const char *, void **, int, cuuint64_t))dlsym(real_lib, "cuGetProcAddress");
-	real_gpa2 = (CUresult(*)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *))dlsym(
-	    real_lib, "cuGetProcAddress_v2");
+	real_gpa2 = (CUresult(*)(const char *, void **, int, cuuint64_t,
+				 CUdriverProcAddressQueryResult *))dlsym(real_lib, "cuGetProcAddress_v2");
 	real_export = (CUresult(*)(const void **, const CUuuid *))dlsym(real_lib, "cuGetExportTable");
 	if (logp) {
 		char path[4096];
@@ -137,7 +137,8 @@ static void *wrap(const char *how, const char *symbol, void *pfn, int version, c
 	bool same = id >= 0 && (ct_real[id] == pfn || ct_self[id] == pfn);
 
 	/* The hand-written three are always ours (the real ones would bypass the trace). */
-	bool hand = id == CRC_CU_cuGetProcAddress || id == CRC_CU_cuGetProcAddress_v2 || id == CRC_CU_cuGetExportTable;
+	bool hand = id == CRC_CU_cuGetProcAddress || id == CRC_CU_cuGetProcAddress_v2 ||
+		    id == CRC_CU_cuGetExportTable;
 
 	log_resolve(how, symbol, version, flags, r, id, same || hand);
 	return same || hand ? ct_self[id] : pfn;
@@ -158,7 +159,8 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
 	CUresult r = real_gpa2(symbol, pfn, version, flags, status);
 
 	if (pfn)
-		*pfn = wrap("cuGetProcAddress_v2", symbol, r == CUDA_SUCCESS ? *pfn : NULL, version, flags, r);
+		*pfn =
+		    wrap("cuGetProcAddress_v2", symbol, r == CUDA_SUCCESS ? *pfn : NULL, version, flags, r);
 	return r;
 }
 
@@ -180,8 +182,9 @@ uint64_t ct_export_call(int table, int slot, uint64_t a, uint64_t b, uint64_t c,
 		struct ct_line l = {.len = 0};
 
 		put(&l, "%d %lu export_%s_%d(%#llx,%#llx,%#llx,%#llx) = %lld\n", gettid(),
-		    (unsigned long)atomic_fetch_add(&seq, 1), wrapped[table].name, slot, (unsigned long long)a,
-		    (unsigned long long)b, (unsigned long long)c, (unsigned long long)d, (long long)(int)r);
+		    (unsigned long)atomic_fetch_add(&seq, 1), wrapped[table].name, slot,
+		    (unsigned long long)a, (unsigned long long)b, (unsigned long long)c,
+		    (unsigned long long)d, (long long)(int)r);
 		if (write(log_fd, l.buf, l.len) < 0)
 			ct_on = 0;
 	}
@@ -196,8 +199,8 @@ static const void *wrap_table(const CUuuid *id, const void *table)
 	char name[9];
 	const void *res = table;
 
-	snprintf(name, sizeof(name), "%02x%02x%02x%02x", (unsigned char)id->bytes[0], (unsigned char)id->bytes[1],
-		 (unsigned char)id->bytes[2], (unsigned char)id->bytes[3]);
+	snprintf(name, sizeof(name), "%02x%02x%02x%02x", (unsigned char)id->bytes[0],
+		 (unsigned char)id->bytes[1], (unsigned char)id->bytes[2], (unsigned char)id->bytes[3]);
 	if (!want || !table || !strstr(want, name) || t[0] < 16 || t[0] % 8 || t[0] / 8 > CT_SLOTS)
 		return table;
 	pthread_mutex_lock(&wrap_lock);

@@ -1,0 +1,222 @@
+/* cuPointerGetAttribute(s) for the session's memory. The layer backs cuMemAlloc with a VMM mapping
+ * (cuMemCreate + cuMemMap at a fixed address), and the driver describes a VMM mapping differently
+ * from cuMemAlloc memory: another range, no legacy IPC, other handle types. Libraries steer by these
+ * answers (cuBLASLt takes another, numerically different path when cuPointerGetAttributes fails), so
+ * for cuMemAlloc memory the answers are made what cuMemAlloc memory gets: the per-allocation ones
+ * (context, range) from the allocation, and the ones that describe the kind of memory from a real
+ * cuMemAlloc buffer, queried once per device. Page-locked memory the client shares is answered by the
+ * daemon's mapping of it. Everything else is the driver's own answer.
+ *
+ * The array form is answered attribute by attribute, each as the driver's array form answers it alone;
+ * the call fails with the first attribute that fails, as the driver's does. */
+#define LOG_PREFIX "crcudad: "
+#include <pthread.h>
+#include <string.h>
+
+#include "crcuda/log.h"
+#include "crcudad.h"
+
+#include "crcuda/cuda_api_undef.h"
+
+#define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
+
+#define ATTR_MAX      32 /* above CUDA 13's highest, CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE (21) */
+#define REF_REQUEST   ((2u << 20) + 5) /* an odd size: its range size shows how the driver rounds */
+#define MAX_ARRAY     64
+
+struct answer {
+	CUresult res;
+	uint64_t v[2];
+};
+
+/* What a real cuMemAlloc buffer of REF_REQUEST bytes answers, per device. */
+static struct {
+	bool done;
+	struct answer single[ATTR_MAX], array[ATTR_MAX];
+} ref[CRC_MAX_DEVICES];
+static pthread_mutex_t ref_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Attributes that describe the kind of memory, not the allocation. */
+static bool kind_attribute(unsigned a)
+{
+	switch (a) {
+	case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+	case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+	case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+	case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+	case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+	case CU_POINTER_ATTRIBUTE_MAPPED:
+	case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+	case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+	case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
+	case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+	case 21: /* CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE, CUDA 12.8 */
+		return true;
+	default:
+		return false;
+	}
+}
+
+static struct answer query(unsigned a, uint64_t ptr, bool array)
+{
+	struct answer r = {.res = CUDA_SUCCESS};
+	CUpointer_attribute attr = (CUpointer_attribute)a;
+	void *data = r.v;
+
+	r.res = array ? CALL(cuPointerGetAttributes, 1, &attr, &data, ptr) : CALL(cuPointerGetAttribute, r.v, attr, ptr);
+	if (r.res != CUDA_SUCCESS && !array)
+		memset(r.v, 0, sizeof(r.v));
+	return r;
+}
+
+static void ref_init(int dev)
+{
+	CUdeviceptr p;
+
+	pthread_mutex_lock(&ref_lock);
+	if (!ref[dev].done && CALL(cuMemAlloc_v2, &p, REF_REQUEST) == CUDA_SUCCESS) {
+		for (unsigned a = 1; a < ATTR_MAX; a++) {
+			ref[dev].single[a] = query(a, p, false);
+			ref[dev].array[a] = query(a, p, true);
+		}
+		CALL(cuMemFree_v2, p);
+		ref[dev].done = true;
+	}
+	pthread_mutex_unlock(&ref_lock);
+}
+
+/* The range size the driver reports for a cuMemAlloc of `req` bytes, by the rounding the reference
+ * buffer shows (exact, or up to a power of two). */
+static uint64_t range_size(int dev, uint64_t req)
+{
+	uint64_t got = ref[dev].single[CU_POINTER_ATTRIBUTE_RANGE_SIZE].v[0], unit = 1;
+
+	if (ref[dev].single[CU_POINTER_ATTRIBUTE_RANGE_SIZE].res != CUDA_SUCCESS || got < REF_REQUEST)
+		return req;
+	while (unit < got - (REF_REQUEST - 5))
+		unit <<= 1;
+	return got == REF_REQUEST ? req : (req + unit - 1) / unit * unit;
+}
+
+/* Page-locked memory the client shares with the daemon: the daemon's mapping answers, its host
+ * addresses given back as the client's. */
+static struct answer pinned_answer(struct crc_session *s, const struct crc_pin *p, unsigned a, uint64_t ptr,
+				   bool array)
+{
+	uint64_t local = (uintptr_t)p->local, delta = local - p->client_addr;
+	struct answer r = query(a, ptr + delta, array);
+
+	if (r.res != CUDA_SUCCESS)
+		return r;
+	switch (a) {
+	case CU_POINTER_ATTRIBUTE_CONTEXT:
+		if (r.v[0])
+			r.v[0] = crc_find_handle(s, CRC_HT_CTX, (void *)(uintptr_t)r.v[0]);
+		break;
+	case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+	case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+	case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+		if (r.v[0] - local < p->bytes)
+			r.v[0] -= delta;
+		break;
+	default:
+		break;
+	}
+	return r;
+}
+
+static const struct crc_pin *pin_of(struct crc_session *s, uint64_t ptr)
+{
+	for (const struct crc_pin *p = s->pins; p; p = p->next)
+		if (ptr - p->client_addr < p->bytes)
+			return p;
+	return NULL;
+}
+
+/* The answer for attribute a of ptr, which lies in allocation m (NULL: not cuMemAlloc memory). */
+static struct answer answer(struct crc_session *s, const struct crc_alloc *m, unsigned a, uint64_t ptr, bool array)
+{
+	const struct crc_pin *pin = m ? NULL : pin_of(s, ptr);
+	struct answer r;
+	CUdevice dev;
+
+	if (pin)
+		return pinned_answer(s, pin, a, ptr, array);
+	r = query(a, ptr, array);
+
+	if (r.res == CUDA_SUCCESS && a == CU_POINTER_ATTRIBUTE_CONTEXT && r.v[0])
+		r.v[0] = crc_find_handle(s, CRC_HT_CTX, (void *)(uintptr_t)r.v[0]);
+	if (!m || a >= ATTR_MAX || crc_be.cuCtxGetDevice_fn(&dev) != CUDA_SUCCESS || dev < 0 || dev >= CRC_MAX_DEVICES)
+		return r;
+	ref_init(dev);
+	if (kind_attribute(a) && ref[dev].done)
+		return array ? ref[dev].array[a] : ref[dev].single[a];
+	switch (a) {
+	case CU_POINTER_ATTRIBUTE_CONTEXT:
+		r = (struct answer){.v = {m->vhandle}};
+		break;
+	case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+		r = (struct answer){.v = {m->ptr}};
+		break;
+	case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+	case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: /* cuMemAlloc memory: its own mapping */
+		r = (struct answer){.v = {range_size(dev, m->req)}};
+		break;
+	case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+		r = (struct answer){.v = {m->ptr}};
+		break;
+	default:
+		break;
+	}
+	return r;
+}
+
+static const struct crc_alloc *alloc_of(struct crc_session *s, uint64_t ptr)
+{
+	for (const struct crc_alloc *a = s->allocs; a; a = a->next)
+		if (a->kind == CRC_ALLOC_MEM && ptr - a->ptr < a->size)
+			return a;
+	return NULL;
+}
+
+/* args: ptr, attribute. Reply: 16 bytes of value. */
+CUresult crc_raw_ptrattr(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args, size_t len)
+{
+	uint64_t w[2], *out = crc_out(s, 16);
+	struct answer r;
+
+	(void)h;
+	if (len < sizeof(w) || !out)
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(w, args, sizeof(w));
+	r = answer(s, alloc_of(s, w[0]), (unsigned)w[1], w[0], false);
+	memcpy(out, r.v, sizeof(r.v));
+	return r.res;
+}
+
+/* args: ptr, n, n attributes (8 bytes each). Reply: n values of 16 bytes. */
+CUresult crc_raw_ptrattrs(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args, size_t len)
+{
+	uint64_t w[2], *out;
+	const struct crc_alloc *m;
+	CUresult res = CUDA_SUCCESS;
+
+	(void)h;
+	if (len < sizeof(w))
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(w, args, sizeof(w));
+	if (!w[1] || w[1] > MAX_ARRAY || len < sizeof(w) + w[1] * 8 || !(out = crc_out(s, w[1] * 16)))
+		return CUDA_ERROR_INVALID_VALUE;
+	m = alloc_of(s, w[0]);
+	for (uint64_t i = 0; i < w[1]; i++) {
+		uint64_t a;
+		struct answer r;
+
+		memcpy(&a, args + sizeof(w) + i * 8, 8);
+		r = answer(s, m, (unsigned)a, w[0], true);
+		memcpy(out + 2 * i, r.v, sizeof(r.v));
+		if (r.res != CUDA_SUCCESS && res == CUDA_SUCCESS)
+			res = r.res;
+	}
+	return res;
+}
