@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <linux/futex.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,9 +23,13 @@
 
 #define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
 
-#define STAGING_BUFS  4
-#define STAGING_BYTES (64u << 20)
-#define STORE_CHUNK   (4u << 20) /* bytes per store chunk: dedup granularity */
+#define STAGING_BYTES	     (64u << 20) /* one device-to-host copy */
+#define STAGING_BUFS_MIN     4
+#define STAGING_BUFS_MAX     8
+#define STORE_CHUNK	     (4u << 20) /* bytes per store chunk: dedup granularity, a writer's unit */
+#define CKPT_WRITERS_DEFAULT 4		/* hashing + writing threads (store lanes) */
+#define CKPT_WRITERS_MAX     16
+_Static_assert(CKPT_WRITERS_MAX <= CRC_CKPT_LANES_MAX, "a store lane per writer");
 
 double crc_now_s(void)
 {
@@ -131,72 +136,121 @@ void crc_ckpt_resume(struct crc_session *s)
 }
 
 /* ---- checkpoint --------------------------------------------------------------------------------- */
+/* A staging buffer filled by one device-to-host copy: a piece of a region, written out as store
+ * chunks that the writers take one by one. */
 struct copy_job {
-	int buf;
 	uint32_t region;
+	uint64_t region_off; /* where the buffer's bytes start in the region */
 	size_t len;
+	uint32_t nchunks, taken, left; /* store chunks: all, handed to writers, not written yet */
 };
 
-/* The pipeline: the session thread issues device-to-host copies into free staging buffers; the writer
- * thread waits for each copy's event, then hashes and writes the buffer as store chunks. */
+/* The pipeline: the session thread issues device-to-host copies into free staging buffers and queues
+ * them; several writer threads, each with a store lane of its own, take the queued buffers' chunks in
+ * order, wait for the copy's event, then hash and write them. A buffer is free again once all its
+ * chunks are written. */
 struct pipeline {
 	struct crc_ckpt *ck;
 	CUcontext ctx;
-	void *buf[STAGING_BUFS];
+	unsigned nbufs;
+	void *buf[STAGING_BUFS_MAX];
 	bool pinned;
-	CUevent ev[STAGING_BUFS];
+	CUevent ev[STAGING_BUFS_MAX];
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	struct copy_job q[STAGING_BUFS];
+	struct copy_job job[STAGING_BUFS_MAX];
+	int q[STAGING_BUFS_MAX]; /* queued buffers, in copy order */
 	unsigned qhead, qlen;
-	bool free_buf[STAGING_BUFS];
+	bool free_buf[STAGING_BUFS_MAX];
 	bool done;
 	int err;
-	char why[256];
+	char why[256]; /* the first error's */
 };
+
+struct writer {
+	struct pipeline *p;
+	unsigned lane;
+};
+
+/* Records the first error (under p->lock). */
+static void pipeline_fail(struct pipeline *p, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void pipeline_fail(struct pipeline *p, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (p->err)
+		return;
+	p->err = rc;
+	va_start(ap, fmt);
+	vsnprintf(p->why, sizeof(p->why), fmt, ap);
+	va_end(ap);
+}
 
 static void *writer_main(void *arg)
 {
-	struct pipeline *p = arg;
+	struct writer *w = arg;
+	struct pipeline *p = w->p;
 
 	CALL(cuCtxSetCurrent, p->ctx);
+	pthread_mutex_lock(&p->lock);
 	for (;;) {
-		struct copy_job j;
-		CUresult res;
-		int rc = 0;
-
-		pthread_mutex_lock(&p->lock);
 		while (!p->qlen && !p->done)
 			pthread_cond_wait(&p->cond, &p->lock);
-		if (!p->qlen) {
-			pthread_mutex_unlock(&p->lock);
-			return NULL;
-		}
-		j = p->q[p->qhead];
-		p->qhead = (p->qhead + 1) % STAGING_BUFS;
-		p->qlen--;
-		pthread_mutex_unlock(&p->lock);
-		res = p->pinned ? CALL(cuEventSynchronize, p->ev[j.buf]) : CUDA_SUCCESS;
-		if (res != CUDA_SUCCESS) {
-			rc = CRC_ECUDA;
-			snprintf(p->why, sizeof(p->why),
-				 "copying device memory to the host failed: CUDA error %d", res);
-		}
-		for (size_t off = 0; !rc && off < j.len; off += STORE_CHUNK) {
-			size_t n = j.len - off < STORE_CHUNK ? j.len - off : STORE_CHUNK;
+		if (!p->qlen)
+			break;
+		int b = p->q[p->qhead];
+		struct copy_job *j = &p->job[b];
+		uint32_t k = j->taken++;
+		bool skip = p->err != 0; /* the checkpoint failed: only free the buffers */
 
-			rc = crc_ckpt_put_chunk(p->ck, j.region, (uint8_t *)p->buf[j.buf] + off, n, NULL);
-			if (rc)
-				snprintf(p->why, sizeof(p->why), "writing to the store failed: %s",
-					 crc_strerror(rc));
+		if (j->taken == j->nchunks) {
+			p->qhead = (p->qhead + 1) % p->nbufs;
+			p->qlen--;
 		}
-		pthread_mutex_lock(&p->lock);
-		if (rc && !p->err)
-			p->err = rc;
-		p->free_buf[j.buf] = true;
-		pthread_cond_broadcast(&p->cond);
 		pthread_mutex_unlock(&p->lock);
+
+		/* The job stays as it is until its last chunk is written. */
+		size_t off = (size_t)k * STORE_CHUNK;
+		size_t n = j->len - off < STORE_CHUNK ? j->len - off : STORE_CHUNK;
+		CUresult res = skip || !p->pinned ? CUDA_SUCCESS : CALL(cuEventSynchronize, p->ev[b]);
+		int rc = 0;
+
+		if (!skip && res == CUDA_SUCCESS)
+			rc = crc_ckpt_put_chunk_at(p->ck, w->lane, j->region,
+						   (uint32_t)((j->region_off + off) / STORE_CHUNK),
+						   (uint8_t *)p->buf[b] + off, n, NULL);
+		pthread_mutex_lock(&p->lock);
+		if (res != CUDA_SUCCESS)
+			pipeline_fail(p, CRC_ECUDA, "copying device memory to the host failed: CUDA error %d",
+				      res);
+		else if (rc)
+			pipeline_fail(p, rc, "writing to the store failed: %s", crc_strerror(rc));
+		if (!--j->left) {
+			p->free_buf[b] = true;
+			pthread_cond_broadcast(&p->cond);
+		}
 	}
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+/* Writer threads (lanes): CRCUDA_CKPT_WRITERS, else CKPT_WRITERS_DEFAULT. */
+static unsigned ckpt_writers(void)
+{
+	const char *env = getenv("CRCUDA_CKPT_WRITERS");
+	char *end;
+	long n;
+
+	if (!env || !*env)
+		return CKPT_WRITERS_DEFAULT;
+	n = strtol(env, &end, 10);
+	if (*end || n < 1 || n > CKPT_WRITERS_MAX) {
+		pr_warn("CRCUDA_CKPT_WRITERS=%s: not 1..%d, using %d", env, CKPT_WRITERS_MAX,
+			CKPT_WRITERS_DEFAULT);
+		return CKPT_WRITERS_DEFAULT;
+	}
+	return (unsigned)n;
 }
 
 struct region_src {
@@ -207,16 +261,21 @@ static int copy_regions(struct crc_session *s, struct crc_ckpt *ck, CUcontext ct
 			const uint32_t *idx, size_t n, char *why, size_t why_len)
 {
 	struct pipeline p = {.ck = ck, .ctx = ctx, .pinned = true};
+	struct writer w[CKPT_WRITERS_MAX];
+	pthread_t tids[CKPT_WRITERS_MAX];
+	unsigned nwriters = ckpt_writers(), started = 0;
 	CUstream st = NULL;
-	pthread_t writer;
 	int rc = 0;
 	CUresult res;
 
-	(void)s;
+	/* Two buffers beyond one per writer keep copies ahead of the writers. */
+	p.nbufs = nwriters + 2 < STAGING_BUFS_MIN   ? STAGING_BUFS_MIN
+		  : nwriters + 2 > STAGING_BUFS_MAX ? STAGING_BUFS_MAX
+						    : nwriters + 2;
 	pthread_mutex_init(&p.lock, NULL);
 	pthread_cond_init(&p.cond, NULL);
 	res = CALL(cuStreamCreate, &st, CU_STREAM_NON_BLOCKING);
-	for (int b = 0; b < STAGING_BUFS; b++) {
+	for (unsigned b = 0; b < p.nbufs; b++) {
 		p.free_buf[b] = true;
 		if (res == CUDA_SUCCESS)
 			res = CALL(cuMemAllocHost_v2, &p.buf[b], STAGING_BYTES);
@@ -228,7 +287,7 @@ static int copy_regions(struct crc_session *s, struct crc_ckpt *ck, CUcontext ct
 		pr_warn("session %llu: no pinned staging (CUDA error %d): copying synchronously",
 			(unsigned long long)s->id, res);
 		p.pinned = false;
-		for (int b = 0; b < STAGING_BUFS; b++) {
+		for (unsigned b = 0; b < p.nbufs; b++) {
 			if (p.buf[b])
 				CALL(cuMemFreeHost, p.buf[b]);
 			if (p.ev[b])
@@ -239,22 +298,32 @@ static int copy_regions(struct crc_session *s, struct crc_ckpt *ck, CUcontext ct
 				rc = CRC_ENOMEM;
 		}
 	}
-	if (!rc && pthread_create(&writer, NULL, writer_main, &p))
+	if (!rc)
+		rc = crc_ckpt_set_lanes(ck, nwriters);
+	for (unsigned i = 0; !rc && i < nwriters; i++) {
+		w[i] = (struct writer){&p, i};
+		if (!pthread_create(&tids[started], NULL, writer_main, &w[i]))
+			started++;
+	}
+	if (!rc && !started)
 		rc = CRC_ENOMEM;
 	if (rc) {
 		snprintf(why, why_len, "cannot set up the staging buffers");
 		goto out;
 	}
+	if (started < nwriters)
+		pr_warn("session %llu: %u of %u checkpoint writers started", (unsigned long long)s->id,
+			started, nwriters);
 	for (size_t i = 0; i < n && !rc; i++) {
 		for (uint64_t off = 0; off < r[i].size && !rc; off += STAGING_BYTES) {
 			size_t len = r[i].size - off < STAGING_BYTES ? r[i].size - off : STAGING_BYTES;
-			int b;
+			unsigned b;
 
 			pthread_mutex_lock(&p.lock);
 			for (;;) {
-				for (b = 0; b < STAGING_BUFS && !p.free_buf[b]; b++)
+				for (b = 0; b < p.nbufs && !p.free_buf[b]; b++)
 					;
-				if (b < STAGING_BUFS || p.err)
+				if (b < p.nbufs || p.err)
 					break;
 				pthread_cond_wait(&p.cond, &p.lock);
 			}
@@ -278,9 +347,15 @@ static int copy_regions(struct crc_session *s, struct crc_ckpt *ck, CUcontext ct
 					 r[i].addr + off, len, res);
 				break;
 			}
+			uint32_t nchunks = (uint32_t)((len + STORE_CHUNK - 1) / STORE_CHUNK);
+
 			pthread_mutex_lock(&p.lock);
-			p.q[(p.qhead + p.qlen) % STAGING_BUFS] =
-			    (struct copy_job){.buf = b, .region = idx[i], .len = len};
+			p.job[b] = (struct copy_job){.region = idx[i],
+						     .region_off = off,
+						     .len = len,
+						     .nchunks = nchunks,
+						     .left = nchunks};
+			p.q[(p.qhead + p.qlen) % p.nbufs] = (int)b;
 			p.qlen++;
 			pthread_cond_broadcast(&p.cond);
 			pthread_mutex_unlock(&p.lock);
@@ -290,13 +365,14 @@ static int copy_regions(struct crc_session *s, struct crc_ckpt *ck, CUcontext ct
 	p.done = true;
 	pthread_cond_broadcast(&p.cond);
 	pthread_mutex_unlock(&p.lock);
-	pthread_join(writer, NULL);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(tids[i], NULL);
 	if (!rc && p.err) {
 		rc = p.err;
 		snprintf(why, why_len, "%s", p.why);
 	}
 out:
-	for (int b = 0; b < STAGING_BUFS; b++) {
+	for (unsigned b = 0; b < p.nbufs; b++) {
 		if (p.pinned && p.buf[b])
 			CALL(cuMemFreeHost, p.buf[b]);
 		else
