@@ -1,12 +1,17 @@
-/* bench/store [SIZE [DIR]]: writes SIZE bytes (default 4 GiB; suffixes K, M, G) as 4 MiB chunks
- * through the store (one checkpoint, committed: pack files fsync'd, then the LMDB commit), reads
- * them back with every hash checked, and compares each with a plain sequential write (4 MiB
+/* bench/store [--lanes N] [SIZE [DIR]]: writes SIZE bytes (default 4 GiB; suffixes K, M, G) as 4 MiB
+ * chunks through the store (one checkpoint, committed: pack files fsync'd, then the LMDB commit),
+ * reads them back with every hash checked, and compares each with a plain sequential write (4 MiB
  * write()s, one fsync) and read of the same bytes into one file in the same directory, same run.
  * Running as root it drops the page cache before each read, so reads come from the disk;
- * otherwise it says the reads may come from the cache. */
+ * otherwise it says the reads may come from the cache. With --lanes N it writes the same checkpoint
+ * again into a fresh store from N threads, one store lane each (crc_ckpt_put_chunk_at, as crcudad's
+ * checkpoint writers do), checks that it names the same chunks, and compares it with the one-thread
+ * write. CRCUDA_STORE_SYNC=0 leaves out the store's fsyncs (the plain write keeps its fsync). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +79,85 @@ static void die(const char *what, int rc)
 	exit(1);
 }
 
+/* One lane's thread: takes the next chunk in order (as crcudad's writers take a staging buffer's). */
+struct lane_writer {
+	struct crc_ckpt *ck;
+	unsigned lane;
+	uint32_t region;
+	uint64_t nchunks;
+	atomic_uint_fast64_t *next;
+};
+
+static void *lane_writer_main(void *arg)
+{
+	struct lane_writer *w = arg;
+	uint8_t *scratch = aligned_alloc(4096, CHUNK);
+	if (!scratch)
+		die("malloc", CRC_ENOMEM);
+	for (uint64_t i; (i = atomic_fetch_add(w->next, 1)) < w->nchunks;) {
+		int rc = crc_ckpt_put_chunk_at(w->ck, w->lane, w->region, (uint32_t)i,
+					       chunk_bytes(i, scratch), CHUNK, NULL);
+		if (rc)
+			die("crc_ckpt_put_chunk_at", rc);
+	}
+	free(scratch);
+	return NULL;
+}
+
+/* Writes the checkpoint (one region of nchunks chunks) into a new store in dir and commits it;
+ * lanes 0: crc_ckpt_put_chunk from this thread, else that many threads. Returns the seconds taken. */
+static double store_write(const char *dir, uint64_t nchunks, unsigned lanes, uint8_t *scratch,
+			  uint64_t *out_id)
+{
+	struct crc_store *st;
+	struct crc_ckpt *ck;
+	uint64_t session;
+	uint32_t region;
+	int rc;
+	if ((rc = crc_store_open(dir, CRC_STORE_CREATE, &st)) ||
+	    (rc = crc_store_session_create(st, "bench", &session)))
+		die("opening the store", rc);
+	double t0 = now();
+	struct crc_region_desc d = {
+	    .kind = CRC_REGION_DEVICE_ALLOC, .addr = 0x600000000000ull, .size = nchunks * CHUNK};
+	if ((rc = crc_ckpt_begin(st, session, &ck)) || (rc = crc_ckpt_region_add(ck, &d, &region)) ||
+	    (lanes && (rc = crc_ckpt_set_lanes(ck, lanes))))
+		die("crc_ckpt_begin", rc);
+	if (!lanes) {
+		for (uint64_t i = 0; i < nchunks; i++)
+			if ((rc = crc_ckpt_put_chunk(ck, region, chunk_bytes(i, scratch), CHUNK, NULL)))
+				die("crc_ckpt_put_chunk", rc);
+	} else {
+		pthread_t tids[CRC_CKPT_LANES_MAX];
+		struct lane_writer w[CRC_CKPT_LANES_MAX];
+		atomic_uint_fast64_t next = 0;
+		for (unsigned l = 0; l < lanes; l++) {
+			w[l] = (struct lane_writer){ck, l, region, nchunks, &next};
+			if (pthread_create(&tids[l], NULL, lane_writer_main, &w[l]))
+				die("pthread_create", CRC_ENOMEM);
+		}
+		for (unsigned l = 0; l < lanes; l++)
+			pthread_join(tids[l], NULL);
+	}
+	if ((rc = crc_ckpt_commit(ck, out_id)))
+		die("crc_ckpt_commit", rc);
+	double t = now() - t0;
+	crc_store_close(st);
+	return t;
+}
+
+/* The chunk list of a store's checkpoint. */
+static struct crc_manifest *manifest_of(const char *dir, uint64_t id)
+{
+	struct crc_store *st;
+	struct crc_manifest *m;
+	int rc;
+	if ((rc = crc_store_open(dir, 0, &st)) || (rc = crc_store_manifest_get(st, id, &m)))
+		die("reading a manifest back", rc);
+	crc_store_close(st);
+	return m;
+}
+
 /* Sequential write of every chunk + fsync, then sequential read checking every byte (the same check
  * the store run does). */
 static void plain_run(const char *path, uint64_t nchunks, uint8_t *scratch, uint8_t *back, bool *dropped,
@@ -106,6 +190,16 @@ static void plain_run(const char *path, uint64_t nchunks, uint8_t *scratch, uint
 
 int main(int argc, char **argv)
 {
+	unsigned lanes = 0;
+	if (argc > 2 && !strcmp(argv[1], "--lanes")) {
+		lanes = (unsigned)atoi(argv[2]);
+		if (lanes < 1 || lanes > CRC_CKPT_LANES_MAX) {
+			fprintf(stderr, "bench/store: --lanes takes 1..%d\n", CRC_CKPT_LANES_MAX);
+			return 2;
+		}
+		argc -= 2;
+		argv += 2;
+	}
 	uint64_t size = argc > 1 ? parse_size(argv[1]) : 4ull << 30;
 	const char *base = argc > 2 ? argv[2] : "/var/tmp";
 	uint64_t nchunks = (size + CHUNK - 1) / CHUNK;
@@ -132,25 +226,10 @@ int main(int argc, char **argv)
 
 	/* Store: one checkpoint, one region, nchunks chunks; commit includes the fsyncs. */
 	struct crc_store *st;
-	struct crc_ckpt *ck;
-	uint64_t session, id;
-	uint32_t region;
+	uint64_t id;
 	int rc;
 	snprintf(cmd, sizeof(cmd), "%s/store", dir);
-	if ((rc = crc_store_open(cmd, CRC_STORE_CREATE, &st)) ||
-	    (rc = crc_store_session_create(st, "bench", &session)))
-		die("opening the store", rc);
-	t0 = now();
-	struct crc_region_desc d = {.kind = CRC_REGION_DEVICE_ALLOC, .addr = 0x600000000000ull, .size = size};
-	if ((rc = crc_ckpt_begin(st, session, &ck)) || (rc = crc_ckpt_region_add(ck, &d, &region)))
-		die("crc_ckpt_begin", rc);
-	for (uint64_t i = 0; i < nchunks; i++)
-		if ((rc = crc_ckpt_put_chunk(ck, region, chunk_bytes(i, scratch), CHUNK, NULL)))
-			die("crc_ckpt_put_chunk", rc);
-	if ((rc = crc_ckpt_commit(ck, &id)))
-		die("crc_ckpt_commit", rc);
-	double store_w = now() - t0;
-	crc_store_close(st);
+	double store_w = store_write(cmd, nchunks, 0, scratch, &id);
 	dropped &= drop_caches();
 	t0 = now();
 	struct crc_manifest *m;
@@ -164,8 +243,26 @@ int main(int argc, char **argv)
 			die("chunk read back differs", CRC_ECORRUPT);
 	}
 	double store_r = now() - t0;
-	crc_manifest_free(m);
 	crc_store_close(st);
+	double lanes_w = 0;
+	if (lanes) {
+		/* The same checkpoint from several threads, into a store of its own; same chunks. */
+		char lanes_dir[4300];
+		uint64_t lanes_id;
+		snprintf(lanes_dir, sizeof(lanes_dir), "%s/store-lanes", dir);
+		dropped &= drop_caches();
+		lanes_w = store_write(lanes_dir, nchunks, lanes, scratch, &lanes_id);
+		struct crc_manifest *lm = manifest_of(lanes_dir, lanes_id);
+		if (lm->regions[0].nchunks != m->regions[0].nchunks ||
+		    memcmp(lm->regions[0].chunks, m->regions[0].chunks,
+			   m->regions[0].nchunks * sizeof(*m->regions[0].chunks)))
+			die("the lanes' checkpoint names other chunks", CRC_ECORRUPT);
+		crc_manifest_free(lm);
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s/store-lanes'", dir);
+		if (system(cmd))
+			die("removing the bench store", -EIO);
+	}
+	crc_manifest_free(m);
 	/* The plain run again, after the store's: the disk's speed drifts (first writes to fresh blocks of
 	 * a virtual disk are slower), so each side is compared with the plain run's better figure. */
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s/store'", dir);
@@ -188,6 +285,12 @@ int main(int argc, char **argv)
 	printf("  %-22s %8.2f s %8.0f MiB/s\n", "plain write+fsync", plain_w, size / plain_w / (1 << 20));
 	printf("  %-22s %8.2f s %8.0f MiB/s   %5.1f%% of plain\n", "store write+commit", store_w,
 	       size / store_w / (1 << 20), 100 * plain_w / store_w);
+	if (lanes) {
+		char what[32];
+		snprintf(what, sizeof(what), "store write, %u lanes", lanes);
+		printf("  %-22s %8.2f s %8.0f MiB/s   %5.1f%% of plain, %.2fx one lane\n", what, lanes_w,
+		       size / lanes_w / (1 << 20), 100 * plain_w / lanes_w, store_w / lanes_w);
+	}
 	printf("  %-22s %8.2f s %8.0f MiB/s\n", "plain read", plain_r, size / plain_r / (1 << 20));
 	printf("  %-22s %8.2f s %8.0f MiB/s   %5.1f%% of plain\n", "store read+verify", store_r,
 	       size / store_r / (1 << 20), 100 * plain_r / store_r);
