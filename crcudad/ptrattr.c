@@ -20,9 +20,10 @@
 
 #define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
 
-#define ATTR_MAX      32 /* above CUDA 13's highest, CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE (21) */
-#define REF_REQUEST   ((2u << 20) + 5) /* an odd size: its range size shows how the driver rounds */
-#define MAX_ARRAY     64
+#define ATTR_MAX	  32 /* above CUDA 13's highest, CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE (21) */
+#define REF_REQUEST	  ((2u << 20) + 5) /* an odd size: its range size shows how the driver rounds */
+#define MAX_ARRAY	  64
+#define HOST_MAPPING_UNIT (2u << 20) /* measured: cuMemAllocHost(1 MiB) has a 2 MiB mapping */
 
 struct answer {
 	CUresult res;
@@ -63,7 +64,8 @@ static struct answer query(unsigned a, uint64_t ptr, bool array)
 	CUpointer_attribute attr = (CUpointer_attribute)a;
 	void *data = r.v;
 
-	r.res = array ? CALL(cuPointerGetAttributes, 1, &attr, &data, ptr) : CALL(cuPointerGetAttribute, r.v, attr, ptr);
+	r.res = array ? CALL(cuPointerGetAttributes, 1, &attr, &data, ptr)
+		      : CALL(cuPointerGetAttribute, r.v, attr, ptr);
 	if (r.res != CUDA_SUCCESS && !array)
 		memset(r.v, 0, sizeof(r.v));
 	return r;
@@ -119,6 +121,9 @@ static struct answer pinned_answer(struct crc_session *s, const struct crc_pin *
 		if (r.v[0] - local < p->bytes)
 			r.v[0] -= delta;
 		break;
+	case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: /* a page-locked allocation's mapping: 2 MiB units */
+		r.v[0] = (r.v[0] + HOST_MAPPING_UNIT - 1) / HOST_MAPPING_UNIT * HOST_MAPPING_UNIT;
+		break;
 	default:
 		break;
 	}
@@ -133,8 +138,32 @@ static const struct crc_pin *pin_of(struct crc_session *s, uint64_t ptr)
 	return NULL;
 }
 
+static const struct crc_alloc *alloc_of(struct crc_session *s, uint64_t ptr, enum crc_alloc_kind kind)
+{
+	for (const struct crc_alloc *a = s->allocs; a; a = a->next)
+		if (a->kind == kind && ptr - a->ptr < a->size)
+			return a;
+	return NULL;
+}
+
+/* The application's VMM reservations are ranges of the daemon's one reservation of the session's
+ * window: the range reported is the application's. */
+static struct answer reserved_answer(struct crc_session *s, unsigned a, uint64_t ptr, struct answer r)
+{
+	const struct crc_alloc *res = alloc_of(s, ptr, CRC_ALLOC_RESERVE);
+
+	if (res && res->in_window && r.res == CUDA_SUCCESS) {
+		if (a == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
+			r.v[0] = res->ptr;
+		else if (a == CU_POINTER_ATTRIBUTE_RANGE_SIZE)
+			r.v[0] = res->size;
+	}
+	return r;
+}
+
 /* The answer for attribute a of ptr, which lies in allocation m (NULL: not cuMemAlloc memory). */
-static struct answer answer(struct crc_session *s, const struct crc_alloc *m, unsigned a, uint64_t ptr, bool array)
+static struct answer answer(struct crc_session *s, const struct crc_alloc *m, unsigned a, uint64_t ptr,
+			    bool array)
 {
 	const struct crc_pin *pin = m ? NULL : pin_of(s, ptr);
 	struct answer r;
@@ -146,7 +175,10 @@ static struct answer answer(struct crc_session *s, const struct crc_alloc *m, un
 
 	if (r.res == CUDA_SUCCESS && a == CU_POINTER_ATTRIBUTE_CONTEXT && r.v[0])
 		r.v[0] = crc_find_handle(s, CRC_HT_CTX, (void *)(uintptr_t)r.v[0]);
-	if (!m || a >= ATTR_MAX || crc_be.cuCtxGetDevice_fn(&dev) != CUDA_SUCCESS || dev < 0 || dev >= CRC_MAX_DEVICES)
+	if (!m)
+		return reserved_answer(s, a, ptr, r);
+	if (a >= ATTR_MAX || crc_be.cuCtxGetDevice_fn(&dev) != CUDA_SUCCESS || dev < 0 ||
+	    dev >= CRC_MAX_DEVICES)
 		return r;
 	ref_init(dev);
 	if (kind_attribute(a) && ref[dev].done)
@@ -159,24 +191,12 @@ static struct answer answer(struct crc_session *s, const struct crc_alloc *m, un
 		r = (struct answer){.v = {m->ptr}};
 		break;
 	case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-	case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: /* cuMemAlloc memory: its own mapping */
 		r = (struct answer){.v = {range_size(dev, m->req)}};
-		break;
-	case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
-		r = (struct answer){.v = {m->ptr}};
 		break;
 	default:
 		break;
 	}
 	return r;
-}
-
-static const struct crc_alloc *alloc_of(struct crc_session *s, uint64_t ptr)
-{
-	for (const struct crc_alloc *a = s->allocs; a; a = a->next)
-		if (a->kind == CRC_ALLOC_MEM && ptr - a->ptr < a->size)
-			return a;
-	return NULL;
 }
 
 /* args: ptr, attribute. Reply: 16 bytes of value. */
@@ -189,13 +209,14 @@ CUresult crc_raw_ptrattr(struct crc_session *s, const struct crc_call_hdr *h, co
 	if (len < sizeof(w) || !out)
 		return CUDA_ERROR_INVALID_VALUE;
 	memcpy(w, args, sizeof(w));
-	r = answer(s, alloc_of(s, w[0]), (unsigned)w[1], w[0], false);
+	r = answer(s, alloc_of(s, w[0], CRC_ALLOC_MEM), (unsigned)w[1], w[0], false);
 	memcpy(out, r.v, sizeof(r.v));
 	return r.res;
 }
 
 /* args: ptr, n, n attributes (8 bytes each). Reply: n values of 16 bytes. */
-CUresult crc_raw_ptrattrs(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args, size_t len)
+CUresult crc_raw_ptrattrs(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+			  size_t len)
 {
 	uint64_t w[2], *out;
 	const struct crc_alloc *m;
@@ -207,7 +228,7 @@ CUresult crc_raw_ptrattrs(struct crc_session *s, const struct crc_call_hdr *h, c
 	memcpy(w, args, sizeof(w));
 	if (!w[1] || w[1] > MAX_ARRAY || len < sizeof(w) + w[1] * 8 || !(out = crc_out(s, w[1] * 16)))
 		return CUDA_ERROR_INVALID_VALUE;
-	m = alloc_of(s, w[0]);
+	m = alloc_of(s, w[0], CRC_ALLOC_MEM);
 	for (uint64_t i = 0; i < w[1]; i++) {
 		uint64_t a;
 		struct answer r;

@@ -256,7 +256,8 @@ enum sim_range_kind {
 };
 struct sim_range {
 	uintptr_t base;
-	size_t size;
+	size_t size;	  /* rounded to SIM_PAGE */
+	size_t requested; /* the bytes asked for (device and host allocations) */
 	enum sim_range_kind kind;
 	struct CUctx_st *ctx;
 	struct sim_device *dev;

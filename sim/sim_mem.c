@@ -243,7 +243,7 @@ CUresult sim_mem_alloc_device(struct CUctx_st *ctx, size_t bytes, enum sim_range
 	struct sim_device *dev = ctx->dev;
 	size_t size = round_up(bytes, SIM_PAGE);
 	size_t align = size >= SIM_GRANULARITY ? SIM_GRANULARITY : SIM_PAGE;
-	struct sim_range r = {.size = size, .kind = kind, .ctx = ctx, .dev = dev};
+	struct sim_range r = {.size = size, .requested = bytes, .kind = kind, .ctx = ctx, .dev = dev};
 	uintptr_t addr;
 
 	if (!bytes)
@@ -559,10 +559,14 @@ CUresult cuMemHostGetFlags(unsigned int *flags, void *p)
 
 /* ---- pointer attributes ---- */
 
+/* As the driver answers, measured on an H200 (driver 580) with tests/programs/pointer_attrs: a
+ * cuMemAlloc range is the size asked for, its mapping that size rounded to 2 MiB, as is a page-locked
+ * host allocation's mapping; P2P tokens exist for device memory only. */
 static CUresult pointer_attribute(void *data, CUpointer_attribute attr, const struct sim_range *r,
 				  CUdeviceptr ptr)
 {
 	bool host = r->kind == SIM_RANGE_HOST_ALLOC || r->kind == SIM_RANGE_HOST_REGISTERED;
+	bool allocated = r->kind == SIM_RANGE_DEVICE || r->kind == SIM_RANGE_HOST_ALLOC;
 
 	switch (attr) {
 	case CU_POINTER_ATTRIBUTE_CONTEXT:
@@ -579,16 +583,24 @@ static CUresult pointer_attribute(void *data, CUpointer_attribute attr, const st
 			return CUDA_ERROR_INVALID_VALUE;
 		*(void **)data = (void *)(uintptr_t)ptr;
 		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_P2P_TOKENS:
+		if (host)
+			return CUDA_ERROR_INVALID_VALUE;
+		*(CUDA_POINTER_ATTRIBUTE_P2P_TOKENS *)data =
+		    (CUDA_POINTER_ATTRIBUTE_P2P_TOKENS){.p2pToken = r->buffer_id, .vaSpaceToken = 1};
+		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
-		*(int *)data = 1;
+		*(int *)data = !host;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_BUFFER_ID:
 		*(unsigned long long *)data = r->buffer_id;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+		*(int *)data = 0;
+		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
 	case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:
-		*(int *)data = 0;
+		*(int *)data = r->kind == SIM_RANGE_DEVICE;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
 		*(int *)data = r->dev ? r->dev->ordinal : 0;
@@ -601,8 +613,10 @@ static CUresult pointer_attribute(void *data, CUpointer_attribute attr, const st
 		*(CUdeviceptr *)data = r->base;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+		*(size_t *)data = r->kind == SIM_RANGE_DEVICE ? r->requested : r->size;
+		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
-		*(size_t *)data = r->size;
+		*(size_t *)data = allocated ? round_up(r->size, 2u << 20) : r->size;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_MAPPED:
 		*(int *)data = 1;
@@ -650,6 +664,11 @@ CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute *attribu
 		return CUDA_ERROR_INVALID_VALUE;
 	known = sim_mem_find(ptr, 1, &r);
 	for (unsigned i = 0; i < count; i++) {
+		/* The array form refuses P2P tokens (measured). */
+		if (attributes[i] == CU_POINTER_ATTRIBUTE_P2P_TOKENS)
+			return CUDA_ERROR_INVALID_VALUE;
+	}
+	for (unsigned i = 0; i < count; i++) {
 		if (!data[i])
 			continue;
 		if (known && pointer_attribute(data[i], attributes[i], &r, ptr) == CUDA_SUCCESS)
@@ -657,9 +676,11 @@ CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute *attribu
 		/* Unknown memory (a pageable host pointer) reads as zeros, as with the driver. */
 		switch (attributes[i]) {
 		case CU_POINTER_ATTRIBUTE_CONTEXT:
-		case CU_POINTER_ATTRIBUTE_HOST_POINTER:
 		case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
 			*(void **)data[i] = NULL;
+			break;
+		case CU_POINTER_ATTRIBUTE_HOST_POINTER: /* the pointer itself, for host memory */
+			*(void **)data[i] = known ? NULL : (void *)(uintptr_t)ptr;
 			break;
 		case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
 		case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
