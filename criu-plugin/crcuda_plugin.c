@@ -455,6 +455,7 @@ static int dump_unix_sk(int fd, int id)
 	struct sockaddr_un peer = {0};
 	socklen_t len = sizeof(peer);
 	struct task *t;
+	char byte;
 
 	if (!P.enabled || !P.ntasks || is_tcp(P.daemon))
 		return -ENOTSUP;
@@ -472,6 +473,15 @@ static int dump_unix_sk(int fd, int id)
 	}
 	if (!t->checkpointed) {
 		fail("socket of task %d dumped before its device state was saved", (int)t->pid);
+		return -1;
+	}
+	/* Daemon -> client, the socket carries only a restore's REBIND notice (with the new rings' memfd),
+	 * which the client takes at its first CUDA call after the restore. Still queued, CRIU has
+	 * dumped it with the socket, and a restore could not put it back: no checkpoint then. */
+	if (recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 1) {
+		fail("task %d has made no CUDA call since it was restored (its restored session's notice is "
+		     "still queued on its socket): checkpoint it once it has made one",
+		     (int)t->pid);
 		return -1;
 	}
 	t->sk_ino = (uint32_t)id;
