@@ -9,6 +9,12 @@
 #       restore-twice  one checkpoint restored twice (one after the other)
 #       netns          restore in another network namespace ("another node"): a daemon there, by its
 #                      unix socket and then over TCP (--remote with a token)
+#       clone          one checkpoint restored twice, both copies alive at once: the second one's VA
+#                      slot is held by the first, so crcudactl restore starts a second daemon for it
+#                      (its pid too is taken: it is restored in a pid namespace of its own); both
+#                      finish; the second copy, checkpointed in that daemon, restores and finishes
+#       remote-busy    restore --remote to a daemon whose slot for the checkpoint is held by a live
+#                      session: fails at once naming the cause; later the checkpoint restores there
 #       kill9-ctl|kill9-criu|kill9-daemon
 #                      kill -9 of crcudactl, criu or the daemon at each step of a checkpoint and of a
 #                      restore: the previous checkpoint still restores and verifies
@@ -125,6 +131,12 @@ finish() {
 	rm -f "$dir/go"
 }
 
+# The first daemon (not those beside it) has no session of pid $1.
+not_on_first_daemon() {
+	! "$ctl" ls | awk -v end="Sessions of crcudad at $sock.1:" '$0 == end { exit } { print }' |
+		grep -q "^[0-9]* *$1 "
+}
+
 # Kills (-9) and waits for a program that a failed step left frozen or parked.
 reap() { kill -9 "$1" 2>/dev/null; wait_for 30 gone "$1" || fail "pid $1 does not die"; }
 
@@ -238,6 +250,101 @@ netns)
 	pid=$(echo "$out" | sed -n 's/.* as pid \([0-9]*\) .*/\1/p')
 	finish "$pid" "restored in $ns (TCP, --remote)"
 	grep -q "session" "$tmp/ns.log" || fail "no session on the daemon in $ns"
+	;;
+clone)
+	command -v unshare >/dev/null && command -v nsenter >/dev/null || skip "no unshare/nsenter"
+	# Long enough after its go file for the second copy to be checkpointed while it runs.
+	app_args=(--mb 8 --chunks 4 --steps 6000)
+	ref=$(timeout 300 "$ctl" run --backend sim -- "$app_bin" "${app_args[@]}" | checksum /dev/stdin)
+	start_app clone
+	id=$(checkpoint "$app")
+	wait_for 30 gone "$app" || fail "the program still runs after the checkpoint"
+	first=$(restore "$id")
+	[ "$first" = "$app" ] || fail "restored pid '$first', checkpointed $app"
+	# The second copy, while the first one runs (parked at its go file): its pid is taken here, so it
+	# is restored in a pid namespace of its own (CRIU restores pids), with its own copy of the
+	# program's files mounted over $dir. Its VA slot is held by the first copy's session.
+	copy=$tmp/clone-copy
+	mkdir -p "$copy"
+	cp -a "$dir/." "$copy/"
+	export ctl copy dir id
+	setsid unshare --pid --fork --mount-proc bash -c '
+		mount --bind "$copy" "$dir" || exit 1
+		timeout 120 "$ctl" restore "$id" >"$copy.restore" 2>&1 || exit 1
+		pid=$(sed -n "s/.* as pid \([0-9]*\) .*/\1/p" "$copy.restore")
+		# The namespace lives as long as its init, this shell: until the copy has ended and the
+		# test is done in it.
+		while [ -e "/proc/$pid" ] && ! grep -q "^State:[[:space:]]*Z" "/proc/$pid/status"; do sleep 0.1; done
+		while [ ! -e "$copy.end" ]; do sleep 0.1; done
+	' </dev/null >/dev/null 2>&1 &
+	ns_unshare=$!
+	disown "$ns_unshare"
+	wait_for 120 grep -qs " as pid " "$copy.restore" || fail "second restore of $id: $(cat "$copy.restore")"
+	nsinit=$(pgrep -P "$ns_unshare")
+	pids+=("$nsinit")
+	grep -q "goes to a second crcudad at $sock.1" "$copy.restore" ||
+		fail "the second copy was not sent to a second daemon: $(cat "$copy.restore")"
+	gone "$first" && fail "the first copy died when the second was restored"
+	"$ctl" ls >"$tmp/ls" || fail "crcudactl ls"
+	[ "$(grep -c "^[0-9]* *$app " "$tmp/ls")" = 2 ] && grep -q "^Sessions of crcudad at $sock.1:" "$tmp/ls" ||
+		fail "ls does not list both copies, one per daemon: $(cat "$tmp/ls")"
+	finish "$first" "first of two live copies of checkpoint $id"
+	# The first copy's session is gone from the first daemon before the second copy is looked for
+	# (pids are per namespace: the first daemon lists the first copy's, the second the second's).
+	wait_for 10 not_on_first_daemon "$app" || fail "the first copy's session outlives it"
+	# The second copy, checkpointed where it runs (its pid namespace, its daemon): not before its
+	# first CUDA call since the restore (it has not taken its session yet), then while it runs on;
+	# it finishes, and that checkpoint restores here, into the first daemon, and finishes too.
+	in_ns=(nsenter -t "$nsinit" -p -m -- timeout 120 "$ctl")
+	out=$("${in_ns[@]}" checkpoint --leave-running "$app" 2>&1) &&
+		fail "checkpoint of the second copy before its first CUDA call succeeded: $out"
+	echo "$out" | grep -q "no CUDA call since it was restored" || fail "no clear reason: $out"
+	gone "$nsinit" && fail "the second copy died in a refused checkpoint"
+	touch "$copy/go"
+	sleep 0.5
+	# The sizes before: the copy writes its result only at its end, which comes right after the
+	# checkpoint (that waits for the steps it has posted).
+	out_size=$(stat -c %s "$copy/out") err_size=$(stat -c %s "$copy/err")
+	out=$("${in_ns[@]}" --json checkpoint --leave-running "$app" 2>&1) || fail "checkpoint of the second copy: $out"
+	id2=$(echo "$out" | sed -n 's/^  "id": \([0-9]*\),*$/\1/p')
+	[ -n "$id2" ] || fail "no checkpoint id in: $out"
+	echo "$out_size" >"$tmp/ckpt$id2.out.size"
+	echo "$err_size" >"$tmp/ckpt$id2.err.size"
+	touch "$copy.end"
+	wait_for 120 gone "$nsinit" || fail "the second copy did not finish"
+	got=$(checksum "$copy/out")
+	[ "$got" = "$ref" ] || fail "second copy: checksum '$got', uninterrupted run: $ref ($(cat "$copy/err"))"
+	echo "cr: second of two live copies of checkpoint $id (second daemon): checksum $got = uninterrupted run"
+	cp "$copy/out" "$copy/err" "$dir/"
+	pid=$(restore "$id2")
+	finish "$pid" "checkpoint $id2 of the second copy restored"
+	;;
+remote-busy)
+	port=$((20000 + RANDOM % 20000))
+	echo "tok-$RANDOM$RANDOM" >"$tmp/token"
+	chmod 600 "$tmp/token"
+	"$build/crcudad/crcudad" --backend sim --socket "$tmp/r/crcudad.sock" --listen "127.0.0.1:$port" \
+		--token-file "$tmp/token" --foreground -v >"$tmp/r.out" 2>"$tmp/r.log" &
+	extra_daemons+=($!)
+	disown $!
+	wait_for 30 grep -q ready "$tmp/r.out" || fail "no TCP daemon: $(cat "$tmp/r.log")"
+	start_app remote
+	id=$(checkpoint "$app")
+	wait_for 30 gone "$app" || fail "the program still runs after the checkpoint"
+	remote=(--remote "127.0.0.1:$port" --token-file "$tmp/token")
+	first=$(restore "$id" "${remote[@]}")
+	# A second restore there (in a pid namespace: the pid is taken) finds the slot held by the first.
+	t0=$SECONDS
+	if out=$(unshare --pid --fork --mount-proc timeout 60 "$ctl" restore "${remote[@]}" "$id" 2>&1); then
+		fail "a restore into a busy slot of a remote daemon succeeded: $out"
+	fi
+	[ $((SECONDS - t0)) -lt 30 ] || fail "the refused remote restore took $((SECONDS - t0)) s"
+	echo "$out" | grep -q "held by session .* of live pid" && echo "$out" | grep -q "on another host" ||
+		fail "no clear reason for the refused remote restore: $out"
+	echo "cr: refused as expected: $out"
+	finish "$first" "restored on the remote daemon"
+	pid=$(restore "$id" "${remote[@]}")
+	finish "$pid" "restored on the remote daemon after the refused restore"
 	;;
 kill9-ctl | kill9-criu | kill9-daemon)
 	target=${case#kill9-}
