@@ -1,6 +1,16 @@
-/* Restore of a session from the store: replay the journal in a new session in the same VA slot with the
- * same handles, upload the data and globals, and hand the control connection over as the session's
- * socket (REBIND). */
+/* Restore of a session from the store: replay the journal in a new session in the checkpoint's own VA
+ * slot with the same handles, upload the data and globals, and hand the control connection over as the
+ * session's socket (REBIND).
+ *
+ * The slot cannot move: device pointers live in the application's memory and in device memory, where
+ * no translation can find them all. So when a live session holds it here (a restored copy of the same
+ * checkpoint that still runs, or another program), or the range is no slot of this daemon's window,
+ * the restore fails with the reason (crc_slot_check: CRC_EBUSY, CRC_EINVAL). `crcudactl restore` asks
+ * first (crc_ctl_slot) and then restores into another crcudad instead: SOCKET.N beside this one, started
+ * on demand with the checkpoint's window, a process of its own whose device address space has that
+ * range free; checkpoint, ls and the plugin find a process's daemon among those (crc_ctl_find_pid). A
+ * holder whose client has just died is waited for (crc_session_create). A --remote daemon gets no such
+ * help: the reason goes back to the user. */
 #define LOG_PREFIX "crcudad: "
 #include <errno.h>
 #include <inttypes.h>
