@@ -135,6 +135,7 @@ struct crc_session {
 	/* Journal (journal.c). */
 	struct crc_jentry *jrec;
 	size_t njrec, jrec_cap;
+	size_t jcompact_at; /* records past jflushed that trigger a compaction (0: COMPACT_MIN) */
 	struct crc_image *images;
 	size_t nimages, images_cap;
 	struct crc_modimg *modimgs;
@@ -212,8 +213,21 @@ void crc_journal_free(struct crc_session *s);
 /* The name argument (STR) of a generated-marshalling request, or NULL. */
 const char *crc_request_str_arg(int op, const uint8_t *args, size_t len);
 
-/* ---- checkpoint and restore (ckpt.c, restore.c)
- * -------------------------------------------------------------- */
+/* A decoded record with a mark, for crc_journal_mark_dead. */
+struct crc_jrec_item {
+	uint32_t type; /* enum crc_jrec_type */
+	struct crc_jrec_view v;
+	bool skip;
+};
+
+/* Marks (skip) what a replay of items[0..n) need not recreate: objects destroyed within the list
+ * (streams, events, modules, contexts, cuMemAlloc memory) with the records that destroy them, and
+ * every record that used a handle of theirs. Used by restore, and by the daemon to keep a long
+ * session's journal from growing with create/destroy pairs. 0 or CRC_ENOMEM (then the marks are
+ * incomplete and must not be used). */
+int crc_journal_mark_dead(struct crc_jrec_item *items, size_t n);
+
+/* ---- checkpoint and restore (ckpt.c, restore.c) ------------------------------------------------- */
 /* On the session thread, quiesced. Fill the reply data (s->cmd_out) and message themselves. */
 int crc_ckpt_quiesce(struct crc_session *s, int timeout_ms);
 void crc_ckpt_resume(struct crc_session *s);

@@ -57,6 +57,98 @@ void crc_journal_free(struct crc_session *s)
 	free(s->modimgs);
 }
 
+static bool has_handle(const struct crc_jrec_view *v, uint64_t h)
+{
+	for (unsigned i = 0; i < v->call->nhandles; i++)
+		if (v->handles[i] == h)
+			return true;
+	return false;
+}
+
+int crc_journal_mark_dead(struct crc_jrec_item *r, size_t n)
+{
+	uint64_t *dead = NULL;
+	size_t ndead = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct crc_jrec_call *c = r[i].v.call;
+		bool destroys = r[i].type == CRC_JREC_MODULE_UNLOAD || r[i].type == CRC_JREC_STREAM_DESTROY ||
+				r[i].type == CRC_JREC_EVENT_DESTROY || r[i].type == CRC_JREC_CONTEXT_DESTROY;
+
+		for (size_t j = i; destroys && c->object && j-- > 0;) {
+			if (!r[j].skip && has_handle(&r[j].v, c->object)) {
+				r[j].skip = r[i].skip = true;
+				break;
+			}
+		}
+		for (size_t j = i; r[i].type == CRC_JREC_MEM_FREE && j-- > 0;) {
+			if (!r[j].skip && r[j].type == CRC_JREC_MEM_ALLOC && r[j].v.call->addr == c->addr) {
+				r[j].skip = r[i].skip = true;
+				break;
+			}
+		}
+	}
+	/* What used a dead handle is dead too, and so are the handles it made. */
+	for (size_t i = 0; i < n; i++) {
+		const struct crc_jrec_view *v = &r[i].v;
+
+		for (unsigned k = 0; !r[i].skip && k < v->call->nrefs; k++)
+			for (size_t d = 0; d < ndead; d++)
+				if (dead[d] == v->refs[k])
+					r[i].skip = true;
+		if (!r[i].skip || !v->call->nhandles)
+			continue;
+		uint64_t *p = realloc(dead, (ndead + v->call->nhandles) * sizeof(*p));
+
+		if (!p) {
+			free(dead);
+			return CRC_ENOMEM;
+		}
+		dead = p;
+		for (unsigned k = 0; k < v->call->nhandles; k++)
+			dead[ndead++] = v->handles[k];
+	}
+	free(dead);
+	return 0;
+}
+
+#define COMPACT_MIN 4096 /* records not yet in a store before the first compaction */
+
+/* Drops create/destroy pairs (and what used them) from the records no store holds yet, so a session
+ * that creates and destroys events or memory all day keeps a journal of what is alive. Records a
+ * store holds stay: a later checkpoint to that store appends to them, and a destroy whose create is
+ * there must reach it too. */
+static void compact(struct crc_session *s)
+{
+	size_t n = s->njrec - s->jflushed, kept = s->jflushed;
+	struct crc_jrec_item *items = calloc(n, sizeof(*items));
+	bool ok = items != NULL;
+
+	for (size_t i = 0; ok && i < n; i++) {
+		items[i].type = s->jrec[s->jflushed + i].type;
+		ok = !crc_jrec_decode(s->jrec[s->jflushed + i].payload, s->jrec[s->jflushed + i].len,
+				      &items[i].v);
+	}
+	if (ok && !crc_journal_mark_dead(items, n)) {
+		for (size_t i = 0; i < n; i++) {
+			struct crc_jentry *e = &s->jrec[s->jflushed + i];
+
+			if (items[i].skip)
+				free(e->payload);
+			else
+				s->jrec[kept++] = *e;
+		}
+		pr_debug("session %llu: journal compacted: %zu of %zu new records kept",
+			 (unsigned long long)s->id, kept - s->jflushed, n);
+		s->njrec = kept;
+	}
+	free(items);
+	/* Amortised: the next pass when the live records have doubled. */
+	s->jcompact_at = 2 * (s->njrec - s->jflushed);
+	if (s->jcompact_at < COMPACT_MIN)
+		s->jcompact_at = COMPACT_MIN;
+}
+
 /* The record type of a call that succeeded, 0 if the journal does not keep it. */
 static uint32_t record_type(struct crc_session *s, int op)
 {
@@ -270,6 +362,8 @@ void crc_journal_end(struct crc_session *s, int op, const struct crc_call_hdr *h
 		s->jrec_cap = cap;
 	}
 	s->jrec[s->njrec++] = (struct crc_jentry){.type = type, .len = (uint32_t)size, .payload = p};
+	if (s->njrec - s->jflushed >= (s->jcompact_at ? s->jcompact_at : COMPACT_MIN))
+		compact(s);
 	return;
 oom:
 	/* A journal with a hole cannot be replayed: the next checkpoint must refuse. */

@@ -33,15 +33,14 @@
 /* ---- restore ------------------------------------------------------------------------------------ */
 struct jrec_copy {
 	uint64_t seq;
-	uint32_t type;
-	uint32_t len;
 	uint8_t *payload;
-	struct crc_jrec_view v;
-	bool skip;
 };
 
+/* The records up to the checkpoint: copies of their payloads and, at the same index, the decoded
+ * records with their skip marks. */
 struct jload {
 	struct jrec_copy *r;
+	struct crc_jrec_item *items;
 	size_t n, cap;
 	uint64_t upto;
 };
@@ -55,19 +54,25 @@ static int load_record(void *arg, uint64_t seq, uint32_t type, const void *paylo
 		return 1; /* past the checkpoint: stop */
 	if (j->n == j->cap) {
 		size_t cap = j->cap ? j->cap * 2 : 256;
+		struct crc_jrec_item *it;
 
 		r = realloc(j->r, cap * sizeof(*r));
 		if (!r)
 			return CRC_ENOMEM;
 		j->r = r;
+		it = realloc(j->items, cap * sizeof(*it));
+		if (!it)
+			return CRC_ENOMEM;
+		j->items = it;
 		j->cap = cap;
 	}
 	r = &j->r[j->n];
-	*r = (struct jrec_copy){.seq = seq, .type = type, .len = len, .payload = malloc(len ? len : 1)};
+	*r = (struct jrec_copy){.seq = seq, .payload = malloc(len ? len : 1)};
 	if (!r->payload)
 		return CRC_ENOMEM;
 	memcpy(r->payload, payload, len);
-	if (crc_jrec_decode(r->payload, len, &r->v)) {
+	j->items[j->n] = (struct crc_jrec_item){.type = type};
+	if (crc_jrec_decode(r->payload, len, &j->items[j->n].v)) {
 		free(r->payload);
 		return CRC_ECORRUPT;
 	}
@@ -75,60 +80,8 @@ static int load_record(void *arg, uint64_t seq, uint32_t type, const void *paylo
 	return 0;
 }
 
-static bool has_handle(const struct crc_jrec_view *v, uint64_t h)
-{
-	for (unsigned i = 0; i < v->call->nhandles; i++)
-		if (v->handles[i] == h)
-			return true;
-	return false;
-}
-
-/* Objects destroyed before the checkpoint are not recreated, nor is anything that used them. */
-static void mark_dead(struct jrec_copy *r, size_t n)
-{
-	uint64_t *dead = NULL;
-	size_t ndead = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		const struct crc_jrec_call *c = r[i].v.call;
-		bool destroys = r[i].type == CRC_JREC_MODULE_UNLOAD || r[i].type == CRC_JREC_STREAM_DESTROY ||
-				r[i].type == CRC_JREC_EVENT_DESTROY || r[i].type == CRC_JREC_CONTEXT_DESTROY;
-
-		for (size_t j = i; destroys && c->object && j-- > 0;) {
-			if (!r[j].skip && has_handle(&r[j].v, c->object)) {
-				r[j].skip = r[i].skip = true;
-				break;
-			}
-		}
-		for (size_t j = i; r[i].type == CRC_JREC_MEM_FREE && j-- > 0;) {
-			if (!r[j].skip && r[j].type == CRC_JREC_MEM_ALLOC && r[j].v.call->addr == c->addr) {
-				r[j].skip = r[i].skip = true;
-				break;
-			}
-		}
-	}
-	for (size_t i = 0; i < n; i++) {
-		const struct crc_jrec_view *v = &r[i].v;
-
-		for (unsigned k = 0; !r[i].skip && k < v->call->nrefs; k++)
-			for (size_t d = 0; d < ndead; d++)
-				if (dead[d] == v->refs[k])
-					r[i].skip = true;
-		if (!r[i].skip || !v->call->nhandles)
-			continue;
-		uint64_t *p = realloc(dead, (ndead + v->call->nhandles) * sizeof(*p));
-
-		if (!p)
-			continue;
-		dead = p;
-		for (unsigned k = 0; k < v->call->nhandles; k++)
-			dead[ndead++] = v->handles[k];
-	}
-	free(dead);
-}
-
-static int replay_one(struct crc_session *s, struct crc_store *st, const struct jrec_copy *r, char *why,
-		      size_t why_len)
+static int replay_one(struct crc_session *s, struct crc_store *st, uint64_t seq,
+		      const struct crc_jrec_item *r, char *why, size_t why_len)
 {
 	const struct crc_jrec_call *c = r->v.call;
 	size_t extra = r->type == CRC_JREC_MODULE_LOAD ? c->image_bytes : 0;
@@ -141,7 +94,7 @@ static int replay_one(struct crc_session *s, struct crc_store *st, const struct 
 
 	if (!m)
 		return CRC_ENOMEM;
-	*m = (struct crc_msg_hdr){.len = (uint32_t)len, .op = c->op, .seq = r->seq};
+	*m = (struct crc_msg_hdr){.len = (uint32_t)len, .op = c->op, .seq = seq};
 	h = (struct crc_call_hdr *)(m + 1);
 	*h = (struct crc_call_hdr){.ctx = c->ctx, .thread = c->thread, .flags = c->call_flags};
 	args = (uint8_t *)(h + 1);
@@ -157,7 +110,7 @@ static int replay_one(struct crc_session *s, struct crc_store *st, const struct 
 		rc = crc_store_chunk_read(st, &hash, lr + 1, c->image_bytes, &got);
 		if (rc || got != c->image_bytes) {
 			snprintf(why, why_len, "journal record %" PRIu64 ": cannot read the module image: %s",
-				 r->seq, crc_strerror(rc ? rc : CRC_ETRUNC));
+				 seq, crc_strerror(rc ? rc : CRC_ETRUNC));
 			free(m);
 			return rc ? rc : CRC_ETRUNC;
 		}
@@ -170,14 +123,14 @@ static int replay_one(struct crc_session *s, struct crc_store *st, const struct 
 	res = crc_session_execute(s, m);
 	if (res != CUDA_SUCCESS) {
 		snprintf(why, why_len,
-			 "journal record %" PRIu64 " (%s): %s failed on this daemon: CUDA error %d%s", r->seq,
+			 "journal record %" PRIu64 " (%s): %s failed on this daemon: CUDA error %d%s", seq,
 			 crc_jrec_type_name(r->type), crc_cu_table[c->op].sym, res,
 			 r->type == CRC_JREC_MEM_ALLOC ? " (the same address is needed)" : "");
 		rc = CRC_ECUDA;
 	} else if (s->nforce || s->force_mismatch) {
 		snprintf(why, why_len,
 			 "journal record %" PRIu64 " (%s): the replayed call did not name the same handles",
-			 r->seq, crc_cu_table[c->op].sym);
+			 seq, crc_cu_table[c->op].sym);
 		rc = CRC_ECORRUPT;
 	}
 	s->force = NULL;
@@ -382,10 +335,12 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 		goto fail;
 	/* --gpu: the client's device 0 is the chosen GPU; contexts are made there. */
 	s->dev_map[0] = w->gpu >= 0 ? w->gpu : orig_dev;
-	mark_dead(j.r, j.n);
+	rc = crc_journal_mark_dead(j.items, j.n);
+	if (rc)
+		snprintf(why, why_len, "out of memory reading the journal");
 	for (size_t i = 0; i < j.n && !rc; i++)
-		if (!j.r[i].skip)
-			rc = replay_one(s, st, &j.r[i], why, why_len);
+		if (!j.items[i].skip)
+			rc = replay_one(s, st, j.r[i].seq, &j.items[i], why, why_len);
 	if (rc)
 		goto fail;
 	/* Handle tables continue where the checkpointed session's were. */
@@ -429,7 +384,7 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 		size_t replayed = 0;
 
 		for (size_t i = 0; i < j.n; i++)
-			replayed += !j.r[i].skip;
+			replayed += !j.items[i].skip;
 		rc = crc_sock_write_all(fd, &h, sizeof(h));
 		if (!rc)
 			rc = crc_sock_write_all(fd, &r, sizeof(r));
@@ -452,6 +407,7 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 	for (size_t i = 0; i < j.n; i++)
 		free(j.r[i].payload);
 	free(j.r);
+	free(j.items);
 	crc_manifest_free(mf);
 	crc_store_close(st);
 	rc = crc_session_run(s);
@@ -470,6 +426,7 @@ fail:
 	for (size_t i = 0; i < j.n; i++)
 		free(j.r[i].payload);
 	free(j.r);
+	free(j.items);
 	crc_manifest_free(mf);
 	crc_store_close(st);
 	return rc;

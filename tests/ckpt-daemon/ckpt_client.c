@@ -2,10 +2,12 @@
  * known pattern, a stream, an event, pinned memory), writes its buffers' addresses to READY, waits for
  * GO, then checks that everything is still there and still works. A helper thread takes a
  * replacement daemon socket from $CKPT_SWAP_SOCK and puts it in place of the one libcrcuda holds, as
- * CRIU's restore would. --busy: another thread keeps making long calls until GO.
- *   ckpt_client READY GO [--busy] */
+ * CRIU's restore would. --busy: another thread keeps making long calls until GO. --churn N: first
+ * creates and destroys N events, N streams and N allocations (a long session's journal).
+ *   ckpt_client READY GO [--busy] [--churn N] */
 #include <cuda.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,14 +109,21 @@ int main(int argc, char **argv)
 	CUstream stream, gone;
 	CUevent ev;
 	unsigned char *host, *pinned;
-	int coefs[4] = {3, 1, 4, 1}, value, rounds = 2;
+	int coefs[4] = {3, 1, 4, 1}, value, rounds = 2, churn = 0;
+	bool busy_thread = false;
 	pthread_t swap, busy;
 	FILE *f;
 	void *kargs[] = {&rounds};
 
 	if (argc < 3) {
-		fprintf(stderr, "usage: ckpt_client READY GO [--busy]\n");
+		fprintf(stderr, "usage: ckpt_client READY GO [--busy] [--churn N]\n");
 		return 2;
+	}
+	for (int i = 3; i < argc; i++) {
+		if (!strcmp(argv[i], "--busy"))
+			busy_thread = true;
+		else if (!strcmp(argv[i], "--churn") && i + 1 < argc)
+			churn = atoi(argv[++i]);
 	}
 	go_file = argv[2];
 	if (getenv("CKPT_SWAP_SOCK"))
@@ -128,6 +137,19 @@ int main(int argc, char **argv)
 	CK(cuModuleGetGlobal(&coef, &coef_size, mod, "coefficients"));
 	CK(cuModuleGetGlobal(&counter, &counter_size, mod, "counter"));
 	CK(cuMemcpyHtoD(coef, coefs, sizeof(coefs)));
+	for (int i = 0; i < churn; i++) {
+		CUevent e;
+		CUstream st;
+		CUdeviceptr p;
+
+		CK(cuEventCreate(&e, 0));
+		CK(cuStreamCreate(&st, 0));
+		CK(cuMemAlloc(&p, 4096));
+		CK(cuEventRecord(e, st));
+		CK(cuEventDestroy(e));
+		CK(cuStreamDestroy(st));
+		CK(cuMemFree(p));
+	}
 	/* Objects that die before the checkpoint: replay must skip them. */
 	CK(cuMemAlloc(&scratch, 1 << 20));
 	CK(cuStreamCreate(&gone, 0));
@@ -154,7 +176,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	busy_buf = buf[1];
-	if (argc > 3 && !strcmp(argv[3], "--busy"))
+	if (busy_thread)
 		pthread_create(&busy, NULL, busy_main, NULL);
 	{
 		char tmp[4096];
@@ -205,7 +227,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ckpt_client: pinned round trip differs\n");
 		return 1;
 	}
-	if (argc > 3 && !strcmp(argv[3], "--busy")) {
+	if (busy_thread) {
 		pthread_join(busy, NULL);
 		printf("busy rounds %ld\n", busy_rounds);
 	}
