@@ -13,6 +13,8 @@
 #                      slot is held by the first, so crcudactl restore starts a second daemon for it
 #                      (its pid too is taken: it is restored in a pid namespace of its own); both
 #                      finish; the second copy, checkpointed in that daemon, restores and finishes
+#       window         restore after the daemon was restarted with another --va-base: the checkpoint's
+#                      range is no slot of it, so a second daemon with the checkpoint's window serves it
 #       remote-busy    restore --remote to a daemon whose slot for the checkpoint is held by a live
 #                      session: fails at once naming the cause; later the checkpoint restores there
 #       kill9-ctl|kill9-criu|kill9-daemon
@@ -54,7 +56,15 @@ extra_daemons=()
 ns=""
 ok=0
 
-daemon_pids() { [ -f "$log" ] && sed -n 's/^([^)]*) \([0-9]*\) crcudad: serving on.*/\1/p' "$log"; }
+# The daemons of this test, the first one and those restores started beside it (their own logs), as
+# their logs name them: only pids that are still such a daemon here (one started in a pid namespace
+# logs its pid there).
+daemon_pids() {
+	local f p
+	for f in "$log" "$sock".*.log; do
+		[ -f "$f" ] && sed -n 's/^([^)]*) \([0-9]*\) crcudad: serving on.*/\1/p' "$f"
+	done | while read -r p; do grep -qas -- "$tmp/d/" "/proc/$p/cmdline" && echo "$p"; done
+}
 cleanup() {
 	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
 	for p in $(daemon_pids) "${extra_daemons[@]}"; do kill -9 "$p" 2>/dev/null; done
@@ -318,6 +328,25 @@ clone)
 	cp "$copy/out" "$copy/err" "$dir/"
 	pid=$(restore "$id2")
 	finish "$pid" "checkpoint $id2 of the second copy restored"
+	;;
+window)
+	start_app window
+	id=$(checkpoint "$app")
+	wait_for 30 gone "$app" || fail "the program still runs after the checkpoint"
+	# The daemon is restarted with another window.
+	for p in $(daemon_pids); do
+		kill -9 "$p"
+		wait_for 30 gone "$p" || fail "daemon $p does not die"
+	done
+	"$build/crcudad/crcudad" --backend sim --socket "$sock" --va-base 0x700000000000 --idle-exit 60 --foreground -v \
+		>"$tmp/w.out" 2>>"$log" &
+	disown $!
+	wait_for 30 grep -q ready "$tmp/w.out" || fail "no daemon with another window"
+	pid=$(restore "$id")
+	grep -q "not a session slot of this daemon" "$tmp/restore.err" && grep -q "goes to a second crcudad at $sock.1" "$tmp/restore.err" ||
+		fail "the restore did not say why it went to a second daemon: $(cat "$tmp/restore.err")"
+	grep -q "device VA window 0x680000000000+" "$sock.1.log" || fail "the second daemon has not the checkpoint's window"
+	finish "$pid" "restored into a second daemon with the checkpoint's window"
 	;;
 remote-busy)
 	port=$((20000 + RANDOM % 20000))
