@@ -2,7 +2,9 @@
  * crcuda plugin. The plugin, inside the restored process, has a daemon (local, started here when none
  * answers; or remote) replay the session from the store, and the process continues once the replay
  * is complete. The checkpoint is only read: CRIU's logs go to a work directory outside it, so one
- * checkpoint restores any number of times, and a failed restore leaves it as it was. */
+ * checkpoint restores any number of times, and a failed restore leaves it as it was. The restored
+ * session needs the checkpoint's own device VA range: where a live session holds it (or the daemon's
+ * window differs), a second local daemon serves the restore (pick_local_daemon). */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -41,7 +43,9 @@ static void restore_usage(FILE *f)
 	    "      --remote HOST:PORT replay on the crcudad listening there (the GPU is remote)\n"
 	    "      --token-file FILE  its token (else $CRCUDA_TOKEN or $CRCUDA_TOKEN_FILE)\n"
 	    "      --daemon SOCKET    a local crcudad (default $CRCUDA_SOCKET, else\n"
-	    "                         /tmp/crcuda-UID/crcudad.sock); started when none answers\n"
+	    "                         /tmp/crcuda-UID/crcudad.sock); started when none answers; where\n"
+	    "                         the checkpoint's device VA slot is taken (a live copy of it, another\n"
+	    "                         program) or its window differs, a second one at SOCKET.N serves it\n"
 	    "      --backend cuda|sim the backend of a daemon started here (default: the checkpointed\n"
 	    "                         daemon's)\n"
 	    "      --gpu N            device ordinal on the daemon (default: the checkpointed one)\n"
