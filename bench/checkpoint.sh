@@ -43,6 +43,10 @@ start_app() {
 }
 
 results=()
+# The pinned device-to-host bandwidth of this machine, natively: what the device copy is held to.
+pcie=$(timeout 120 "$build/bench/overhead" --size-mb 1024 --launches 1000 --syncs 100 2>/dev/null |
+	awk '/^d2h_pinned_gbs/ {print $2}')
+results+=("pinned D2H natively: ${pcie:--} GB/s (the device copy's goal: >= 70% of it)")
 for mb in "${sizes[@]}"; do
 	# shellcheck disable=SC2086
 	ref=$($ref_run "$app" --mb "$mb" --chunks 8 --steps $steps | sed -n 's/.*checksum=\([0-9a-f]*\).*/\1/p')
@@ -104,8 +108,11 @@ for mb in "${sizes[@]}"; do
 		crc_ck=$(elapsed "$t0" "$t1")
 		crc_rs=$(elapsed "$t2" "$t3")
 		copy=$(awk -F'[:,]' '/"device_bytes"/ {b = $2} /"device_seconds"/ {s = $2} END { if (s > 0) printf "%.1f", b / s / 1e9; else print "-" }' "$d/ckpt.json")
-		results+=("$(printf '%-8s %6s MiB  ckpt %6ss (copy+hash+write %s GB/s)  restore %6ss  store %6s MiB  result %s' \
-			"$label" "$mb" "$crc_ck" "$copy" "$crc_rs" "$crc_img" "$crc_ok")")
+		# The device copy alone: the copy engine's busy time, timed with events by the daemon.
+		dcopy=$(awk -F'[:,]' -v pcie="${pcie:-0}" '/"device_bytes"/ {b = $2} /"device_copy_seconds"/ {s = $2}
+			END { if (s > 0) { g = b / s / 1e9; printf "%.1f GB/s", g; if (pcie > 0) printf " = %.0f%% of pinned D2H", 100 * g / pcie } else print "-" }' "$d/ckpt.json")
+		results+=("$(printf '%-8s %6s MiB  ckpt %6ss (copy+hash+write %s GB/s; device copy %s)  restore %6ss  store %6s MiB  result %s' \
+			"$label" "$mb" "$crc_ck" "$copy" "$dcopy" "$crc_rs" "$crc_img" "$crc_ok")")
 		results+=("$(awk -v c="$crc_ck" -v n="$nv_ck" -v r="$crc_rs" -v nr="$nv_rs" -v mb="$mb" -v label="$label" 'BEGIN {
 			if (n > 0) printf "ratio    %6s MiB  %s  ckpt %.3fx of nvidia (goal <= 0.2 at 8 GiB)  restore %.3fx of nvidia, %.2f s (goal <= 1.5 s)", mb, label, c / n, r / nr, r }')")
 		pkill -f "crcudad.*$CRCUDA_SOCKET" 2>/dev/null

@@ -247,6 +247,7 @@ int crc_ctl_checkpoint(struct crc_ctl *c, pid_t pid, const char *store_dir, stru
 		    .device_bytes = w->device_bytes,
 		    .new_bytes = w->new_bytes,
 		    .seconds = w->seconds,
+		    .copy_seconds = w->copy_seconds,
 		};
 	free(data);
 	return 0;

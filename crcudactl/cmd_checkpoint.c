@@ -382,21 +382,22 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 		goto out;
 	}
 	uint64_t dev_bytes = 0, new_bytes = 0, allocs = 0, globals = 0;
-	double dev_secs = 0;
+	double dev_secs = 0, copy_secs = 0;
 	if (ctl_report_get(report, "stats", 0, val, sizeof(val)) == 0) {
-		const char *p = strstr(val, "seconds=");
+		const char *p = strstr(val, " seconds="), *c = strstr(val, "copy_seconds=");
 		dev_bytes = report_u64(val, "device_bytes="), new_bytes = report_u64(val, "new_bytes=");
 		allocs = report_u64(val, "allocations="), globals = report_u64(val, "globals=");
-		dev_secs = p ? strtod(p + 8, NULL) : 0;
+		dev_secs = p ? strtod(p + 9, NULL) : 0;
+		copy_secs = c ? strtod(c + 13, NULL) : 0;
 	}
 	if (opts->json) {
-		ctl_json_print(json_pack("{s:i, s:I, s:i, s:I, s:s, s:s, s:b, s:f, s:f, s:I, s:I, s:I, s:I}",
-					 "version", CKPT_JSON_VERSION, "id", (json_int_t)id, "pid", (int)pid,
-					 "session", (json_int_t)sess.session_id, "store", store,
-					 "criu_images", rel, "leave_running", leave, "seconds", secs,
-					 "device_seconds", dev_secs, "device_bytes", (json_int_t)dev_bytes,
-					 "new_bytes", (json_int_t)new_bytes, "allocations",
-					 (json_int_t)allocs, "globals", (json_int_t)globals));
+		ctl_json_print(json_pack(
+		    "{s:i, s:I, s:i, s:I, s:s, s:s, s:b, s:f, s:f, s:f, s:I, s:I, s:I, s:I}", "version",
+		    CKPT_JSON_VERSION, "id", (json_int_t)id, "pid", (int)pid, "session",
+		    (json_int_t)sess.session_id, "store", store, "criu_images", rel, "leave_running", leave,
+		    "seconds", secs, "device_seconds", dev_secs, "device_copy_seconds", copy_secs,
+		    "device_bytes", (json_int_t)dev_bytes, "new_bytes", (json_int_t)new_bytes, "allocations",
+		    (json_int_t)allocs, "globals", (json_int_t)globals));
 	} else {
 		printf("checkpoint %" PRIu64 ": pid %d, %.1f MiB of device memory (%.1f MiB new, %" PRIu64
 		       " allocations, %" PRIu64

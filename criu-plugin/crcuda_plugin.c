@@ -410,9 +410,9 @@ static int checkpoint_devices(int pid)
 		pid, t->stats.allocations, t->stats.globals, t->stats.device_bytes, t->stats.new_bytes,
 		t->stats.seconds);
 	report("stats %d allocations=%" PRIu64 " globals=%" PRIu64 " modules=%" PRIu64
-	       " device_bytes=%" PRIu64 " new_bytes=%" PRIu64 " seconds=%.6f",
+	       " device_bytes=%" PRIu64 " new_bytes=%" PRIu64 " seconds=%.6f copy_seconds=%.6f",
 	       pid, t->stats.allocations, t->stats.globals, t->stats.modules, t->stats.device_bytes,
-	       t->stats.new_bytes, t->stats.seconds);
+	       t->stats.new_bytes, t->stats.seconds, t->stats.copy_seconds);
 	phase("criu", pid);
 	return 0;
 }

@@ -69,6 +69,7 @@ struct crc_ctl_ckpt_stats {
 	uint64_t device_bytes; /* bytes copied from the device */
 	uint64_t new_bytes;    /* bytes written to the store (the rest was already there) */
 	double seconds;	       /* device copy, hashing and writing */
+	double copy_seconds;   /* the device-to-host copies alone (timed on the device) */
 };
 
 /* store_dir: the store (crc_store_open, created if missing); the daemon opens it itself, so it must see

@@ -174,6 +174,7 @@ struct crc_ctl_ckpt_wire {
 	uint64_t allocations, globals, modules;
 	uint64_t device_bytes, new_bytes;
 	double seconds;
+	double copy_seconds; /* the copy engine's busy time: device-to-host copies alone */
 };
 struct crc_ctl_restore_wire {
 	uint64_t ckpt_id;
