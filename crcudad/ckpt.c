@@ -23,12 +23,12 @@
 
 #define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
 
-#define STAGING_BYTES	     (64u << 20) /* one device-to-host copy */
-#define STAGING_BUFS_MIN     4
-#define STAGING_BUFS_MAX     8
-#define STORE_CHUNK	     (4u << 20) /* bytes per store chunk: dedup granularity, a writer's unit */
-#define CKPT_WRITERS_DEFAULT 4		/* hashing + writing threads (store lanes) */
-#define CKPT_WRITERS_MAX     16
+#define STAGING_BYTES		 (64u << 20) /* one device-to-host copy */
+#define STAGING_BUFS_MIN	 4
+#define STAGING_BUFS_MAX	 8
+#define STORE_CHUNK		 (4u << 20) /* bytes per store chunk: dedup granularity, a writer's unit */
+#define CKPT_WRITERS_DEFAULT_MAX 8	    /* hashing + writing threads (store lanes): half the CPUs, 2..8 */
+#define CKPT_WRITERS_MAX	 16
 _Static_assert(CKPT_WRITERS_MAX <= CRC_CKPT_LANES_MAX, "a store lane per writer");
 
 double crc_now_s(void)
@@ -244,20 +244,23 @@ static void *writer_main(void *arg)
 	return NULL;
 }
 
-/* Writer threads (lanes): CRCUDA_CKPT_WRITERS, else CKPT_WRITERS_DEFAULT. */
+/* Writer threads (lanes): CRCUDA_CKPT_WRITERS, else half the CPUs between 2 and 8 (on the H200's
+ * 16-CPU machine 8 writers put 8 GiB into the page cache 1.6x faster than 4: bench/store --lanes). */
 static unsigned ckpt_writers(void)
 {
 	const char *env = getenv("CRCUDA_CKPT_WRITERS");
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN) / 2, n;
+	unsigned def = cpus < 2				 ? 2
+		       : cpus > CKPT_WRITERS_DEFAULT_MAX ? CKPT_WRITERS_DEFAULT_MAX
+							 : (unsigned)cpus;
 	char *end;
-	long n;
 
 	if (!env || !*env)
-		return CKPT_WRITERS_DEFAULT;
+		return def;
 	n = strtol(env, &end, 10);
 	if (*end || n < 1 || n > CKPT_WRITERS_MAX) {
-		pr_warn("CRCUDA_CKPT_WRITERS=%s: not 1..%d, using %d", env, CKPT_WRITERS_MAX,
-			CKPT_WRITERS_DEFAULT);
-		return CKPT_WRITERS_DEFAULT;
+		pr_warn("CRCUDA_CKPT_WRITERS=%s: not 1..%d, using %u", env, CKPT_WRITERS_MAX, def);
+		return def;
 	}
 	return (unsigned)n;
 }
