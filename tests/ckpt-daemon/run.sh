@@ -82,20 +82,25 @@ checkpoint() { # checkpoint: quiesce, checkpoint, commit; prints the id
 	"$ctl" "$CRCUDA_SOCKET" commit "$pid" || fail "commit"
 }
 
+# restore_elsewhere ID: the client makes a call (it parks, quiesced), its daemon dies, a new daemon
+# (log daemon2) restores checkpoint ID and the client finishes there.
+restore_elsewhere() {
+	touch "$tmp/go"
+	sleep 0.3
+	kill -9 "$daemon_pid"
+	wait "$daemon_pid" 2>/dev/null
+	start_daemon daemon2
+	"$ctl" "$CRCUDA_SOCKET" restore "$store" "$1" "$pid" "$tmp/swap.sock" || fail "restore"
+	finish_client
+}
+
 case $case in
 restore)
 	start_daemon daemon1
 	start_client
 	id=$(checkpoint) || exit 1
 	"$ctl" - verify "$store" "$id" "$tmp/ready" || fail "the manifest does not match the device contents"
-	# The client makes a call now: it parks (quiesced); then its daemon dies.
-	touch "$tmp/go"
-	sleep 0.3
-	kill -9 "$daemon_pid"
-	wait "$daemon_pid" 2>/dev/null
-	start_daemon daemon2
-	"$ctl" "$CRCUDA_SOCKET" restore "$store" "$id" "$pid" "$tmp/swap.sock" || fail "restore"
-	finish_client
+	restore_elsewhere "$id"
 	grep -q "restored checkpoint $id" "$tmp/daemon2.log" || fail "no restore line in the daemon log"
 	# A freed allocation and a destroyed stream (two records each) are not replayed.
 	grep -q "(9 of 13 journal records replayed" "$tmp/daemon2.log" || fail "objects destroyed before the checkpoint were replayed"
@@ -137,13 +142,7 @@ churn)
 	start_daemon daemon1
 	start_client --churn 1500
 	id=$(checkpoint) || exit 1
-	touch "$tmp/go"
-	sleep 0.3
-	kill -9 "$daemon_pid"
-	wait "$daemon_pid" 2>/dev/null
-	start_daemon daemon2
-	"$ctl" "$CRCUDA_SOCKET" restore "$store" "$id" "$pid" "$tmp/swap.sock" || fail "restore"
-	finish_client
+	restore_elsewhere "$id"
 	# 1500 x 7 calls made 1500 x 6 records (the event record is not one); the journal kept far fewer.
 	records=$(sed -n 's/.*(9 of \([0-9]*\) journal records replayed.*/\1/p' "$tmp/daemon2.log")
 	[ -n "$records" ] || fail "no restore line with 9 records replayed in the daemon log"
