@@ -45,6 +45,14 @@ struct jload {
 	uint64_t upto;
 };
 
+static void jload_free(struct jload *j)
+{
+	for (size_t i = 0; i < j->n; i++)
+		free(j->r[i].payload);
+	free(j->r);
+	free(j->items);
+}
+
 static int load_record(void *arg, uint64_t seq, uint32_t type, const void *payload, uint32_t len)
 {
 	struct jload *j = arg;
@@ -404,10 +412,7 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 			(unsigned long long)s->id, w->ckpt_id, store_dir, replayed, j.n, mf->nregions,
 			crc_now_s() - t0);
 	}
-	for (size_t i = 0; i < j.n; i++)
-		free(j.r[i].payload);
-	free(j.r);
-	free(j.items);
+	jload_free(&j);
 	crc_manifest_free(mf);
 	crc_store_close(st);
 	rc = crc_session_run(s);
@@ -423,10 +428,7 @@ fail:
 		close(memfd);
 	if (s)
 		crc_session_destroy(s);
-	for (size_t i = 0; i < j.n; i++)
-		free(j.r[i].payload);
-	free(j.r);
-	free(j.items);
+	jload_free(&j);
 	crc_manifest_free(mf);
 	crc_store_close(st);
 	return rc;
