@@ -53,7 +53,7 @@ for w in $which; do
 	trace "$w" native "${cmd[@]}"
 	trace "$w" layer "${cmd[@]}"
 	echo "== $w: native vs layer"
-	"$py" "$top/tests/gpu/calltrace/compare.py" "$tmp/$w.native" "$tmp/$w.layer" --max "${CALLTRACE_MAX:-40}"
+	"$py" "$top/tests/gpu/calltrace/compare.py" "$tmp/$w.native" "$tmp/$w.layer" --max "${CALLTRACE_MAX:-40}" --summary
 	if [ -n "${OUT:-}" ]; then
 		mkdir -p "$OUT/calltrace"
 		gzip -c "$tmp/$w.native" >"$OUT/calltrace/$w.native.gz"

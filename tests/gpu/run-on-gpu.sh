@@ -35,6 +35,9 @@ grep -E "Test +#|tests passed|FAILED|Failed" "$out/ctest-gpu.log" | tail -60
 
 echo "== under the layer on the real driver"
 tests/gpu/layer.sh build-gpu 2>&1 | tee "$out/layer.txt"
+echo "== driver calls natively and under the layer (calltrace: cuBLAS SGEMM, 6 PyTorch steps)"
+CALLTRACE_MAX=0 timeout 300 tests/gpu/calltrace.sh build-gpu sgemm torch >"$out/calltrace.txt" 2>&1
+grep -E "^(==|sgemm|torch|summary|  +[0-9]+ )" "$out/calltrace.txt" | head -60
 echo "== checkpoint/restore of PyTorch training under crcuda"
 tests/gpu/torch-cr.sh build-gpu 2>&1 | tee -a "$out/layer.txt"
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""compare.py NATIVE.LOG LAYER.LOG [--max N]: where a program's driver calls under crcuda differ from
-its native run (logs written by the calltrace libcuda.so.1).
+"""compare.py NATIVE.LOG LAYER.LOG [--max N] [--summary]: where a program's driver calls under crcuda
+differ from its native run (logs written by the calltrace libcuda.so.1). --summary adds a count of
+the differences by call and kind.
 
 Threads are paired by order of first appearance. Within each pair the call sequences are aligned by
 name; the report lists calls present on one side only, then aligned calls whose result or answers
@@ -65,6 +66,7 @@ def main():
     native, layer = parse(sys.argv[1]), parse(sys.argv[2])
     limit = int(sys.argv[sys.argv.index("--max") + 1]) if "--max" in sys.argv else 40
     shown = 0
+    kinds = {}
     print(f"threads: native {len(native)}, layer {len(layer)}")
     for t, (na, la) in enumerate(zip(native, layer)):
         print(f"== thread {t}: native {len(na)} calls, layer {len(la)} calls")
@@ -73,11 +75,17 @@ def main():
             if op == "equal":
                 for a, b in zip(na[i1:i2], la[j1:j2]):
                     why = differs(a, b)
+                    if why:
+                        kinds[(a[0], why)] = kinds.get((a[0], why), 0) + 1
                     if why and shown < limit:
                         shown += 1
                         print(f"  differ ({why}) at native #{i1}:\n    native: {a[5]}\n    layer:  {b[5]}")
                     i1 += 1
                 continue
+            for c in na[i1:i2]:
+                kinds[(c[0], "native only")] = kinds.get((c[0], "native only"), 0) + 1
+            for c in la[j1:j2]:
+                kinds[(c[0], "layer only")] = kinds.get((c[0], "layer only"), 0) + 1
             if shown >= limit:
                 continue
             shown += 1
@@ -87,6 +95,10 @@ def main():
             for c in la[j1:min(j2, j1 + 6)]:
                 print(f"    layer:  {c[5]}")
     print(f"{shown} difference(s) shown (limit {limit})")
+    if "--summary" in sys.argv:
+        print(f"summary: {sum(kinds.values())} difference(s) in {len(kinds)} kind(s)")
+        for (name, why), n in sorted(kinds.items(), key=lambda kv: -kv[1]):
+            print(f"  {n:6d}  {name}: {why}")
 
 
 if __name__ == "__main__":
