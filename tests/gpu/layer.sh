@@ -3,6 +3,7 @@
 # native runs in the same call. Prints one "PASS|FAIL|SKIP name detail" line per check:
 #   layer_<prog>          the driver-API programs (tests/programs) through libcrcuda + crcudad
 #   layer_pointer_attrs   cuPointerGetAttribute(s) answer as natively (tests/programs/pointer_attrs)
+#   layer_nvrtc_saxpy     a kernel compiled at run time by NVRTC, loaded as PTX (tests/nvrtc)
 #   layer_cudart_<p>_<v>  the cudart programs (static and shared cudart) through the layer
 #   torch_native_repeat   two native runs of tests/torch/train.py give the same losses bit for bit
 #   torch_layer_losses    the run under the layer gives the native losses bit for bit
@@ -50,6 +51,10 @@ if [ "$only" = all ] || [ "$only" = programs ] || [ "$only" = attrs ]; then
 	fi
 fi
 if [ "$only" = all ] || [ "$only" = programs ]; then
+	# A kernel compiled at run time by NVRTC (which asks for an export table crcuda refuses).
+	if [ ! -x "$build/tests/nvrtc/nvrtc_saxpy" ]; then result SKIP layer_nvrtc_saxpy "not built (no NVRTC)"
+	elif under_layer "$build/tests/nvrtc/nvrtc_saxpy" >"$tmp/nvrtc.log" 2>&1; then result PASS layer_nvrtc_saxpy
+	else result FAIL layer_nvrtc_saxpy "$(tail -3 "$tmp/nvrtc.log" | tr '\n' ' ')"; fi
 	if under_layer "$build/tests/programs/state_app" --mb 64 --verify >"$tmp/state.log" 2>&1; then
 		result PASS layer_state_app
 	else
