@@ -308,6 +308,45 @@ int crc_ctl_slot(struct crc_ctl *c, uint64_t va_base, uint64_t va_size)
 	return exchange(c, CRC_OP_CTL_SLOT, &w, sizeof(w), NULL, 0, NULL, NULL);
 }
 
+_Static_assert(CRC_CTL_MAX_GPUS == CRC_MAX_DEVICES, "one --gpu entry per device");
+
+int crc_ctl_parse_gpus(const char *arg, struct crc_ctl_restore_opts *o, char *err, size_t err_len)
+{
+	const char *p = arg;
+	unsigned n = 0;
+	int v[CRC_CTL_MAX_GPUS];
+
+	do {
+		char *end;
+		long g = strtol(p, &end, 10);
+
+		if (end == p || g < 0 || g >= 1000 || (*end && *end != ',') || *p == '-' || *p == '+') {
+			snprintf(err, err_len,
+				 "--gpu wants a device ordinal or a list of them (0,1), got '%s'", arg);
+			return CRC_EINVAL;
+		}
+		if (n == CRC_CTL_MAX_GPUS) {
+			snprintf(err, err_len, "--gpu '%s': more than %d devices", arg, CRC_CTL_MAX_GPUS);
+			return CRC_EINVAL;
+		}
+		for (unsigned i = 0; i < n; i++)
+			if (v[i] == (int)g) {
+				snprintf(
+				    err, err_len,
+				    "--gpu '%s' names GPU %ld twice: each of the application's devices needs "
+				    "a GPU of its own",
+				    arg, g);
+				return CRC_EINVAL;
+			}
+		v[n++] = (int)g;
+		p = *end ? end + 1 : end;
+	} while (*p || p[-1] == ',');
+	o->gpu = n == 1 ? v[0] : -1;
+	o->ngpus = n == 1 ? 0 : n;
+	memcpy(o->gpus, v, n * sizeof(*v));
+	return 0;
+}
+
 int crc_ctl_restore(struct crc_ctl *c, const struct crc_ctl_restore_opts *opts, int *client_fd)
 {
 	struct crc_ctl_restore_wire w;
@@ -323,7 +362,9 @@ int crc_ctl_restore(struct crc_ctl *c, const struct crc_ctl_restore_opts *opts, 
 	    .gpu = opts->gpu,
 	    .pid = opts->pid,
 	    .timeout_ms = opts->timeout_ms,
+	    .ngpus = opts->ngpus,
 	};
+	memcpy(w.gpus, opts->gpus, sizeof(w.gpus));
 	rc = exchange(c, CRC_OP_CTL_RESTORE, &w, sizeof(w), opts->store_dir, strlen(opts->store_dir) + 1,
 		      NULL, NULL);
 	if (!rc) {

@@ -1,4 +1,4 @@
-/* crcudactl restore ID [--remote HOST:PORT] [--gpu N]: brings a checkpoint back with CRIU and the
+/* crcudactl restore ID [--remote HOST:PORT] [--gpu N|A,B,...]: brings a checkpoint back with CRIU and the
  * crcuda plugin. The plugin, inside the restored process, has a daemon (local, started here when none
  * answers; or remote) replay the session from the store, and the process continues once the replay
  * is complete. The checkpoint is only read: CRIU's logs go to a work directory outside it, so one
@@ -48,7 +48,10 @@ static void restore_usage(FILE *f)
 	    "                         program) or its window differs, a second one at SOCKET.N serves it\n"
 	    "      --backend cuda|sim the backend of a daemon started here (default: the checkpointed\n"
 	    "                         daemon's)\n"
-	    "      --gpu N            device ordinal on the daemon (default: the checkpointed one)\n"
+	    "      --gpu N|A,B,...    where the application's devices go on the daemon: a list puts\n"
+	    "                         device i on GPU list[i] (one per device the checkpoint used, see\n"
+	    "                         inspect); N puts device 0 on GPU N and the others on the GPUs\n"
+	    "                         after it (default: the checkpointed ones)\n"
 	    "      --timeout SEC      give up after SEC seconds (default %d)\n"
 	    "      --json             machine-readable result on stdout\n"
 	    "  -h, --help             this help\n"
@@ -60,7 +63,8 @@ static void restore_usage(FILE *f)
 
 struct restore_args {
 	const char *store_arg, *remote, *token_file, *daemon_arg, *backend;
-	int gpu;
+	const char *gpu; /* --gpu as given (the plugin parses it again from CRCUDA_GPU) */
+	struct crc_ctl_restore_opts gpus;
 	unsigned timeout;
 	uint64_t id;
 };
@@ -255,13 +259,16 @@ static int parse(int argc, char **argv, struct restore_args *a, struct ctl_opts 
 			}
 			a->backend = optarg;
 			break;
-		case OPT_GPU:
-			a->gpu = (int)strtol(optarg, &end, 10);
-			if (*end || !*optarg || a->gpu < 0) {
-				ctl_error("restore: --gpu wants a device ordinal, got '%s'", optarg);
+		case OPT_GPU: {
+			char why[256];
+
+			if (crc_ctl_parse_gpus(optarg, &a->gpus, why, sizeof(why))) {
+				ctl_error("restore: %s", why);
 				return CTL_EXIT_USAGE;
 			}
+			a->gpu = optarg;
 			break;
+		}
 		case OPT_TIMEOUT:
 			if (ctl_parse_timeout("restore", optarg, &a->timeout))
 				return CTL_EXIT_USAGE;
@@ -300,7 +307,7 @@ static int parse(int argc, char **argv, struct restore_args *a, struct ctl_opts 
 
 int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 {
-	struct restore_args a = {.gpu = -1, .timeout = RESTORE_TIMEOUT_DEFAULT};
+	struct restore_args a = {.timeout = RESTORE_TIMEOUT_DEFAULT};
 	char store[PATH_MAX], daemon[PATH_MAX], criu[PATH_MAX], plugdir[PATH_MAX], imgdir[PATH_MAX * 2];
 	char work[] = "/tmp/crcuda-restore-XXXXXX", report[64], outlog[64], pidfile[64], rlog[64];
 	char val[PATH_MAX], idbuf[32], path[PATH_MAX * 2 + 32];
@@ -345,7 +352,8 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 		   *shell = crc_manifest_meta_get(m, "criu.shell_job"),
 		   *va_base = crc_manifest_meta_get(m, "crcuda.va_base"),
 		   *va_size = crc_manifest_meta_get(m, "crcuda.va_size"),
-		   *va_slot = crc_manifest_meta_get(m, "crcuda.va_slot");
+		   *va_slot = crc_manifest_meta_get(m, "crcuda.va_slot"),
+		   *devices = crc_manifest_meta_get(m, "crcuda.devices");
 	if (!rel) {
 		ctl_error("restore: checkpoint %" PRIu64 " has no CRIU images (its manifest names none)",
 			  a.id);
@@ -371,6 +379,21 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 			  " lacks its device VA range (not a crcuda checkpoint?)",
 			  a.id);
 		goto out;
+	}
+	if (devices && a.gpus.ngpus) {
+		/* A list shorter than the devices used fails here, before CRIU; a GPU the daemon lacks
+		 * fails in the daemon before anything is replayed. */
+		unsigned used = 1;
+
+		for (const char *p = devices; *p; p++)
+			used += *p == ',';
+		if (a.gpus.ngpus < used) {
+			ctl_error("restore: checkpoint %" PRIu64 " used %u devices (crcudactl inspect shows "
+				  "them): --gpu %s names %u; give one GPU per device, in the application's "
+				  "device order (e.g. --gpu %s)",
+				  a.id, used, a.gpu, a.gpus.ngpus, devices);
+			goto out;
+		}
 	}
 	va = (struct ckpt_va){strtoull(va_base, NULL, 0), strtoull(va_size, NULL, 0),
 			      strtoull(va_slot, NULL, 0)};
@@ -409,12 +432,12 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 	snprintf(pidfile, sizeof(pidfile), "%s/pid", work);
 	snprintf(rlog, sizeof(rlog), "%s/restore.log", work);
 
-	char *env[10], e_daemon[PATH_MAX + 16], e_store[PATH_MAX + 16], e_id[64], e_gpu[32], e_report[96],
+	char *env[10], e_daemon[PATH_MAX + 16], e_store[PATH_MAX + 16], e_id[64], e_gpu[64], e_report[96],
 	    e_timeout[64], e_token[PATH_MAX + 32];
 	int ne = 0;
 	snprintf(e_store, sizeof(e_store), "CRCUDA_STORE=%s", store);
 	snprintf(e_id, sizeof(e_id), "CRCUDA_CKPT_ID=%" PRIu64, a.id);
-	snprintf(e_gpu, sizeof(e_gpu), "CRCUDA_GPU=%d", a.gpu);
+	snprintf(e_gpu, sizeof(e_gpu), "CRCUDA_GPU=%s", a.gpu ? a.gpu : "");
 	snprintf(e_report, sizeof(e_report), "CRCUDA_PLUGIN_REPORT=%s", report);
 	snprintf(e_timeout, sizeof(e_timeout), "CRCUDA_TIMEOUT_MS=%u", a.timeout * 1000);
 	env[ne++] = e_store, env[ne++] = e_id, env[ne++] = e_gpu, env[ne++] = e_report, env[ne++] = e_timeout;

@@ -267,6 +267,7 @@ static unsigned ckpt_writers(void)
 
 struct region_src {
 	uint64_t addr, size;
+	int dev; /* the daemon device whose context copies it (crc_addr_group) */
 };
 
 static int copy_regions(struct crc_session *s, struct crc_ckpt *ck, CUcontext ctx, const struct region_src *r,
@@ -286,6 +287,9 @@ static int copy_regions(struct crc_session *s, struct crc_ckpt *ck, CUcontext ct
 						    : nwriters + 2;
 	pthread_mutex_init(&p.lock, NULL);
 	pthread_cond_init(&p.cond, NULL);
+	if (ctx)
+		CALL(cuCtxSetCurrent, ctx);
+	s->cur_ctx = UINT64_MAX;
 	res = CALL(cuStreamCreate, &st, CU_STREAM_NON_BLOCKING);
 	for (unsigned b = 0; b < p.nbufs; b++) {
 		p.free_buf[b] = true;
@@ -314,8 +318,6 @@ static int copy_regions(struct crc_session *s, struct crc_ckpt *ck, CUcontext ct
 				rc = CRC_ENOMEM;
 		}
 	}
-	if (!rc)
-		rc = crc_ckpt_set_lanes(ck, nwriters);
 	for (unsigned i = 0; !rc && i < nwriters; i++) {
 		w[i] = (struct writer){&p, i};
 		if (!pthread_create(&tids[started], NULL, writer_main, &w[i]))
@@ -502,6 +504,39 @@ CUcontext crc_session_ctx(struct crc_session *s)
 	return NULL;
 }
 
+int crc_session_dev_ctxs(struct crc_session *s, CUcontext ctx[CRC_MAX_DEVICES])
+{
+	struct crc_htable *t = &s->tables[CRC_HT_CTX];
+	int n = 0;
+
+	memset(ctx, 0, CRC_MAX_DEVICES * sizeof(*ctx));
+	for (uint32_t i = 1; i <= t->n; i++) {
+		CUdevice dev;
+
+		if (t->real[i].ptr && CALL(cuCtxSetCurrent, t->real[i].ptr) == CUDA_SUCCESS &&
+		    CALL(cuCtxGetDevice, &dev) == CUDA_SUCCESS && dev >= 0 && dev < CRC_MAX_DEVICES &&
+		    !ctx[dev]) {
+			ctx[dev] = t->real[i].ptr;
+			n++;
+		}
+	}
+	s->cur_ctx = UINT64_MAX;
+	return n;
+}
+
+int crc_addr_group(uint64_t addr, CUcontext ctx[CRC_MAX_DEVICES])
+{
+	int dev = -1, first = -1;
+
+	for (int d = CRC_MAX_DEVICES - 1; d >= 0; d--)
+		if (ctx[d])
+			first = d;
+	if (CALL(cuPointerGetAttribute, &dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, addr) != CUDA_SUCCESS ||
+	    dev < 0 || dev >= CRC_MAX_DEVICES || !ctx[dev])
+		return first;
+	return dev;
+}
+
 static int target_sm(void)
 {
 	const struct crc_dev_info *d = &crcd.proto.devs[0];
@@ -513,11 +548,11 @@ static int target_sm(void)
 int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 {
 	struct crc_ctl_ckpt_wire stats = {0};
-	struct region_src *src = NULL;
-	uint32_t *idx = NULL;
+	struct region_src *src = NULL, *gsrc = NULL;
+	uint32_t *idx = NULL, *gidx = NULL;
 	size_t n = 0, cap = 0;
-	char why[CRC_CTL_MSG_MAX] = "", val[128];
-	CUcontext ctx = crc_session_ctx(s);
+	char why[CRC_CTL_MSG_MAX] = "", val[256];
+	CUcontext ctx = crc_session_ctx(s), dctx[CRC_MAX_DEVICES];
 	double t0 = crc_now_s();
 	int rc;
 
@@ -564,7 +599,7 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 		rc = crc_ckpt_region_add(s->ckpt, (desc), &ri_);                                             \
 		if (rc)                                                                                      \
 			goto fail;                                                                           \
-		src[n] = (struct region_src){(a), (sz)};                                                     \
+		src[n] = (struct region_src){(a), (sz), 0};                                                  \
 		idx[n++] = ri_;                                                                              \
 	} while (0)
 	/* Allocations: the layer's cuMemAlloc* and the application's own cuMemMap mappings. */
@@ -615,7 +650,29 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 		crc_modinfo_free(&mi);
 	}
 #undef ADD_REGION
-	rc = copy_regions(s, s->ckpt, ctx, src, idx, n, &stats.copy_seconds, why, sizeof(why));
+	/* Each device's memory is copied in a context of that device: VMM memory is accessible only
+	 * where cuMemSetAccess made it so. */
+	crc_session_dev_ctxs(s, dctx);
+	for (size_t i = 0; i < n; i++)
+		src[i].dev = crc_addr_group(src[i].addr, dctx);
+	gsrc = malloc((n ? n : 1) * sizeof(*gsrc));
+	gidx = malloc((n ? n : 1) * sizeof(*gidx));
+	rc = gsrc && gidx ? crc_ckpt_set_lanes(s->ckpt, ckpt_writers()) : CRC_ENOMEM;
+	for (int d = -1; d < CRC_MAX_DEVICES && !rc; d++) {
+		size_t gn = 0;
+		double secs = 0;
+
+		for (size_t i = 0; i < n; i++)
+			if (src[i].dev == d) {
+				gsrc[gn] = src[i];
+				gidx[gn++] = idx[i];
+			}
+		if (!gn)
+			continue;
+		rc =
+		    copy_regions(s, s->ckpt, d >= 0 ? dctx[d] : ctx, gsrc, gidx, gn, &secs, why, sizeof(why));
+		stats.copy_seconds += secs;
+	}
 	if (rc)
 		goto fail;
 		/* What restore needs besides the journal. */
@@ -633,14 +690,34 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 	META("crcuda.va_slot", "%u", s->slot);
 	META("crcuda.daemon_session", "%llu", (unsigned long long)s->id);
 	META("crcuda.pid", "%d", (int)s->peer.pid);
-	META("crcuda.device", "%d", s->dev_map[0]);
-	META("crcuda.device_name", "%s", crcd.proto.devs[s->dev_map[0]].name);
 	{
-		char u[33];
+		/* The devices the session has contexts on, by the client's ordinal: restore checks --gpu
+		 * against them. crcuda.device* are device 0's (older checkpoints have only those). */
+		int used = 0;
+		char list[CRC_MAX_DEVICES * 4] = "", key[64];
+		size_t off = 0;
 
-		for (int i = 0; i < 16; i++)
-			sprintf(u + 2 * i, "%02x", crcd.proto.devs[s->dev_map[0]].uuid[i]);
-		META("crcuda.device_uuid", "%s", u);
+		for (int d = 0; d < crcd.dev_count && d < CRC_MAX_DEVICES; d++)
+			if (dctx[d])
+				used = crc_dev_client(s, d) + 1 > used ? crc_dev_client(s, d) + 1 : used;
+		if (!used)
+			used = 1;
+		for (int i = 0; i < used; i++) {
+			int bd = crc_dev_backend(s, i);
+			char u[33];
+
+			for (int k = 0; k < 16; k++)
+				sprintf(u + 2 * k, "%02x", crcd.proto.devs[bd].uuid[k]);
+			off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%d", i ? "," : "", bd);
+			if (i == 0) {
+				META("crcuda.device", "%d", bd);
+				META("crcuda.device_name", "%s", crcd.proto.devs[bd].name);
+				META("crcuda.device_uuid", "%s", u);
+			}
+			snprintf(key, sizeof(key), "crcuda.device.%d", i);
+			META(key, "%d %s %s", bd, u, crcd.proto.devs[bd].name);
+		}
+		META("crcuda.devices", "%s", list);
 	}
 	{
 		/* Next index of each handle table: restored handles never reuse a dead one's index. */
@@ -657,6 +734,8 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 #undef META
 	free(src);
 	free(idx);
+	free(gsrc);
+	free(gidx);
 	stats.seconds = crc_now_s() - t0;
 	stats.new_bytes = crc_ckpt_new_bytes(s->ckpt);
 	memcpy(s->cmd_out, &stats, sizeof(stats));
@@ -673,6 +752,8 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 fail:
 	free(src);
 	free(idx);
+	free(gsrc);
+	free(gidx);
 	crc_ckpt_abort(s->ckpt);
 	s->ckpt = NULL;
 	crc_store_close(s->store);

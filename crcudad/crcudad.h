@@ -116,9 +116,8 @@ struct crc_session {
 	struct crc_chan chan;
 	pthread_t thread;
 	struct crc_htable tables[CRC_HT_COUNT];
-	CUdevice ctx_dev[1024]; /* device of each context handle index (small table; contexts are few) */
-	uint64_t cur_ctx;	/* the context made current last (virtual), UINT64_MAX: unknown */
-	CUresult deferred;	/* first error of posted work, reported at the next synchronising call */
+	uint64_t cur_ctx;  /* the context made current last (virtual), UINT64_MAX: unknown */
+	CUresult deferred; /* first error of posted work, reported at the next synchronising call */
 	uint64_t va_base, va_size;
 	struct crc_alloc *allocs;
 	uint64_t mapped_bytes;
@@ -235,6 +234,12 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir);
 /* Shared by checkpoint and restore (ckpt.c). */
 double crc_now_s(void);
 CUcontext crc_session_ctx(struct crc_session *s);
+/* A live context of the session on each backend device (NULL where none); how many devices have one.
+ * Leaves one of them current. */
+int crc_session_dev_ctxs(struct crc_session *s, CUcontext ctx[CRC_MAX_DEVICES]);
+/* The device whose context copies device memory at addr: its own where the session has a context
+ * there, else the first device that has one (-1: none). */
+int crc_addr_group(uint64_t addr, CUcontext ctx[CRC_MAX_DEVICES]);
 CUresult crc_global_of(struct crc_session *s, uint64_t vh, const char *name, CUdeviceptr *addr, size_t *size);
 int crc_ckpt_commit_session(struct crc_session *s, const char *args, size_t len);
 void crc_ckpt_abort_session(struct crc_session *s);
@@ -256,6 +261,9 @@ uint64_t crc_register(struct crc_session *s, unsigned tag, union crc_slot real);
 void crc_forget(struct crc_session *s, uint64_t v);
 /* Finds the virtual handle of a real object (e.g. a function looked up twice), 0 if none. */
 uint64_t crc_find_handle(struct crc_session *s, unsigned tag, void *real);
+/* The backend's ordinal of the client's device dev (s->dev_map), and the client's of a backend's. */
+int crc_dev_backend(const struct crc_session *s, int dev);
+int crc_dev_client(const struct crc_session *s, int dev);
 
 /* ---- handlers (handlers.c) ------------------------------------------------------------------------ */
 /* Overrides of rows the generated marshalling carries: same arguments, daemon-side meaning. */

@@ -378,7 +378,9 @@ CUresult crc_raw_vmm_create(struct crc_session *s, const struct crc_call_hdr *h,
 		return CUDA_ERROR_INVALID_VALUE;
 	prop.type = (CUmemAllocationType)r->type;
 	prop.location.type = (CUmemLocationType)r->location_type;
-	prop.location.id = r->location_id;
+	prop.location.id = prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE
+			       ? crc_dev_backend(s, r->location_id)
+			       : r->location_id;
 	prop.requestedHandleTypes = (CUmemAllocationHandleType)r->handle_types;
 	prop.allocFlags.compressionType = r->compression;
 	prop.allocFlags.gpuDirectRDMACapable = r->gpu_direct_rdma;
@@ -989,7 +991,7 @@ void crc_session_release_resources(struct crc_session *s)
 		if (!t->real[i].ptr)
 			continue;
 		if (i <= (uint32_t)crcd.dev_count)
-			CALL(cuDevicePrimaryCtxRelease_v2, (CUdevice)(i - 1));
+			CALL(cuDevicePrimaryCtxRelease_v2, (CUdevice)s->dev_map[i - 1]);
 		else
 			CALL(cuCtxDestroy_v2, t->real[i].ptr);
 		t->real[i].ptr = NULL;
@@ -1001,13 +1003,17 @@ CUresult crc_raw_vmm_access(struct crc_session *s, const struct crc_call_hdr *h,
 			    size_t len)
 {
 	uint64_t w[3];
+	CUmemAccessDesc d[64];
 
-	(void)s;
 	(void)h;
 	if (len < sizeof(w))
 		return CUDA_ERROR_INVALID_VALUE;
 	memcpy(w, args, sizeof(w));
 	if (w[2] > 64 || len - sizeof(w) < w[2] * sizeof(CUmemAccessDesc))
 		return CUDA_ERROR_INVALID_VALUE;
-	return CALL(cuMemSetAccess, w[0], w[1], (const CUmemAccessDesc *)(args + sizeof(w)), w[2]);
+	memcpy(d, args + sizeof(w), w[2] * sizeof(*d));
+	for (uint64_t i = 0; i < w[2]; i++)
+		if (d[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+			d[i].location.id = crc_dev_backend(s, d[i].location.id);
+	return CALL(cuMemSetAccess, w[0], w[1], d, w[2]);
 }

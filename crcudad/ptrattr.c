@@ -175,6 +175,8 @@ static struct answer answer(struct crc_session *s, const struct crc_alloc *m, un
 
 	if (r.res == CUDA_SUCCESS && a == CU_POINTER_ATTRIBUTE_CONTEXT && r.v[0])
 		r.v[0] = crc_find_handle(s, CRC_HT_CTX, (void *)(uintptr_t)r.v[0]);
+	if (r.res == CUDA_SUCCESS && a == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)
+		r.v[0] = (uint32_t)crc_dev_client(s, (int)r.v[0]); /* the client's ordinal */
 	if (!m)
 		return reserved_answer(s, a, ptr, r);
 	if (a >= ATTR_MAX || crc_be.cuCtxGetDevice_fn(&dev) != CUDA_SUCCESS || dev < 0 ||

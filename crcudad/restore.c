@@ -149,12 +149,14 @@ static int replay_one(struct crc_session *s, struct crc_store *st, uint64_t seq,
 	return rc;
 }
 
-/* Uploads every region's chunks: double-buffered pinned staging of UPLOAD_BATCH chunks, each batch
- * read and hash-checked by UPLOAD_READERS threads while the other batch's async copies run. */
+/* Uploads the chunks of every region of one device (group, see crc_addr_group; dctx: the session's
+ * context on each device) in a context of that device: double-buffered pinned staging of UPLOAD_BATCH
+ * chunks, each batch read and hash-checked by UPLOAD_READERS threads while the other batch's async
+ * copies run. */
 #define UPLOAD_BATCH   16
 #define UPLOAD_READERS 4
-static int upload(struct crc_session *s, struct crc_store *st, const struct crc_manifest *mf, char *why,
-		  size_t why_len)
+static int upload(struct crc_session *s, struct crc_store *st, const struct crc_manifest *mf, int group,
+		  CUcontext *dctx, char *why, size_t why_len)
 {
 	size_t max = 0;
 	void *buf[2] = {NULL, NULL};
@@ -162,7 +164,7 @@ static int upload(struct crc_session *s, struct crc_store *st, const struct crc_
 	CUstream stream = NULL;
 	CUresult res;
 	int rc = 0, k = 0;
-	CUcontext ctx = crc_session_ctx(s);
+	CUcontext ctx = group >= 0 ? dctx[group] : crc_session_ctx(s);
 
 	for (uint32_t i = 0; i < mf->nregions; i++)
 		for (uint32_t c = 0; c < mf->regions[i].nchunks; c++)
@@ -216,6 +218,8 @@ static int upload(struct crc_session *s, struct crc_store *st, const struct crc_
 		} else if (rg->kind != CRC_REGION_DEVICE_ALLOC) {
 			continue;
 		}
+		if (crc_addr_group(addr, dctx) != group)
+			continue;
 		/* Batches of chunks: read and checked by several threads into one staging buffer while
 		 * the other one's copy runs. */
 		for (uint32_t c = 0; c < rg->nchunks && !rc; c += UPLOAD_BATCH) {
@@ -270,6 +274,70 @@ out:
 	return rc;
 }
 
+/* The session's device map from --gpu (w) and the devices the checkpoint used (crcuda.devices, the
+ * checkpointed daemon's ordinals by the application's; older checkpoints: crcuda.device alone). Every
+ * device of the application gets a GPU of this daemon, no two the same: the used ones as asked, the
+ * rest (not used before the checkpoint, maybe later) the remaining GPUs in order. */
+static int map_devices(struct crc_session *s, const struct crc_manifest *mf,
+		       const struct crc_ctl_restore_wire *w, char *why, size_t why_len)
+{
+	const char *list = crc_manifest_meta_get(mf, "crcuda.devices");
+	const char *one = crc_manifest_meta_get(mf, "crcuda.device");
+	int orig[CRC_MAX_DEVICES], n = 0, map[CRC_MAX_DEVICES];
+	bool taken[CRC_MAX_DEVICES] = {false};
+	char *end;
+
+	for (const char *p = list  ? list
+			     : one ? one
+				   : "0";
+	     *p && n < CRC_MAX_DEVICES; p = *end ? end + 1 : end)
+		orig[n++] = (int)strtol(p, &end, 10);
+	if (w->ngpus > CRC_MAX_DEVICES) {
+		snprintf(why, why_len, "--gpu names %u GPUs, at most %d", w->ngpus, CRC_MAX_DEVICES);
+		return CRC_EINVAL;
+	}
+	if (w->ngpus && w->ngpus < (unsigned)n) {
+		snprintf(
+		    why, why_len,
+		    "--gpu names %u GPU(s), but the checkpointed session used %d devices: give one GPU per "
+		    "device, in the application's device order (e.g. --gpu %s)",
+		    w->ngpus, n, list ? list : "0");
+		return CRC_EINVAL;
+	}
+	if (!w->ngpus && w->gpu >= 0 && w->gpu < crcd.dev_count && w->gpu + n > crcd.dev_count) {
+		snprintf(why, why_len,
+			 "--gpu %d: the checkpointed session used %d devices, which would go on GPUs %d..%d, "
+			 "and this daemon has %d: give a list, one GPU per device in the application's "
+			 "device order (e.g. --gpu %d,0)",
+			 w->gpu, n, w->gpu, w->gpu + n - 1, crcd.dev_count, w->gpu);
+		return CRC_ENODEV;
+	}
+	for (int i = 0; i < n; i++) {
+		map[i] = w->ngpus ? w->gpus[i] : w->gpu >= 0 ? w->gpu + i : orig[i];
+		if (map[i] < 0 || map[i] >= crcd.dev_count) {
+			snprintf(why, why_len,
+				 "GPU %d (for the application's device %d) does not exist on this daemon (%d "
+				 "device(s))",
+				 map[i], i, crcd.dev_count);
+			return CRC_ENODEV;
+		}
+		if (taken[map[i]]) {
+			snprintf(why, why_len, "GPU %d is named for two of the application's devices",
+				 map[i]);
+			return CRC_EINVAL;
+		}
+		taken[map[i]] = true;
+	}
+	for (int i = n, g = 0; i < CRC_MAX_DEVICES; i++) {
+		while (g < crcd.dev_count && taken[g])
+			g++;
+		map[i] = g < crcd.dev_count ? g++ : i;
+	}
+	if (s)
+		memcpy(s->dev_map, map, sizeof(map));
+	return 0;
+}
+
 static uint64_t meta_u64(const struct crc_manifest *m, const char *key, bool *ok)
 {
 	const char *v = crc_manifest_meta_get(m, key);
@@ -292,7 +360,7 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 	uint64_t session, va_base, va_size;
 	unsigned slot;
 	bool ok = true;
-	int rc, memfd = -1, orig_dev;
+	int rc, memfd = -1;
 	double t0 = crc_now_s();
 	const char *handles;
 
@@ -311,7 +379,6 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 	j.upto = meta_u64(mf, "crcuda.journal_seq", &ok);
 	va_base = meta_u64(mf, "crcuda.va_base", &ok);
 	va_size = meta_u64(mf, "crcuda.va_size", &ok);
-	orig_dev = (int)meta_u64(mf, "crcuda.device", &ok);
 	handles = crc_manifest_meta_get(mf, "crcuda.handles");
 	if (!ok || !handles) {
 		snprintf(why, why_len,
@@ -325,12 +392,10 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 	rc = crc_slot_check(va_base, va_size, &slot, why, why_len);
 	if (rc)
 		goto fail;
-	if (w->gpu >= crcd.dev_count || (w->gpu < 0 && orig_dev >= crcd.dev_count)) {
-		snprintf(why, why_len, "GPU %d does not exist on this daemon (%d device(s))",
-			 w->gpu >= 0 ? w->gpu : orig_dev, crcd.dev_count);
-		rc = CRC_ENODEV;
+	/* --gpu checked before anything is made. */
+	rc = map_devices(NULL, mf, w, why, why_len);
+	if (rc)
 		goto fail;
-	}
 	rc = crc_store_journal_iterate(st, session, load_record, &j);
 	if (rc < 0) {
 		snprintf(why, why_len, "reading the journal of store session %" PRIu64 ": %s", session,
@@ -341,8 +406,8 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 	rc = crc_session_create(fd, tcp, &p, slot, &s, why, why_len);
 	if (rc)
 		goto fail;
-	/* --gpu: the client's device 0 is the chosen GPU; contexts are made there. */
-	s->dev_map[0] = w->gpu >= 0 ? w->gpu : orig_dev;
+	/* Contexts are made, and device ordinals of later calls go, where --gpu says. */
+	map_devices(s, mf, w, why, why_len);
 	rc = crc_journal_mark_dead(j.items, j.n);
 	if (rc)
 		snprintf(why, why_len, "out of memory reading the journal");
@@ -367,7 +432,15 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 		if (*handles == ',')
 			handles++;
 	}
-	rc = upload(s, st, mf, why, why_len);
+	{
+		CUcontext dctx[CRC_MAX_DEVICES];
+
+		bool any = crc_session_dev_ctxs(s, dctx) > 0;
+
+		for (int g = any ? 0 : -1; g < CRC_MAX_DEVICES && !rc; g++)
+			if (g < 0 || dctx[g])
+				rc = upload(s, st, mf, g, dctx, why, why_len);
+	}
 	if (rc)
 		goto fail;
 	if (!tcp) {

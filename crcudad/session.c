@@ -32,7 +32,12 @@ struct op {
 	bool reports_deferred; /* a synchronising call: returns the first error of posted work */
 	unsigned forget_arg1;  /* 1 + index of a handle argument the call destroys */
 	bool ctx_changes;      /* leaves another context current in this thread */
+	uint16_t dev_in;       /* bit i: argument i is a device ordinal (the client's, mapped) */
+	uint16_t dev_out;      /* bit i: argument i returns a device ordinal (mapped back) */
 };
+
+/* Device ordinal argument types: the client's ordinals, which a restore (--gpu) may have moved. */
+#define CRC_IS_DEVICE_TYPE(t) (!strcmp(t, "CUdevice") || !strcmp(t, "CUdevice_v1"))
 static struct op ops[CRC_CU_COUNT];
 
 /* The generated argument specs and backend calls. */
@@ -121,7 +126,11 @@ static void dispatch_init(void)
 	ops[CRC_CU_##sym].spec = spec_##sym;                                                                 \
 	ops[CRC_CU_##sym].nargs = (n);                                                                       \
 	ops[CRC_CU_##sym].exec = exec_##sym;
-#define CRC_FWD_ARG(sym, i, kind, type, name)
+#define CRC_FWD_ARG(sym, i, kind, type, name)                                                                \
+	if (CRC_IS_DEVICE_TYPE(#type) && CRC_ARG_##kind == CRC_ARG_VAL)                                      \
+		ops[CRC_CU_##sym].dev_in |= 1u << (i);                                                       \
+	if (CRC_IS_DEVICE_TYPE(#type) && CRC_ARG_##kind == CRC_ARG_OUT)                                      \
+		ops[CRC_CU_##sym].dev_out |= 1u << (i);
 #define CRC_FWD_END(sym)
 #include "crcuda/cuda_marshal.def"
 #undef CRC_FWD_BEGIN
@@ -202,6 +211,19 @@ uint64_t crc_find_handle(struct crc_session *s, unsigned tag, void *real)
 		if (t->real[i].ptr == real)
 			return crc_vhandle(tag, i);
 	return 0;
+}
+
+int crc_dev_backend(const struct crc_session *s, int dev)
+{
+	return dev >= 0 && dev < CRC_MAX_DEVICES ? s->dev_map[dev] : dev;
+}
+
+int crc_dev_client(const struct crc_session *s, int dev)
+{
+	for (int i = 0; i < CRC_MAX_DEVICES; i++)
+		if (s->dev_map[i] == dev)
+			return i;
+	return dev;
 }
 
 /* The thread's per-thread default stream (CU_STREAM_PER_THREAD, or 0 in a _ptsz call): a blocking
@@ -333,6 +355,7 @@ static CUresult exec_generic(struct crc_session *s, int id, const struct crc_cal
 	const struct op *o = &ops[id];
 	union crc_slot slots[16];
 	void *argv[16];
+	int devs[16];
 	size_t off = 0;
 	CUresult res;
 
@@ -350,6 +373,12 @@ static CUresult exec_generic(struct crc_session *s, int id, const struct crc_cal
 		if (sp->kind == CRC_ARG_VAL) {
 			NEED(crc_align8(sp->size));
 			argv[i] = a + off;
+			/* Overrides see the client's ordinal (cuDevicePrimaryCtxRetain names a handle). */
+			if ((o->dev_in >> i & 1) && !o->override) {
+				memcpy(&devs[i], a + off, sizeof(devs[i]));
+				devs[i] = crc_dev_backend(s, devs[i]);
+				argv[i] = &devs[i];
+			}
 			off += crc_align8(sp->size);
 			continue;
 		}
@@ -407,7 +436,11 @@ static CUresult exec_generic(struct crc_session *s, int id, const struct crc_cal
 		p = crc_out(s, sp->kind == CRC_ARG_OUT ? sp->size : 8);
 		if (!p)
 			return CUDA_ERROR_OUT_OF_MEMORY;
-		if (sp->kind == CRC_ARG_OUT) {
+		if (sp->kind == CRC_ARG_OUT && (o->dev_out >> i & 1)) {
+			int d = crc_dev_client(s, *(int *)argv[i]);
+
+			memcpy(p, &d, sizeof(d));
+		} else if (sp->kind == CRC_ARG_OUT) {
 			memcpy(p, argv[i], sp->size);
 		} else if (res == CUDA_SUCCESS) {
 			/* A function or kernel asked for twice keeps its handle. */

@@ -79,7 +79,7 @@ static struct {
 	uint32_t r_ino;
 	pid_t r_pid;
 	uint64_t r_ckpt;
-	int r_gpu;
+	struct crc_ctl_restore_opts r_gpus; /* CRCUDA_GPU (crcudactl restore --gpu): gpu, gpus, ngpus */
 } P;
 
 /* ---- helpers ------------------------------------------------------------------------------------------ */
@@ -608,7 +608,16 @@ static int restore_init(void)
 		     "restore)");
 		return -1;
 	}
-	P.r_gpu = env_int("CRCUDA_GPU", -1);
+	P.r_gpus.gpu = -1;
+	v = getenv("CRCUDA_GPU");
+	if (v && *v && strcmp(v, "-1")) {
+		char why[256];
+
+		if (crc_ctl_parse_gpus(v, &P.r_gpus, why, sizeof(why))) {
+			fail("CRCUDA_GPU: %s", why);
+			return -1;
+		}
+	}
 	v = getenv("CRCUDA_REMOTE");
 	if (!v || !*v)
 		v = getenv("CRCUDA_DAEMON");
@@ -624,8 +633,8 @@ static int restore_init(void)
 		return -1;
 	}
 	crc_ctl_close(probe);
-	pr_info("restoring checkpoint %" PRIu64 " of %s on %s (gpu %d)\n", P.r_ckpt, P.store, P.daemon,
-		P.r_gpu);
+	pr_info("restoring checkpoint %" PRIu64 " of %s on %s (gpu %s)\n", P.r_ckpt, P.store, P.daemon,
+		getenv("CRCUDA_GPU") ? getenv("CRCUDA_GPU") : "as checkpointed");
 	return 0;
 }
 
@@ -638,13 +647,11 @@ static int restore_unix_sk(int id)
 
 	if (!P.enabled || P.stage != CR_PLUGIN_STAGE__RESTORE || (uint32_t)id != P.r_ino)
 		return -ENOTSUP;
-	o = (struct crc_ctl_restore_opts){
-	    .store_dir = P.store,
-	    .ckpt_id = P.r_ckpt,
-	    .gpu = P.r_gpu,
-	    .pid = getpid(),
-	    .timeout_ms = P.timeout_ms,
-	};
+	o = P.r_gpus;
+	o.store_dir = P.store;
+	o.ckpt_id = P.r_ckpt;
+	o.pid = getpid();
+	o.timeout_ms = P.timeout_ms;
 	phase("replay", (int)o.pid);
 	rc = ctl_connect(&c);
 	if (rc) {

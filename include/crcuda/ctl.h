@@ -80,7 +80,9 @@ struct crc_ctl_ckpt_stats {
  *                  "SYMBOL@0xVHANDLE" (the module's or library's virtual handle), module the image hash
  * Metadata the daemon sets (besides the commit's): crcuda.session (store session id), crcuda.journal_seq
  * (last journal record included), crcuda.va_base, crcuda.va_size, crcuda.va_slot, crcuda.device
- * (ordinal), crcuda.device_name, crcuda.device_uuid, crcuda.daemon_session, crcuda.pid,
+ * (device 0's ordinal), crcuda.device_name, crcuda.device_uuid, crcuda.devices (the daemon's ordinal
+ * of each device the session used, by the application's ordinal: "0,1"), crcuda.device.I ("ORDINAL
+ * UUID NAME" of the application's device I), crcuda.daemon_session, crcuda.pid,
  * crcuda.handles (next index of each handle table), criu.images_dir. */
 int crc_ctl_checkpoint(struct crc_ctl *c, pid_t pid, const char *store_dir, struct crc_ctl_ckpt_stats *stats);
 /* criu_images: the CRIU image directory, relative to store_dir; meta: NULL-terminated key=value
@@ -107,6 +109,9 @@ struct crc_ctl_restore_opts {
  * with CRC_EBUSY, and with CRC_EINVAL when the range is no slot of this daemon's window: device
  * pointers cannot move, so another daemon must serve it (crc_ctl_slot asks first). */
 int crc_ctl_restore(struct crc_ctl *c, const struct crc_ctl_restore_opts *opts, int *client_fd);
+/* Parses a --gpu value, "N" or "A,B,...", into o's gpu/gpus/ngpus. 0, or CRC_EINVAL with the reason in
+ * err. */
+int crc_ctl_parse_gpus(const char *arg, struct crc_ctl_restore_opts *o, char *err, size_t err_len);
 
 /* Could this daemon restore a checkpoint whose device VA range is va_base+va_size (crcuda.va_base,
  * crcuda.va_size)? 0 when the range is a slot of its window and free (or held by a session whose

@@ -181,7 +181,8 @@ struct crc_ctl_restore_wire {
 	int32_t gpu;
 	int32_t pid;
 	int32_t timeout_ms;
-	uint32_t pad;
+	uint32_t ngpus; /* gpus[0..ngpus): --gpu as a list (crc_ctl_restore_opts) */
+	int32_t gpus[CRC_MAX_DEVICES];
 	/* then the store directory, NUL-terminated */
 };
 

@@ -17,6 +17,11 @@
 #                      range is no slot of it, so a second daemon with the checkpoint's window serves it
 #       remote-busy    restore --remote to a daemon whose slot for the checkpoint is held by a live
 #                      session: fails at once naming the cause; later the checkpoint restores there
+#       devices        a program on two devices (a context, module, stream and memory on each; two
+#                      simulated devices): checkpointed, restored as it was and with its devices
+#                      swapped (--gpu 1,0); --gpu 5, --gpu 1 (device 1 would need a GPU 2) and
+#                      --gpu 7,0 fail before anything is restored, saying why, and leave the
+#                      checkpoint usable
 #       kill9-ctl|kill9-criu|kill9-daemon
 #                      kill -9 of crcudactl, criu or the daemon at each step of a checkpoint and of a
 #                      restore: the previous checkpoint still restores and verifies
@@ -416,6 +421,38 @@ kill9-ctl | kill9-criu | kill9-daemon)
 		finish "$pid" "kill -9 $target at $step: previous checkpoint $prev restored"
 		"$ctl" store verify >/dev/null || fail "store verify after kill -9 $target at $step"
 	done
+	;;
+devices)
+	app_args=(--mb 8 --chunks 4 --steps 24 --devices 2)
+	ref=$(timeout 120 "$ctl" run --backend sim -- "$app_bin" "${app_args[@]}" | checksum /dev/stdin)
+	[ -n "$ref" ] || fail "the uninterrupted two-device run failed"
+	start_app devices
+	id=$(checkpoint "$app")
+	wait_for 30 gone "$app" || fail "the program still runs after the checkpoint"
+	"$ctl" inspect "$id" >"$tmp/inspect.txt" || fail "crcudactl inspect $id"
+	grep -q "crcuda.devices = 0,1$" "$tmp/inspect.txt" &&
+		grep -q "crcuda.device.1 = 1 [0-9a-f]* crcuda simulated GPU 1" "$tmp/inspect.txt" ||
+		fail "inspect does not show both devices: $(grep crcuda.device "$tmp/inspect.txt")"
+	pid=$(restore "$id")
+	finish "$pid" "two devices restored as they were"
+	# Refused before anything is restored, each saying why; the checkpoint stays usable.
+	for bad in 5 1 7,0; do
+		truncate -s "$(cat "$tmp/ckpt$id.out.size")" "$dir/out"
+		truncate -s "$(cat "$tmp/ckpt$id.err.size")" "$dir/err"
+		if timeout 120 "$ctl" restore --gpu "$bad" "$id" >"$tmp/bad.out" 2>&1; then
+			fail "restore --gpu $bad of a two-device checkpoint on two GPUs succeeded"
+		fi
+		case $bad in
+		5) grep -q "GPU 5 (for the application's device 0) does not exist" "$tmp/bad.out" ;;
+		1) grep -q "used 2 devices, which would go on GPUs 1..2.*give a list" "$tmp/bad.out" ;;
+		7,0) grep -q "GPU 7 (for the application's device 0) does not exist" "$tmp/bad.out" ;;
+		esac || fail "no clear reason for --gpu $bad: $(cat "$tmp/bad.out")"
+		echo "cr: --gpu $bad refused: $(grep -o 'gpu [^:]*: .*' "$tmp/bad.out" | tail -1)"
+		gone "$app" || fail "a refused restore (--gpu $bad) left pid $app behind"
+	done
+	pid=$(restore "$id" --gpu 1,0)
+	grep -q "session .* restored checkpoint $id" "$log" || fail "no restore in the daemon log"
+	finish "$pid" "two devices restored swapped (--gpu 1,0)"
 	;;
 *)
 	echo "unknown case $case" >&2

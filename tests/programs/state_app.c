@@ -5,7 +5,9 @@
  * uninterrupted run. --verify recomputes everything on the CPU (small sizes) and compares.
  * Halfway (after step --ready-at, default steps/2) it writes "ready <step>" to --ready-file and
  * sleeps --pause-ms or waits until --go-file exists, so a test can checkpoint it with work done before
- * and after. */
+ * and after. --devices N spreads the chunks over N devices (chunk c on device c % N), each with its
+ * own context (device 0's primary one, a cuCtxCreate one elsewhere), module, stream and memory; the
+ * checksum does not depend on N. */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,14 +21,15 @@ extern const unsigned char state_app_fatbin[];
 
 struct opts {
 	unsigned long mb;
-	unsigned chunks, steps, ready_at, pause_ms, seed;
+	unsigned chunks, steps, ready_at, pause_ms, seed, devices;
 	const char *ready_file, *go_file;
 	int verify;
 };
 
 static void parse(int argc, char **argv, struct opts *o)
 {
-	*o = (struct opts){.mb = 64, .chunks = 4, .steps = 20, .ready_at = ~0u, .pause_ms = 0, .seed = 7};
+	*o = (struct opts){
+	    .mb = 64, .chunks = 4, .steps = 20, .ready_at = ~0u, .pause_ms = 0, .seed = 7, .devices = 1};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--verify")) {
@@ -46,6 +49,8 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->ready_at = (unsigned)strtoul(v, NULL, 0);
 		else if (!strcmp(a, "--pause-ms"))
 			o->pause_ms = (unsigned)strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--devices"))
+			o->devices = (unsigned)strtoul(v, NULL, 0);
 		else if (!strcmp(a, "--seed"))
 			o->seed = (unsigned)strtoul(v, NULL, 0);
 		else if (!strcmp(a, "--ready-file"))
@@ -57,12 +62,14 @@ static void parse(int argc, char **argv, struct opts *o)
 	}
 	if (o->ready_at == ~0u)
 		o->ready_at = o->steps / 2;
-	if (o->chunks && o->mb && (o->mb << 20) % ((size_t)o->chunks * 4) == 0)
+	if (o->chunks && o->mb && (o->mb << 20) % ((size_t)o->chunks * 4) == 0 && o->devices >= 1 &&
+	    o->devices <= 8)
 		return;
 usage:
-	fprintf(stderr,
-		"usage: state_app [--mb N] [--chunks N] [--steps N] [--ready-at STEP] [--pause-ms MS]\n"
-		"                 [--ready-file PATH] [--go-file PATH] [--seed N] [--verify]\n");
+	fprintf(
+	    stderr,
+	    "usage: state_app [--mb N] [--chunks N] [--steps N] [--ready-at STEP] [--pause-ms MS]\n"
+	    "                 [--ready-file PATH] [--go-file PATH] [--seed N] [--devices N] [--verify]\n");
 	exit(2);
 }
 
@@ -85,36 +92,58 @@ int main(int argc, char **argv)
 	parse(argc, argv, &o);
 	cu_test_init("state_app");
 
-	CUdevice dev;
-	CUcontext ctx;
-	CUmodule mod;
-	CUfunction f_init, f_step, f_sum;
-	CUstream stream;
-	CU_CHECK(cuDeviceGet(&dev, 0));
-	CU_CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-	CU_CHECK(cuCtxSetCurrent(ctx));
-	CU_CHECK(cuModuleLoadData(&mod, state_app_fatbin));
-	CU_CHECK(cuModuleGetFunction(&f_init, mod, "state_init"));
-	CU_CHECK(cuModuleGetFunction(&f_step, mod, "state_step"));
-	CU_CHECK(cuModuleGetFunction(&f_sum, mod, "state_checksum"));
-	CU_CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+	/* What each device has: its context and the objects made in it. */
+	struct per_dev {
+		CUdevice dev;
+		CUcontext ctx;
+		CUmodule mod;
+		CUfunction f_init, f_step, f_sum;
+		CUstream stream;
+		CUdeviceptr dsum;
+	} d[8];
+	int ndev = 0;
+	CU_CHECK(cuDeviceGetCount(&ndev));
+	if ((int)o.devices > ndev) {
+		fprintf(stderr, "state_app: --devices %u, but only %d device(s)\n", o.devices, ndev);
+		return 77;
+	}
+	for (unsigned i = 0; i < o.devices; i++) {
+		struct per_dev *p = &d[i];
 
+		CU_CHECK(cuDeviceGet(&p->dev, (int)i));
+		if (i == 0) {
+			CU_CHECK(cuDevicePrimaryCtxRetain(&p->ctx, p->dev));
+			CU_CHECK(cuCtxSetCurrent(p->ctx));
+		} else {
+			CU_CHECK(cuCtxCreate(&p->ctx, NULL, 0, p->dev));
+		}
+		CU_CHECK(cuModuleLoadData(&p->mod, state_app_fatbin));
+		CU_CHECK(cuModuleGetFunction(&p->f_init, p->mod, "state_init"));
+		CU_CHECK(cuModuleGetFunction(&p->f_step, p->mod, "state_step"));
+		CU_CHECK(cuModuleGetFunction(&p->f_sum, p->mod, "state_checksum"));
+		CU_CHECK(cuStreamCreate(&p->stream, CU_STREAM_NON_BLOCKING));
+	}
 	unsigned long long words = ((unsigned long long)o.mb << 20) / 4 / o.chunks;
 	CUdeviceptr *bufs = calloc(o.chunks, sizeof(*bufs));
 	CHECK(bufs);
 	unsigned grid = 264, block = 256;
 	for (unsigned c = 0; c < o.chunks; c++) {
+		struct per_dev *pd = &d[c % o.devices];
+		CU_CHECK(cuCtxSetCurrent(pd->ctx));
 		CU_CHECK(cuMemAlloc(&bufs[c], words * 4));
 		unsigned seed = o.seed + c;
 		void *p[] = {&bufs[c], &words, &seed};
-		CU_CHECK(cuLaunchKernel(f_init, grid, 1, 1, block, 1, 1, 0, stream, p, NULL));
+		CU_CHECK(cuLaunchKernel(pd->f_init, grid, 1, 1, block, 1, 1, 0, pd->stream, p, NULL));
 	}
 	unsigned step = 0; /* host state: restored by CRIU, not by the layer */
 	while (step < o.steps) {
 		step++;
 		for (unsigned c = 0; c < o.chunks; c++) {
+			struct per_dev *pd = &d[c % o.devices];
 			void *p[] = {&bufs[c], &words, &step};
-			CU_CHECK(cuLaunchKernel(f_step, grid, 1, 1, block, 1, 1, 0, stream, p, NULL));
+			if (o.devices > 1)
+				CU_CHECK(cuCtxSetCurrent(pd->ctx));
+			CU_CHECK(cuLaunchKernel(pd->f_step, grid, 1, 1, block, 1, 1, 0, pd->stream, p, NULL));
 		}
 		if (step == o.ready_at) {
 			/* Some steps are left in flight on purpose: a checkpoint must drain them. */
@@ -129,15 +158,19 @@ int main(int argc, char **argv)
 				usleep(10000);
 		}
 	}
-	CUdeviceptr dsum;
 	unsigned long long total = 0, part;
-	CU_CHECK(cuMemAlloc(&dsum, sizeof(part)));
+	for (unsigned i = 0; i < o.devices; i++) {
+		CU_CHECK(cuCtxSetCurrent(d[i].ctx));
+		CU_CHECK(cuMemAlloc(&d[i].dsum, sizeof(part)));
+	}
 	for (unsigned c = 0; c < o.chunks; c++) {
-		CU_CHECK(cuMemsetD8Async(dsum, 0, sizeof(part), stream));
-		void *p[] = {&bufs[c], &words, &dsum};
-		CU_CHECK(cuLaunchKernel(f_sum, grid, 1, 1, block, 1, 1, 0, stream, p, NULL));
-		CU_CHECK(cuMemcpyDtoHAsync(&part, dsum, sizeof(part), stream));
-		CU_CHECK(cuStreamSynchronize(stream));
+		struct per_dev *pd = &d[c % o.devices];
+		CU_CHECK(cuCtxSetCurrent(pd->ctx));
+		CU_CHECK(cuMemsetD8Async(pd->dsum, 0, sizeof(part), pd->stream));
+		void *p[] = {&bufs[c], &words, &pd->dsum};
+		CU_CHECK(cuLaunchKernel(pd->f_sum, grid, 1, 1, block, 1, 1, 0, pd->stream, p, NULL));
+		CU_CHECK(cuMemcpyDtoHAsync(&part, pd->dsum, sizeof(part), pd->stream));
+		CU_CHECK(cuStreamSynchronize(pd->stream));
 		total += part * (c + 1); /* chunk order matters */
 	}
 	printf("state_app: mb=%lu chunks=%u steps=%u checksum=%016llx\n", o.mb, o.chunks, o.steps, total);
@@ -160,12 +193,21 @@ int main(int argc, char **argv)
 		}
 		printf("state_app: verified on the CPU\n");
 	}
-	for (unsigned c = 0; c < o.chunks; c++)
+	for (unsigned c = 0; c < o.chunks; c++) {
+		CU_CHECK(cuCtxSetCurrent(d[c % o.devices].ctx));
 		CU_CHECK(cuMemFree(bufs[c]));
-	CU_CHECK(cuMemFree(dsum));
-	CU_CHECK(cuStreamDestroy(stream));
-	CU_CHECK(cuModuleUnload(mod));
-	CU_CHECK(cuDevicePrimaryCtxRelease(dev));
+	}
+	for (unsigned i = o.devices; i-- > 0;) {
+		CU_CHECK(cuCtxSetCurrent(d[i].ctx));
+		CU_CHECK(cuMemFree(d[i].dsum));
+		CU_CHECK(cuStreamDestroy(d[i].stream));
+		CU_CHECK(cuModuleUnload(d[i].mod));
+		CU_CHECK(cuCtxSetCurrent(NULL));
+		if (i == 0)
+			CU_CHECK(cuDevicePrimaryCtxRelease(d[i].dev));
+		else
+			CU_CHECK(cuCtxDestroy(d[i].ctx));
+	}
 	free(bufs);
 	return 0;
 }
