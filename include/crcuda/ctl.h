@@ -92,10 +92,16 @@ int crc_ctl_commit(struct crc_ctl *c, pid_t pid, const char *criu_images, const 
 int crc_ctl_abort(struct crc_ctl *c, pid_t pid);
 int crc_ctl_resume(struct crc_ctl *c, pid_t pid);
 
+#define CRC_CTL_MAX_GPUS 8
 struct crc_ctl_restore_opts {
 	const char *store_dir;
 	uint64_t ckpt_id;
-	int gpu;	/* device ordinal on the restoring daemon; -1: the checkpointed one */
+	/* Where the session's devices go on the restoring daemon: with ngpus, the client's device i on
+	 * GPU gpus[i] (one per device the checkpoint used); else with gpu >= 0, device 0 on GPU gpu and
+	 * the others on the GPUs after it (where that is unambiguous); else the checkpointed ones. */
+	int gpu;
+	int gpus[CRC_CTL_MAX_GPUS];
+	unsigned ngpus;
 	pid_t pid;	/* the restored process's pid, as CRIU restores it */
 	int timeout_ms; /* for the replay */
 };
