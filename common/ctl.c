@@ -225,6 +225,15 @@ int crc_ctl_quiesce(struct crc_ctl *c, pid_t pid, int timeout_ms)
 	return simple(c, CRC_OP_CTL_QUIESCE, pid, timeout_ms);
 }
 
+int crc_ctl_quiesce_park(struct crc_ctl *c, pid_t pid, int timeout_ms, const char *park)
+{
+	struct crc_ctl_req r = {.pid = pid, .timeout_ms = timeout_ms};
+
+	if (!park || strlen(park) >= sizeof(((struct crc_tcp_quiesce *)0)->park))
+		return fail(c, CRC_EINVAL, "park socket path missing or too long");
+	return exchange(c, CRC_OP_CTL_QUIESCE, &r, sizeof(r), park, strlen(park) + 1, NULL, NULL);
+}
+
 int crc_ctl_checkpoint(struct crc_ctl *c, pid_t pid, const char *store_dir, struct crc_ctl_ckpt_stats *stats)
 {
 	struct crc_ctl_req r = {.pid = pid};
@@ -299,6 +308,12 @@ int crc_ctl_abort(struct crc_ctl *c, pid_t pid)
 int crc_ctl_resume(struct crc_ctl *c, pid_t pid)
 {
 	return simple(c, CRC_OP_CTL_RESUME, pid, 0);
+}
+
+/* timeout_ms < 0 on a resume: no reclaim to wait for. */
+int crc_ctl_release(struct crc_ctl *c, pid_t pid)
+{
+	return simple(c, CRC_OP_CTL_RESUME, pid, -1);
 }
 
 int crc_ctl_slot(struct crc_ctl *c, uint64_t va_base, uint64_t va_size)

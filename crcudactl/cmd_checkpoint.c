@@ -1,5 +1,10 @@
-/* crcudactl checkpoint PID [--leave-running] [--store DIR] [--daemon ADDR]: checkpoints a program
- * running under crcuda with CRIU and the crcuda plugin.
+/* crcudactl checkpoint PID [--leave-running] [--store DIR] [--daemon ADDR | --remote HOST:PORT]:
+ * checkpoints a program running under crcuda with CRIU and the crcuda plugin.
+ *
+ * The program's daemon: --daemon or --remote when given; else the program's own CRCUDA_REMOTE (from
+ * /proc/PID/environ: its session is TCP to a remote crcudad; the token is --token-file, else
+ * $CRCUDA_TOKEN / $CRCUDA_TOKEN_FILE here, else the program's own); else $CRCUDA_SOCKET or the default
+ * socket. A remote daemon writes the device memory into the store itself, at the same path.
  *
  * The plugin does the device side inside `criu dump` (quiesce at PAUSE_DEVICES, device memory into
  * the store at CHECKPOINT_DEVICES, commit once CRIU's images are written); this command finds the
@@ -24,6 +29,7 @@
 #include "crc_store.h"
 #include "crcuda/ctl.h"
 #include "crcuda/errno.h"
+#include "crcuda/proto.h"
 #include "crcudactl.h"
 
 #define CKPT_TIMEOUT_DEFAULT 600
@@ -43,8 +49,12 @@ static void ckpt_usage(FILE *f)
 		"  -R, --leave-running  let the process run on after the checkpoint\n"
 		"  -s, --store DIR      the store (default $CRCUDA_STORE, else ~/.local/share/crcuda/store)\n"
 		"      --daemon ADDR    the program's crcudad, or the one beside which `crcudactl restore`\n"
-		"                       started it (ADDR.N) (default $CRCUDA_SOCKET, else\n"
-		"                       /tmp/crcuda-UID/crcudad.sock)\n"
+		"                       started it (ADDR.N) (default: the program's CRCUDA_REMOTE, else\n"
+		"                       $CRCUDA_SOCKET, else /tmp/crcuda-UID/crcudad.sock)\n"
+		"      --remote HOST:PORT the program's remote crcudad (its session is TCP); it writes the\n"
+		"                       device memory into the store itself: it must see the same path\n"
+		"      --token-file FILE  its token (else $CRCUDA_TOKEN or $CRCUDA_TOKEN_FILE, else the\n"
+		"                       program's own)\n"
 		"      --timeout SEC    give up (and resume the program) after SEC seconds (default %d)\n"
 		"      --json           machine-readable result on stdout\n"
 		"  -h, --help           this help\n"
@@ -126,16 +136,72 @@ static void daemon_backend(const char *sock, char *out, size_t len)
 	closedir(proc);
 }
 
+/* The session of pid on the remote daemon at addr (no daemons beside it there). */
+static int find_remote(const char *addr, const char *token, pid_t pid, struct crc_ctl_session *out)
+{
+	struct crc_ctl_session *list = NULL;
+	struct crc_ctl *c = NULL;
+	unsigned n = 0;
+	int rc = crc_ctl_open(addr, token, &c);
+
+	if (!rc)
+		rc = crc_ctl_sessions(c, &list, &n);
+	crc_ctl_close(c);
+	for (unsigned i = 0; !rc && i < n; i++)
+		if (list[i].pid == pid) {
+			*out = list[i];
+			free(list);
+			return 0;
+		}
+	free(list);
+	return rc ? rc : CRC_ENOTFOUND;
+}
+
+/* The daemon of pid when none is named: its own CRCUDA_REMOTE, with the token (--token-file, ours, else
+ * its own). 1 when it has none (a unix client), 0, or -1 with the reason printed. */
+static int task_remote(pid_t pid, const char *token_file, char *addr, size_t len, char *token, size_t tlen)
+{
+	char path[64], buf[65536], *remote = NULL, *tok = NULL, *tokfile = NULL;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+	if (fd >= 0)
+		close(fd);
+	for (char *p = buf; n > 0 && p < buf + n; p += strlen(p) + 1) {
+		buf[n] = 0;
+		if (!strncmp(p, "CRCUDA_REMOTE=", 14))
+			remote = p + 14;
+		else if (!strncmp(p, "CRCUDA_TOKEN=", 13))
+			tok = p + 13;
+		else if (!strncmp(p, "CRCUDA_TOKEN_FILE=", 18))
+			tokfile = p + 18;
+	}
+	if (!remote || !*remote)
+		return 1;
+	snprintf(addr, len, "%s", remote);
+	if (!token_file && !getenv("CRCUDA_TOKEN") && !(token_file = getenv("CRCUDA_TOKEN_FILE"))) {
+		if (tok) {
+			snprintf(token, tlen, "%s", tok);
+			return 0;
+		}
+		token_file = tokfile;
+	}
+	return ctl_read_token(token_file, token, tlen) < 0 ? -1 : 0;
+}
+
 /* The session of pid on the daemon at daemon or one of the daemons `crcudactl restore` starts beside
  * it (a restore whose VA slot was taken there): that daemon's socket replaces daemon. 0, or -1 with
  * the reason printed. */
-static int find_session(char *daemon, size_t len, pid_t pid, struct crc_ctl_session *out)
+static int find_session(char *daemon, size_t len, const char *token, pid_t pid, struct crc_ctl_session *out)
 {
 	char base[PATH_MAX];
 	int rc;
 
 	snprintf(base, sizeof(base), "%s", daemon);
-	rc = crc_ctl_find_pid(base, pid, daemon, len, out);
+	rc = token ? find_remote(daemon, token, pid, out) : crc_ctl_find_pid(base, pid, daemon, len, out);
 	if (rc == CRC_ENOTFOUND)
 		ctl_error(
 		    "checkpoint: process %d has no session on crcudad at %s or beside it (%s.N) (not run "
@@ -149,11 +215,11 @@ static int find_session(char *daemon, size_t len, pid_t pid, struct crc_ctl_sess
 
 /* After a failure: nothing may stay half-done in the daemon (the plugin's fini does the same, but
  * CRIU may have died before it ran). Errors are expected (nothing to undo) and ignored. */
-static void undo(const char *daemon, pid_t pid)
+static void undo(const char *daemon, const char *token, pid_t pid)
 {
 	struct crc_ctl *c = NULL;
 
-	if (crc_ctl_open(daemon, NULL, &c) == 0) {
+	if (crc_ctl_open(daemon, token, &c) == 0) {
 		crc_ctl_abort(c, pid);
 		crc_ctl_resume(c, pid);
 		crc_ctl_close(c);
@@ -187,17 +253,21 @@ static uint64_t report_u64(const char *stats, const char *key)
 
 int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 {
-	enum { OPT_DAEMON = 256, OPT_TIMEOUT, OPT_JSON };
+	enum { OPT_DAEMON = 256, OPT_REMOTE, OPT_TOKEN, OPT_TIMEOUT, OPT_JSON };
 	static const struct option longopts[] = {
 	    {"leave-running", no_argument, NULL, 'R'},
 	    {"store", required_argument, NULL, 's'},
 	    {"daemon", required_argument, NULL, OPT_DAEMON},
+	    {"remote", required_argument, NULL, OPT_REMOTE},
+	    {"token-file", required_argument, NULL, OPT_TOKEN},
 	    {"timeout", required_argument, NULL, OPT_TIMEOUT},
 	    {"json", no_argument, NULL, OPT_JSON},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
-	const char *store_arg = NULL, *daemon_arg = NULL;
+	const char *store_arg = NULL, *daemon_arg = NULL, *remote_arg = NULL, *token_file = NULL;
+	char token[CRC_TOKEN_MAX + 1] = "";
+	bool tcp = false;
 	bool leave = false;
 	unsigned timeout = CKPT_TIMEOUT_DEFAULT;
 	char store[PATH_MAX], daemon[PATH_MAX], criu[PATH_MAX], plugdir[PATH_MAX], dir[PATH_MAX + 64];
@@ -219,6 +289,12 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 			break;
 		case OPT_DAEMON:
 			daemon_arg = optarg;
+			break;
+		case OPT_REMOTE:
+			remote_arg = optarg;
+			break;
+		case OPT_TOKEN:
+			token_file = optarg;
 			break;
 		case OPT_TIMEOUT:
 			if (ctl_parse_timeout("checkpoint", optarg, &timeout))
@@ -245,6 +321,10 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 		ctl_error("checkpoint: '%s' is not a pid", argv[optind]);
 		return CTL_EXIT_USAGE;
 	}
+	if (remote_arg && daemon_arg) {
+		ctl_error("checkpoint: --daemon or --remote, not both");
+		return CTL_EXIT_USAGE;
+	}
 	if (ctl_store_dir(store_arg, store, sizeof(store)) ||
 	    ctl_daemon_addr(daemon_arg, daemon, sizeof(daemon)))
 		return CTL_EXIT_USAGE;
@@ -254,7 +334,28 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	}
 	if (ctl_find_criu(criu, sizeof(criu)) || ctl_find_plugin_dir(plugdir, sizeof(plugdir)))
 		return CTL_EXIT_FAILURE;
-	if (find_session(daemon, sizeof(daemon), pid, &sess))
+	/* A named daemon wins; else a TCP client's own CRCUDA_REMOTE (it has no local socket). */
+	if (remote_arg) {
+		snprintf(daemon, sizeof(daemon), "%s", remote_arg);
+		tcp = true;
+		if (ctl_read_token(token_file		    ? token_file
+				   : getenv("CRCUDA_TOKEN") ? NULL
+							    : getenv("CRCUDA_TOKEN_FILE"),
+				   token, sizeof(token)) < 0)
+			return CTL_EXIT_FAILURE;
+	} else if (!daemon_arg) {
+		rc = task_remote(pid, token_file, daemon, sizeof(daemon), token, sizeof(token));
+		if (rc < 0)
+			return CTL_EXIT_FAILURE;
+		tcp = rc == 0;
+	}
+	if (tcp && !token[0]) {
+		ctl_error("checkpoint: the remote crcudad at %s needs a token: --token-file FILE, or "
+			  "CRCUDA_TOKEN or CRCUDA_TOKEN_FILE",
+			  daemon);
+		return CTL_EXIT_USAGE;
+	}
+	if (find_session(daemon, sizeof(daemon), tcp ? token : NULL, pid, &sess))
 		return CTL_EXIT_FAILURE;
 
 	/* The store must exist (the daemon opens it by path), and be named absolutely. */
@@ -310,8 +411,8 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	bool shell_job = getsid(pid) != pid;
 	const char *rel = dir + strlen(store) + 1;
 
-	char *env[8], e_daemon[PATH_MAX + 16], e_store[PATH_MAX + 16], e_img[PATH_MAX + 32],
-	    e_report[PATH_MAX * 2 + 32], e_meta[1024], e_timeout[64];
+	char *env[10], e_daemon[PATH_MAX + 16], e_store[PATH_MAX + 16], e_img[PATH_MAX + 32],
+	    e_report[PATH_MAX * 2 + 32], e_meta[1024], e_timeout[64], e_token[CRC_TOKEN_MAX + 16];
 	snprintf(e_daemon, sizeof(e_daemon), "CRCUDA_DAEMON=%s", daemon);
 	snprintf(e_store, sizeof(e_store), "CRCUDA_STORE=%s", store);
 	snprintf(e_img, sizeof(e_img), "CRCUDA_CRIU_IMAGES=%s", rel);
@@ -322,7 +423,13 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 		 backend, host, comm, shell_job, leave);
 	snprintf(e_timeout, sizeof(e_timeout), "CRCUDA_TIMEOUT_MS=%u", timeout * 1000);
 	env[0] = e_daemon, env[1] = e_store, env[2] = e_img, env[3] = e_report, env[4] = e_meta;
-	env[5] = e_timeout, env[6] = "CRCUDA_PLUGIN=on", env[7] = NULL;
+	env[5] = e_timeout, env[6] = "CRCUDA_PLUGIN=on";
+	/* Whether CRIU kills the process after the dump: a detached TCP session is then released. */
+	env[7] = leave ? "CRCUDA_LEAVE_RUNNING=1" : "CRCUDA_LEAVE_RUNNING=0", env[8] = NULL;
+	if (tcp) {
+		snprintf(e_token, sizeof(e_token), "CRCUDA_TOKEN=%s", token);
+		env[8] = e_token, env[9] = NULL;
+	}
 
 	snprintf(pidbuf, sizeof(pidbuf), "%d", (int)pid);
 	char *args[16];
@@ -362,7 +469,7 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 		snprintf(dlog, sizeof(dlog), "%s/dump.log", dir);
 		ctl_show_criu_errors(dlog, 8);
 		if (!id) {
-			undo(daemon, pid);
+			undo(daemon, tcp ? token : NULL, pid);
 			/* Keep CRIU's log for a look, outside the store. */
 			char keep[PATH_MAX];
 			snprintf(keep, sizeof(keep), "/tmp/crcuda-dump-%d-%ld.log", (int)pid, (long)now);

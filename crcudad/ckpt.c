@@ -67,16 +67,17 @@ int crc_ckpt_quiesce(struct crc_session *s, int timeout_ms)
 	double deadline = crc_now_s() + (timeout_ms > 0 ? timeout_ms : 30000) / 1000.0;
 	CUresult res;
 
-	if (!ctl) {
-		crc_session_cmd_done(s, CRC_ENOTSUP,
-				     "session %llu is a TCP session: quiesce needs the shared "
-				     "control page (not implemented over TCP yet)",
-				     (unsigned long long)s->id);
-		return CRC_ENOTSUP;
+	if (s->tcp) {
+		/* No shared page: the client is asked on its socket (tcp_park.c). */
+		int rc = crc_tcp_quiesce(s, deadline, s->cmd_len ? s->cmd_arg : "");
+
+		if (rc)
+			return rc;
+	} else {
+		atomic_store_explicit(&ctl->quiesce_req, 1, memory_order_seq_cst);
+		atomic_thread_fence(memory_order_seq_cst);
 	}
-	atomic_store_explicit(&ctl->quiesce_req, 1, memory_order_seq_cst);
-	atomic_thread_fence(memory_order_seq_cst);
-	for (;;) {
+	for (; ctl;) {
 		/* Dekker with the client's gate: after the fence, busy == 0 means any later call sees the
 		 * request and parks; what it posted before is in the ring. */
 		if (!atomic_load_explicit(&ctl->client_busy, memory_order_seq_cst)) {
@@ -130,6 +131,8 @@ void crc_ckpt_resume(struct crc_session *s)
 		atomic_store_explicit(&ctl->quiesce_req, 0, memory_order_seq_cst);
 		atomic_fetch_add(&ctl->wake_seq, 1);
 		syscall(SYS_futex, &ctl->wake_seq, FUTEX_WAKE, 1 << 30, NULL, NULL, 0);
+	} else if (s->tcp) {
+		crc_tcp_resume(s, false);
 	}
 	s->state = CRC_CTL_RUNNING;
 	pr_info("session %llu: resumed", (unsigned long long)s->id);

@@ -172,6 +172,10 @@ void crc_session_command(struct crc_session *s)
 			crc_ckpt_abort_session(s);
 		if (s->state != CRC_CTL_RUNNING)
 			crc_ckpt_resume(s);
+		/* Released: its detached client is being killed, nothing will take the session back. */
+		if (s->detached && s->cmd_timeout_ms < 0)
+			s->reclaim_by = 0;
+		s->quiesced_by = NULL;
 		crc_session_cmd_done(s, 0, NULL);
 		break;
 	default:
@@ -253,9 +257,10 @@ static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const 
 		send_reply(c->fd, h, CRC_EINVAL, "malformed control request", NULL, 0);
 		return true;
 	}
-	/* String arguments (store dir, commit's image dir and metadata) must end inside the request. */
-	if ((h->op == CRC_OP_CTL_CHECKPOINT || h->op == CRC_OP_CTL_COMMIT) &&
-	    (len == sizeof(*r) || p[len - 1])) {
+	/* String arguments (store dir, commit's image dir and metadata, a quiesce's park path) must end
+	 * inside the request. */
+	if (((h->op == CRC_OP_CTL_CHECKPOINT || h->op == CRC_OP_CTL_COMMIT) && len == sizeof(*r)) ||
+	    (len > sizeof(*r) && p[len - 1])) {
 		send_reply(c->fd, h, CRC_EINVAL, "malformed control request (strings)", NULL, 0);
 		return true;
 	}
@@ -266,9 +271,41 @@ static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const 
 	}
 	rc = run_command(s, h->op, p + sizeof(*r), len - sizeof(*r), r->timeout_ms, why, sizeof(why), out,
 			 &out_len);
+	/* A detached client waits for this connection's owner (the CRIU plugin): if it drops, resume. */
+	if (!rc && h->op == CRC_OP_CTL_QUIESCE && s->detached)
+		s->quiesced_by = c;
 	session_put(s);
 	send_reply(c->fd, h, rc, rc ? why : NULL, out, rc ? 0 : out_len);
 	return true;
+}
+
+/* The sessions this connection left detached and quiesced (its owner died mid-dump): resumed, so that
+ * they end unless their clients take them back (those see the park socket close and do). */
+static void resume_orphans(struct control *c)
+{
+	char why[CRC_CTL_MSG_MAX];
+
+	for (;;) {
+		struct crc_session *s = NULL;
+
+		pthread_mutex_lock(&crcd.lock);
+		for (unsigned i = 0; i < crcd.max_sessions && !s; i++)
+			if (crcd.sessions[i] && crcd.sessions[i]->quiesced_by == c)
+				s = crcd.sessions[i];
+		if (s) {
+			s->quiesced_by = NULL;
+			pthread_mutex_lock(&s->ctl_lock);
+			s->refs++;
+			pthread_mutex_unlock(&s->ctl_lock);
+		}
+		pthread_mutex_unlock(&crcd.lock);
+		if (!s)
+			return;
+		pr_warn("session %llu: its checkpointer went away mid-dump: resuming it",
+			(unsigned long long)s->id);
+		run_command(s, CRC_OP_CTL_RESUME, NULL, 0, 0, why, sizeof(why), NULL, NULL);
+		session_put(s);
+	}
 }
 
 static void *control_main(void *arg)
@@ -301,6 +338,7 @@ static void *control_main(void *arg)
 	free(buf);
 	if (!keep_fd)
 		close(c->fd);
+	resume_orphans(c);
 	free(c);
 	return NULL;
 }

@@ -174,6 +174,14 @@ struct crc_session {
 	uint64_t journal_seq;
 	struct crc_store *store;
 	struct crc_ckpt *ckpt;
+
+	/* TCP quiesce and detach (tcp_park.c, crcuda/proto.h). */
+	uint8_t ticket[32];	 /* a detached client's proof when it takes the session back */
+	bool acked;		 /* the client acknowledged the quiesce request */
+	bool detached;		 /* its TCP connection is closed; fd -1 until it takes the session back */
+	double reclaim_by;	 /* detached and resumed: ends unless taken back by then (CLOCK_MONOTONIC) */
+	int reclaim_fd;		 /* a new connection of the client, for the session thread to take (-1) */
+	const void *quiesced_by; /* the control connection of a park quiesce (resumed if it drops) */
 };
 
 /* Starts the session thread for an accepted, greeted connection. */
@@ -230,6 +238,21 @@ int crc_journal_mark_dead(struct crc_jrec_item *items, size_t n);
 /* On the session thread, quiesced. Fill the reply data (s->cmd_out) and message themselves. */
 int crc_ckpt_quiesce(struct crc_session *s, int timeout_ms);
 void crc_ckpt_resume(struct crc_session *s);
+
+/* ---- TCP quiesce and detach (tcp_park.c) ---------------------------------------------------------- */
+/* On the session thread: asks the TCP client to park (park: "" or the path to detach to) and serves its
+ * records until it acknowledges (and, detaching, closes). 0, or an error with crc_session_cmd_done. */
+int crc_tcp_quiesce(struct crc_session *s, double deadline, const char *park);
+/* The client's CRC_OP_QUIESCE_ACK record (held in s->chan): takes note, and a detaching client's EOF. */
+void crc_tcp_acked(struct crc_session *s, const void *payload, size_t len);
+/* Resume of a TCP session: RESUME record to an attached client, reclaim deadline for a detached one
+ * (release: none, it ends at once). */
+void crc_tcp_resume(struct crc_session *s, bool release);
+/* Accept thread: a hello that takes a detached session back (hello->session_id). 0, or the refusal. */
+int crc_tcp_reclaim(int fd, const struct crc_hello *hello);
+/* On the session thread: takes a reclaiming connection (aborting a checkpoint it abandoned). false
+ * while detached with nothing to take (the caller keeps waiting), or when the session must end. */
+bool crc_tcp_take_back(struct crc_session *s, bool *end);
 int crc_ckpt_run(struct crc_session *s, const char *store_dir);
 /* Shared by checkpoint and restore (ckpt.c). */
 double crc_now_s(void);

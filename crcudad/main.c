@@ -222,6 +222,15 @@ static void accept_one(int lfd, bool tcp)
 		refuse(fd, CRC_EPROTO);
 		return;
 	}
+	if (tcp && hello.session_id && hello.role == CRC_ROLE_CLIENT) {
+		/* A detached client taking its session back: its ticket is its token (tcp_park.c). */
+		tv.tv_sec = 0;
+		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		rc = crc_tcp_reclaim(fd, &hello);
+		if (rc)
+			refuse(fd, rc);
+		return;
+	}
 	if (tcp) {
 		peer.pid = hello.pid;
 		peer.uid = hello.uid;

@@ -599,6 +599,9 @@ bool crc_session_serve_one(struct crc_session *s, int timeout_ms)
 		case CRC_OP_SYNC:
 			res = CUDA_SUCCESS;
 			break;
+		case CRC_OP_QUIESCE_ACK:
+			crc_tcp_acked(s, p, len);
+			return true;
 		default:
 			res = CUDA_ERROR_NOT_SUPPORTED;
 		}
@@ -647,7 +650,10 @@ static void session_dealloc(struct crc_session *s)
 		crc_ckpt_abort(s->ckpt);
 	crc_store_close(s->store);
 	crc_chan_close(&s->chan);
-	close(s->fd);
+	if (s->fd >= 0)
+		close(s->fd);
+	if (s->reclaim_fd >= 0)
+		close(s->reclaim_fd);
 	for (unsigned t = 0; t < CRC_HT_COUNT; t++)
 		free(s->tables[t].real);
 	crc_journal_free(s);
@@ -712,18 +718,27 @@ static void *session_main(void *arg)
 			crc_session_command(s);
 			continue;
 		}
-		if (s->state == CRC_CTL_RUNNING) {
+		if (s->detached) {
+			bool end;
+
+			/* Parked for a CRIU dump without a connection (tcp_park.c): commands go on; the
+			 * client takes the session back with a new one. */
+			if (crc_tcp_take_back(s, &end))
+				continue;
+			if (end)
+				break;
+		} else if (s->state == CRC_CTL_RUNNING) {
 			/* Short waits: a control command may come while the client is idle. */
 			if (!crc_session_serve_one(s, 50))
 				break;
 			continue;
-		}
-		/* Quiesced: nothing is served until resume. A client that died meanwhile ends the session,
-		 * unless a checkpoint waits for its commit or abort. */
-		if (crc_sock_alive(s->fd) && !s->ckpt)
+		} else if (crc_sock_alive(s->fd) && !s->ckpt) {
+			/* Quiesced: nothing is served until resume. A client that died meanwhile ends the
+			 * session, unless a checkpoint waits for its commit or abort. */
 			break;
+		}
 		pthread_mutex_lock(&s->ctl_lock);
-		if (!s->cmd || s->cmd_done) {
+		if ((!s->cmd || s->cmd_done) && s->reclaim_fd < 0) {
 			struct timespec ts;
 
 			clock_gettime(CLOCK_REALTIME, &ts);
@@ -777,6 +792,7 @@ static struct crc_session *session_alloc(int fd, bool tcp, const struct crc_peer
 	s->cur_ctx = 0;
 	s->state = CRC_CTL_RUNNING;
 	s->jimage = -1;
+	s->reclaim_fd = -1;
 	for (int d = 0; d < CRC_MAX_DEVICES; d++)
 		s->dev_map[d] = d;
 	pthread_mutex_init(&s->ctl_lock, NULL);
@@ -799,7 +815,9 @@ static void session_setup(struct crc_session *s, unsigned slot)
  * slot within a poll interval. Called with crcd.lock held. */
 static bool holds_for_good(const struct crc_session *o)
 {
-	return !crc_sock_alive(o->fd) || o->ckpt;
+	/* A detached TCP session (tcp_park.c) holds it while parked for a dump; resumed, it goes away
+	 * unless its client takes it back. */
+	return o->ckpt || (o->detached ? o->state != CRC_CTL_RUNNING : !crc_sock_alive(o->fd));
 }
 
 static void held_why(unsigned slot, const struct crc_session *o, char *why, size_t why_len)

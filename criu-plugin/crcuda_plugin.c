@@ -1,5 +1,7 @@
 /* crcuda's CRIU plugin: lets plain `criu dump/restore --libdir DIR` checkpoint and restore a crcuda
- * client (a process whose libcuda.so.1 is libcrcuda, talking to crcudad over a unix socket).
+ * client (a process whose libcuda.so.1 is libcrcuda, talking to crcudad over a unix socket, or over TCP
+ * to a remote one: such a client parks on a unix socket of this plugin in place of its connection,
+ * park_listen, so that the dump sees the same as for a local client).
  *
  * Dump: PAUSE_DEVICES asks the daemon to quiesce the session of each task that has one;
  * CHECKPOINT_DEVICES (tasks frozen) has it copy device memory into the store; DUMP_UNIX_SK claims the
@@ -11,7 +13,10 @@
  *
  * Configuration (environment; crcudactl sets it, plain criu gets the defaults):
  *   CRCUDA_DAEMON        daemon: unix socket path or HOST:PORT (default: the dumped task's own
- *                        CRCUDA_SOCKET, else $CRCUDA_SOCKET, else /tmp/crcuda-UID/crcudad.sock)
+ *                        CRCUDA_REMOTE, else its CRCUDA_SOCKET, else $CRCUDA_SOCKET, else
+ *                        /tmp/crcuda-UID/crcudad.sock); token of a TCP one: CRCUDA_TOKEN /
+ *                        CRCUDA_TOKEN_FILE, else the task's
+ *   CRCUDA_LEAVE_RUNNING dump: 0 when CRIU kills the tasks (a detached TCP session then ends at once)
  *   CRCUDA_REMOTE        restore on the daemon at HOST:PORT (token: CRCUDA_TOKEN / CRCUDA_TOKEN_FILE)
  *   CRCUDA_STORE         the store (dump: default ~/.local/share/crcuda/store; restore: the dump's)
  *   CRCUDA_CRIU_IMAGES   the image directory relative to the store (default: computed)
@@ -27,6 +32,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -42,6 +48,7 @@
 #include "criu-plugin.h"
 #include "crcuda/ctl.h"
 #include "crcuda/errno.h"
+#include "crcuda/proto.h"
 #include "crcuda/sock.h"
 
 #undef LOG_PREFIX
@@ -63,6 +70,9 @@ struct task {
 	bool quiesced, checkpointed;
 	uint32_t sk_ino; /* its socket to the daemon, once DUMP_UNIX_SK saw it */
 	struct crc_ctl_ckpt_stats stats;
+	/* A TCP client parks on a unix socket of ours instead of its connection (park_listen). */
+	char park[108];
+	int park_fd; /* our end, -1 */
 };
 
 static struct {
@@ -314,8 +324,9 @@ static int dump_init(void)
 	return 0;
 }
 
-/* The daemon of this task: CRCUDA_DAEMON, else the task's own CRCUDA_SOCKET (else the default) or
- * the daemon beside it that serves the task (a restore whose VA slot was taken there went to one). */
+/* The daemon of this task: CRCUDA_DAEMON, else the task's own CRCUDA_REMOTE (token: ours, else the
+ * task's CRCUDA_TOKEN or CRCUDA_TOKEN_FILE), else its CRCUDA_SOCKET (else the default) or the daemon
+ * beside it that serves the task (a restore whose VA slot was taken there went to one). */
 static void dump_daemon(pid_t pid)
 {
 	const char *v = getenv("CRCUDA_DAEMON");
@@ -323,22 +334,69 @@ static void dump_daemon(pid_t pid)
 
 	if (P.daemon[0])
 		return;
-	if (v && *v)
+	if (v && *v) {
 		snprintf(P.daemon, sizeof(P.daemon), "%s", v);
-	else if (!task_env(pid, "CRCUDA_SOCKET", base, sizeof(base)) &&
-		 crc_sock_default_path(base, sizeof(base)))
+	} else if (task_env(pid, "CRCUDA_REMOTE", base, sizeof(base)) && *base) {
+		snprintf(P.daemon, sizeof(P.daemon), "%s", base);
+		if (!P.token[0] && !task_env(pid, "CRCUDA_TOKEN", P.token, sizeof(P.token)) &&
+		    task_env(pid, "CRCUDA_TOKEN_FILE", base, sizeof(base))) {
+			setenv("CRCUDA_TOKEN_FILE", base, 1);
+			read_token(P.token, sizeof(P.token));
+		}
+	} else if (!task_env(pid, "CRCUDA_SOCKET", base, sizeof(base)) &&
+		   crc_sock_default_path(base, sizeof(base)))
 		P.daemon[0] = 0;
 	else
 		crc_ctl_find_pid(base, pid, P.daemon, sizeof(P.daemon), NULL);
+}
+
+/* A TCP client cannot be dumped with its connection: it parks on a unix socket connected to this
+ * one (owned by the task's user), which DUMP_UNIX_SK claims and a restore replaces like a unix
+ * client's. Listening before the quiesce, accepted after. */
+static int park_listen(struct task *t)
+{
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	char proc[32];
+	struct stat st;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	snprintf(t->park, sizeof(t->park), "/tmp/crcuda-park-%d-%d.sock", (int)getpid(), (int)t->pid);
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", t->park);
+	snprintf(proc, sizeof(proc), "/proc/%d", (int)t->pid);
+	unlink(t->park);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 1) || stat(proc, &st) ||
+	    chown(t->park, st.st_uid, st.st_gid) || chmod(t->park, 0600)) {
+		fail("cannot listen on %s for the TCP client %d: %s", t->park, (int)t->pid, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		unlink(t->park);
+		return -1;
+	}
+	return fd;
+}
+
+/* The parked client's connection (it connects before it acknowledges the quiesce). */
+static int park_accept(struct task *t, int lfd)
+{
+	struct pollfd p = {.fd = lfd, .events = POLLIN};
+
+	t->park_fd = poll(&p, 1, 5000) == 1 ? accept4(lfd, NULL, NULL, SOCK_CLOEXEC) : -1;
+	close(lfd);
+	unlink(t->park);
+	if (t->park_fd < 0) {
+		fail("task %d acknowledged the quiesce but did not connect to %s", (int)t->pid, t->park);
+		return -1;
+	}
+	return 0;
 }
 
 static int pause_devices(int pid)
 {
 	struct crc_ctl_session *s = NULL;
 	struct task *t = NULL;
-	char remote[256];
 	unsigned n = 0;
-	int rc;
+	int rc, lfd = -1;
+	bool tcp = false;
 
 	if (!P.enabled || P.stage != CR_PLUGIN_STAGE__DUMP)
 		return -ENOTSUP;
@@ -363,28 +421,31 @@ static int pause_devices(int pid)
 				return -1;
 			}
 			t = &P.tasks[P.ntasks++];
-			*t = (struct task){.pid = pid, .session = s[i].session_id};
+			*t = (struct task){.pid = pid, .session = s[i].session_id, .park_fd = -1};
+			tcp = s[i].transport == CRC_TRANSPORT_TCP;
 		}
 	free(s);
 	if (!t) {
-		if (task_env(pid, "CRCUDA_REMOTE", remote, sizeof(remote)) && *remote) {
-			fail(
-			    "task %d uses the remote daemon %s: checkpointing a client of a remote daemon is "
-			    "not supported (restore onto a remote daemon is)",
-			    pid, remote);
-			return -1;
-		}
 		pr_info("task %d has no session on %s: not a crcuda client (or no CUDA call yet)\n", pid,
 			P.daemon);
 		return -ENOTSUP;
 	}
 	phase("quiesce", pid);
-	rc = crc_ctl_quiesce(P.ctl, pid, P.timeout_ms);
+	if (tcp && (lfd = park_listen(t)) < 0)
+		return -1;
+	rc = tcp ? crc_ctl_quiesce_park(P.ctl, pid, P.timeout_ms, t->park)
+		 : crc_ctl_quiesce(P.ctl, pid, P.timeout_ms);
 	if (rc) {
 		fail("quiescing session %" PRIu64 " of task %d: %s", t->session, pid, crc_ctl_error(P.ctl));
+		if (lfd >= 0) {
+			close(lfd);
+			unlink(t->park);
+		}
 		return -1;
 	}
 	t->quiesced = true;
+	if (tcp && park_accept(t, lfd))
+		return -1;
 	pr_info("task %d: session %" PRIu64 " quiesced\n", pid, t->session);
 	report("session %d %" PRIu64, pid, t->session);
 	return 0;
@@ -400,8 +461,10 @@ static int checkpoint_devices(int pid)
 	phase("device", pid);
 	rc = crc_ctl_checkpoint(P.ctl, pid, P.store, &t->stats);
 	if (rc) {
-		fail("checkpoint of the device state of task %d into %s: %s", pid, P.store,
-		     crc_ctl_error(P.ctl));
+		fail("checkpoint of the device state of task %d into %s: %s%s", pid, P.store,
+		     crc_ctl_error(P.ctl),
+		     is_tcp(P.daemon) ? " (the remote crcudad writes the store itself: it must see that path)"
+				      : "");
 		return -1;
 	}
 	t->checkpointed = true;
@@ -450,6 +513,14 @@ static struct task *socket_owner(uint32_t ino)
 	return NULL;
 }
 
+static struct task *park_owner(const char *path)
+{
+	for (unsigned i = 0; i < P.ntasks; i++)
+		if (P.tasks[i].park[0] && !strcmp(P.tasks[i].park, path))
+			return &P.tasks[i];
+	return NULL;
+}
+
 static int dump_unix_sk(int fd, int id)
 {
 	struct sockaddr_un peer = {0};
@@ -457,10 +528,12 @@ static int dump_unix_sk(int fd, int id)
 	struct task *t;
 	char byte;
 
-	if (!P.enabled || !P.ntasks || is_tcp(P.daemon))
+	if (!P.enabled || !P.ntasks)
 		return -ENOTSUP;
+	/* The daemon's socket, or (TCP client) the park socket its connection was swapped for. */
 	if (getpeername(fd, (struct sockaddr *)&peer, &len) || peer.sun_family != AF_UNIX ||
-	    len <= offsetof(struct sockaddr_un, sun_path) || strcmp(peer.sun_path, P.daemon))
+	    len <= offsetof(struct sockaddr_un, sun_path) ||
+	    (strcmp(peer.sun_path, P.daemon) && !park_owner(peer.sun_path)))
 		return -ENOTSUP;
 	t = socket_owner((uint32_t)id);
 	if (!t) {
@@ -542,6 +615,9 @@ static void dump_meta(const struct task *t, const char *rel, char *buf, size_t l
 
 static void dump_fini(int ret)
 {
+	/* crcudactl says whether CRIU kills the tasks after this (plain criu: not known). */
+	const char *lr = getenv("CRCUDA_LEAVE_RUNNING");
+	bool killed = lr && !strcmp(lr, "0");
 	uint64_t last = 0;
 	char rel[PATH_MAX], metabuf[8192];
 	const char *meta[32];
@@ -571,9 +647,20 @@ static void dump_fini(int ret)
 			report("aborted %d", (int)t->pid);
 		}
 		/* Always: after --leave-running or a failure the task runs on; otherwise CRIU kills it
-		 * while it is still frozen, so the parked threads never get to run. */
-		if (t->quiesced && crc_ctl_resume(P.ctl, t->pid))
+		 * while it is still frozen, so the parked threads never get to run (a detached TCP
+		 * session then ends at once: released). */
+		if (t->quiesced &&
+		    (!ret && killed ? crc_ctl_release(P.ctl, t->pid) : crc_ctl_resume(P.ctl, t->pid)))
 			pr_warn("resuming session of task %d: %s\n", (int)t->pid, crc_ctl_error(P.ctl));
+		if (t->park_fd >= 0) {
+			struct crc_sock_notice n = {.magic = CRC_PROTO_MAGIC, .kind = CRC_NOTICE_RESUME};
+
+			/* The parked client takes its session back (it would on the close alone). */
+			if (ret || !killed)
+				crc_sock_write_all(t->park_fd, &n, sizeof(n));
+			close(t->park_fd);
+			t->park_fd = -1;
+		}
 	}
 	if (last)
 		image_write(last);

@@ -59,6 +59,12 @@ struct crc_client {
 	size_t va_reserved_size;
 	pthread_mutex_t pinned_lock;
 	struct crc_pinned *pinned;
+	/* TCP sessions: quiesce requests arrive on the socket (conn.c). */
+	struct crc_tcp_quiesce quiesce; /* the last one read */
+	bool quiesce_pending;		/* read, not answered yet (lock held) */
+	bool watching;			/* the watcher thread runs (lock held) */
+	_Atomic int rx_check;		/* the socket may hold a notice: look at the next call boundary */
+	_Atomic int parked;		/* a thread is parked (the watcher then looks less often) */
 };
 extern struct crc_client crc_client;
 

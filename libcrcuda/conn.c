@@ -3,12 +3,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <netdb.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -108,6 +111,8 @@ static int read_token(char *buf, size_t cap, uint32_t *len)
 	return 0;
 }
 
+static void tcp_watch_start(void);
+
 static int handshake(void)
 {
 	const char *remote = getenv("CRCUDA_REMOTE");
@@ -176,6 +181,7 @@ static int handshake(void)
 	} else {
 		crc_chan_open_tcp(&crc_client.chan, fd);
 		crc_client.tcp = true;
+		tcp_watch_start();
 	}
 	reserve_session_range(r->va_base, r->va_size);
 	for (unsigned d = 0; d < r->dev_count && d < CRC_MAX_DEVICES; d++)
@@ -214,12 +220,18 @@ static CUresult lost(int rc)
 }
 
 /* ---- quiesce: the call gate, parking, rebinding (see struct crc_session_ctl in crcuda/proto.h) ---- */
+static int park_tcp(void);
+
 static void chan_unlock(void)
 {
 	struct crc_session_ctl *ctl = crc_client.chan.sctl;
+	int rc;
 
 	if (ctl)
 		atomic_store_explicit(&ctl->client_busy, 0, memory_order_release);
+	/* A quiesce request read while this call waited for its reply: the call is complete, park. */
+	else if (crc_client.quiesce_pending && (rc = park_tcp()))
+		lost(rc);
 	pthread_mutex_unlock(&crc_client.lock);
 }
 
@@ -275,6 +287,7 @@ static int rebind(const struct crc_sock_notice *n, int memfd)
 	} else {
 		crc_chan_open_tcp(&crc_client.chan, fd);
 		crc_client.tcp = true;
+		tcp_watch_start();
 	}
 	crc_client.info.session_id = n->session_id;
 	pthread_mutex_lock(&crc_client.pinned_lock);
@@ -342,6 +355,231 @@ static int park(struct crc_session_ctl *ctl)
 	}
 }
 
+/* ---- TCP sessions: no shared page, the quiesce request comes on the socket ----------------------
+ * (crcuda/proto.h, "quiesce of a TCP session"). It is read where the client reads anyway (waiting for
+ * a reply), at the next call boundary when the watcher thread saw the socket readable, or by the
+ * watcher itself when no call holds the channel (an idle client must park too). */
+
+/* A daemon notice among the records: taken note of (channel lock held). Its op, or 0 if it is none. */
+static unsigned tcp_notice(const struct crc_msg_hdr *m)
+{
+	if (m->op == CRC_OP_QUIESCE) {
+		memset(&crc_client.quiesce, 0, sizeof(crc_client.quiesce));
+		memcpy(&crc_client.quiesce, crc_msg_payload(m),
+		       crc_msg_payload_len(m) < sizeof(crc_client.quiesce) ? crc_msg_payload_len(m)
+									   : sizeof(crc_client.quiesce));
+		crc_client.quiesce.park[sizeof(crc_client.quiesce.park) - 1] = 0;
+		crc_client.quiesce_pending = true;
+	} else if (m->op == CRC_OP_RESUME) {
+		crc_client.quiesce_pending = false;
+	} else {
+		return 0;
+	}
+	return m->op;
+}
+
+/* With the channel lock held and no call in flight, whatever the daemon sent is a notice: reads them. */
+static int tcp_notices(void)
+{
+	const struct crc_msg_hdr *m;
+	int rc;
+
+	atomic_store(&crc_client.rx_check, 0);
+	for (;;) {
+		rc = crc_chan_next(&crc_client.chan, 0, &m);
+		if (rc)
+			return rc == CRC_ETIMEDOUT ? 0 : rc;
+		rc = tcp_notice(m) ? 0 : CRC_EPROTO;
+		crc_chan_release(&crc_client.chan);
+		if (rc)
+			return rc;
+	}
+}
+
+/* Takes the detached session back: a new TCP connection to the daemon it was on (addr), a hello with
+ * the session id and the ticket, put in place of the park socket at fd. */
+static int reclaim(int fd, const struct sockaddr_storage *addr, socklen_t len, const uint8_t *ticket,
+		   size_t ticket_len)
+{
+	struct crc_hello hello = {
+	    .magic = CRC_PROTO_MAGIC,
+	    .version = CRC_PROTO_VERSION,
+	    .pid = getpid(),
+	    .uid = getuid(),
+	    .transport = CRC_TRANSPORT_TCP,
+	    .role = CRC_ROLE_CLIENT,
+	    .session_id = crc_client.info.session_id,
+	    .token_len = (uint32_t)ticket_len,
+	};
+	struct crc_hello_reply *r = malloc(sizeof(*r));
+	char host[NI_MAXHOST], port[NI_MAXSERV], where[NI_MAXHOST + NI_MAXSERV + 4];
+	int nfd = CRC_ENOMEM, rc;
+
+	memcpy(hello.token, ticket, ticket_len);
+	if (r && getnameinfo((const struct sockaddr *)addr, len, host, sizeof(host), port, sizeof(port),
+			     NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
+		snprintf(where, sizeof(where), strchr(host, ':') ? "[%s]:%s" : "%s:%s", host, port);
+		nfd = crc_tcp_connect(where);
+	}
+	rc = nfd < 0 ? nfd : crc_sock_write_all(nfd, &hello, sizeof(hello));
+	if (!rc)
+		rc = crc_sock_read_all(nfd, r, sizeof(*r));
+	if (!rc && (r->magic != CRC_PROTO_MAGIC || r->status))
+		rc = r->magic != CRC_PROTO_MAGIC ? CRC_EPROTO : r->status;
+	free(r);
+	if (!rc && dup3(nfd, fd, O_CLOEXEC) < 0)
+		rc = -errno;
+	if (nfd >= 0)
+		close(nfd);
+	if (rc) {
+		pr_err("cannot take session %llu back from crcudad after the checkpoint: %s",
+		       (unsigned long long)crc_client.info.session_id, crc_strerror(rc));
+		return rc;
+	}
+	crc_chan_close(&crc_client.chan);
+	crc_chan_open_tcp(&crc_client.chan, fd);
+	pr_info("took session %llu back after the checkpoint",
+		(unsigned long long)crc_client.info.session_id);
+	return 0;
+}
+
+/* Parked with the channel lock held (a TCP session): acknowledges the request and, for a CRIU dump,
+ * swaps the TCP connection for the park socket, then waits: on the TCP connection for RESUME; on the
+ * park socket for RESUME (or its close: the checkpointer is gone), after which it takes the session
+ * back, or for REBIND (restored: the socket is the new session's). */
+static int park_tcp(void)
+{
+	struct crc_tcp_quiesce q = crc_client.quiesce;
+	struct crc_tcp_quiesce_ack ack = {0};
+	struct sockaddr_storage daemon;
+	socklen_t dlen = sizeof(daemon);
+	int fd = crc_client.chan.fd, park = -1, rc;
+	void *p;
+
+	crc_client.quiesce_pending = false;
+	if (q.park[0] && getpeername(fd, (struct sockaddr *)&daemon, &dlen) == 0) {
+		park = crc_unix_connect(q.park);
+		if (park < 0)
+			pr_warn("cannot connect to the checkpoint's park socket %s: %s", q.park,
+				crc_strerror(park));
+	}
+	ack.detach = park >= 0;
+	rc = crc_chan_reserve(&crc_client.chan, CRC_OP_QUIESCE_ACK, CRC_MSG_NOREPLY, ++crc_client.seq,
+			      sizeof(ack), &p);
+	if (!rc) {
+		memcpy(p, &ack, sizeof(ack));
+		rc = crc_chan_commit(&crc_client.chan);
+	}
+	if (!rc && park >= 0) {
+		/* shutdown: the daemon sees the end even while the watcher's poll holds the socket. */
+		shutdown(fd, SHUT_RDWR);
+		rc = dup3(park, fd, O_CLOEXEC) < 0 ? -errno : 0;
+	}
+	if (park >= 0)
+		close(park);
+	if (rc)
+		return rc;
+	atomic_store(&crc_client.parked, 1);
+	pr_debug("parked: TCP session quiesced%s", ack.detach ? ", detached" : "");
+	for (;;) {
+		struct pollfd pf = {.fd = fd, .events = POLLIN | POLLRDHUP};
+		struct crc_sock_notice n;
+		const struct crc_msg_hdr *m;
+		int memfd = -1, nfds = 0;
+
+		if (poll(&pf, 1, 100) <= 0)
+			continue;
+		if (!ack.detach) {
+			rc = crc_chan_next(&crc_client.chan, 0, &m);
+			if (!rc) {
+				unsigned op = tcp_notice(m);
+
+				crc_chan_release(&crc_client.chan);
+				if (op == CRC_OP_QUIESCE)
+					continue;
+				rc = op == CRC_OP_RESUME ? 0 : CRC_EPROTO;
+			}
+			break;
+		}
+		rc = pf.revents & POLLIN ? crc_sock_recv_fds(fd, &n, sizeof(n), &memfd, 1, &nfds)
+					 : CRC_EDAEMON;
+		if (!rc && n.magic == CRC_PROTO_MAGIC && n.kind == CRC_NOTICE_REBIND)
+			rc = rebind(&n, nfds ? memfd : -1);
+		else /* RESUME, or the checkpointer went away without a word */
+			rc = reclaim(fd, &daemon, dlen, q.ticket, sizeof(q.ticket));
+		if (memfd >= 0)
+			close(memfd);
+		break;
+	}
+	atomic_store(&crc_client.parked, 0);
+	return rc;
+}
+
+/* The watcher thread of a TCP session: the socket became readable while no call may read it. */
+static void *tcp_watch(void *arg)
+{
+	int fd = (int)(intptr_t)arg;
+
+	for (;;) {
+		struct pollfd pf = {.fd = fd, .events = POLLIN | POLLRDHUP};
+		struct timespec ts = {.tv_nsec = 1000 * 1000};
+
+		if (__atomic_load_n(&crc_client.state, __ATOMIC_ACQUIRE) != 1 ||
+		    !__atomic_load_n(&crc_client.tcp, __ATOMIC_RELAXED)) {
+			pthread_mutex_lock(&crc_client.lock);
+			if (crc_client.state != 1 || !crc_client.tcp) {
+				crc_client.watching = false;
+				pthread_mutex_unlock(&crc_client.lock);
+				return NULL;
+			}
+			pthread_mutex_unlock(&crc_client.lock);
+		}
+		if (poll(&pf, 1, 1000) <= 0)
+			continue;
+		/* A reply to a call in flight makes it readable too: its caller reads it. Whoever holds the
+		 * channel next looks (gate), or this thread once it is free. */
+		atomic_store(&crc_client.rx_check, 1);
+		while (atomic_load(&crc_client.rx_check)) {
+			if (pthread_mutex_trylock(&crc_client.lock) == 0) {
+				int rc = 0;
+
+				if (crc_client.state == 1 && crc_client.tcp &&
+				    atomic_load(&crc_client.rx_check))
+					rc = tcp_notices();
+				if (!rc && crc_client.quiesce_pending)
+					rc = park_tcp();
+				if (rc)
+					lost(rc);
+				pthread_mutex_unlock(&crc_client.lock);
+				break;
+			}
+			ts.tv_nsec = atomic_load(&crc_client.parked) ? 100 * 1000 * 1000 : 1000 * 1000;
+			nanosleep(&ts, NULL);
+		}
+	}
+	return NULL;
+}
+
+/* With the channel lock held (or before the session is shared): one watcher per TCP session. Signals
+ * stay with the application's threads. */
+static void tcp_watch_start(void)
+{
+	sigset_t all, old;
+	pthread_t t;
+
+	if (crc_client.watching)
+		return;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	if (pthread_create(&t, NULL, tcp_watch, (void *)(intptr_t)crc_client.chan.fd) == 0) {
+		pthread_detach(t);
+		crc_client.watching = true;
+	} else {
+		pr_warn("no watcher thread: an idle client cannot be checkpointed over TCP");
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
 /* With the channel lock held: mark the call busy, or park while the session is quiesced. */
 static int gate(void)
 {
@@ -349,6 +587,16 @@ static int gate(void)
 		struct crc_session_ctl *ctl = crc_client.chan.sctl;
 		int rc;
 
+		if (!ctl && crc_client.tcp) {
+			if (atomic_load(&crc_client.rx_check) && (rc = tcp_notices()))
+				return rc;
+			if (!crc_client.quiesce_pending)
+				return 0;
+			rc = park_tcp();
+			if (rc)
+				return rc;
+			continue;
+		}
 		if (!ctl)
 			return 0;
 		atomic_store_explicit(&ctl->client_busy, 1, memory_order_seq_cst);
@@ -461,6 +709,10 @@ CUresult crc_call_wait(struct crc_call *c, crc_data_fn *on_data, void *arg)
 		rc = crc_chan_next(&crc_client.chan, -1, &m);
 		if (rc)
 			return lost(rc);
+		if (crc_client.tcp && tcp_notice(m)) {
+			crc_chan_release(&crc_client.chan);
+			continue;
+		}
 		if (m->op != c->op || m->seq != c->seq) {
 			crc_chan_release(&crc_client.chan);
 			pr_err("reply for op %u seq %llu while waiting for op %u seq %llu", m->op,

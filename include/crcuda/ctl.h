@@ -60,9 +60,16 @@ enum crc_ctl_state {
 int crc_ctl_sessions(struct crc_ctl *c, struct crc_ctl_session **out, unsigned *n);
 
 /* The session of pid stops at a call boundary and its streams are drained. CRC_ETIMEDOUT when a call
- * did not finish in timeout_ms (<= 0: 30 s); the session then runs on. Over TCP: CRC_ENOTSUP (yet).
- * A thread that makes a call while the session is quiesced parks in libcrcuda until resume/rebind. */
+ * did not finish in timeout_ms (<= 0: 30 s); the session then runs on. A thread that makes a call while
+ * the session is quiesced parks in libcrcuda until resume/rebind. A TCP session's client takes part
+ * (crcuda/proto.h, "quiesce of a TCP session"): it parks at its next call boundary, or at once when
+ * idle. */
 int crc_ctl_quiesce(struct crc_ctl *c, pid_t pid, int timeout_ms);
+/* The same, for a CRIU dump: a TCP session's client also replaces its TCP connection with a unix socket
+ * connected to park (a listening socket of the caller's, on the client's host) and leaves the session
+ * detached in the daemon: it takes it back (a new TCP connection) when the caller sends it a RESUME
+ * notice there or hangs up, or it is rebound by a restore. park is ignored for unix sessions. */
+int crc_ctl_quiesce_park(struct crc_ctl *c, pid_t pid, int timeout_ms, const char *park);
 
 struct crc_ctl_ckpt_stats {
 	uint64_t allocations, globals, modules;
@@ -91,6 +98,9 @@ int crc_ctl_commit(struct crc_ctl *c, pid_t pid, const char *criu_images, const 
 		   uint64_t *ckpt_id);
 int crc_ctl_abort(struct crc_ctl *c, pid_t pid);
 int crc_ctl_resume(struct crc_ctl *c, pid_t pid);
+/* Resume, knowing that the client will not come back (CRIU kills it after the dump): a detached TCP
+ * session ends at once rather than wait for its client to take it back. Else as crc_ctl_resume. */
+int crc_ctl_release(struct crc_ctl *c, pid_t pid);
 
 #define CRC_CTL_MAX_GPUS 8
 struct crc_ctl_restore_opts {

@@ -54,6 +54,11 @@ enum crc_ctl_op {
 	CRC_OP_STATS,		 /* reply: struct crc_stats */
 	CRC_OP_SYNC,		 /* reply: the kept error of posted work, cleared */
 	CRC_OP_FUNC_INFO,	 /* struct crc_func_info_req; reply: struct crc_func_info */
+	/* Quiesce of a TCP session (no shared control page), records on the session's socket; see
+	 * struct crc_tcp_quiesce below. */
+	CRC_OP_QUIESCE,	    /* daemon -> client: struct crc_tcp_quiesce */
+	CRC_OP_QUIESCE_ACK, /* client -> daemon, posted: struct crc_tcp_quiesce_ack; it sends no more */
+	CRC_OP_RESUME,	    /* daemon -> client: the quiesce is withdrawn (the client stayed connected) */
 	/* Control connections (role CRC_ROLE_CONTROL): requests and replies framed on the socket as
 	 * struct crc_msg_hdr + payload; every reply is struct crc_ctl_reply + the op's data. */
 	CRC_OP_CTL_SESSIONS = CRC_OP_CTL + 0x100, /* reply: n struct crc_ctl_session_wire */
@@ -86,7 +91,7 @@ struct crc_hello {
 	uint32_t token_len;
 	uint32_t role; /* enum crc_role */
 	uint32_t pad;
-	uint64_t session_id; /* 0: new session; else the session to resume (restore) */
+	uint64_t session_id; /* 0: new session; else a detached TCP session taken back (token: its ticket) */
 	char token[CRC_TOKEN_MAX];
 };
 
@@ -146,6 +151,25 @@ struct crc_sock_notice {
 	uint64_t session_id;
 	uint64_t ring_size; /* REBIND over unix: data bytes per ring of the new memfd */
 	uint32_t transport; /* REBIND: CRC_TRANSPORT_UNIX (memfd attached) or CRC_TRANSPORT_TCP */
+	uint32_t pad;
+};
+
+/* ---- quiesce of a TCP session ---------------------------------------------------------------------
+ * The daemon cannot see a remote client's calls, so the client takes part: the daemon sends
+ * CRC_OP_QUIESCE; the client (at its next call boundary, or its watcher thread when it is idle) answers
+ * CRC_OP_QUIESCE_ACK and parks holding its channel lock; the daemon serves every record before the ACK.
+ * With a park path (a CRIU dump: an established TCP connection cannot be dumped), the client first
+ * connects a unix socket to it (the CRIU plugin listens there), then closes its TCP connection and puts
+ * the unix socket in its place (detach: ACK with detach = 1, then EOF). The parked client then reads
+ * a struct crc_sock_notice there: RESUME (reconnect over TCP and take the session back: a hello with
+ * session_id and the ticket as token) or REBIND (a restore: the socket is the new session's); if the
+ * plugin goes away without one, it takes the session back too (the checkpoint is abandoned). */
+struct crc_tcp_quiesce {
+	uint8_t ticket[32]; /* what a reclaiming hello presents as its token (proves it is this client) */
+	char park[108];	    /* unix socket path to detach to, "" to park on the TCP connection */
+};
+struct crc_tcp_quiesce_ack {
+	uint32_t detach; /* 1: the TCP connection closes after this record */
 	uint32_t pad;
 };
 

@@ -22,6 +22,12 @@
 #                      swapped (--gpu 1,0); --gpu 5, --gpu 1 (device 1 would need a GPU 2) and
 #                      --gpu 7,0 fail before anything is restored, saying why, and leave the
 #                      checkpoint usable
+#       tcp            a program whose session is TCP to a crcudad --listen (its GPU is remote): a
+#                      checkpoint at an address where no daemon answers fails and the program runs on;
+#                      --leave-running, it finishes; checkpoint, kill, restore --remote onto that daemon,
+#                      and onto a local one over unix; kill -9 of criu while its session is parked
+#                      without a connection (detached), at the device and criu steps: it takes its
+#                      session back and finishes
 #       kill9-ctl|kill9-criu|kill9-daemon
 #                      kill -9 of crcudactl, criu or the daemon at each step of a checkpoint and of a
 #                      restore: the previous checkpoint still restores and verifies
@@ -56,6 +62,7 @@ export CRCUDA_SIM_KERNELS=${CR_SIM_KERNELS:-$progs/libcrcuda_test_kernels.so} CR
 export CRCUDA_CRIU=$criu
 unset CRCUDA_REMOTE CRCUDA_TOKEN CRCUDA_TOKEN_FILE CRCUDA_LIBDIR CRCUDAD CRCUDA_DAEMON
 app_args=(--mb 8 --chunks 4 --steps 24)
+run_opts=(--backend sim --idle-exit 60) # start_app's daemon
 pids=() # the programs (original and restored share a pid)
 extra_daemons=()
 ns=""
@@ -102,7 +109,7 @@ start_app() {
 	dir=$tmp/$1
 	shift
 	mkdir -p "$dir"
-	setsid "$ctl" run --backend sim --idle-exit 60 -- "$app_bin" "${app_args[@]}" --ready-file "$dir/ready" \
+	setsid "$ctl" run "${run_opts[@]}" -- "$app_bin" "${app_args[@]}" --ready-file "$dir/ready" \
 		--go-file "$dir/go" "$@" </dev/null >"$dir/out" 2>"$dir/err" &
 	app=$!
 	disown "$app"
@@ -379,6 +386,59 @@ remote-busy)
 	finish "$first" "restored on the remote daemon"
 	pid=$(restore "$id" "${remote[@]}")
 	finish "$pid" "restored on the remote daemon after the refused restore"
+	;;
+tcp)
+	port=$((20000 + RANDOM % 20000))
+	echo "tok-$RANDOM$RANDOM" >"$tmp/token"
+	chmod 600 "$tmp/token"
+	"$build/crcudad/crcudad" --backend sim --socket "$tmp/r/crcudad.sock" --listen "127.0.0.1:$port" \
+		--token-file "$tmp/token" --foreground -v >"$tmp/r.out" 2>"$tmp/r.log" &
+	extra_daemons+=($!)
+	disown $!
+	wait_for 30 grep -q ready "$tmp/r.out" || fail "no TCP daemon: $(cat "$tmp/r.log")"
+	remote=(--remote "127.0.0.1:$port" --token-file "$tmp/token")
+	run_opts=("${remote[@]}")
+	# No daemon there: a clear error, nothing committed, the program runs on.
+	start_app tcp-lr
+	if out=$(timeout 60 "$ctl" checkpoint --remote 127.0.0.1:1 --token-file "$tmp/token" "$app" 2>&1); then
+		fail "a checkpoint through an unreachable daemon succeeded: $out"
+	fi
+	echo "$out" | grep -q "cannot reach crcudad at 127.0.0.1:1" || fail "no clear reason: $out"
+	gone "$app" && fail "the program died in a failed checkpoint"
+	# Found through the program's own CRCUDA_REMOTE and token.
+	id=$(checkpoint "$app" --leave-running)
+	[ "$("$ctl" --json ls | grep -c '"id"')" = 1 ] || fail "not exactly one checkpoint: $("$ctl" ls)"
+	grep -q "session .*detached" "$tmp/r.log" || fail "the session was not detached for the dump"
+	grep -q "taken back by its client" "$tmp/r.log" || fail "the client did not take its session back"
+	finish "$app" "original over TCP (after a --leave-running checkpoint)"
+	start_app tcp-kill
+	id=$(checkpoint "$app")
+	wait_for 30 gone "$app" || fail "the program still runs after the checkpoint"
+	pid=$(restore "$id" "${remote[@]}")
+	[ "$pid" = "$app" ] || fail "restored pid '$pid', checkpointed $app"
+	finish "$pid" "restored over TCP (--remote, same daemon)"
+	# The same checkpoint onto a local daemon, over unix (the remote daemon's backend is not known
+	# here: say it).
+	pid=$(restore "$id" --backend sim)
+	finish "$pid" "restored onto a local daemon (unix)"
+	# Checkpointed again there, once it has made a CUDA call (finish made it go): not needed; the
+	# kill -9 of criu while the session is detached: the program takes it back and finishes.
+	export CRCUDA_PLUGIN_TEST_PAUSE_FILE=$tmp/paused
+	for step in device criu; do
+		rm -f "$CRCUDA_PLUGIN_TEST_PAUSE_FILE"
+		start_app "tcp-k-$step"
+		CRCUDA_PLUGIN_TEST_PAUSE=$step timeout 120 "$ctl" checkpoint "$app" >"$tmp/k.out" 2>&1 &
+		tpid=$!
+		wait_for 60 test -s "$CRCUDA_PLUGIN_TEST_PAUSE_FILE" || fail "step $step never reached: $(cat "$tmp/k.out")"
+		read -r ppid pparent <"$CRCUDA_PLUGIN_TEST_PAUSE_FILE"
+		kill -9 "$ppid"
+		rm -f "$CRCUDA_PLUGIN_TEST_PAUSE_FILE"
+		wait "$tpid" 2>/dev/null
+		wait_for 30 gone "$ppid" || fail "criu ($ppid) still there after step $step"
+		gone "$app" && fail "kill -9 of criu at $step: the program died"
+		finish "$app" "kill -9 of criu at $step (session detached): program took its session back"
+	done
+	"$ctl" store verify >/dev/null || fail "store verify"
 	;;
 kill9-ctl | kill9-criu | kill9-daemon)
 	target=${case#kill9-}
