@@ -46,8 +46,8 @@ static char *compile(int major, int minor)
 		char log[8192] = "";
 
 		nvrtcGetProgramLog(prog, log);
-		fprintf(stderr, "nvrtc_saxpy: compiling for %s failed: %s\n%s\n", arch, nvrtcGetErrorString(res),
-			log);
+		fprintf(stderr, "nvrtc_saxpy: compiling for %s failed: %s\n%s\n", arch,
+			nvrtcGetErrorString(res), log);
 		exit(1);
 	}
 	NVRTC_CHECK(nvrtcGetPTXSize(prog, &len));
@@ -98,7 +98,8 @@ int main(void)
 	CU_CHECK(cuMemcpyDtoH(y, dy, sizeof(y)));
 	for (int i = 0; i < N; i++) {
 		if (memcmp(&y[i], &want[i], sizeof(float))) {
-			fprintf(stderr, "nvrtc_saxpy: y[%d] = %a, expected %a\n", i, (double)y[i], (double)want[i]);
+			fprintf(stderr, "nvrtc_saxpy: y[%d] = %a, expected %a\n", i, (double)y[i],
+				(double)want[i]);
 			return 1;
 		}
 	}
@@ -107,6 +108,7 @@ int main(void)
 	CU_CHECK(cuModuleUnload(mod));
 	CU_CHECK(cuDevicePrimaryCtxRelease(dev));
 	free(ptx);
-	printf("nvrtc_saxpy: %d elements, PTX for compute_%d%d compiled at run time: PASS\n", N, major, minor);
+	printf("nvrtc_saxpy: %d elements, PTX for compute_%d%d compiled at run time: PASS\n", N, major,
+	       minor);
 	return 0;
 }
