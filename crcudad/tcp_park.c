@@ -64,9 +64,10 @@ int crc_tcp_quiesce(struct crc_session *s, double deadline, const char *park)
 		}
 		if (!s->acked && crc_now_s() > deadline) {
 			send_record(s, CRC_OP_RESUME, NULL, 0);
-			crc_session_cmd_done(s, CRC_ETIMEDOUT,
-					     "session %llu (pid %d, TCP) did not reach a call boundary in time",
-					     (unsigned long long)s->id, (int)s->peer.pid);
+			crc_session_cmd_done(
+			    s, CRC_ETIMEDOUT,
+			    "session %llu (pid %d, TCP) did not reach a call boundary in time",
+			    (unsigned long long)s->id, (int)s->peer.pid);
 			return CRC_ETIMEDOUT;
 		}
 	}
@@ -78,10 +79,11 @@ int crc_tcp_quiesce(struct crc_session *s, double deadline, const char *park)
 	if (park && *park && !s->detached) {
 		/* It could not reach the park socket: CRIU would meet its TCP connection. */
 		send_record(s, CRC_OP_RESUME, NULL, 0);
-		crc_session_cmd_done(s, CRC_EIO,
-				     "the client of session %llu (pid %d) could not connect to %s on its host, "
-				     "so it cannot give up its TCP connection for the dump",
-				     (unsigned long long)s->id, (int)s->peer.pid, park);
+		crc_session_cmd_done(
+		    s, CRC_EIO,
+		    "the client of session %llu (pid %d) could not connect to %s on its host, "
+		    "so it cannot give up its TCP connection for the dump",
+		    (unsigned long long)s->id, (int)s->peer.pid, park);
 		return CRC_EIO;
 	}
 	return 0;
@@ -143,8 +145,8 @@ int crc_tcp_reclaim(int fd, const struct crc_hello *hello)
 	}
 	pthread_mutex_unlock(&crcd.lock);
 	if (rc)
-		pr_warn("refusing to hand session %llu back to pid %d: %s", (unsigned long long)hello->session_id,
-			(int)hello->pid, crc_strerror(rc));
+		pr_warn("refusing to hand session %llu back to pid %d: %s",
+			(unsigned long long)hello->session_id, (int)hello->pid, crc_strerror(rc));
 	return rc;
 }
 
@@ -161,7 +163,8 @@ bool crc_tcp_take_back(struct crc_session *s, bool *end)
 	if (fd < 0) {
 		*end = s->state == CRC_CTL_RUNNING && crc_now_s() >= s->reclaim_by;
 		if (*end)
-			pr_info("session %llu: its detached client did not take it back", (unsigned long long)s->id);
+			pr_info("session %llu: its detached client did not take it back",
+				(unsigned long long)s->id);
 		return false;
 	}
 	/* The client runs again: whatever checkpoint it was parked for is over. */
