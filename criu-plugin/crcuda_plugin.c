@@ -613,26 +613,65 @@ static void dump_meta(const struct task *t, const char *rel, char *buf, size_t l
 	meta[n] = NULL;
 }
 
+/* CRIU writes its images without fsync. A checkpoint the store keeps durable (its packs are fsynced)
+ * must not lose the process to a power cut either: every image file and the directory are synced
+ * before the commit, unless CRCUDA_STORE_SYNC=0 turns durability off for the packs too. */
+static int sync_images(void)
+{
+	const char *env = getenv("CRCUDA_STORE_SYNC");
+	int dfd, rc = 0;
+	struct dirent *e;
+	DIR *d;
+
+	if (env && !strcmp(env, "0"))
+		return 0;
+	dfd = openat(criu_get_image_dir(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0 || !(d = fdopendir(dfd))) {
+		if (dfd >= 0)
+			close(dfd);
+		return -errno;
+	}
+	while (!rc && (e = readdir(d))) {
+		int fd;
+
+		if (e->d_type != DT_REG && e->d_type != DT_UNKNOWN)
+			continue;
+		fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0)
+			continue; /* not a regular file we can open (a socket CRIU left): nothing to sync */
+		if (fsync(fd))
+			rc = -errno;
+		close(fd);
+	}
+	if (!rc && fsync(dirfd(d)))
+		rc = -errno;
+	closedir(d);
+	return rc;
+}
+
 static void dump_fini(int ret)
 {
 	/* crcudactl says whether CRIU kills the tasks after this (plain criu: not known). */
 	const char *lr = getenv("CRCUDA_LEAVE_RUNNING");
 	bool killed = lr && !strcmp(lr, "0");
 	uint64_t last = 0;
+	int synced = ret ? 0 : sync_images(); /* CRIU's images on disk before any commit */
 	char rel[PATH_MAX], metabuf[8192];
 	const char *meta[32];
 
 	for (unsigned i = 0; i < P.ntasks; i++) {
 		struct task *t = &P.tasks[i];
 		uint64_t id = 0;
-		int rc;
 
 		if (!ret && t->checkpointed && t->sk_ino) {
 			images_rel(rel, sizeof(rel));
 			dump_meta(t, rel, metabuf, sizeof(metabuf), meta, sizeof(meta) / sizeof(meta[0]));
 			phase("commit", (int)t->pid);
-			rc = crc_ctl_commit(P.ctl, t->pid, rel, meta, &id);
-			if (rc) {
+			if (synced) {
+				fail("syncing CRIU's images of task %d to disk: %s", (int)t->pid,
+				     strerror(-synced));
+				crc_ctl_abort(P.ctl, t->pid);
+			} else if (crc_ctl_commit(P.ctl, t->pid, rel, meta, &id)) {
 				fail("commit of the checkpoint of task %d: %s", (int)t->pid,
 				     crc_ctl_error(P.ctl));
 				crc_ctl_abort(P.ctl, t->pid);
