@@ -177,6 +177,18 @@ probe_ctl() {
 }
 probe_ctl
 
+# A daemon listening on 127.0.0.1:$port with a token ($tmp/token), log $tmp/r.log: "another host".
+start_tcp_daemon() {
+	port=$((20000 + RANDOM % 20000))
+	echo "tok-$RANDOM$RANDOM" >"$tmp/token"
+	chmod 600 "$tmp/token"
+	"$build/crcudad/crcudad" --backend sim --socket "$tmp/r/crcudad.sock" --listen "127.0.0.1:$port" \
+		--token-file "$tmp/token" --foreground -v >"$tmp/r.out" 2>"$tmp/r.log" &
+	extra_daemons+=($!)
+	disown $!
+	wait_for 30 grep -q ready "$tmp/r.out" || fail "no TCP daemon: $(cat "$tmp/r.log")"
+}
+
 case $case in
 basic)
 	start_app basic
@@ -361,14 +373,7 @@ window)
 	finish "$pid" "restored into a second daemon with the checkpoint's window"
 	;;
 remote-busy)
-	port=$((20000 + RANDOM % 20000))
-	echo "tok-$RANDOM$RANDOM" >"$tmp/token"
-	chmod 600 "$tmp/token"
-	"$build/crcudad/crcudad" --backend sim --socket "$tmp/r/crcudad.sock" --listen "127.0.0.1:$port" \
-		--token-file "$tmp/token" --foreground -v >"$tmp/r.out" 2>"$tmp/r.log" &
-	extra_daemons+=($!)
-	disown $!
-	wait_for 30 grep -q ready "$tmp/r.out" || fail "no TCP daemon: $(cat "$tmp/r.log")"
+	start_tcp_daemon
 	start_app remote
 	id=$(checkpoint "$app")
 	wait_for 30 gone "$app" || fail "the program still runs after the checkpoint"
@@ -388,14 +393,7 @@ remote-busy)
 	finish "$pid" "restored on the remote daemon after the refused restore"
 	;;
 tcp)
-	port=$((20000 + RANDOM % 20000))
-	echo "tok-$RANDOM$RANDOM" >"$tmp/token"
-	chmod 600 "$tmp/token"
-	"$build/crcudad/crcudad" --backend sim --socket "$tmp/r/crcudad.sock" --listen "127.0.0.1:$port" \
-		--token-file "$tmp/token" --foreground -v >"$tmp/r.out" 2>"$tmp/r.log" &
-	extra_daemons+=($!)
-	disown $!
-	wait_for 30 grep -q ready "$tmp/r.out" || fail "no TCP daemon: $(cat "$tmp/r.log")"
+	start_tcp_daemon
 	remote=(--remote "127.0.0.1:$port" --token-file "$tmp/token")
 	run_opts=("${remote[@]}")
 	# No daemon there: a clear error, nothing committed, the program runs on.
