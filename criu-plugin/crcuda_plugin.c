@@ -549,8 +549,9 @@ static int dump_unix_sk(int fd, int id)
 		return -1;
 	}
 	/* Daemon -> client, the socket carries only a restore's REBIND notice (with the new rings' memfd),
-	 * which the client takes at its first CUDA call after the restore. Still queued, CRIU has
-	 * dumped it with the socket, and a restore could not put it back: no checkpoint then. */
+	 * which libcrcuda's watcher thread takes right after the restore (or the first CUDA call, where
+	 * no watcher runs). Still queued, CRIU has dumped it with the socket, and a restore could not put
+	 * it back: no checkpoint then. */
 	if (recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 1) {
 		fail("task %d has made no CUDA call since it was restored (its restored session's notice is "
 		     "still queued on its socket): checkpoint it once it has made one",

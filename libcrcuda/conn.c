@@ -111,7 +111,7 @@ static int read_token(char *buf, size_t cap, uint32_t *len)
 	return 0;
 }
 
-static void tcp_watch_start(void);
+static void watch_start(void);
 
 static int handshake(void)
 {
@@ -181,8 +181,8 @@ static int handshake(void)
 	} else {
 		crc_chan_open_tcp(&crc_client.chan, fd);
 		crc_client.tcp = true;
-		tcp_watch_start();
 	}
+	watch_start();
 	reserve_session_range(r->va_base, r->va_size);
 	for (unsigned d = 0; d < r->dev_count && d < CRC_MAX_DEVICES; d++)
 		crc_ctx_register(r->primary_ctx[d], (CUdevice)d, 0, true);
@@ -287,8 +287,8 @@ static int rebind(const struct crc_sock_notice *n, int memfd)
 	} else {
 		crc_chan_open_tcp(&crc_client.chan, fd);
 		crc_client.tcp = true;
-		tcp_watch_start();
 	}
+	watch_start();
 	crc_client.info.session_id = n->session_id;
 	pthread_mutex_lock(&crc_client.pinned_lock);
 	for (struct crc_pinned *p = crc_client.pinned; p && !rc; p = p->next)
@@ -515,19 +515,23 @@ static int park_tcp(void)
 	return rc;
 }
 
-/* The watcher thread of a TCP session: the socket became readable while no call may read it. */
-static void *tcp_watch(void *arg)
+/* The watcher thread: the socket became readable while no call may read it.
+ * TCP: a quiesce request (or another notice) for an idle client.
+ * Unix: a restored client that was idle when it was dumped has a REBIND notice waiting there and its
+ * (restored) control page still says quiesced: the watcher parks, which takes the notice, so that the
+ * process holds its new session before its next call (and can be checkpointed again before one). */
+static void *watch(void *arg)
 {
 	int fd = (int)(intptr_t)arg;
 
 	for (;;) {
 		struct pollfd pf = {.fd = fd, .events = POLLIN | POLLRDHUP};
 		struct timespec ts = {.tv_nsec = 1000 * 1000};
+		struct crc_session_ctl *ctl;
 
-		if (__atomic_load_n(&crc_client.state, __ATOMIC_ACQUIRE) != 1 ||
-		    !__atomic_load_n(&crc_client.tcp, __ATOMIC_RELAXED)) {
+		if (__atomic_load_n(&crc_client.state, __ATOMIC_ACQUIRE) != 1) {
 			pthread_mutex_lock(&crc_client.lock);
-			if (crc_client.state != 1 || !crc_client.tcp) {
+			if (crc_client.state != 1) {
 				crc_client.watching = false;
 				pthread_mutex_unlock(&crc_client.lock);
 				return NULL;
@@ -536,6 +540,27 @@ static void *tcp_watch(void *arg)
 		}
 		if (poll(&pf, 1, 1000) <= 0)
 			continue;
+		if (!__atomic_load_n(&crc_client.tcp, __ATOMIC_RELAXED)) {
+			/* Only a restore writes to an idle unix session's socket; a hangup (daemon gone)
+			 * is the next call's to report. */
+			ctl = crc_client.chan.sctl;
+			if (!(pf.revents & POLLIN) || !ctl || !atomic_load(&ctl->quiesce_req) ||
+			    pthread_mutex_trylock(&crc_client.lock)) {
+				ts.tv_nsec = 100 * 1000 * 1000;
+				nanosleep(&ts, NULL);
+				continue;
+			}
+			ctl = crc_client.chan.sctl;
+			if (crc_client.state == 1 && !crc_client.tcp && ctl &&
+			    atomic_load(&ctl->quiesce_req)) {
+				int rc = park(ctl);
+
+				if (rc)
+					lost(rc);
+			}
+			pthread_mutex_unlock(&crc_client.lock);
+			continue;
+		}
 		/* A reply to a call in flight makes it readable too: its caller reads it. Whoever holds the
 		 * channel next looks (gate), or this thread once it is free. */
 		atomic_store(&crc_client.rx_check, 1);
@@ -560,9 +585,9 @@ static void *tcp_watch(void *arg)
 	return NULL;
 }
 
-/* With the channel lock held (or before the session is shared): one watcher per TCP session. Signals
+/* With the channel lock held (or before the session is shared): one watcher per session. Signals
  * stay with the application's threads. */
-static void tcp_watch_start(void)
+static void watch_start(void)
 {
 	sigset_t all, old;
 	pthread_t t;
@@ -571,11 +596,12 @@ static void tcp_watch_start(void)
 		return;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	if (pthread_create(&t, NULL, tcp_watch, (void *)(intptr_t)crc_client.chan.fd) == 0) {
+	if (pthread_create(&t, NULL, watch, (void *)(intptr_t)crc_client.chan.fd) == 0) {
 		pthread_detach(t);
 		crc_client.watching = true;
 	} else {
-		pr_warn("no watcher thread: an idle client cannot be checkpointed over TCP");
+		pr_warn("no watcher thread: an idle client cannot be checkpointed over TCP, nor checkpointed "
+			"again after a restore before its next call");
 	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 }

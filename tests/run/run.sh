@@ -57,8 +57,13 @@ programs)
 		rc=$?
 		cat "$tmp/out"
 		[ $rc = 0 ] || fail "$prog ${args[*]}: exit $rc"
-		# Through the daemon: its session ended with the client's goodbye (libcrcuda's destructor).
-		n=$(grep -c "client said goodbye" "$log")
+		# Through the daemon: its session ended with the client's goodbye (libcrcuda's destructor),
+		# which the daemon may log a moment after the program is gone.
+		for _ in $(seq 50); do
+			n=$(grep -c "client said goodbye" "$log")
+			[ "$n" -gt "${seen:-0}" ] && break
+			sleep 0.1
+		done
 		[ "$n" -gt "${seen:-0}" ] || fail "$prog did not go through crcudad"
 		seen=$n
 	done
