@@ -122,6 +122,8 @@ struct crc_session {
 	struct crc_alloc *allocs;
 	uint64_t mapped_bytes;
 	struct crc_pin *pins;
+	void *rings_pinned;    /* the rings, page-locked for device copies into them (NULL: not yet) */
+	bool rings_pin_failed; /* ... and not to be tried again */
 	struct crc_ptstream *ptstreams;
 	unsigned n_ptstreams;
 	/* The reply being built and module images being assembled. */
