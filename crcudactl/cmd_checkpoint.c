@@ -432,7 +432,11 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	}
 
 	snprintf(pidbuf, sizeof(pidbuf), "%d", (int)pid);
-	char *args[16];
+	/* CRIU gives the seize phase, where the plugin quiesces the session (draining its streams), 10 s
+	 * by default: long kernels, or a loaded machine, need ours. */
+	char criu_timeout[16];
+	snprintf(criu_timeout, sizeof(criu_timeout), "%u", timeout);
+	char *args[18];
 	int na = 0;
 	args[na++] = criu;
 	args[na++] = "dump";
@@ -445,6 +449,8 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	args[na++] = "-o";
 	args[na++] = "dump.log";
 	args[na++] = "-v4";
+	args[na++] = "--timeout";
+	args[na++] = criu_timeout;
 	if (leave)
 		args[na++] = "--leave-running";
 	if (shell_job)
