@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <linux/futex.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,12 +63,34 @@ static CUresult drain(struct crc_session *s)
 	return first;
 }
 
+/* A restored client takes its REBIND notice from the socket right after the restore (libcrcuda's
+ * watcher thread). Quiesced and dumped before it did, the notice would be dumped with the socket and
+ * the checkpoint refused (the plugin checks): give it a moment, until the daemon's bytes on the
+ * socket are read (SIOCOUTQ counts what the peer has not taken yet). */
+#define REBIND_TAKEN_WAIT_S 3.0
+static void wait_notice_taken(struct crc_session *s)
+{
+	double until = crc_now_s() + REBIND_TAKEN_WAIT_S;
+	int unread = 0;
+
+	while (ioctl(s->fd, SIOCOUTQ, &unread) == 0 && unread > 0 && crc_now_s() < until) {
+		struct timespec ts = {.tv_nsec = 5 * 1000 * 1000};
+
+		nanosleep(&ts, NULL);
+	}
+	if (unread > 0)
+		pr_warn("session %llu: its client has not taken its restored session yet",
+			(unsigned long long)s->id);
+}
+
 int crc_ckpt_quiesce(struct crc_session *s, int timeout_ms)
 {
 	struct crc_session_ctl *ctl = s->chan.sctl;
 	double deadline = crc_now_s() + (timeout_ms > 0 ? timeout_ms : 30000) / 1000.0;
 	CUresult res;
 
+	if (!s->tcp)
+		wait_notice_taken(s);
 	if (s->tcp) {
 		/* No shared page: the client is asked on its socket (tcp_park.c). */
 		int rc = crc_tcp_quiesce(s, deadline, s->cmd_len ? s->cmd_arg : "");

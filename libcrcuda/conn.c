@@ -529,14 +529,21 @@ static void *watch(void *arg)
 		struct timespec ts = {.tv_nsec = 1000 * 1000};
 		struct crc_session_ctl *ctl;
 
-		if (__atomic_load_n(&crc_client.state, __ATOMIC_ACQUIRE) != 1) {
+		/* Started inside the handshake: the session is up once crc_connect says so (state 1). A
+		 * watcher that gave up before that (it did, now and then, on a loaded machine) left an idle
+		 * client deaf to a checkpoint. It ends when the session is lost (-1). */
+		switch (__atomic_load_n(&crc_client.state, __ATOMIC_ACQUIRE)) {
+		case 1:
+			break;
+		case 0:
+			ts.tv_nsec = 10 * 1000 * 1000;
+			nanosleep(&ts, NULL);
+			continue;
+		default:
 			pthread_mutex_lock(&crc_client.lock);
-			if (crc_client.state != 1) {
-				crc_client.watching = false;
-				pthread_mutex_unlock(&crc_client.lock);
-				return NULL;
-			}
+			crc_client.watching = false;
 			pthread_mutex_unlock(&crc_client.lock);
+			return NULL;
 		}
 		if (poll(&pf, 1, 1000) <= 0)
 			continue;
