@@ -311,6 +311,10 @@ void sim_mem_free_ctx(struct CUctx_st *ctx)
 	for (size_t i = 0; i < range_count;) {
 		struct sim_range r = ranges[i];
 
+		/* Page-locked host memory outlives its context here (as portable memory does): it only
+		 * forgets the context, which is freed. */
+		if (r.ctx == ctx && (r.kind == SIM_RANGE_HOST_ALLOC || r.kind == SIM_RANGE_HOST_REGISTERED))
+			ranges[i].ctx = NULL;
 		if (r.ctx != ctx || (r.kind != SIM_RANGE_DEVICE && r.kind != SIM_RANGE_GLOBAL)) {
 			i++;
 			continue;
