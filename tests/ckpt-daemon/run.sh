@@ -10,6 +10,9 @@
 #       killed    a daemon killed mid-checkpoint leaves the previous checkpoint intact
 #       churn     a client that created and destroyed 1500 events, streams and allocations: the
 #                 daemon's journal dropped the dead pairs (fewer records than calls), restore works
+#       tcp       the client's session is TCP (a remote GPU): quiesce (asked on its socket: the idle
+#                 client parks through its watcher thread), checkpoint, commit, verify, resume, twice;
+#                 the client continues correctly
 set -u
 build=$1 case=$2
 tmp=$(mktemp -d /tmp/crcuda-ckptd.XXXXXX)
@@ -35,12 +38,14 @@ fail() {
 	exit 1
 }
 
-start_daemon() { # start_daemon LOGNAME
-	"$build/crcudad/crcudad" --backend sim --socket "$CRCUDA_SOCKET" --foreground -v \
-		>"$tmp/$1.out" 2>"$tmp/$1.log" &
+start_daemon() { # start_daemon LOGNAME [DAEMON ARGS...]
+	local name=$1
+	shift
+	"$build/crcudad/crcudad" --backend sim --socket "$CRCUDA_SOCKET" --foreground -v "$@" \
+		>"$tmp/$name.out" 2>"$tmp/$name.log" &
 	daemon_pid=$!
 	for _ in $(seq 100); do
-		grep -q ready "$tmp/$1.out" 2>/dev/null && return 0
+		grep -q ready "$tmp/$name.out" 2>/dev/null && return 0
 		kill -0 "$daemon_pid" 2>/dev/null || fail "crcudad did not start"
 		sleep 0.1
 	done
@@ -148,6 +153,22 @@ churn)
 	[ -n "$records" ] || fail "no restore line with 9 records replayed in the daemon log"
 	[ "$records" -lt 6000 ] || fail "the journal kept $records records: dead pairs were not dropped"
 	echo "journal: $records records kept of $((1500 * 6 + 13))"
+	;;
+tcp)
+	port=$((20000 + RANDOM % 20000))
+	echo "tok-$RANDOM$RANDOM" >"$tmp/token"
+	chmod 600 "$tmp/token"
+	start_daemon daemon1 --listen "127.0.0.1:$port" --token-file "$tmp/token"
+	export CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token
+	start_client
+	unset CRCUDA_REMOTE CRCUDA_TOKEN_FILE
+	grep -q "pid $pid .*TCP" "$tmp/daemon1.log" || fail "the client's session is not over TCP"
+	for round in 1 2; do
+		id=$(checkpoint) || exit 1
+		"$ctl" - verify "$store" "$id" "$tmp/ready" || fail "round $round: the manifest does not match"
+		"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "round $round: resume"
+	done
+	finish_client
 	;;
 killed)
 	start_daemon daemon1
