@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# tests/gpu/migrate.sh checkpoint BUILD DIR | restore BUILD DIR: moves a running CUDA program to another
+# machine. "checkpoint" (on the first GPU machine) runs state_app under crcuda on the real driver,
+# checkpoints it mid-run into the store DIR/store (the process is killed) and packs into DIR/migrate.tar
+# the store and what the restored process maps from the build (the program, libcrcuda, the carried
+# libraries), with the uninterrupted run's checksum. "restore" (on the second machine, same paths, any
+# GPU) unpacks it, restores the checkpoint with crcudactl restore, lets the program finish and compares
+# its checksum. Prints PASS/FAIL lines. Used with the device tool: checkpoint on nvidia-h200, restore on
+# nvidia-h100-x1 (another GPU model, another node).
+set -u
+mode=${1:?usage: migrate.sh checkpoint|restore BUILD DIR}
+build=$(cd "${2:?}" && pwd)
+dir=$(mkdir -p "${3:?}" && cd "$3" && pwd)
+top=$(cd "$(dirname "$0")/../.." && pwd)
+ctl=$build/crcudactl/crcudactl
+app=$build/tests/programs/state_app
+args=(--mb 16 --chunks 4 --steps 16)
+export CRCUDA_SOCKET=$dir/d.sock CRCUDA_STORE=$dir/store
+result() { printf '%-4s %-32s %s\n' "$1" "$2" "${3:-}"; }
+checksum() { sed -n 's/.*checksum=\([0-9a-f]*\).*/\1/p' "$1"; }
+gone() { [ ! -e "/proc/$1" ] || grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
+trap 'pkill -f "crcudad.*$CRCUDA_SOCKET" 2>/dev/null' EXIT
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+
+case $mode in
+checkpoint)
+	"$app" "${args[@]}" >"$dir/ref.txt" 2>&1 || { result FAIL migrate_native "$(tail -1 "$dir/ref.txt")"; exit 1; }
+	setsid "$ctl" run --backend cuda -- "$app" "${args[@]}" --ready-file "$dir/ready" --go-file "$dir/go" \
+		</dev/null >"$dir/out" 2>"$dir/err" &
+	pid=$!
+	disown $pid
+	for _ in $(seq 600); do [ -e "$dir/ready" ] && break; sleep 0.1; done
+	[ -e "$dir/ready" ] || { result FAIL migrate_checkpoint "not ready: $(tail -2 "$dir/err" | tr '\n' ' ')"; exit 1; }
+	"$ctl" checkpoint --json "$pid" >"$dir/ckpt.json" 2>"$dir/ckpt.err" ||
+		{ result FAIL migrate_checkpoint "$(tail -2 "$dir/ckpt.err" | tr '\n' ' ')"; exit 1; }
+	for _ in $(seq 500); do gone "$pid" && break; sleep 0.01; done
+	sed -n 's/^ *"id": *\([0-9]*\).*/\1/p' "$dir/ckpt.json" >"$dir/id"
+	echo "$pid" >"$dir/pid"
+	echo "$gpu" >"$dir/from"
+	pkill -f "crcudad.*$CRCUDA_SOCKET"
+	# What the restored process maps from this tree (system libraries are the machines' own).
+	tar -C / -cf "$dir/migrate.tar" "${dir#/}/store" "${dir#/}/ref.txt" "${dir#/}/id" "${dir#/}/from" \
+		"${dir#/}/out" "${dir#/}/err" "${app#/}" "${build#/}/libcrcuda" "${top#/}/.deps/gpu/lib"
+	result PASS migrate_checkpoint "pid $pid on $gpu: checkpoint $(cat "$dir/id"), $(du -sm "$dir/store" | cut -f1) MiB store"
+	;;
+restore)
+	tar -C / -xf "$dir/migrate.tar"
+	id=$(cat "$dir/id")
+	rm -f "$dir/go"
+	out=$("$ctl" restore --backend cuda "$id" 2>&1) || { result FAIL migrate_restore "$(echo "$out" | tail -3 | tr '\n' ' ')"; exit 1; }
+	pid=$(echo "$out" | sed -n 's/.* as pid \([0-9]*\) .*/\1/p')
+	touch "$dir/go"
+	for _ in $(seq 3000); do gone "$pid" && break; sleep 0.02; done
+	got=$(checksum "$dir/out") ref=$(checksum "$dir/ref.txt")
+	if [ -n "$got" ] && [ "$got" = "$ref" ]; then
+		result PASS migrate_restore "checkpointed on $(cat "$dir/from"), restored on $gpu: checksum $got = uninterrupted run"
+	else
+		result FAIL migrate_restore "checksum '$got', uninterrupted run $ref: $(tail -2 "$dir/err" | tr '\n' ' ')"
+		exit 1
+	fi
+	;;
+esac
