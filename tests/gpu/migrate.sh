@@ -47,10 +47,18 @@ restore)
 	tar -C / -xf "$dir/migrate.tar"
 	id=$(cat "$dir/id")
 	rm -f "$dir/go"
-	out=$("$ctl" restore --backend cuda "$id" 2>&1) || { result FAIL migrate_restore "$(echo "$out" | tail -3 | tr '\n' ' ')"; exit 1; }
-	pid=$(echo "$out" | sed -n 's/.* as pid \([0-9]*\) .*/\1/p')
-	touch "$dir/go"
-	for _ in $(seq 3000); do gone "$pid" && break; sleep 0.02; done
+	# CRIU gives the process its own pid back, which another machine may have in use: the restore
+	# runs in a pid namespace of its own, whose init (this shell) lives until the program has ended.
+	export ctl dir id
+	unshare --pid --fork --mount-proc bash -c '
+		"$ctl" restore --backend cuda "$id" >"$dir/restore.out" 2>&1 || exit 1
+		pid=$(sed -n "s/.* as pid \([0-9]*\) .*/\1/p" "$dir/restore.out")
+		touch "$dir/go"
+		for _ in $(seq 3000); do
+			[ -e "/proc/$pid" ] && ! grep -q "^State:.*Z" "/proc/$pid/status" || break
+			sleep 0.02
+		done' </dev/null ||
+		{ result FAIL migrate_restore "$(tail -3 "$dir/restore.out" | tr '\n' ' ')"; exit 1; }
 	got=$(checksum "$dir/out") ref=$(checksum "$dir/ref.txt")
 	if [ -n "$got" ] && [ "$got" = "$ref" ]; then
 		result PASS migrate_restore "checkpointed on $(cat "$dir/from"), restored on $gpu: checksum $got = uninterrupted run"
