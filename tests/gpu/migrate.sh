@@ -50,6 +50,7 @@ restore)
 	# CRIU gives the process its own pid back, which another machine may have in use: the restore
 	# runs in a pid namespace of its own, whose init (this shell) lives until the program has ended.
 	export ctl dir id
+	# shellcheck disable=SC2016
 	unshare --pid --fork --mount-proc bash -c '
 		"$ctl" restore --backend cuda "$id" >"$dir/restore.out" 2>&1 || exit 1
 		pid=$(sed -n "s/.* as pid \([0-9]*\) .*/\1/p" "$dir/restore.out")
