@@ -40,22 +40,8 @@ struct op {
 #define CRC_IS_DEVICE_TYPE(t) (!strcmp(t, "CUdevice") || !strcmp(t, "CUdevice_v1"))
 static struct op ops[CRC_CU_COUNT];
 
-/* The generated argument specs and backend calls. */
-#define CRC_TAG_VAL(type)		      CRC_HT_NONE
-#define CRC_TAG_HANDLE(type)		      CRC_HT_##type
-#define CRC_TAG_IN(type)		      CRC_HT_NONE
-#define CRC_TAG_OUT(type)		      CRC_HT_NONE
-#define CRC_TAG_HOUT(type)		      CRC_HT_##type
-#define CRC_TAG_STR(type)		      CRC_HT_NONE
-#define CRC_FWD_BEGIN(sym, nargs, mode)	      static const struct crc_arg_spec spec_##sym[(nargs) + 1] = {
-#define CRC_FWD_ARG(sym, i, kind, type, name) [i] = {CRC_ARG_##kind, CRC_TAG_##kind(type), sizeof(type)},
-#define CRC_FWD_END(sym)                                                                                     \
-	}                                                                                                    \
-	;
-#include "crcuda/cuda_marshal.def"
-#undef CRC_FWD_BEGIN
-#undef CRC_FWD_ARG
-#undef CRC_FWD_END
+/* The generated argument specs (the client's table) and backend calls. */
+#include "crcuda/cuda_marshal_specs.h"
 
 #define CRC_SEP_0
 #define CRC_SEP_1		 ,

@@ -38,25 +38,7 @@
 #undef CRC_CU_API
 
 /* ---- FORWARD: the marshalling spec of each row and its forwarder ------------------------------- */
-#define CRC_TAG_VAL(type)    CRC_HT_NONE
-#define CRC_TAG_HANDLE(type) CRC_HT_##type
-#define CRC_TAG_IN(type)     CRC_HT_NONE
-#define CRC_TAG_OUT(type)    CRC_HT_NONE
-#define CRC_TAG_HOUT(type)   CRC_HT_##type
-#define CRC_TAG_STR(type)    CRC_HT_NONE
-
-#define CRC_FWD_BEGIN(sym, nargs, mode)	      static const struct crc_arg_spec spec_##sym[(nargs) + 1] = {
-#define CRC_FWD_ARG(sym, i, kind, type, name) [i] = {CRC_ARG_##kind, CRC_TAG_##kind(type), sizeof(type)},
-#define CRC_FWD_END(sym)                                                                                     \
-	}                                                                                                    \
-	;
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpedantic"
-#include "crcuda/cuda_marshal.def"
-#pragma GCC diagnostic pop
-#undef CRC_FWD_BEGIN
-#undef CRC_FWD_ARG
-#undef CRC_FWD_END
+#include "crcuda/cuda_marshal_specs.h"
 
 #define CRC_MODE_SYNC  false
 #define CRC_MODE_ASYNC true

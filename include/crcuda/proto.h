@@ -293,6 +293,19 @@ struct crc_arg_spec {
 	uint16_t size;
 };
 
+/* The spec of an argument of kind VAL, HANDLE... and C type `type` (a row of cuda_marshal.def):
+ * handles carry their tag, CRC_HT_<type>. */
+#define CRC_ARG_TAG_VAL(type)	 CRC_HT_NONE
+#define CRC_ARG_TAG_HANDLE(type) CRC_HT_##type
+#define CRC_ARG_TAG_IN(type)	 CRC_HT_NONE
+#define CRC_ARG_TAG_OUT(type)	 CRC_HT_NONE
+#define CRC_ARG_TAG_HOUT(type)	 CRC_HT_##type
+#define CRC_ARG_TAG_STR(type)	 CRC_HT_NONE
+#define CRC_ARG_SPEC(kind, type)                                                                             \
+	{                                                                                                    \
+		CRC_ARG_##kind, CRC_ARG_TAG_##kind(type), sizeof(type)                                       \
+	}
+
 static inline uint64_t crc_align8(uint64_t v)
 {
 	return (v + 7) & ~(uint64_t)7;

@@ -16,21 +16,15 @@ struct spec {
 	struct crc_arg_spec args[16];
 };
 
-#define CRC_TAG_VAL(type)    CRC_HT_NONE
-#define CRC_TAG_HANDLE(type) CRC_HT_##type
-#define CRC_TAG_IN(type)     CRC_HT_NONE
-#define CRC_TAG_OUT(type)    CRC_HT_NONE
-#define CRC_TAG_HOUT(type)   CRC_HT_##type
-#define CRC_TAG_STR(type)    CRC_HT_NONE
-#define CRC_MODE_SYNC	     false
-#define CRC_MODE_ASYNC	     true
+#define CRC_MODE_SYNC  false
+#define CRC_MODE_ASYNC true
 
 static const struct spec specs[] = {
 #define CRC_FWD_BEGIN(sym, n, mode)                                                                          \
 	{                                                                                                    \
 #sym, n, CRC_MODE_##mode,                                                                    \
 		{
-#define CRC_FWD_ARG(sym, i, kind, type, name) [i] = {CRC_ARG_##kind, CRC_TAG_##kind(type), sizeof(type)},
+#define CRC_FWD_ARG(sym, i, kind, type, name) [i] = CRC_ARG_SPEC(kind, type),
 #define CRC_FWD_END(sym)                                                                                     \
 	}                                                                                                    \
 	}                                                                                                    \
