@@ -75,6 +75,8 @@ static void ref_init(int dev)
 {
 	CUdeviceptr p;
 
+	if (__atomic_load_n(&ref[dev].done, __ATOMIC_ACQUIRE))
+		return;
 	pthread_mutex_lock(&ref_lock);
 	if (!ref[dev].done && CALL(cuMemAlloc_v2, &p, REF_REQUEST) == CUDA_SUCCESS) {
 		for (unsigned a = 1; a < ATTR_MAX; a++) {
@@ -82,7 +84,7 @@ static void ref_init(int dev)
 			ref[dev].array[a] = query(a, p, true);
 		}
 		CALL(cuMemFree_v2, p);
-		ref[dev].done = true;
+		__atomic_store_n(&ref[dev].done, true, __ATOMIC_RELEASE);
 	}
 	pthread_mutex_unlock(&ref_lock);
 }
@@ -100,21 +102,29 @@ static uint64_t range_size(int dev, uint64_t req)
 	return got == REF_REQUEST ? req : (req + unit - 1) / unit * unit;
 }
 
+/* The driver's answer in the client's terms: its context handle, its device ordinal. */
+static struct answer client_view(struct crc_session *s, unsigned a, struct answer r)
+{
+	if (r.res != CUDA_SUCCESS)
+		return r;
+	if (a == CU_POINTER_ATTRIBUTE_CONTEXT && r.v[0])
+		r.v[0] = crc_find_handle(s, CRC_HT_CTX, (void *)(uintptr_t)r.v[0]);
+	else if (a == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)
+		r.v[0] = (uint32_t)crc_dev_client(s, (int)r.v[0]);
+	return r;
+}
+
 /* Page-locked memory the client shares with the daemon: the daemon's mapping answers, its host
  * addresses given back as the client's. */
 static struct answer pinned_answer(struct crc_session *s, const struct crc_pin *p, unsigned a, uint64_t ptr,
 				   bool array)
 {
 	uint64_t local = (uintptr_t)p->local, delta = local - p->client_addr;
-	struct answer r = query(a, ptr + delta, array);
+	struct answer r = client_view(s, a, query(a, ptr + delta, array));
 
 	if (r.res != CUDA_SUCCESS)
 		return r;
 	switch (a) {
-	case CU_POINTER_ATTRIBUTE_CONTEXT:
-		if (r.v[0])
-			r.v[0] = crc_find_handle(s, CRC_HT_CTX, (void *)(uintptr_t)r.v[0]);
-		break;
 	case CU_POINTER_ATTRIBUTE_HOST_POINTER:
 	case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
 	case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
@@ -161,44 +171,42 @@ static struct answer reserved_answer(struct crc_session *s, unsigned a, uint64_t
 	return r;
 }
 
+/* The device whose cuMemAlloc reference answers for cuMemAlloc memory (the current context's; its
+ * reference made if need be), -1 without one. */
+static int ref_device(void)
+{
+	CUdevice dev;
+
+	if (crc_be.cuCtxGetDevice_fn(&dev) != CUDA_SUCCESS || dev < 0 || dev >= CRC_MAX_DEVICES)
+		return -1;
+	ref_init(dev);
+	return dev;
+}
+
 /* The answer for attribute a of ptr, which lies in allocation m (NULL: not cuMemAlloc memory). */
 static struct answer answer(struct crc_session *s, const struct crc_alloc *m, unsigned a, uint64_t ptr,
 			    bool array)
 {
 	const struct crc_pin *pin = m ? NULL : pin_of(s, ptr);
-	struct answer r;
-	CUdevice dev;
+	int dev;
 
 	if (pin)
 		return pinned_answer(s, pin, a, ptr, array);
-	r = query(a, ptr, array);
-
-	if (r.res == CUDA_SUCCESS && a == CU_POINTER_ATTRIBUTE_CONTEXT && r.v[0])
-		r.v[0] = crc_find_handle(s, CRC_HT_CTX, (void *)(uintptr_t)r.v[0]);
-	if (r.res == CUDA_SUCCESS && a == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)
-		r.v[0] = (uint32_t)crc_dev_client(s, (int)r.v[0]); /* the client's ordinal */
-	if (!m)
-		return reserved_answer(s, a, ptr, r);
-	if (a >= ATTR_MAX || crc_be.cuCtxGetDevice_fn(&dev) != CUDA_SUCCESS || dev < 0 ||
-	    dev >= CRC_MAX_DEVICES)
-		return r;
-	ref_init(dev);
-	if (kind_attribute(a) && ref[dev].done)
-		return array ? ref[dev].array[a] : ref[dev].single[a];
-	switch (a) {
-	case CU_POINTER_ATTRIBUTE_CONTEXT:
-		r = (struct answer){.v = {m->vhandle}};
-		break;
-	case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-		r = (struct answer){.v = {m->ptr}};
-		break;
-	case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-		r = (struct answer){.v = {range_size(dev, m->req)}};
-		break;
-	default:
-		break;
+	/* cuMemAlloc memory: what the allocation and the reference buffer say, without asking the
+	 * driver about the VMM mapping behind it. */
+	if (m && a < ATTR_MAX && (dev = ref_device()) >= 0) {
+		if (kind_attribute(a) && __atomic_load_n(&ref[dev].done, __ATOMIC_ACQUIRE))
+			return array ? ref[dev].array[a] : ref[dev].single[a];
+		if (a == CU_POINTER_ATTRIBUTE_CONTEXT)
+			return (struct answer){.v = {m->vhandle}};
+		if (a == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
+			return (struct answer){.v = {m->ptr}};
+		if (a == CU_POINTER_ATTRIBUTE_RANGE_SIZE)
+			return (struct answer){.v = {range_size(dev, m->req)}};
 	}
-	return r;
+	struct answer r = client_view(s, a, query(a, ptr, array));
+
+	return m ? r : reserved_answer(s, a, ptr, r);
 }
 
 /* args: ptr, attribute. Reply: 16 bytes of value. */
