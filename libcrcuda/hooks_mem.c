@@ -559,7 +559,7 @@ static size_t attr_size(CUpointer_attribute a)
 	case CU_POINTER_ATTRIBUTE_P2P_TOKENS:
 		return sizeof(CUDA_POINTER_ATTRIBUTE_P2P_TOKENS);
 	case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
-		return 0; /* a handle: see its callers */
+		return sizeof(CUmemoryPool);
 	default:
 		return 4;
 	}
@@ -616,7 +616,6 @@ CUresult crc_hook_cuPointerGetAttribute(void *data, CUpointer_attribute attribut
 {
 	struct crc_pinned *pin = local_pinned(ptr);
 	uint64_t req[2] = {ptr, (uint64_t)attribute}, out[2] = {0};
-	size_t n = attr_size(attribute);
 	CUresult res;
 
 	if (!data)
@@ -627,12 +626,9 @@ CUresult crc_hook_cuPointerGetAttribute(void *data, CUpointer_attribute attribut
 	if (res != CUDA_SUCCESS)
 		return res;
 	/* A memory pool's handle would be the daemon's: only "none" is answered. */
-	if (attribute == CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE) {
-		if (out[0])
-			return crc_not_supported(CRC_CU_cuPointerGetAttribute);
-		n = sizeof(CUmemoryPool);
-	}
-	memcpy(data, out, n);
+	if (attribute == CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE && out[0])
+		return crc_not_supported(CRC_CU_cuPointerGetAttribute);
+	memcpy(data, out, attr_size(attribute));
 	return CUDA_SUCCESS;
 }
 
@@ -656,7 +652,7 @@ CUresult crc_hook_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_a
 	if (pin) {
 		for (unsigned i = 0; i < numAttributes; i++)
 			if (host_pointer_attribute(data[i], attributes[i], pin, ptr) != CUDA_SUCCESS)
-				memset(data[i], 0, attr_size(attributes[i]) ? attr_size(attributes[i]) : 8);
+				memset(data[i], 0, attr_size(attributes[i]));
 		return CUDA_SUCCESS;
 	}
 	req[0] = ptr;
