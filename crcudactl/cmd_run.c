@@ -78,24 +78,12 @@ static void run_usage(FILE *f)
 
 /* ---- where things are ------------------------------------------------------------------------------ */
 
-static int self_dir(char *buf, size_t len)
-{
-	char exe[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-
-	if (n < 0)
-		return -errno;
-	exe[n] = 0;
-	snprintf(buf, len, "%s", dirname(exe));
-	return 0;
-}
-
 /* First of the candidates (relative to crcudactl's directory) where FILE exists; realpath'd. */
 static bool find_beside(const char *const *cands, const char *file, char *out, size_t len)
 {
 	char dir[PATH_MAX], path[PATH_MAX * 2 + 64];
 
-	if (self_dir(dir, sizeof(dir)))
+	if (ctl_self_dir(dir, sizeof(dir)))
 		return false;
 	for (; *cands; cands++) {
 		snprintf(path, sizeof(path), "%s/%s/%s", dir, *cands, file);

@@ -80,13 +80,13 @@ int ctl_daemon_addr(const char *given, char *out, size_t len)
 	return 0;
 }
 
-static int self_dir(char *buf, size_t len)
+int ctl_self_dir(char *buf, size_t len)
 {
 	char exe[PATH_MAX];
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 
 	if (n < 0)
-		return -1;
+		return -errno;
 	exe[n] = 0;
 	snprintf(buf, len, "%s", dirname(exe));
 	return 0;
@@ -128,7 +128,7 @@ int ctl_find_plugin_dir(char *out, size_t len)
 		}
 		return 0;
 	}
-	if (self_dir(dir, sizeof(dir)) == 0)
+	if (ctl_self_dir(dir, sizeof(dir)) == 0)
 		for (const char *const *c = cands; *c; c++) {
 			snprintf(path, sizeof(path), "%s/%s/crcuda_plugin.so", dir, *c);
 			if (access(path, R_OK))

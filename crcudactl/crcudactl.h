@@ -44,6 +44,8 @@ int ctl_store_dir(const char *given, char *out, size_t len);
 int ctl_daemon_addr(const char *given, char *out, size_t len);
 /* CRIU: $CRCUDA_CRIU, else the project's (.deps/criu/bin/criu). */
 int ctl_find_criu(char *out, size_t len);
+/* The directory crcudactl's executable is in: 0 or -errno. */
+int ctl_self_dir(char *buf, size_t len);
 /* The directory holding crcuda_plugin.so: $CRCUDA_CRIU_PLUGIN_DIR, else beside crcudactl. */
 int ctl_find_plugin_dir(char *out, size_t len);
 /* Runs argv (env: extra NAME=VALUE strings) with stdout/stderr into out_log, killing it after
