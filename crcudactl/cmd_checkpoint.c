@@ -182,7 +182,8 @@ static int task_remote(pid_t pid, const char *token_file, char *addr, size_t len
 	if (!remote || !*remote)
 		return 1;
 	snprintf(addr, len, "%s", remote);
-	if (!token_file && !getenv("CRCUDA_TOKEN") && !(token_file = getenv("CRCUDA_TOKEN_FILE"))) {
+	token_file = ctl_token_file(token_file);
+	if (!token_file && !getenv("CRCUDA_TOKEN")) {
 		if (tok) {
 			snprintf(token, tlen, "%s", tok);
 			return 0;
@@ -338,10 +339,7 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	if (remote_arg) {
 		snprintf(daemon, sizeof(daemon), "%s", remote_arg);
 		tcp = true;
-		if (ctl_read_token(token_file		    ? token_file
-				   : getenv("CRCUDA_TOKEN") ? NULL
-							    : getenv("CRCUDA_TOKEN_FILE"),
-				   token, sizeof(token)) < 0)
+		if (ctl_read_token(ctl_token_file(token_file), token, sizeof(token)) < 0)
 			return CTL_EXIT_FAILURE;
 	} else if (!daemon_arg) {
 		rc = task_remote(pid, token_file, daemon, sizeof(daemon), token, sizeof(token));

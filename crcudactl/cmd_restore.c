@@ -399,9 +399,7 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 			      strtoull(va_slot, NULL, 0)};
 	if (a.remote) {
 		/* No daemon can be started on the other host: a taken slot there is an error, now. */
-		const char *file = a.token_file		    ? a.token_file
-				   : getenv("CRCUDA_TOKEN") ? NULL
-							    : getenv("CRCUDA_TOKEN_FILE");
+		const char *file = ctl_token_file(a.token_file);
 		int n = file || getenv("CRCUDA_TOKEN") ? ctl_read_token(file, val, CRC_TOKEN_MAX + 1) : -1;
 
 		/* Without a token the usage error below says so. */

@@ -659,14 +659,11 @@ int cmd_run(int argc, char **argv, struct ctl_opts *opts)
 		static struct crc_hello_reply r;
 		enum probe pr;
 
+		a.token_file = ctl_token_file(a.token_file);
 		if (!a.token_file && !getenv("CRCUDA_TOKEN")) {
-			a.token_file = getenv("CRCUDA_TOKEN_FILE");
-			if (!a.token_file || !*a.token_file) {
-				ctl_error(
-				    "run: --remote needs a token: --token-file FILE, or CRCUDA_TOKEN or "
-				    "CRCUDA_TOKEN_FILE");
-				return CTL_EXIT_USAGE;
-			}
+			ctl_error("run: --remote needs a token: --token-file FILE, or CRCUDA_TOKEN or "
+				  "CRCUDA_TOKEN_FILE");
+			return CTL_EXIT_USAGE;
 		}
 		pr = probe(NULL, a.remote, a.token_file, &r);
 		if (pr != PROBE_OK) {

@@ -282,6 +282,15 @@ void ctl_show_criu_errors(const char *log, int max)
 	fclose(f);
 }
 
+const char *ctl_token_file(const char *given)
+{
+	const char *file = getenv("CRCUDA_TOKEN_FILE");
+
+	if (given)
+		return given;
+	return getenv("CRCUDA_TOKEN") || !file || !*file ? NULL : file;
+}
+
 int ctl_read_token(const char *file, char *out, size_t len)
 {
 	const char *tok = getenv("CRCUDA_TOKEN");

@@ -58,6 +58,9 @@ int ctl_report_get(const char *report, const char *key, int nth, char *out, size
 /* The token for a remote daemon: the first line of file, else $CRCUDA_TOKEN when file is NULL ("" when
  * neither). Its length, or -1 (message printed when the file cannot be read). */
 int ctl_read_token(const char *file, char *out, size_t len);
+/* Where a remote daemon's token comes from: --token-file (given), else $CRCUDA_TOKEN (NULL: read it
+ * with ctl_read_token), else $CRCUDA_TOKEN_FILE; NULL also when none is set. */
+const char *ctl_token_file(const char *given);
 /* Prints CRIU's "Error (...)" lines of log (at most max) on stderr. */
 void ctl_show_criu_errors(const char *log, int max);
 
