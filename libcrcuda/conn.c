@@ -515,6 +515,56 @@ static int park_tcp(void)
 	return rc;
 }
 
+static void sleep_ms(long ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = ms % 1000 * 1000 * 1000};
+
+	nanosleep(&ts, NULL);
+}
+
+/* Unix: only a restore writes to an idle session's socket (its REBIND notice, taken by parking); a
+ * hangup (daemon gone) is the next call's to report. */
+static void watch_unix(short revents)
+{
+	struct crc_session_ctl *ctl = crc_client.chan.sctl;
+
+	if (!(revents & POLLIN) || !ctl || !atomic_load(&ctl->quiesce_req) ||
+	    pthread_mutex_trylock(&crc_client.lock)) {
+		sleep_ms(100);
+		return;
+	}
+	ctl = crc_client.chan.sctl;
+	if (crc_client.state == 1 && !crc_client.tcp && ctl && atomic_load(&ctl->quiesce_req)) {
+		int rc = park(ctl);
+
+		if (rc)
+			lost(rc);
+	}
+	pthread_mutex_unlock(&crc_client.lock);
+}
+
+/* TCP: a reply to a call in flight makes the socket readable too, and its caller reads it. Whoever
+ * holds the channel next looks for notices (gate), or this thread once it is free. */
+static void watch_tcp(void)
+{
+	atomic_store(&crc_client.rx_check, 1);
+	while (atomic_load(&crc_client.rx_check)) {
+		if (pthread_mutex_trylock(&crc_client.lock) == 0) {
+			int rc = 0;
+
+			if (crc_client.state == 1 && crc_client.tcp && atomic_load(&crc_client.rx_check))
+				rc = tcp_notices();
+			if (!rc && crc_client.quiesce_pending)
+				rc = park_tcp();
+			if (rc)
+				lost(rc);
+			pthread_mutex_unlock(&crc_client.lock);
+			return;
+		}
+		sleep_ms(atomic_load(&crc_client.parked) ? 100 : 1);
+	}
+}
+
 /* The watcher thread: the socket became readable while no call may read it.
  * TCP: a quiesce request (or another notice) for an idle client.
  * Unix: a restored client that was idle when it was dumped has a REBIND notice waiting there and its
@@ -526,8 +576,6 @@ static void *watch(void *arg)
 
 	for (;;) {
 		struct pollfd pf = {.fd = fd, .events = POLLIN | POLLRDHUP};
-		struct timespec ts = {.tv_nsec = 1000 * 1000};
-		struct crc_session_ctl *ctl;
 
 		/* Started inside the handshake: the session is up once crc_connect says so (state 1). A
 		 * watcher that gave up before that (it did, now and then, on a loaded machine) left an idle
@@ -536,8 +584,7 @@ static void *watch(void *arg)
 		case 1:
 			break;
 		case 0:
-			ts.tv_nsec = 10 * 1000 * 1000;
-			nanosleep(&ts, NULL);
+			sleep_ms(10);
 			continue;
 		default:
 			pthread_mutex_lock(&crc_client.lock);
@@ -547,47 +594,10 @@ static void *watch(void *arg)
 		}
 		if (poll(&pf, 1, 1000) <= 0)
 			continue;
-		if (!__atomic_load_n(&crc_client.tcp, __ATOMIC_RELAXED)) {
-			/* Only a restore writes to an idle unix session's socket; a hangup (daemon gone)
-			 * is the next call's to report. */
-			ctl = crc_client.chan.sctl;
-			if (!(pf.revents & POLLIN) || !ctl || !atomic_load(&ctl->quiesce_req) ||
-			    pthread_mutex_trylock(&crc_client.lock)) {
-				ts.tv_nsec = 100 * 1000 * 1000;
-				nanosleep(&ts, NULL);
-				continue;
-			}
-			ctl = crc_client.chan.sctl;
-			if (crc_client.state == 1 && !crc_client.tcp && ctl &&
-			    atomic_load(&ctl->quiesce_req)) {
-				int rc = park(ctl);
-
-				if (rc)
-					lost(rc);
-			}
-			pthread_mutex_unlock(&crc_client.lock);
-			continue;
-		}
-		/* A reply to a call in flight makes it readable too: its caller reads it. Whoever holds the
-		 * channel next looks (gate), or this thread once it is free. */
-		atomic_store(&crc_client.rx_check, 1);
-		while (atomic_load(&crc_client.rx_check)) {
-			if (pthread_mutex_trylock(&crc_client.lock) == 0) {
-				int rc = 0;
-
-				if (crc_client.state == 1 && crc_client.tcp &&
-				    atomic_load(&crc_client.rx_check))
-					rc = tcp_notices();
-				if (!rc && crc_client.quiesce_pending)
-					rc = park_tcp();
-				if (rc)
-					lost(rc);
-				pthread_mutex_unlock(&crc_client.lock);
-				break;
-			}
-			ts.tv_nsec = atomic_load(&crc_client.parked) ? 100 * 1000 * 1000 : 1000 * 1000;
-			nanosleep(&ts, NULL);
-		}
+		if (__atomic_load_n(&crc_client.tcp, __ATOMIC_RELAXED))
+			watch_tcp();
+		else
+			watch_unix(pf.revents);
 	}
 	return NULL;
 }
