@@ -205,6 +205,8 @@ int crc_ctl_sessions(struct crc_ctl *c, struct crc_ctl_session **out, unsigned *
 		    .state = w[i].state,
 		    .transport = w[i].transport,
 		    .journal_records = w[i].journal_records,
+		    .worker_pid = w[i].worker_pid,
+		    .devices = w[i].devices,
 		};
 	}
 	free(data);
@@ -393,42 +395,25 @@ out:
 	return rc;
 }
 
-int crc_ctl_alt_socket(const char *base, unsigned alt, char *out, size_t len)
+int crc_ctl_find_pid(const char *addr, pid_t pid, struct crc_ctl_session *s)
 {
-	int n = alt ? snprintf(out, len, "%s.%u", base, alt) : snprintf(out, len, "%s", base);
+	struct crc_ctl_session *list = NULL;
+	struct crc_ctl *c = NULL;
+	unsigned n = 0;
+	int rc = crc_ctl_open(addr, NULL, &c);
 
-	return n > 0 && (size_t)n < len ? 0 : CRC_EINVAL;
-}
-
-int crc_ctl_find_pid(const char *base, pid_t pid, char *out, size_t len, struct crc_ctl_session *s)
-{
-	int first = CRC_ENOTFOUND;
-
-	for (unsigned alt = 0; alt < CRC_CTL_ALT_DAEMONS; alt++) {
-		struct crc_ctl_session *list = NULL;
-		struct crc_ctl *c = NULL;
-		unsigned n = 0;
-		bool found = false;
-		int rc;
-
-		if (crc_ctl_alt_socket(base, alt, out, len) || (alt && access(out, F_OK)))
-			continue;
-		rc = crc_ctl_open(out, NULL, &c);
-		if (!rc) {
-			rc = crc_ctl_sessions(c, &list, &n);
-			crc_ctl_close(c);
-		}
-		if (rc && !alt)
-			first = rc;
-		for (unsigned i = 0; !rc && i < n && !found; i++) {
-			found = list[i].pid == pid;
-			if (found && s)
-				*s = list[i];
-		}
-		free(list);
-		if (found)
-			return 0;
+	if (!rc) {
+		rc = crc_ctl_sessions(c, &list, &n);
+		crc_ctl_close(c);
 	}
-	crc_ctl_alt_socket(base, 0, out, len);
-	return first;
+	if (!rc)
+		rc = CRC_ENOTFOUND;
+	for (unsigned i = 0; rc == CRC_ENOTFOUND && i < n; i++)
+		if (list[i].pid == pid) {
+			if (s)
+				*s = list[i];
+			rc = 0;
+		}
+	free(list);
+	return rc;
 }

@@ -48,8 +48,7 @@ static void ckpt_usage(FILE *f)
 		"Options:\n"
 		"  -R, --leave-running  let the process run on after the checkpoint\n"
 		"  -s, --store DIR      the store (default $CRCUDA_STORE, else ~/.local/share/crcuda/store)\n"
-		"      --daemon ADDR    the program's crcudad, or the one beside which `crcudactl restore`\n"
-		"                       started it (ADDR.N) (default: the program's CRCUDA_REMOTE, else\n"
+		"      --daemon ADDR    the program's crcudad (default: the program's CRCUDA_REMOTE, else\n"
 		"                       $CRCUDA_SOCKET, else /tmp/crcuda-UID/crcudad.sock)\n"
 		"      --remote HOST:PORT the program's remote crcudad (its session is TCP); it writes the\n"
 		"                       device memory into the store itself: it must see the same path\n"
@@ -193,23 +192,17 @@ static int task_remote(pid_t pid, const char *token_file, char *addr, size_t len
 	return ctl_read_token(token_file, token, tlen) < 0 ? -1 : 0;
 }
 
-/* The session of pid on the daemon at daemon or one of the daemons `crcudactl restore` starts beside
- * it (a restore whose VA slot was taken there): that daemon's socket replaces daemon. 0, or -1 with
- * the reason printed. */
-static int find_session(char *daemon, size_t len, const char *token, pid_t pid, struct crc_ctl_session *out)
+/* The session of pid on the daemon at daemon. 0, or -1 with the reason printed. */
+static int find_session(const char *daemon, const char *token, pid_t pid, struct crc_ctl_session *out)
 {
-	char base[PATH_MAX];
-	int rc;
+	int rc = token ? find_remote(daemon, token, pid, out) : crc_ctl_find_pid(daemon, pid, out);
 
-	snprintf(base, sizeof(base), "%s", daemon);
-	rc = token ? find_remote(daemon, token, pid, out) : crc_ctl_find_pid(base, pid, daemon, len, out);
 	if (rc == CRC_ENOTFOUND)
-		ctl_error(
-		    "checkpoint: process %d has no session on crcudad at %s or beside it (%s.N) (not run "
-		    "under `crcudactl run`, another daemon (--daemon), or no CUDA call yet)",
-		    (int)pid, base, base);
+		ctl_error("checkpoint: process %d has no session on crcudad at %s (not run under `crcudactl "
+			  "run`, another daemon (--daemon), or no CUDA call yet)",
+			  (int)pid, daemon);
 	else if (rc)
-		ctl_error("checkpoint: cannot reach crcudad at %s: %s%s", base, crc_strerror(rc),
+		ctl_error("checkpoint: cannot reach crcudad at %s: %s%s", daemon, crc_strerror(rc),
 			  rc == CRC_ENOTSUP ? " (the daemon's control interface is not built yet)" : "");
 	return rc ? -1 : 0;
 }
@@ -353,7 +346,7 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 			  daemon);
 		return CTL_EXIT_USAGE;
 	}
-	if (find_session(daemon, sizeof(daemon), tcp ? token : NULL, pid, &sess))
+	if (find_session(daemon, tcp ? token : NULL, pid, &sess))
 		return CTL_EXIT_FAILURE;
 
 	/* The store must exist (the daemon opens it by path), and be named absolutely. */

@@ -111,9 +111,8 @@ static int list_checkpoints(const char *dir, json_t *list)
 	return 0;
 }
 
-/* The sessions of one daemon; alt > 0: one that `crcudactl restore` started beside the first (a
- * checkpoint's VA slot was taken there), listed only when it answers. */
-static void list_sessions(const char *daemon, unsigned alt, json_t *doc)
+/* The daemon's sessions, each with the worker process that runs it. */
+static void list_sessions(const char *daemon, json_t *doc)
 {
 	struct crc_ctl *c = NULL;
 	struct crc_ctl_session *s = NULL;
@@ -124,8 +123,6 @@ static void list_sessions(const char *daemon, unsigned alt, json_t *doc)
 		rc = crc_ctl_sessions(c, &s, &n);
 		crc_ctl_close(c);
 	}
-	if (rc && alt)
-		return;
 	if (rc) {
 		if (doc)
 			json_object_set_new(doc, "daemon_error", json_string(crc_strerror(rc)));
@@ -139,21 +136,38 @@ static void list_sessions(const char *daemon, unsigned alt, json_t *doc)
 		json_object_set_new(doc, "sessions", list);
 	}
 	if (!doc)
-		printf("\nSessions of crcudad at %s:\n%-8s %-7s %-6s %-12s %-10s %12s  %s\n", daemon,
-		       "SESSION", "PID", "UID", "STATE", "TRANSPORT", "DEVICE-MiB", "VA");
+		printf("\nSessions of crcudad at %s:\n%-8s %-7s %-6s %-7s %-7s %-12s %-10s %12s  %s\n",
+		       daemon, "SESSION", "PID", "UID", "WORKER", "GPUS", "STATE", "TRANSPORT", "DEVICE-MiB",
+		       "VA");
 	for (unsigned i = 0; i < n; i++) {
 		const char *tr = s[i].transport == CRC_TRANSPORT_TCP ? "tcp" : "unix";
+		char gpus[64] = "";
+		json_t *gl = json_array();
+
+		/* The daemon's GPUs the session has a context on, "-" before its first. */
+		for (unsigned g = 0; g < 32; g++)
+			if (s[i].devices & (1u << g)) {
+				size_t used = strlen(gpus);
+
+				snprintf(gpus + used, sizeof(gpus) - used, "%s%u", used ? "," : "", g);
+				json_array_append_new(gl, json_integer(g));
+			}
 		if (list)
-			json_array_append_new(list, json_pack("{s:I, s:i, s:i, s:s, s:s, s:I, s:I, s:I, s:s}",
-							      "session", (json_int_t)s[i].session_id, "pid",
-							      (int)s[i].pid, "uid", (int)s[i].uid, "state",
-							      state_name(s[i].state), "transport", tr,
-							      "device_bytes", (json_int_t)s[i].device_bytes,
-							      "va_base", (json_int_t)s[i].va_base, "va_size",
-							      (json_int_t)s[i].va_size, "daemon", daemon));
+			json_array_append_new(
+			    list,
+			    json_pack("{s:I, s:i, s:i, s:i, s:o, s:s, s:s, s:I, s:I, s:I, s:s}", "session",
+				      (json_int_t)s[i].session_id, "pid", (int)s[i].pid, "uid", (int)s[i].uid,
+				      "worker_pid", (int)s[i].worker_pid, "gpus", gl, "state",
+				      state_name(s[i].state), "transport", tr, "device_bytes",
+				      (json_int_t)s[i].device_bytes, "va_base", (json_int_t)s[i].va_base,
+				      "va_size", (json_int_t)s[i].va_size, "daemon", daemon));
 		else
-			printf("%-8" PRIu64 " %-7d %-6d %-12s %-10s %12.1f  0x%" PRIx64 "+0x%" PRIx64 "\n",
-			       s[i].session_id, (int)s[i].pid, (int)s[i].uid, state_name(s[i].state), tr,
+			json_decref(gl);
+		if (!list)
+			printf("%-8" PRIu64 " %-7d %-6d %-7d %-7s %-12s %-10s %12.1f  0x%" PRIx64
+			       "+0x%" PRIx64 "\n",
+			       s[i].session_id, (int)s[i].pid, (int)s[i].uid, (int)s[i].worker_pid,
+			       gpus[0] ? gpus : "-", state_name(s[i].state), tr,
 			       s[i].device_bytes / 1048576.0, s[i].va_base, s[i].va_size);
 	}
 	free(s);
@@ -210,12 +224,7 @@ int cmd_ls(int argc, char **argv, struct ctl_opts *opts)
 		json_decref(doc);
 		return CTL_EXIT_FAILURE;
 	}
-	for (unsigned alt = 0; alt < CRC_CTL_ALT_DAEMONS; alt++) {
-		char path[PATH_MAX + 16];
-
-		if (!crc_ctl_alt_socket(daemon, alt, path, sizeof(path)) && (!alt || !access(path, F_OK)))
-			list_sessions(path, alt, doc);
-	}
+	list_sessions(daemon, doc);
 	if (doc)
 		ctl_json_print(doc);
 	return CTL_EXIT_OK;

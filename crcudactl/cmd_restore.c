@@ -43,9 +43,7 @@ static void restore_usage(FILE *f)
 	    "      --remote HOST:PORT replay on the crcudad listening there (the GPU is remote)\n"
 	    "      --token-file FILE  its token (else $CRCUDA_TOKEN or $CRCUDA_TOKEN_FILE)\n"
 	    "      --daemon SOCKET    a local crcudad (default $CRCUDA_SOCKET, else\n"
-	    "                         /tmp/crcuda-UID/crcudad.sock); started when none answers; where\n"
-	    "                         the checkpoint's device VA slot is taken (a live copy of it, another\n"
-	    "                         program) or its window differs, a second one at SOCKET.N serves it\n"
+	    "                         /tmp/crcuda-UID/crcudad.sock); started when none answers\n"
 	    "      --backend cuda|sim the backend of a daemon started here (default: the checkpointed\n"
 	    "                         daemon's)\n"
 	    "      --gpu N|A,B,...    where the application's devices go on the daemon: a list puts\n"
@@ -70,12 +68,11 @@ struct restore_args {
 };
 
 /* A daemon answers on the socket; else one is started through `crcudactl run` (same locking and
- * idle exit as for programs: it stays while the restored session lives). va: NULL, or the
- * "--va-base", "--va-session" values of the checkpoint's window for a daemon started here. */
-static int ensure_local_daemon(const char *sock, const char *backend, char *const *va)
+ * idle exit as for programs: it stays while the restored session lives). */
+static int ensure_local_daemon(const char *sock, const char *backend)
 {
 	struct crc_ctl *c = NULL;
-	char self[PATH_MAX], log[PATH_MAX + 16];
+	char self[PATH_MAX];
 	char *argv[16] = {self, "run", "--backend", (char *)backend, "--socket", (char *)sock};
 	int n = 6, status = 0;
 	ssize_t len;
@@ -91,13 +88,6 @@ static int ensure_local_daemon(const char *sock, const char *backend, char *cons
 	if (len < 0)
 		return -1;
 	self[len] = 0;
-	if (va) {
-		/* A daemon beside another one: its own log (the default one is the other's). */
-		snprintf(log, sizeof(log), "%s.log", sock);
-		argv[n++] = "--daemon-log", argv[n++] = log;
-		argv[n++] = "--va-base", argv[n++] = va[0];
-		argv[n++] = "--va-session", argv[n++] = va[1];
-	}
 	argv[n++] = "--", argv[n++] = "true", argv[n] = NULL;
 	fflush(NULL);
 	pid = fork();
@@ -116,82 +106,6 @@ static int ensure_local_daemon(const char *sock, const char *backend, char *cons
 			  argv[3]);
 		return -1;
 	}
-	return 0;
-}
-
-/* The checkpoint's device VA range (its session's slot): every device pointer of the process is in
- * it, so it cannot move. */
-struct ckpt_va {
-	uint64_t base, size, slot;
-};
-
-/* Can the daemon at addr restore into va? 0 yes; 1 nothing answers there; else CRC_E* with the
- * daemon's reason in why. */
-static int slot_query(const char *addr, const char *token, const struct ckpt_va *va, char *why, size_t len)
-{
-	struct crc_ctl *c = NULL;
-	int rc = crc_ctl_open(addr, token, &c);
-
-	if (rc) {
-		snprintf(why, len, "no crcudad answers: %s", crc_strerror(rc));
-		return 1;
-	}
-	rc = crc_ctl_slot(c, va->base, va->size);
-	snprintf(why, len, "%s", crc_ctl_error(c));
-	crc_ctl_close(c);
-	return rc;
-}
-
-/* The local daemon to restore into, in out: base when the checkpoint's slot is free there (or held
- * by a dying session: the daemon waits for it); else an alternate base.N (crc_ctl_alt_socket) where
- * it is free; else a new crcudad started at the first silent base.N, with the checkpoint's window.
- * Another daemon is another process with its own CUDA context and device address space, where the
- * same fixed range is free: a restored copy of a checkpoint that still runs, or another program in
- * that slot, does not stop a restore. */
-static int pick_local_daemon(const char *sock, const char *backend, uint64_t ckpt, const struct ckpt_va *va,
-			     char *out, size_t len)
-{
-	char why[CRC_CTL_MSG_MAX], first[CRC_CTL_MSG_MAX] = "", vb[32], vs[32], base[PATH_MAX];
-	char *window[2] = {vb, vs};
-	int silent = -1, rc;
-
-	snprintf(base, sizeof(base), "%s", sock); /* out may be sock */
-	if (ensure_local_daemon(base, backend, NULL))
-		return -1;
-	for (unsigned alt = 0; alt < CRC_CTL_ALT_DAEMONS; alt++) {
-		if (crc_ctl_alt_socket(base, alt, out, len))
-			break;
-		rc = slot_query(out, NULL, va, why, sizeof(why));
-		if (!rc)
-			return 0;
-		if (rc == 1 && silent < 0 && alt)
-			silent = (int)alt;
-		if (rc != 1 && !first[0])
-			snprintf(first, sizeof(first), "%s", why);
-	}
-	if (silent < 0 || crc_ctl_alt_socket(base, (unsigned)silent, out, len)) {
-		ctl_error("restore: checkpoint %" PRIu64 " needs device VA range %#" PRIx64 "+%#" PRIx64
-			  ", which none of the %d crcudad at %s[.N] can take (%s)",
-			  ckpt, va->base, va->size, CRC_CTL_ALT_DAEMONS, base, first);
-		return -1;
-	}
-	/* The checkpoint's own window: its range is slot va->slot there, as where it was taken. */
-	snprintf(vb, sizeof(vb), "%#" PRIx64, va->base - va->slot * va->size);
-	snprintf(vs, sizeof(vs), "%#" PRIx64, va->size);
-	if (ensure_local_daemon(out, backend, window))
-		rc = 1;
-	else
-		rc = slot_query(out, NULL, va, why, sizeof(why));
-	if (rc) {
-		ctl_error("restore: checkpoint %" PRIu64 " needs device VA range %#" PRIx64 "+%#" PRIx64
-			  ", which crcudad at %s cannot take (%s), and a second crcudad (--va-base %s "
-			  "--va-session %s) at %s could not reserve it either: %s (its log: %s.log)",
-			  ckpt, va->base, va->size, base, first, vb, vs, out,
-			  rc == 1 ? "it did not start" : why, out);
-		return -1;
-	}
-	fprintf(stderr, "crcudactl: restore: %s; checkpoint %" PRIu64 " goes to a second crcudad at %s\n",
-		first, ckpt, out);
 	return 0;
 }
 
@@ -313,7 +227,6 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 	char val[PATH_MAX], idbuf[32], path[PATH_MAX * 2 + 32];
 	struct crc_manifest *m = NULL;
 	struct crc_store *st = NULL;
-	struct ckpt_va va;
 	int rc, ret = CTL_EXIT_FAILURE;
 	bool keep_work = true;
 	pid_t pid = 0;
@@ -352,7 +265,6 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 		   *shell = crc_manifest_meta_get(m, "criu.shell_job"),
 		   *va_base = crc_manifest_meta_get(m, "crcuda.va_base"),
 		   *va_size = crc_manifest_meta_get(m, "crcuda.va_size"),
-		   *va_slot = crc_manifest_meta_get(m, "crcuda.va_slot"),
 		   *devices = crc_manifest_meta_get(m, "crcuda.devices");
 	if (!rel) {
 		ctl_error("restore: checkpoint %" PRIu64 " has no CRIU images (its manifest names none)",
@@ -374,7 +286,7 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 			  (int)pid);
 		goto out;
 	}
-	if (!va_base || !va_size || !va_slot) {
+	if (!va_base || !va_size) {
 		ctl_error("restore: checkpoint %" PRIu64
 			  " lacks its device VA range (not a crcuda checkpoint?)",
 			  a.id);
@@ -395,31 +307,10 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 			goto out;
 		}
 	}
-	va = (struct ckpt_va){strtoull(va_base, NULL, 0), strtoull(va_size, NULL, 0),
-			      strtoull(va_slot, NULL, 0)};
-	if (a.remote) {
-		/* No daemon can be started on the other host: a taken slot there is an error, now. */
-		const char *file = ctl_token_file(a.token_file);
-		int n = file || getenv("CRCUDA_TOKEN") ? ctl_read_token(file, val, CRC_TOKEN_MAX + 1) : -1;
-
-		/* Without a token the usage error below says so. */
-		if (n >= 0 && (rc = slot_query(a.remote, val, &va, path, sizeof(path)))) {
-			ctl_error("restore: crcudad at %s cannot take checkpoint %" PRIu64 ": %s%s", a.remote,
-				  a.id, path,
-				  rc == 1
-				      ? ""
-				      : "; no second daemon can be started on another host: restore there "
-					"once that range is free, or on another daemon (a local one, or "
-					"another --remote)");
-			goto out;
-		}
-	} else if (pick_local_daemon(daemon,
-				     a.backend ? a.backend
-				     : backend ? backend
-					       : "cuda",
-				     a.id, &va, daemon, sizeof(daemon))) {
+	/* Every restore gets a worker process of its own in the daemon, where the checkpoint's device VA
+	 * range is free: no daemon needs to be picked for it. */
+	if (!a.remote && ensure_local_daemon(daemon, a.backend ? a.backend : backend ? backend : "cuda"))
 		goto out;
-	}
 
 	if (!mkdtemp(work)) {
 		ctl_error("restore: mkdtemp: %s", strerror(errno));

@@ -325,8 +325,7 @@ static int dump_init(void)
 }
 
 /* The daemon of this task: CRCUDA_DAEMON, else the task's own CRCUDA_REMOTE (token: ours, else the
- * task's CRCUDA_TOKEN or CRCUDA_TOKEN_FILE), else its CRCUDA_SOCKET (else the default) or the daemon
- * beside it that serves the task (a restore whose VA slot was taken there went to one). */
+ * task's CRCUDA_TOKEN or CRCUDA_TOKEN_FILE), else its CRCUDA_SOCKET (else the default). */
 static void dump_daemon(pid_t pid)
 {
 	const char *v = getenv("CRCUDA_DAEMON");
@@ -347,7 +346,7 @@ static void dump_daemon(pid_t pid)
 		   crc_sock_default_path(base, sizeof(base)))
 		P.daemon[0] = 0;
 	else
-		crc_ctl_find_pid(base, pid, P.daemon, sizeof(P.daemon), NULL);
+		snprintf(P.daemon, sizeof(P.daemon), "%s", base);
 }
 
 /* A TCP client cannot be dumped with its connection: it parks on a unix socket connected to this

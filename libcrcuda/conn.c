@@ -42,7 +42,7 @@ __attribute__((constructor)) static void reserve_device_window(void)
 {
 	const char *b = getenv("CRCUDA_VA_BASE"), *s = getenv("CRCUDA_VA_SIZE");
 	uintptr_t base = b && *b ? strtoull(b, NULL, 0) : CRC_DEFAULT_VA_BASE;
-	size_t size = s && *s ? strtoull(s, NULL, 0) : CRC_DEFAULT_VA_SESSION * CRC_DEFAULT_MAX_SESSION;
+	size_t size = s && *s ? strtoull(s, NULL, 0) : CRC_DEFAULT_VA_SESSION;
 	void *p = mmap((void *)base, size, PROT_NONE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
 

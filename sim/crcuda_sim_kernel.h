@@ -42,6 +42,9 @@ struct crcuda_sim_block {
 	/* Address and size of a __device__/__constant__ variable of the kernel's module, NULL if none. */
 	void *(*global)(const struct crcuda_sim_block *blk, const char *name, size_t *size);
 	const void *sim_private;
+	/* A device-side fault (a failed assert: 710, an illegal address: 700, a trap: 719...): as on a GPU,
+	 * the error is sticky: every later call of the process fails with it. The block should return. */
+	void (*trap)(int error);
 };
 
 typedef void crcuda_sim_kernel_fn(const struct crcuda_sim_block *blk);

@@ -215,6 +215,9 @@ extern int sim_device_count;
 extern atomic_bool sim_initialized;
 CUresult sim_fail_check(const char *symbol);
 extern atomic_bool sim_fail_armed;
+/* A device-side fault's error (crcuda_sim_block.trap), returned by every later call; 0 while none. */
+extern atomic_int sim_sticky_error;
+void sim_trap(int error);
 struct sim_device *sim_device_get(CUdevice dev);
 unsigned long long sim_next_id(void);
 crcuda_sim_kernel_fn *sim_host_kernel_lookup(const char *mangled);
@@ -234,6 +237,8 @@ void *sim_host_kernel_global(const struct crcuda_sim_block *blk, const char *nam
 		SIM_ENTER_NOINIT(sym);                                                                       \
 		if (!atomic_load_explicit(&sim_initialized, memory_order_acquire))                           \
 			return CUDA_ERROR_NOT_INITIALIZED;                                                   \
+		if (atomic_load_explicit(&sim_sticky_error, memory_order_relaxed))                           \
+			return (CUresult)atomic_load(&sim_sticky_error);                                     \
 	} while (0)
 
 /* sim_exports.c: the function exported as the table's id (its stub when not implemented). */

@@ -85,6 +85,17 @@ CUresult sim_fail_check(const char *symbol)
 	return CUDA_SUCCESS;
 }
 
+atomic_int sim_sticky_error;
+
+void sim_trap(int error)
+{
+	int none = 0;
+
+	if (atomic_compare_exchange_strong(&sim_sticky_error, &none,
+					   error ? error : CUDA_ERROR_LAUNCH_FAILED))
+		pr_warn("device-side fault in a kernel: error %d from now on (sticky, as on a GPU)", error);
+}
+
 /* Parsed when the library is loaded, so that cuInit itself can be made to fail. */
 __attribute__((constructor)) static void sim_fail_setup(void)
 {

@@ -455,7 +455,10 @@ CUresult cuCtxSynchronize(void)
 	res = sim_ctx_require(&ctx);
 	if (res == CUDA_SUCCESS)
 		sim_ctx_wait_idle(ctx);
-	return res;
+	/* A fault of the work just waited for surfaces here, as on a GPU. */
+	return res == CUDA_SUCCESS && atomic_load(&sim_sticky_error)
+		   ? (CUresult)atomic_load(&sim_sticky_error)
+		   : res;
 }
 
 CUresult cuCtxSynchronize_v2(CUcontext ctx_handle)
@@ -467,7 +470,9 @@ CUresult cuCtxSynchronize_v2(CUcontext ctx_handle)
 	res = ctx_named_or_current(ctx_handle, &ctx);
 	if (res == CUDA_SUCCESS)
 		sim_ctx_wait_idle(ctx);
-	return res;
+	return res == CUDA_SUCCESS && atomic_load(&sim_sticky_error)
+		   ? (CUresult)atomic_load(&sim_sticky_error)
+		   : res;
 }
 
 CUresult cuCtxGetFlags(unsigned int *flags)

@@ -53,6 +53,7 @@ static void run_kernel(struct sim_op *op)
 	    .param_count = op->kernel.param_count,
 	    .global = host_kernel_global,
 	    .sim_private = op->kernel.func,
+	    .trap = sim_trap,
 	};
 	void *shared = op->kernel.shared_bytes ? malloc(op->kernel.shared_bytes) : NULL;
 
@@ -61,7 +62,9 @@ static void run_kernel(struct sim_op *op)
 		for (unsigned y = 0; y < blk.grid_dim.y; y++)
 			for (unsigned x = 0; x < blk.grid_dim.x; x++) {
 				blk.block_idx = (struct crcuda_sim_dim3){x, y, z};
-				op->kernel.host_fn(&blk);
+				/* A fault stops the kernel, as it stops a grid on a GPU. */
+				if (!atomic_load(&sim_sticky_error))
+					op->kernel.host_fn(&blk);
 			}
 	free(shared);
 }
@@ -448,7 +451,9 @@ static CUresult stream_synchronize(bool pt, CUstream h)
 
 	if (res == CUDA_SUCCESS)
 		sim_stream_wait_idle(s);
-	return res;
+	return res == CUDA_SUCCESS && atomic_load(&sim_sticky_error)
+		   ? (CUresult)atomic_load(&sim_sticky_error)
+		   : res;
 }
 SIM_STREAM_API_PAIR(cuStreamSynchronize, cuStreamSynchronize_ptsz, stream_synchronize, (CUstream h), h)
 

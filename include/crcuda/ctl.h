@@ -47,6 +47,8 @@ struct crc_ctl_session {
 	uint32_t state;		  /* enum crc_ctl_state */
 	uint32_t transport;	  /* enum crc_transport */
 	uint64_t journal_records; /* state-creating calls journaled so far */
+	pid_t worker_pid;	  /* the daemon's worker process serving the session */
+	uint32_t devices;	  /* bit g: a context on the daemon's GPU g */
 };
 
 enum crc_ctl_state {
@@ -135,14 +137,8 @@ int crc_ctl_parse_gpus(const char *arg, struct crc_ctl_restore_opts *o, char *er
  * range is no slot of its window. crc_ctl_error() says which session, or which window. */
 int crc_ctl_slot(struct crc_ctl *c, uint64_t va_base, uint64_t va_size);
 
-/* The daemons `crcudactl restore` starts beside the one at socket base when a checkpoint's slot is
- * taken there: base.1 .. base.(CRC_CTL_ALT_DAEMONS - 1), each its own process, GPU context and device
- * address space. alt 0 is base itself. 0, or CRC_EINVAL when the path does not fit. */
-#define CRC_CTL_ALT_DAEMONS 16
-int crc_ctl_alt_socket(const char *base, unsigned alt, char *out, size_t len);
-/* The daemon among base and its alternates that serves pid: its socket into out and the session
- * into *s (may be NULL). 0, CRC_ENOTFOUND when none does, or the base daemon's error when nothing
- * answers at all. */
-int crc_ctl_find_pid(const char *base, pid_t pid, char *out, size_t len, struct crc_ctl_session *s);
+/* The session of pid on the daemon at addr (unix socket): into *s (may be NULL). 0, CRC_ENOTFOUND when
+ * it has none, or the error when the daemon does not answer. */
+int crc_ctl_find_pid(const char *addr, pid_t pid, struct crc_ctl_session *s);
 
 #endif

@@ -23,7 +23,7 @@
 #include "crcuda/ring.h"
 
 #define CRC_PROTO_MAGIC	  0x55435243u /* "CRCU" */
-#define CRC_PROTO_VERSION 2u	      /* 2: hello role, control connections, session control page */
+#define CRC_PROTO_VERSION 3u	      /* 3: sessions listed with their worker; 2: hello role, control */
 
 #define CRC_MAX_DEVICES	    8
 #define CRC_DEV_ATTR_SLOTS  160 /* > CU_DEVICE_ATTRIBUTE_MAX of CUDA 13 (checked where cuda.h is seen) */
@@ -33,12 +33,12 @@
 #define CRC_MAX_KPARAMS	    512
 #define CRC_FUNC_ATTR_SLOTS 16 /* > CU_FUNC_ATTRIBUTE_MAX */
 
-/* Default VA window of the daemon: one session slot of CRC_DEFAULT_VA_SESSION bytes each. Above ASan's
- * allocator (0x600000000000..0x640000000000) and the simulated device's arenas (0x5a0000000000..),
- * below the mmap area (0x7f..). */
-#define CRC_DEFAULT_VA_BASE	0x680000000000ull
-#define CRC_DEFAULT_VA_SESSION	(256ull << 30)
-#define CRC_DEFAULT_MAX_SESSION 16u
+/* Default device VA range of a session (each session's worker is a process of its own, so every session
+ * has the same one). Above ASan's allocator (0x600000000000..0x640000000000) and the simulated
+ * device's arenas (0x5a0000000000..), below the mmap area (0x7f..). */
+#define CRC_DEFAULT_VA_BASE    0x680000000000ull
+#define CRC_DEFAULT_VA_SESSION (256ull << 30)
+#define CRC_GRANULE	       (2ull << 20) /* device VA ranges are multiples of it */
 
 enum crc_msg_flag {
 	CRC_MSG_NOREPLY = 1u << 0, /* request: post and forget */
@@ -193,6 +193,8 @@ struct crc_ctl_session_wire {
 	uint64_t device_bytes;
 	uint32_t state, transport;
 	uint64_t journal_records;
+	int32_t worker_pid; /* the process that runs the session's driver work */
+	uint32_t devices;   /* bit g: the session has a context on the daemon's GPU g */
 };
 struct crc_ctl_ckpt_wire {
 	uint64_t allocations, globals, modules;

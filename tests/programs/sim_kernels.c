@@ -290,3 +290,19 @@ CRCUDA_SIM_KERNEL(state_checksum)
 	}
 	__atomic_fetch_add(sum, local, __ATOMIC_RELAXED);
 }
+
+/* fault_app.cu: extern "C" fault_assert(const int *flag): the assert fails when *flag != 0. */
+CRCUDA_SIM_KERNEL(fault_assert)
+{
+	const int *flag = CRCUDA_SIM_PARAM(blk, 0, const int *);
+
+	if (*flag != 0)
+		blk->trap(710); /* CUDA_ERROR_ASSERT */
+}
+
+/* fault_app.cu: extern "C" fault_oob(int *base, long long offset): a write nowhere. */
+CRCUDA_SIM_KERNEL(fault_oob)
+{
+	(void)blk->params;
+	blk->trap(700); /* CUDA_ERROR_ILLEGAL_ADDRESS, without touching the address */
+}

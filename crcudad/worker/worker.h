@@ -1,7 +1,7 @@
 /* crcudad internals: the backend (real or simulated libcuda, loaded by path), sessions, the device VA
  * window, and the handlers of forwarded calls. */
-#ifndef CRCUDA_CRCUDAD_H
-#define CRCUDA_CRCUDAD_H
+#ifndef CRCUDA_WORKER_H
+#define CRCUDA_WORKER_H
 
 #define __CUDA_API_VERSION_INTERNAL
 #include <cuda.h>
@@ -28,22 +28,22 @@ struct crc_backend {
 extern struct crc_backend crc_be;
 /* dlopens path and resolves every symbol; 0 or a negative CRC_E*. */
 int crc_backend_load(const char *path);
+/* Reserves the session's device VA range at exactly [base, base + size) (main.c). */
+int crc_va_window(uint64_t base, uint64_t size, char *why, size_t why_len);
+/* The session is over: the front stops listing it (main.c). */
+void crc_worker_session_ended(void);
 
-/* ---- daemon-wide state ------------------------------------------------------------------------- */
+/* ---- the worker's state: one session at most ------------------------------------------------ */
 struct crc_daemon {
-	uint64_t va_base;      /* start of the window */
-	uint64_t va_session;   /* bytes per session slot */
-	unsigned max_sessions; /* slots */
+	uint64_t va_base;    /* the session's device VA range, reserved at this very address */
+	uint64_t va_session; /* its size */
 	int dev_count;
 	struct crc_hello_reply proto; /* device info every hello answers with (session fields blank) */
 	size_t ring_size;
-	char token[CRC_TOKEN_MAX];
-	size_t token_len;
-	bool have_token;
-	pthread_mutex_t lock; /* sessions, slots, totals */
-	struct crc_session *sessions[256];
-	uint64_t next_session_id;
-	uint64_t total_mapped;
+	pthread_mutex_t lock; /* session, restoring */
+	struct crc_session *session;
+	bool restoring;		  /* a restore request is being served (no session yet) */
+	uint64_t next_session_id; /* the id the front gave the session */
 };
 extern struct crc_daemon crcd;
 
@@ -109,7 +109,6 @@ struct crc_modimg {
 
 struct crc_session {
 	uint64_t id;
-	unsigned slot;
 	int fd;
 	bool tcp;
 	struct crc_peer peer;
@@ -121,6 +120,7 @@ struct crc_session {
 	uint64_t va_base, va_size;
 	struct crc_alloc *allocs;
 	uint64_t mapped_bytes;
+	uint32_t devices; /* bit g: a context on backend device g (crcudactl ls) */
 	struct crc_pin *pins;
 	void *rings_pinned;    /* the rings, page-locked for device copies into them (NULL: not yet) */
 	bool rings_pin_failed; /* ... and not to be tried again */
@@ -188,14 +188,9 @@ struct crc_session {
 
 /* Starts the session thread for an accepted, greeted connection. */
 int crc_session_start(int fd, bool tcp, const struct crc_peer *peer, const struct crc_hello *hello);
-/* The slot of a checkpoint's device VA range on this daemon: 0; CRC_EINVAL when the range is not a slot
- * of this daemon's window, CRC_EBUSY while a live session holds it (why says which). A slot whose
- * holder is going away (client dead) counts as free: crc_session_create waits for it. */
-int crc_slot_check(uint64_t va_base, uint64_t va_size, unsigned *slot, char *why, size_t why_len);
-/* A session in a given slot (restore), not started: its thread comes with crc_session_run. The slot
- * must be free (CRC_EBUSY, with who holds it in why). */
-int crc_session_create(int fd, bool tcp, const struct crc_peer *peer, unsigned slot, struct crc_session **out,
-		       char *why, size_t why_len);
+/* A session for a restore, not started: its thread comes with crc_session_run. */
+int crc_session_create(int fd, bool tcp, const struct crc_peer *peer, struct crc_session **out, char *why,
+		       size_t why_len);
 /* Makes the rings memfd of a unix session (*memfd: the daemon's copy, to send). */
 int crc_session_make_rings(struct crc_session *s, int *memfd);
 int crc_session_run(struct crc_session *s);
@@ -273,7 +268,9 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 		const struct crc_ctl_restore_wire *w, const char *store_dir, char *why, size_t why_len);
 
 /* ---- control connections (control.c) -------------------------------------------------------------- */
-int crc_control_start(int fd, bool tcp, const struct crc_peer *peer);
+/* Serves a control connection the front handed over, starting with its pending request (req, len bytes:
+ * header and payload; none: NULL). */
+void crc_control_start(int fd, bool tcp, const struct crc_peer *peer, const void *req, size_t len);
 
 /* Appends n bytes to the reply (8-byte aligned); NULL on memory exhaustion. */
 void *crc_out(struct crc_session *s, size_t n);
@@ -344,10 +341,8 @@ CUresult crc_ctl_pin_unregister(struct crc_session *s, const uint8_t *args, size
 /* Frees everything the session still holds (its memory, modules, streams, contexts). */
 void crc_session_release_resources(struct crc_session *s);
 
-/* ---- VA window (va.c) -------------------------------------------------------------------------- */
-int crc_va_init(void);
+/* ---- the session's VA range (handlers.c) ------------------------------------------------------- */
 /* A free range of `size` bytes (granule multiple) in the session's range, at `hint` when free. */
 int crc_va_take(struct crc_session *s, uint64_t size, uint64_t align, uint64_t hint, uint64_t *out);
-#define CRC_GRANULE (2ull << 20)
 
 #endif

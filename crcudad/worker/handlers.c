@@ -10,7 +10,7 @@
 
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
-#include "crcudad.h"
+#include "worker.h"
 
 /* After cuda.h: define and call entry points by their ABI names. */
 #include "crcuda/cuda_api_undef.h"
@@ -60,9 +60,9 @@ static void alloc_remove(struct crc_session *s, struct crc_alloc *victim)
 
 static void account(struct crc_session *s, int64_t bytes)
 {
-	s->mapped_bytes += (uint64_t)bytes;
+	/* Under the lock: the status page reads it from another thread. */
 	pthread_mutex_lock(&crcd.lock);
-	crcd.total_mapped += (uint64_t)bytes;
+	s->mapped_bytes += (uint64_t)bytes;
 	pthread_mutex_unlock(&crcd.lock);
 }
 

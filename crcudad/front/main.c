@@ -1,9 +1,10 @@
-/* crcudad: the GPU-owning daemon. Loads a backend (the real driver or the simulated device) by path,
- * reserves the device VA window, and serves client sessions over a unix socket (peer uid checked)
- * and optionally TCP (token required).
+/* crcudad: the front of the GPU daemon. Accepts connections on a unix socket (peer uid checked) and
+ * optionally TCP (token required), and gives each application a GPU worker process of its own
+ * (crcudad-worker: link.h), taken from a pool of initialised ones; lists sessions and routes control
+ * commands to their workers (control.c). It never loads the driver itself.
  *
  * usage: crcudad --backend sim|cuda [--backend-lib PATH] [--socket PATH] [--listen ADDR:PORT
- *                --token-file F] [--va-base ADDR] [--va-session BYTES] [--max-sessions N]
+ *                --token-file F] [--va-base ADDR] [--va-session BYTES] [--pool N]
  *                [--ring-size BYTES] [--idle-exit SECONDS] [--foreground] [-v|-q] */
 #define LOG_PREFIX "crcudad: "
 #include <dirent.h>
@@ -25,28 +26,24 @@
 
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
-#include "crcudad.h"
+#include "front.h"
 
-/* After cuda.h: define and call entry points by their ABI names. */
-#include "crcuda/cuda_api_undef.h"
+/* Worker links watched by the accept loop at once (more workers are still reaped, a poll later). */
+#define MAX_WATCHED 1024
 
-struct crc_daemon crcd = {
-    .lock = PTHREAD_MUTEX_INITIALIZER,
+struct front fr = {
     .va_base = CRC_DEFAULT_VA_BASE,
     .va_session = CRC_DEFAULT_VA_SESSION,
-    .max_sessions = CRC_DEFAULT_MAX_SESSION,
     .ring_size = CRC_DEFAULT_RING,
+    .pool = 1,
 };
-
-_Static_assert(CU_DEVICE_ATTRIBUTE_MAX <= CRC_DEV_ATTR_SLOTS, "device attribute cache too small");
-_Static_assert(CU_FUNC_ATTRIBUTE_MAX <= CRC_FUNC_ATTR_SLOTS, "function attribute cache too small");
 
 static void usage(FILE *f)
 {
 	fprintf(
 	    f, "usage: crcudad --backend sim|cuda [--backend-lib PATH] [--socket PATH]\n"
 	       "               [--listen ADDR:PORT --token-file FILE] [--va-base ADDR] [--va-session BYTES]\n"
-	       "               [--max-sessions N] [--ring-size BYTES] [--idle-exit SECONDS] [--foreground]\n"
+	       "               [--pool N] [--ring-size BYTES] [--idle-exit SECONDS] [--foreground]\n"
 	       "               [-v] [-q]\n");
 }
 
@@ -61,6 +58,29 @@ static int sim_path(char *buf, size_t len)
 	exe[n] = 0;
 	if (snprintf(buf, len, "%s/../sim/lib/libcuda.so.1", dirname(exe)) >= (int)len)
 		return CRC_EINVAL;
+	return 0;
+}
+
+/* The worker beside the front: <dir>/crcudad -> <dir>/crcudad-worker (CRCUDAD_WORKER overrides). */
+static int worker_path(char *buf, size_t len)
+{
+	const char *env = getenv("CRCUDAD_WORKER");
+	char exe[PATH_MAX];
+	ssize_t n;
+
+	if (env && *env) {
+		snprintf(buf, len, "%s", env);
+	} else {
+		n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+		if (n < 0)
+			return -errno;
+		exe[n] = 0;
+		snprintf(buf, len, "%s/crcudad-worker", dirname(exe));
+	}
+	if (access(buf, X_OK)) {
+		pr_err("cannot run the GPU worker %s: %m (set CRCUDAD_WORKER)", buf);
+		return CRC_ENOENT;
+	}
 	return 0;
 }
 
@@ -100,96 +120,18 @@ static int read_token_file(const char *path)
 	}
 	if (!fstat(fd, &st) && (st.st_mode & 077))
 		pr_warn("token file %s is readable by others", path);
-	n = read(fd, crcd.token, sizeof(crcd.token));
+	n = read(fd, fr.token, sizeof(fr.token));
 	close(fd);
 	if (n < 0)
 		return -errno;
-	while (n && (crcd.token[n - 1] == '\n' || crcd.token[n - 1] == '\r'))
+	while (n && (fr.token[n - 1] == '\n' || fr.token[n - 1] == '\r'))
 		n--;
 	if (!n) {
 		pr_err("token file %s is empty", path);
 		return CRC_EINVAL;
 	}
-	crcd.token_len = (size_t)n;
-	crcd.have_token = true;
-	return 0;
-}
-
-/* Device facts every client caches (names, UUIDs, attributes, memory, PCI ids, driver version). */
-static int collect_devices(void)
-{
-	struct crc_hello_reply *p = &crcd.proto;
-	int count = 0;
-	CUresult res;
-
-	p->magic = CRC_PROTO_MAGIC;
-	p->version = CRC_PROTO_VERSION;
-	res = crc_be.cuInit_fn(0);
-	p->init_result = res;
-	if (res != CUDA_SUCCESS) {
-		pr_err("backend cuInit failed: %d", res);
-		return 0;
-	}
-	crc_be.cuDriverGetVersion_fn(&p->driver_version);
-	crc_be.cuDeviceGetCount_fn(&count);
-	if (count > CRC_MAX_DEVICES)
-		count = CRC_MAX_DEVICES;
-	p->dev_count = (uint32_t)count;
-	crcd.dev_count = count;
-	for (int d = 0; d < count; d++) {
-		struct crc_dev_info *di = &p->devs[d];
-		CUuuid uuid = {0};
-		size_t total = 0;
-
-		crc_be.cuDeviceGetName_fn(di->name, sizeof(di->name), d);
-		if (crc_be.cuDeviceGetUuid_v2_fn)
-			crc_be.cuDeviceGetUuid_v2_fn(&uuid, d);
-		else
-			crc_be.cuDeviceGetUuid_fn(&uuid, d);
-		memcpy(di->uuid, uuid.bytes, sizeof(di->uuid));
-		crc_be.cuDeviceTotalMem_v2_fn(&total, d);
-		di->total_mem = total;
-		crc_be.cuDeviceGetPCIBusId_fn(di->pci_bus_id, sizeof(di->pci_bus_id), d);
-		for (int a = 1; a < CU_DEVICE_ATTRIBUTE_MAX; a++)
-			if (crc_be.cuDeviceGetAttribute_fn(&di->attrs[a], (CUdevice_attribute)a, d) !=
-			    CUDA_SUCCESS)
-				di->attrs[a] = 0;
-		pr_info("device %d: %s, %zu MiB, %s", d, di->name, total >> 20, di->pci_bus_id);
-	}
-	return 0;
-}
-
-/* One reservation covering every session slot, at the fixed base: pointers handed out in a session
- * range can be had again after a restore. */
-static int reserve_window(void)
-{
-	uint64_t size = crcd.va_session * crcd.max_sessions;
-	CUdeviceptr got = 0;
-	CUcontext ctx;
-	CUresult res;
-
-	if (!crcd.dev_count)
-		return 0;
-	/* The reservation needs a context; the daemon keeps device 0's primary context for good. */
-	res = crc_be.cuDevicePrimaryCtxRetain_fn(&ctx, 0);
-	if (res == CUDA_SUCCESS)
-		res = crc_be.cuCtxSetCurrent_fn(ctx);
-	if (res == CUDA_SUCCESS)
-		res = crc_be.cuMemAddressReserve_fn(&got, size, 0, crcd.va_base, 0);
-	if (res != CUDA_SUCCESS) {
-		pr_err("cannot reserve the device VA window (%#llx bytes): error %d",
-		       (unsigned long long)size, res);
-		return CRC_ECUDA;
-	}
-	if (got != crcd.va_base) {
-		pr_err("the device VA window was moved to %#llx (asked for %#llx): pick another --va-base",
-		       (unsigned long long)got, (unsigned long long)crcd.va_base);
-		crc_be.cuMemAddressFree_fn(got, size);
-		return CRC_EBUSY;
-	}
-	crc_be.cuCtxSetCurrent_fn(NULL);
-	pr_info("device VA window %#llx+%#llx: %u sessions of %#llx bytes", (unsigned long long)got,
-		(unsigned long long)size, crcd.max_sessions, (unsigned long long)crcd.va_session);
+	fr.token_len = (size_t)n;
+	fr.have_token = true;
 	return 0;
 }
 
@@ -223,19 +165,27 @@ static void accept_one(int lfd, bool tcp)
 		return;
 	}
 	if (tcp && hello.session_id && hello.role == CRC_ROLE_CLIENT) {
-		/* A detached client taking its session back: its ticket is its token (tcp_park.c). */
+		/* A detached client taking its session back: its ticket is its token, which its worker
+		 * checks (worker/tcp_park.c). */
+		struct worker *w = crc_worker_find(0, hello.session_id);
+		struct crc_link_msg m = {.kind = CRC_LINK_RECLAIM, .tcp = 1, .peer = peer, .hello = hello};
+
 		tv.tv_sec = 0;
 		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-		rc = crc_tcp_reclaim(fd, &hello);
-		if (rc)
-			refuse(fd, rc);
+		if (!w) {
+			refuse(fd, CRC_ENOTFOUND);
+			return;
+		}
+		m.session_id = w->session_id;
+		crc_worker_hand(w, &m, fd, NULL, 0);
+		crc_worker_put(w);
 		return;
 	}
 	if (tcp) {
 		peer.pid = hello.pid;
 		peer.uid = hello.uid;
-		if (!crcd.have_token || hello.token_len > sizeof(hello.token) ||
-		    !crc_const_time_equal(hello.token, hello.token_len, crcd.token, crcd.token_len)) {
+		if (!fr.have_token || hello.token_len > sizeof(hello.token) ||
+		    !crc_const_time_equal(hello.token, hello.token_len, fr.token, fr.token_len)) {
 			pr_warn("refusing TCP client pid %d: %s token", (int)hello.pid,
 				hello.token_len ? "wrong" : "missing");
 			refuse(fd, CRC_EAUTH);
@@ -245,13 +195,27 @@ static void accept_one(int lfd, bool tcp)
 	tv.tv_sec = 0;
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	if (hello.role == CRC_ROLE_CONTROL) {
-		crc_control_start(fd, tcp, &peer);
+		crc_front_control(fd, tcp, &peer);
 		return;
 	}
-	rc = crc_session_start(fd, tcp, &peer, &hello);
-	if (rc) {
-		pr_warn("cannot start a session for pid %d: %s", (int)peer.pid, crc_strerror(rc));
-		refuse(fd, rc);
+	{
+		char why[256];
+		struct worker *w = crc_worker_take(&peer, tcp, why, sizeof(why));
+		struct crc_link_msg m = {.kind = CRC_LINK_CLIENT, .tcp = tcp, .peer = peer, .hello = hello};
+
+		if (!w) {
+			pr_warn("cannot start a session for pid %d: %s", (int)peer.pid, why);
+			refuse(fd, CRC_EDAEMON);
+			return;
+		}
+		rc = crc_worker_hand(w, &m, fd, NULL, 0);
+		if (rc)
+			pr_warn("cannot hand pid %d to worker %d: %s", (int)peer.pid, (int)w->pid,
+				crc_strerror(rc));
+		else
+			pr_info("session %llu: pid %d uid %u -> worker %d", (unsigned long long)w->session_id,
+				(int)peer.pid, (unsigned)peer.uid, (int)w->pid);
+		crc_worker_put(w);
 	}
 }
 
@@ -323,10 +287,7 @@ static bool idle_expired(const char *sock_path, unsigned idle_s, double *busy_at
 {
 	unsigned sessions = 0;
 
-	pthread_mutex_lock(&crcd.lock);
-	for (unsigned i = 0; i < crcd.max_sessions; i++)
-		sessions += !!crcd.sessions[i];
-	pthread_mutex_unlock(&crcd.lock);
+	sessions = crc_workers_busy();
 	if (sessions || run_programs_alive(sock_path))
 		*busy_at = now_s();
 	return now_s() - *busy_at >= idle_s;
@@ -350,7 +311,7 @@ int main(int argc, char **argv)
 	    {"token-file", required_argument, NULL, 't'},
 	    {"va-base", required_argument, NULL, 'B'},
 	    {"va-session", required_argument, NULL, 'S'},
-	    {"max-sessions", required_argument, NULL, 'm'},
+	    {"pool", required_argument, NULL, 'p'},
 	    {"ring-size", required_argument, NULL, 'r'},
 	    {"idle-exit", required_argument, NULL, 'i'},
 	    {"foreground", no_argument, NULL, 'f'},
@@ -360,7 +321,7 @@ int main(int argc, char **argv)
 	const char *backend = NULL, *lib = NULL, *listen_addr = NULL, *token_file = NULL;
 	char path[PATH_MAX], sock_path[PATH_MAX] = "";
 	bool foreground = false;
-	struct pollfd fds[2];
+	struct pollfd fds[2 + MAX_WATCHED];
 	unsigned idle_exit = 0;
 	double busy_at;
 	int nfds = 0, c;
@@ -383,16 +344,16 @@ int main(int argc, char **argv)
 			token_file = optarg;
 			break;
 		case 'B':
-			crcd.va_base = strtoull(optarg, NULL, 0);
+			fr.va_base = strtoull(optarg, NULL, 0);
 			break;
 		case 'S':
-			crcd.va_session = strtoull(optarg, NULL, 0);
+			fr.va_session = strtoull(optarg, NULL, 0);
 			break;
-		case 'm':
-			crcd.max_sessions = (unsigned)strtoul(optarg, NULL, 0);
+		case 'p':
+			fr.pool = (unsigned)strtoul(optarg, NULL, 0);
 			break;
 		case 'r':
-			crcd.ring_size = strtoull(optarg, NULL, 0);
+			fr.ring_size = strtoull(optarg, NULL, 0);
 			break;
 		case 'i':
 			idle_exit = (unsigned)strtoul(optarg, NULL, 0);
@@ -415,9 +376,8 @@ int main(int argc, char **argv)
 		}
 	}
 	if (!backend || (strcmp(backend, "sim") && strcmp(backend, "cuda")) || optind != argc ||
-	    crcd.max_sessions == 0 || crcd.max_sessions > 256 || crcd.va_session % CRC_GRANULE ||
-	    crcd.va_base % CRC_GRANULE || (crcd.ring_size & (crcd.ring_size - 1)) ||
-	    crcd.ring_size < (1u << 20)) {
+	    fr.pool > 64 || !fr.va_session || fr.va_session % CRC_GRANULE || fr.va_base % CRC_GRANULE ||
+	    (fr.ring_size & (fr.ring_size - 1)) || fr.ring_size < (1u << 20)) {
 		usage(stderr);
 		return 2;
 	}
@@ -433,7 +393,9 @@ int main(int argc, char **argv)
 		pr_err("cannot find the %s backend library: give --backend-lib", backend);
 		return 1;
 	}
-	if (crc_backend_load(path) || collect_devices() || reserve_window())
+	snprintf(fr.backend_lib, sizeof(fr.backend_lib), "%s", path);
+	fr.log_level = crc_log_level();
+	if (worker_path(fr.worker_exe, sizeof(fr.worker_exe)))
 		return 1;
 	if (!sock_path[0] && crc_sock_default_path(sock_path, sizeof(sock_path)))
 		return 1;
@@ -456,6 +418,11 @@ int main(int argc, char **argv)
 		pr_perror("daemon");
 		return 1;
 	}
+	/* After daemon(): workers are children of the process that reaps them. */
+	if (crc_workers_start()) {
+		unlink(sock_path);
+		return 1;
+	}
 	pr_info("serving on %s%s%s (backend %s)", sock_path, listen_addr ? " and " : "",
 		listen_addr ? listen_addr : "", path);
 	/* Tests and crcudactl wait for this line on stdout. */
@@ -463,20 +430,29 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	busy_at = now_s();
 	while (!stopping) {
-		int ready = poll(fds, (nfds_t)nfds, 500);
+		int links[MAX_WATCHED];
+		unsigned nl = crc_workers_pollfds(links, MAX_WATCHED);
+		int ready;
 
+		for (unsigned i = 0; i < nl; i++)
+			fds[nfds + i] = (struct pollfd){.fd = links[i], .events = POLLIN};
+		ready = poll(fds, (nfds_t)(nfds + (int)nl), 500);
+		/* A worker that exited (its link hangs up) is reaped; the pool is topped up. */
+		crc_workers_tend();
 		if (idle_exit && ready == 0 && idle_expired(sock_path, idle_exit, &busy_at)) {
 			pr_info("no session for %u s: exiting (--idle-exit)", idle_exit);
 			break;
 		}
 		if (ready <= 0)
 			continue;
-		busy_at = now_s();
 		for (int i = 0; i < nfds; i++)
-			if (fds[i].revents & POLLIN)
+			if (fds[i].revents & POLLIN) {
+				busy_at = now_s();
 				accept_one(fds[i].fd, i == 1);
+			}
 	}
 	unlink(sock_path);
 	pr_info("stopping");
+	crc_workers_stop();
 	return 0;
 }

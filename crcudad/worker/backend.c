@@ -5,7 +5,7 @@
 
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
-#include "crcudad.h"
+#include "worker.h"
 
 struct crc_backend crc_be;
 

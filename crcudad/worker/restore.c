@@ -1,16 +1,10 @@
-/* Restore of a session from the store: replay the journal in a new session in the checkpoint's own VA
- * slot with the same handles, upload the data and globals, and hand the control connection over as the
- * session's socket (REBIND).
+/* Restore of a session from the store: replay the journal in a new session at the checkpoint's own
+ * device VA range with the same handles, upload the data and globals, and hand the control connection
+ * over as the session's socket (REBIND).
  *
- * The slot cannot move: device pointers live in the application's memory and in device memory, where
- * no translation can find them all. So when a live session holds it here (a restored copy of the same
- * checkpoint that still runs, or another program), or the range is no slot of this daemon's window,
- * the restore fails with the reason (crc_slot_check: CRC_EBUSY, CRC_EINVAL). `crcudactl restore` asks
- * first (crc_ctl_slot) and then restores into another crcudad instead: SOCKET.N beside this one, started
- * on demand with the checkpoint's window, a process of its own whose device address space has that
- * range free; checkpoint, ls and the plugin find a process's daemon among those (crc_ctl_find_pid). A
- * holder whose client has just died is waited for (crc_session_create). A --remote daemon gets no such
- * help: the reason goes back to the user. */
+ * The range cannot move: device pointers live in the application's memory and in device memory, where
+ * no translation can find them all. Each restore runs in a fresh worker process (link.h), whose device
+ * address space has every range free, so it always gets it. */
 #define LOG_PREFIX "crcudad: "
 #include <errno.h>
 #include <inttypes.h>
@@ -23,7 +17,7 @@
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
 #include "crcuda/modimage.h"
-#include "crcudad.h"
+#include "worker.h"
 
 /* After cuda.h: define and call entry points by their ABI names. */
 #include "crcuda/cuda_api_undef.h"
@@ -358,7 +352,6 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 	struct jload j = {0};
 	struct crc_peer p = *peer;
 	uint64_t session, va_base, va_size;
-	unsigned slot;
 	bool ok = true;
 	int rc, memfd = -1;
 	double t0 = crc_now_s();
@@ -387,9 +380,8 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 		rc = CRC_ECORRUPT;
 		goto fail;
 	}
-	/* The very range: pointers into it live in the application's memory and in device memory. A
-	 * holder that is dying is waited for when the session is made. */
-	rc = crc_slot_check(va_base, va_size, &slot, why, why_len);
+	/* The very range: pointers into it live in the application's memory and in device memory. */
+	rc = crc_va_window(va_base, va_size, why, why_len);
 	if (rc)
 		goto fail;
 	/* --gpu checked before anything is made. */
@@ -403,7 +395,7 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 		goto fail;
 	}
 	p.pid = w->pid;
-	rc = crc_session_create(fd, tcp, &p, slot, &s, why, why_len);
+	rc = crc_session_create(fd, tcp, &p, &s, why, why_len);
 	if (rc)
 		goto fail;
 	/* Contexts are made, and device ordinals of later calls go, where --gpu says. */

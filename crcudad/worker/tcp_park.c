@@ -15,10 +15,10 @@
 
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
-#include "crcudad.h"
+#include "worker.h"
 
 /* A resumed detached client reconnects as soon as CRIU lets it run again (--leave-running): seconds
- * are plenty, and a restore that wants the slot waits no longer than that for it. */
+ * are plenty. */
 #define RECLAIM_S 10.0
 /* Between the ACK and the EOF of a detaching client there is only its close. */
 #define DETACH_EOF_MS 5000
@@ -127,9 +127,8 @@ int crc_tcp_reclaim(int fd, const struct crc_hello *hello)
 	int rc = CRC_ENOTFOUND;
 
 	pthread_mutex_lock(&crcd.lock);
-	for (unsigned i = 0; i < crcd.max_sessions && !s; i++)
-		if (crcd.sessions[i] && crcd.sessions[i]->id == hello->session_id)
-			s = crcd.sessions[i];
+	if (crcd.session && crcd.session->id == hello->session_id)
+		s = crcd.session;
 	if (s) {
 		pthread_mutex_lock(&s->ctl_lock);
 		if (!s->detached || s->reclaim_fd >= 0 || s->ending)

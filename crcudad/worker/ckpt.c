@@ -18,7 +18,7 @@
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
 #include "crcuda/modimage.h"
-#include "crcudad.h"
+#include "worker.h"
 
 /* After cuda.h: define and call entry points by their ABI names. */
 #include "crcuda/cuda_api_undef.h"
@@ -714,7 +714,6 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 	META("crcuda.journal_seq", "%" PRIu64, s->journal_seq);
 	META("crcuda.va_base", "%#" PRIx64, s->va_base);
 	META("crcuda.va_size", "%#" PRIx64, s->va_size);
-	META("crcuda.va_slot", "%u", s->slot);
 	META("crcuda.daemon_session", "%llu", (unsigned long long)s->id);
 	META("crcuda.pid", "%d", (int)s->peer.pid);
 	{

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "crcuda/log.h"
-#include "crcudad.h"
+#include "worker.h"
 
 #include "crcuda/cuda_api_undef.h"
 

@@ -7,7 +7,7 @@
 
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
-#include "crcudad.h"
+#include "worker.h"
 
 /* After cuda.h: define and call entry points by their ABI names. */
 #include "crcuda/cuda_api_undef.h"

@@ -14,7 +14,7 @@
 
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
-#include "crcudad.h"
+#include "worker.h"
 
 /* After cuda.h: define and call entry points by their ABI names. */
 #include "crcuda/cuda_api_undef.h"
@@ -174,6 +174,13 @@ uint64_t crc_register(struct crc_session *s, unsigned tag, union crc_slot real)
 	t->real[idx] = real;
 	if (idx > t->n)
 		t->n = idx;
+	if (tag == CRC_HT_CTX && real.ptr) {
+		CUdevice dev;
+
+		/* A context made here is current on this thread (cuCtxCreate): which GPU, for ls. */
+		if (crc_be.cuCtxGetDevice_fn(&dev) == CUDA_SUCCESS && dev >= 0 && dev < 32)
+			s->devices |= 1u << dev;
+	}
 	v = crc_vhandle(tag, idx);
 	if (s->jcapture && s->njnew < sizeof(s->jnew) / sizeof(s->jnew[0]))
 		s->jnew[s->njnew++] = v;
@@ -251,8 +258,10 @@ static CUresult primary_ctx(struct crc_session *s, uint32_t idx)
 		return CUDA_SUCCESS;
 	/* A restore onto another GPU (--gpu) maps the client's ordinal to the backend's. */
 	res = crc_be.cuDevicePrimaryCtxRetain_fn(&ctx, (CUdevice)s->dev_map[idx - 1]);
-	if (res == CUDA_SUCCESS)
+	if (res == CUDA_SUCCESS) {
 		slot->ptr = ctx;
+		s->devices |= 1u << (s->dev_map[idx - 1] & 31);
+	}
 	return res;
 }
 
@@ -536,11 +545,9 @@ static CUresult stats(struct crc_session *s)
 
 	if (!st)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	pthread_mutex_lock(&crcd.lock);
-	for (unsigned i = 0; i < crcd.max_sessions; i++)
-		st->sessions += !!crcd.sessions[i];
-	st->total_mapped_bytes = crcd.total_mapped;
-	pthread_mutex_unlock(&crcd.lock);
+	/* A worker serves one session. */
+	st->sessions = 1;
+	st->total_mapped_bytes = s->mapped_bytes;
 	st->session_id = s->id;
 	st->mapped_bytes = s->mapped_bytes;
 	return CUDA_SUCCESS;
@@ -654,10 +661,10 @@ static void session_dealloc(struct crc_session *s)
 
 static void session_free(struct crc_session *s)
 {
+	crc_worker_session_ended();
 	crc_session_release_resources(s);
 	pthread_mutex_lock(&crcd.lock);
-	crcd.sessions[s->slot] = NULL;
-	crcd.total_mapped -= s->mapped_bytes;
+	crcd.session = NULL;
 	pthread_mutex_unlock(&crcd.lock);
 	crc_chan_shutdown(&s->chan);
 	session_dealloc(s);
@@ -786,98 +793,49 @@ static struct crc_session *session_alloc(int fd, bool tcp, const struct crc_peer
 	return s;
 }
 
-/* The slot's range; handles 1..dev_count of the context table are the primary contexts. */
-static void session_setup(struct crc_session *s, unsigned slot)
+/* The worker's range; handles 1..dev_count of the context table are the primary contexts. */
+static void session_setup(struct crc_session *s)
 {
-	s->slot = slot;
-	s->va_base = crcd.va_base + slot * crcd.va_session;
+	s->va_base = crcd.va_base;
 	s->va_size = crcd.va_session;
 	for (int d = 0; d < crcd.dev_count; d++)
 		crc_register(s, CRC_HT_CTX, (union crc_slot){.u64 = 0});
 }
 
-/* A holder of a slot that will not let go of it soon: its client is connected, or a checkpoint of it
- * waits for its commit. A holder whose client has just died (kill -9, then restore at once) frees the
- * slot within a poll interval. Called with crcd.lock held. */
-static bool holds_for_good(const struct crc_session *o)
+/* Makes s the worker's session, with the id the front gave it. */
+static int session_claim(struct crc_session *s, char *why, size_t why_len)
 {
-	/* A detached TCP session (tcp_park.c) holds it while parked for a dump; resumed, it goes away
-	 * unless its client takes it back. */
-	return o->ckpt || (o->detached ? o->state != CRC_CTL_RUNNING : !crc_sock_alive(o->fd));
-}
-
-static void held_why(unsigned slot, const struct crc_session *o, char *why, size_t why_len)
-{
-	snprintf(why, why_len,
-		 "VA slot %u (%#llx) of this daemon is held by session %llu of live pid %d, and the "
-		 "checkpoint's device pointers need that range",
-		 slot, (unsigned long long)(crcd.va_base + slot * crcd.va_session), (unsigned long long)o->id,
-		 (int)o->peer.pid);
-}
-
-int crc_slot_check(uint64_t va_base, uint64_t va_size, unsigned *slot, char *why, size_t why_len)
-{
-	const struct crc_session *o;
 	int rc = 0;
 
-	if (va_size != crcd.va_session || va_base < crcd.va_base ||
-	    (va_base - crcd.va_base) % crcd.va_session ||
-	    (va_base - crcd.va_base) / crcd.va_session >= crcd.max_sessions) {
-		snprintf(why, why_len,
-			 "the checkpoint's device VA range %#" PRIx64 "+%#" PRIx64
-			 " is not a session slot of this daemon (window %#" PRIx64 ", %u slots of %#" PRIx64
-			 "): it needs a crcudad whose window has it as a slot (e.g. --va-base %#" PRIx64
-			 " --va-session %#" PRIx64 ")",
-			 va_base, va_size, crcd.va_base, crcd.max_sessions, crcd.va_session, va_base,
-			 va_size);
-		return CRC_EINVAL;
-	}
-	*slot = (unsigned)((va_base - crcd.va_base) / crcd.va_session);
 	pthread_mutex_lock(&crcd.lock);
-	o = crcd.sessions[*slot];
-	if (o && holds_for_good(o)) {
-		held_why(*slot, o, why, why_len);
+	if (crcd.session) {
+		snprintf(why, why_len, "this worker serves session %llu already",
+			 (unsigned long long)crcd.session->id);
 		rc = CRC_EBUSY;
+	} else {
+		crcd.session = s;
+		s->id = crcd.next_session_id;
 	}
 	pthread_mutex_unlock(&crcd.lock);
 	return rc;
 }
 
-int crc_session_create(int fd, bool tcp, const struct crc_peer *peer, unsigned slot, struct crc_session **out,
-		       char *why, size_t why_len)
+int crc_session_create(int fd, bool tcp, const struct crc_peer *peer, struct crc_session **out, char *why,
+		       size_t why_len)
 {
 	struct crc_session *s = session_alloc(fd, tcp, peer);
+	int rc;
 
 	if (!s)
 		return CRC_ENOMEM;
-	pthread_mutex_lock(&crcd.lock);
-	/* A holder that is going away frees the slot within a poll interval: wait for that rather than
-	 * refuse. */
-	for (int tries = 0; slot < crcd.max_sessions && crcd.sessions[slot] && tries < 150; tries++) {
-		if (holds_for_good(crcd.sessions[slot]))
-			break;
-		pthread_mutex_unlock(&crcd.lock);
-		usleep(20 * 1000);
-		pthread_mutex_lock(&crcd.lock);
-	}
-	if (slot >= crcd.max_sessions || crcd.sessions[slot]) {
-		struct crc_session *o = slot < crcd.max_sessions ? crcd.sessions[slot] : NULL;
-
-		if (o)
-			held_why(slot, o, why, why_len);
-		else
-			snprintf(why, why_len, "VA slot %u does not exist on this daemon (--max-sessions %u)",
-				 slot, crcd.max_sessions);
-		pthread_mutex_unlock(&crcd.lock);
+	rc = session_claim(s, why, why_len);
+	if (rc) {
 		pthread_mutex_destroy(&s->ctl_lock);
 		pthread_cond_destroy(&s->ctl_cond);
 		free(s);
-		return o ? CRC_EBUSY : CRC_EINVAL;
+		return rc;
 	}
-	crcd.sessions[slot] = s;
-	s->id = ++crcd.next_session_id;
-	pthread_mutex_unlock(&crcd.lock);
-	session_setup(s, slot);
+	session_setup(s);
 	s->state = CRC_CTL_RESTORING;
 	*out = s;
 	return 0;
@@ -899,8 +857,7 @@ void crc_session_destroy(struct crc_session *s)
 {
 	crc_session_release_resources(s);
 	pthread_mutex_lock(&crcd.lock);
-	crcd.sessions[s->slot] = NULL;
-	crcd.total_mapped -= s->mapped_bytes;
+	crcd.session = NULL;
 	pthread_mutex_unlock(&crcd.lock);
 	s->fd = -1; /* the control connection's: its owner closes it */
 	session_dealloc(s);
@@ -911,31 +868,23 @@ int crc_session_start(int fd, bool tcp, const struct crc_peer *peer, const struc
 	struct crc_hello_reply *reply = malloc(sizeof(*reply));
 	struct crc_session *s = session_alloc(fd, tcp, peer);
 	int memfd = -1, rc = 0;
-	unsigned slot;
+	char why[128];
 
 	(void)hello;
 	if (!s || !reply) {
 		rc = CRC_ENOMEM;
 		goto fail;
 	}
-	pthread_mutex_lock(&crcd.lock);
-	for (slot = 0; slot < crcd.max_sessions && crcd.sessions[slot]; slot++)
-		;
-	if (slot == crcd.max_sessions) {
-		pthread_mutex_unlock(&crcd.lock);
-		pr_warn("refusing pid %d: all %u session slots are in use", (int)peer->pid,
-			crcd.max_sessions);
-		rc = CRC_EBUSY;
+	rc = session_claim(s, why, sizeof(why));
+	if (rc) {
+		pr_warn("refusing pid %d: %s", (int)peer->pid, why);
 		goto fail;
 	}
-	crcd.sessions[slot] = s;
-	s->id = ++crcd.next_session_id;
-	pthread_mutex_unlock(&crcd.lock);
-	session_setup(s, slot);
+	session_setup(s);
 	if (!tcp) {
 		rc = crc_session_make_rings(s, &memfd);
 		if (rc)
-			goto fail_slot;
+			goto fail_session;
 	} else {
 		crc_chan_open_tcp(&s->chan, fd);
 	}
@@ -951,15 +900,15 @@ int crc_session_start(int fd, bool tcp, const struct crc_peer *peer, const struc
 	if (memfd >= 0)
 		close(memfd);
 	if (rc)
-		goto fail_slot;
+		goto fail_session;
 	rc = crc_session_run(s);
 	if (rc)
-		goto fail_slot;
+		goto fail_session;
 	free(reply);
 	return 0;
-fail_slot:
+fail_session:
 	pthread_mutex_lock(&crcd.lock);
-	crcd.sessions[s->slot] = NULL;
+	crcd.session = NULL;
 	pthread_mutex_unlock(&crcd.lock);
 	crc_chan_close(&s->chan);
 	free(s->tables[CRC_HT_CTX].real);

@@ -1,7 +1,7 @@
-/* Control connections (crcuda/ctl.h): crcudactl and the CRIU plugin ask for the sessions, quiesce,
- * checkpoint, commit, abort, resume and restore, and whether a checkpoint's VA slot is free. One thread per
- * connection; commands on a session run on that session's own thread (it owns the session's backend state),
- * the control thread waits. */
+/* Control connections (crcuda/ctl.h) the front handed over: quiesce, checkpoint, commit, abort and
+ * resume of this worker's session (the front proxies them), and a restore (the connection is then the
+ * restored session's). Listing sessions is the front's. One thread per connection; commands on a session run
+ * on that session's own thread (it owns the session's backend state), the control thread waits. */
 #define LOG_PREFIX "control: "
 #include <errno.h>
 #include <stdbool.h>
@@ -13,12 +13,14 @@
 
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
-#include "crcudad.h"
+#include "worker.h"
 
 struct control {
 	int fd;
 	bool tcp;
 	struct crc_peer peer;
+	uint8_t *pending; /* the request the front read before handing the connection over */
+	size_t pending_len;
 };
 
 static int send_reply(int fd, const struct crc_msg_hdr *req, int status, const char *msg, const void *data,
@@ -43,42 +45,27 @@ static int send_reply(int fd, const struct crc_msg_hdr *req, int status, const c
 static struct crc_session *session_get(const struct control *c, int32_t pid, uint64_t id, char *why,
 				       size_t why_len)
 {
-	struct crc_session *found = NULL;
+	struct crc_session *s;
 
 	pthread_mutex_lock(&crcd.lock);
-	for (unsigned i = 0; i < crcd.max_sessions; i++) {
-		struct crc_session *s = crcd.sessions[i];
-
-		if (!s || s->state == CRC_CTL_RESTORING || (pid ? s->peer.pid != pid : s->id != id))
-			continue;
-		/* By pid: the newest live session. A process may have had an earlier one (crcudactl run
-		 * checks the daemon with a session of its own, and exec keeps the pid) that is still
-		 * being torn down. */
-		if (pid && found) {
-			bool s_live = !crc_sock_alive(s->fd), found_live = !crc_sock_alive(found->fd);
-
-			if (s_live != found_live ? !s_live : s->id < found->id)
-				continue;
-		}
-		found = s;
-		if (!pid)
-			break;
-	}
-	if (found && !c->tcp && c->peer.uid != 0 && c->peer.uid != found->peer.uid) {
-		snprintf(why, why_len, "session %llu belongs to uid %u", (unsigned long long)found->id,
-			 (unsigned)found->peer.uid);
-		found = NULL;
-	} else if (found) {
-		pthread_mutex_lock(&found->ctl_lock);
-		found->refs++;
-		pthread_mutex_unlock(&found->ctl_lock);
+	s = crcd.session;
+	if (s && (s->state == CRC_CTL_RESTORING || (pid ? s->peer.pid != pid : s->id != id)))
+		s = NULL;
+	if (s && !c->tcp && c->peer.uid != 0 && c->peer.uid != s->peer.uid) {
+		snprintf(why, why_len, "session %llu belongs to uid %u", (unsigned long long)s->id,
+			 (unsigned)s->peer.uid);
+		s = NULL;
+	} else if (s) {
+		pthread_mutex_lock(&s->ctl_lock);
+		s->refs++;
+		pthread_mutex_unlock(&s->ctl_lock);
 	} else if (pid) {
 		snprintf(why, why_len, "no session of pid %d on this daemon", (int)pid);
 	} else {
 		snprintf(why, why_len, "no session %llu on this daemon", (unsigned long long)id);
 	}
 	pthread_mutex_unlock(&crcd.lock);
-	return found;
+	return s;
 }
 
 static void session_put(struct crc_session *s)
@@ -188,33 +175,6 @@ void crc_session_command(struct crc_session *s)
 	pthread_mutex_unlock(&s->ctl_lock);
 }
 
-static void list_sessions(struct control *c, const struct crc_msg_hdr *h)
-{
-	struct crc_ctl_session_wire w[256];
-	unsigned n = 0;
-
-	pthread_mutex_lock(&crcd.lock);
-	for (unsigned i = 0; i < crcd.max_sessions; i++) {
-		struct crc_session *s = crcd.sessions[i];
-
-		if (!s)
-			continue;
-		w[n++] = (struct crc_ctl_session_wire){
-		    .session_id = s->id,
-		    .pid = s->peer.pid,
-		    .uid = s->peer.uid,
-		    .va_base = s->va_base,
-		    .va_size = s->va_size,
-		    .device_bytes = s->mapped_bytes,
-		    .state = s->state,
-		    .transport = s->tcp ? CRC_TRANSPORT_TCP : CRC_TRANSPORT_UNIX,
-		    .journal_records = s->njrec,
-		};
-	}
-	pthread_mutex_unlock(&crcd.lock);
-	send_reply(c->fd, h, 0, NULL, w, n * sizeof(w[0]));
-}
-
 /* Returns false when the connection is over (restore hands it to a session). */
 static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const uint8_t *p, size_t len)
 {
@@ -225,33 +185,24 @@ static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const 
 	const struct crc_ctl_req *r = (const void *)p;
 	int rc;
 
-	if (h->op == CRC_OP_CTL_SESSIONS) {
-		list_sessions(c, h);
-		return true;
-	}
-	if (h->op == CRC_OP_CTL_SLOT) {
-		const struct crc_ctl_slot_wire *w = (const void *)p;
-		unsigned slot;
-
-		rc = len < sizeof(*w) ? CRC_EINVAL
-				      : crc_slot_check(w->va_base, w->va_size, &slot, why, sizeof(why));
-		send_reply(c->fd, h, rc, rc ? why : NULL, NULL, 0);
-		return true;
-	}
 	if (h->op == CRC_OP_CTL_RESTORE) {
 		const struct crc_ctl_restore_wire *w = (const void *)p;
 
 		if (len <= sizeof(*w) || p[len - 1]) {
-			send_reply(c->fd, h, CRC_EINVAL, "malformed restore request", NULL, 0);
-			return true;
+			rc = CRC_EINVAL;
+			snprintf(why, sizeof(why), "malformed restore request");
+		} else {
+			rc = crc_restore(c->fd, c->tcp, &c->peer, h, w, (const char *)(w + 1), why,
+					 sizeof(why));
 		}
-		rc = crc_restore(c->fd, c->tcp, &c->peer, h, w, (const char *)(w + 1), why, sizeof(why));
-		if (rc) {
+		if (rc)
 			send_reply(c->fd, h, rc, why, NULL, 0);
-			return true;
-		}
-		/* The connection belongs to the restored session now (crc_restore replied). */
-		return false;
+		pthread_mutex_lock(&crcd.lock);
+		crcd.restoring = false;
+		pthread_mutex_unlock(&crcd.lock);
+		/* Restored: the connection belongs to the session now (crc_restore replied). Failed: the
+		 * reply said why, and this worker, with nothing left to do, goes (closing it). */
+		return rc != 0;
 	}
 	if (len < sizeof(*r) || h->op < CRC_OP_CTL_QUIESCE || h->op > CRC_OP_CTL_RESUME) {
 		send_reply(c->fd, h, CRC_EINVAL, "malformed control request", NULL, 0);
@@ -289,9 +240,8 @@ static void resume_orphans(struct control *c)
 		struct crc_session *s = NULL;
 
 		pthread_mutex_lock(&crcd.lock);
-		for (unsigned i = 0; i < crcd.max_sessions && !s; i++)
-			if (crcd.sessions[i] && crcd.sessions[i]->quiesced_by == c)
-				s = crcd.sessions[i];
+		if (crcd.session && crcd.session->quiesced_by == c)
+			s = crcd.session;
 		if (s) {
 			s->quiesced_by = NULL;
 			pthread_mutex_lock(&s->ctl_lock);
@@ -308,34 +258,49 @@ static void resume_orphans(struct control *c)
 	}
 }
 
+/* One request: from the front's hand-over, else read off the connection. false: the connection ended. */
+static bool next_request(struct control *c, struct crc_msg_hdr *h, uint8_t **buf, size_t *len)
+{
+	free(*buf);
+	*buf = NULL;
+	if (c->pending) {
+		if (c->pending_len < sizeof(*h))
+			return false;
+		memcpy(h, c->pending, sizeof(*h));
+		*len = c->pending_len - sizeof(*h);
+		*buf = malloc(*len + 1);
+		if (*buf)
+			memcpy(*buf, c->pending + sizeof(*h), *len);
+		free(c->pending);
+		c->pending = NULL;
+		return *buf && h->len == c->pending_len;
+	}
+	if (crc_sock_read_all(c->fd, h, sizeof(*h)))
+		return false;
+	if (h->len < sizeof(*h) || h->len - sizeof(*h) > (1u << 20)) {
+		pr_warn("control connection of pid %d: bad record length %u", (int)c->peer.pid, h->len);
+		return false;
+	}
+	*len = h->len - sizeof(*h);
+	*buf = malloc(*len + 1);
+	return *buf && !crc_sock_read_all(c->fd, *buf, *len);
+}
+
 static void *control_main(void *arg)
 {
 	struct control *c = arg;
 	uint8_t *buf = NULL;
 	bool keep_fd = false;
+	struct crc_msg_hdr h;
+	size_t len;
 
-	for (;;) {
-		struct crc_msg_hdr h;
-		size_t len;
-
-		if (crc_sock_read_all(c->fd, &h, sizeof(h)))
-			break;
-		if (h.len < sizeof(h) || h.len - sizeof(h) > (1u << 20)) {
-			pr_warn("control connection of pid %d: bad record length %u", (int)c->peer.pid,
-				h.len);
-			break;
-		}
-		len = h.len - sizeof(h);
-		free(buf);
-		buf = malloc(len + 1);
-		if (!buf || crc_sock_read_all(c->fd, buf, len))
-			break;
+	while (next_request(c, &h, &buf, &len))
 		if (!serve_request(c, &h, buf, len)) {
 			keep_fd = true;
 			break;
 		}
-	}
 	free(buf);
+	free(c->pending);
 	if (!keep_fd)
 		close(c->fd);
 	resume_orphans(c);
@@ -343,35 +308,41 @@ static void *control_main(void *arg)
 	return NULL;
 }
 
-int crc_control_start(int fd, bool tcp, const struct crc_peer *peer)
+void crc_control_start(int fd, bool tcp, const struct crc_peer *peer, const void *req, size_t len)
 {
-	struct crc_hello_reply *reply = calloc(1, sizeof(*reply));
 	struct control *c = calloc(1, sizeof(*c));
 	pthread_t t;
-	int rc;
 
-	if (!reply || !c) {
-		free(reply);
-		free(c);
-		return CRC_ENOMEM;
+	if (c && len) {
+		c->pending = malloc(len);
+		if (c->pending)
+			memcpy(c->pending, req, len);
+		c->pending_len = len;
 	}
-	*reply = crcd.proto;
-	rc = crc_sock_write_all(fd, reply, sizeof(*reply));
-	free(reply);
-	if (rc) {
-		free(c);
+	if (!c || (len && !c->pending)) {
+		pr_err("out of memory for a control connection");
+		if (c)
+			free(c);
 		close(fd);
-		return 0;
+		return;
 	}
 	c->fd = fd;
 	c->tcp = tcp;
 	c->peer = *peer;
-	rc = pthread_create(&t, NULL, control_main, c);
-	if (rc) {
+	if (len) {
+		/* A restore: the worker must not take itself for idle before the session exists. */
+		pthread_mutex_lock(&crcd.lock);
+		crcd.restoring = true;
+		pthread_mutex_unlock(&crcd.lock);
+	}
+	if (pthread_create(&t, NULL, control_main, c)) {
+		pthread_mutex_lock(&crcd.lock);
+		crcd.restoring = false;
+		pthread_mutex_unlock(&crcd.lock);
+		free(c->pending);
 		free(c);
 		close(fd);
-		return 0;
+		return;
 	}
 	pthread_detach(t);
-	return 0;
 }

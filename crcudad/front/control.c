@@ -1,0 +1,263 @@
+/* Control connections (crcuda/ctl.h) at the front. Sessions are listed here, from the workers' status
+ * pages. A restore goes to a fresh worker with the connection itself (it becomes the restored session's
+ * socket). Commands on a session (quiesce, checkpoint, commit, abort, resume) are proxied to its worker
+ * over a socket pair made for this connection and that worker: the worker sees one control connection
+ * per crcudactl or plugin connection, and it ending when that one ends (a checkpointer that died
+ * mid-dump is noticed there). */
+#define LOG_PREFIX "control: "
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "crcuda/errno.h"
+#include "crcuda/log.h"
+#include "front.h"
+
+struct proxy {
+	struct worker *w;
+	int fd;
+};
+
+struct control {
+	int fd;
+	bool tcp;
+	struct crc_peer peer;
+	struct proxy proxies[4]; /* the workers this connection talked to */
+};
+
+static int send_reply(int fd, const struct crc_msg_hdr *req, int status, const char *msg, const void *data,
+		      size_t len)
+{
+	struct crc_msg_hdr h = {.op = req->op, .seq = req->seq};
+	struct crc_ctl_reply r = {.status = status};
+	int rc;
+
+	h.len = (uint32_t)(sizeof(h) + sizeof(r) + len);
+	if (msg)
+		snprintf(r.msg, sizeof(r.msg), "%s", msg);
+	rc = crc_sock_write_all(fd, &h, sizeof(h));
+	if (!rc)
+		rc = crc_sock_write_all(fd, &r, sizeof(r));
+	if (!rc && len)
+		rc = crc_sock_write_all(fd, data, len);
+	return rc;
+}
+
+static void list_sessions(struct control *c, const struct crc_msg_hdr *h)
+{
+	static const unsigned max = 1024;
+	struct crc_ctl_session_wire *w = calloc(max, sizeof(*w));
+	unsigned n = w ? crc_workers_list(w, max) : 0;
+
+	send_reply(c->fd, h, w ? 0 : CRC_ENOMEM, w ? NULL : "out of memory", w, n * sizeof(*w));
+	free(w);
+}
+
+/* The proxy socket to w for this connection, made and handed over on first use. */
+static int proxy_fd(struct control *c, struct worker *w)
+{
+	struct proxy *free_slot = NULL;
+	struct crc_link_msg m = {.kind = CRC_LINK_CONTROL, .tcp = c->tcp, .peer = c->peer};
+	int sv[2], rc;
+
+	for (unsigned i = 0; i < sizeof(c->proxies) / sizeof(c->proxies[0]); i++) {
+		if (c->proxies[i].w == w) {
+			crc_worker_put(w); /* the slot holds it already */
+			return c->proxies[i].fd;
+		}
+		if (!c->proxies[i].w && !free_slot)
+			free_slot = &c->proxies[i];
+	}
+	if (!free_slot)
+		return CRC_EBUSY;
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
+		return -errno;
+	rc = crc_worker_hand(w, &m, sv[1], NULL, 0);
+	if (rc) {
+		close(sv[0]);
+		return rc;
+	}
+	/* The slot keeps the caller's hold on w. */
+	free_slot->w = w;
+	free_slot->fd = sv[0];
+	return sv[0];
+}
+
+/* Forwards one request to the session's worker and its reply back. */
+static void proxy_request(struct control *c, const struct crc_msg_hdr *h, const uint8_t *p, size_t len)
+{
+	const struct crc_ctl_req *r = (const void *)p;
+	struct worker *w;
+	struct crc_msg_hdr rh;
+	uint8_t *reply = NULL;
+	char why[CRC_CTL_MSG_MAX];
+	int fd, rc;
+
+	w = crc_worker_find(r->pid, r->session_id);
+	if (!w) {
+		if (r->pid)
+			snprintf(why, sizeof(why), "no session of pid %d on this daemon", (int)r->pid);
+		else
+			snprintf(why, sizeof(why), "no session %llu on this daemon",
+				 (unsigned long long)r->session_id);
+		send_reply(c->fd, h, CRC_ENOTFOUND, why, NULL, 0);
+		return;
+	}
+	if (!c->tcp && c->peer.uid != 0 && c->peer.uid != w->peer.uid) {
+		snprintf(why, sizeof(why), "session %llu belongs to uid %u", (unsigned long long)w->session_id,
+			 (unsigned)w->peer.uid);
+		crc_worker_put(w);
+		send_reply(c->fd, h, CRC_EPERM, why, NULL, 0);
+		return;
+	}
+	fd = proxy_fd(c, w); /* keeps our hold on w on success */
+	if (fd < 0) {
+		crc_worker_put(w);
+		snprintf(why, sizeof(why), "cannot reach the worker of session %llu: %s",
+			 (unsigned long long)w->session_id, crc_strerror(fd));
+		send_reply(c->fd, h, CRC_EDAEMON, why, NULL, 0);
+		return;
+	}
+	rc = crc_sock_write_all(fd, h, sizeof(*h));
+	if (!rc)
+		rc = crc_sock_write_all(fd, p, len);
+	if (!rc)
+		rc = crc_sock_read_all(fd, &rh, sizeof(rh));
+	if (!rc && (rh.len < sizeof(rh) + sizeof(struct crc_ctl_reply) || rh.len > (1u << 20)))
+		rc = CRC_EPROTO;
+	if (!rc && !(reply = malloc(rh.len)))
+		rc = CRC_ENOMEM;
+	if (!rc)
+		rc = crc_sock_read_all(fd, reply, rh.len - sizeof(rh));
+	if (rc) {
+		snprintf(why, sizeof(why), "the worker (pid %d) of session %llu ended during the request: %s",
+			 (int)w->pid, (unsigned long long)w->session_id, crc_strerror(rc));
+		send_reply(c->fd, h, CRC_EDAEMON, why, NULL, 0);
+	} else {
+		crc_sock_write_all(c->fd, &rh, sizeof(rh));
+		crc_sock_write_all(c->fd, reply, rh.len - sizeof(rh));
+	}
+	free(reply);
+}
+
+/* A restore: a worker of its own takes the connection. false: the connection is handed over. */
+static bool restore(struct control *c, const struct crc_msg_hdr *h, const uint8_t *p, size_t len)
+{
+	const struct crc_ctl_restore_wire *rw = (const void *)p;
+	struct crc_link_msg m = {.kind = CRC_LINK_RESTORE, .tcp = c->tcp, .peer = c->peer};
+	struct crc_peer client = c->peer;
+	char why[CRC_CTL_MSG_MAX];
+	struct worker *w;
+	uint8_t *req;
+	int rc;
+
+	if (len <= sizeof(*rw) || p[len - 1] || sizeof(*h) + len > CRC_LINK_MAX_REQ) {
+		send_reply(c->fd, h, CRC_EINVAL, "malformed restore request", NULL, 0);
+		return true;
+	}
+	client.pid = rw->pid;
+	w = crc_worker_take(&client, c->tcp, why, sizeof(why));
+	if (!w) {
+		send_reply(c->fd, h, CRC_EDAEMON, why, NULL, 0);
+		return true;
+	}
+	req = malloc(sizeof(*h) + len);
+	if (!req) {
+		crc_worker_put(w);
+		send_reply(c->fd, h, CRC_ENOMEM, "out of memory", NULL, 0);
+		return true;
+	}
+	memcpy(req, h, sizeof(*h));
+	memcpy(req + sizeof(*h), p, len);
+	rc = crc_worker_hand(w, &m, c->fd, req, sizeof(*h) + len);
+	free(req);
+	crc_worker_put(w);
+	if (rc)
+		pr_warn("cannot hand a restore to worker %d: %s", (int)w->pid, crc_strerror(rc));
+	c->fd = -1;
+	return false;
+}
+
+/* false when the connection is over (or handed over). */
+static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const uint8_t *p, size_t len)
+{
+	switch (h->op) {
+	case CRC_OP_CTL_SESSIONS:
+		list_sessions(c, h);
+		return true;
+	case CRC_OP_CTL_SLOT:
+		/* Every restore runs in a worker of its own, where every range is free. */
+		send_reply(c->fd, h, len < sizeof(struct crc_ctl_slot_wire) ? CRC_EINVAL : 0, NULL, NULL, 0);
+		return true;
+	case CRC_OP_CTL_RESTORE:
+		return restore(c, h, p, len);
+	default:
+		break;
+	}
+	if (len < sizeof(struct crc_ctl_req) || h->op < CRC_OP_CTL_QUIESCE || h->op > CRC_OP_CTL_RESUME) {
+		send_reply(c->fd, h, CRC_EINVAL, "malformed control request", NULL, 0);
+		return true;
+	}
+	proxy_request(c, h, p, len);
+	return true;
+}
+
+static void *control_main(void *arg)
+{
+	struct control *c = arg;
+	uint8_t *buf = NULL;
+
+	for (;;) {
+		struct crc_msg_hdr h;
+		size_t len;
+
+		if (crc_sock_read_all(c->fd, &h, sizeof(h)))
+			break;
+		if (h.len < sizeof(h) || h.len - sizeof(h) > (1u << 20)) {
+			pr_warn("control connection of pid %d: bad record length %u", (int)c->peer.pid,
+				h.len);
+			break;
+		}
+		len = h.len - sizeof(h);
+		free(buf);
+		buf = malloc(len + 1);
+		if (!buf || crc_sock_read_all(c->fd, buf, len) || !serve_request(c, &h, buf, len))
+			break;
+	}
+	free(buf);
+	if (c->fd >= 0)
+		close(c->fd);
+	/* The workers see their side end: what this connection left quiesced is resumed there. */
+	for (unsigned i = 0; i < sizeof(c->proxies) / sizeof(c->proxies[0]); i++)
+		if (c->proxies[i].w) {
+			close(c->proxies[i].fd);
+			crc_worker_put(c->proxies[i].w);
+		}
+	free(c);
+	return NULL;
+}
+
+void crc_front_control(int fd, bool tcp, const struct crc_peer *peer)
+{
+	struct control *c = calloc(1, sizeof(*c));
+	pthread_t t;
+
+	if (!c || crc_sock_write_all(fd, &fr.proto, sizeof(fr.proto))) {
+		free(c);
+		close(fd);
+		return;
+	}
+	c->fd = fd;
+	c->tcp = tcp;
+	c->peer = *peer;
+	if (pthread_create(&t, NULL, control_main, c)) {
+		free(c);
+		close(fd);
+		return;
+	}
+	pthread_detach(t);
+}

@@ -1,0 +1,77 @@
+/* crcudad's front: accepts and authenticates connections, keeps the registry of workers (one process
+ * per application session, link.h) and answers or routes control commands. It never loads the driver,
+ * so nothing an application does to the GPU can reach it. */
+#ifndef CRCUDA_FRONT_H
+#define CRCUDA_FRONT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "crcuda/chan.h"
+#include "crcuda/ctl.h"
+#include "crcuda/proto.h"
+#include "crcuda/sock.h"
+#include "link.h"
+
+struct front {
+	/* What every worker is started with. */
+	char worker_exe[4096];
+	char backend_lib[4096];
+	uint64_t va_base, va_session;
+	size_t ring_size;
+	int log_level;
+	unsigned pool; /* initialised workers kept waiting for an application */
+	/* TCP authentication. */
+	char token[CRC_TOKEN_MAX];
+	size_t token_len;
+	bool have_token;
+	struct crc_hello_reply proto; /* device facts, from the first worker */
+};
+extern struct front fr;
+
+/* A worker process, and what the front knows of it. */
+struct worker {
+	pid_t pid;
+	int link;		   /* our end of its link; hang-up: it exited */
+	struct crc_worker_status *st; /* its status page */
+	bool assigned;		   /* handed its application (or restore); else waiting in the pool */
+	uint64_t session_id;	   /* the id given with the assignment */
+	struct crc_peer peer;	   /* of the connection it was given */
+	bool tcp;
+	unsigned refs; /* control threads using it: freed when they let go */
+	bool gone;     /* exited (reaped) */
+	struct worker *next;
+};
+
+/* ---- workers.c ---------------------------------------------------------------------------------- */
+/* Starts the first worker and waits until it is initialised (its device facts fill fr.proto). 0, or
+ * an error printed. */
+int crc_workers_start(void);
+/* Tops the pool up; reaps workers whose link hung up (called from the accept loop's poll). */
+void crc_workers_tend(void);
+/* The link descriptors to watch for hang-ups, up to max; how many. */
+unsigned crc_workers_pollfds(int *fds, unsigned max);
+/* A worker for a new job (from the pool, else started now), assigned, with a new session id, held
+ * (crc_worker_put). NULL: none could be started (why says so). */
+struct worker *crc_worker_take(const struct crc_peer *peer, bool tcp, char *why, size_t why_len);
+/* The live worker of a session, by client pid (the newest) or by session id; held. NULL: none. */
+struct worker *crc_worker_find(pid_t pid, uint64_t session_id);
+void crc_worker_put(struct worker *w);
+/* Hands a connection (fd, closed here either way) to a worker, with a message and trailing bytes. */
+int crc_worker_hand(struct worker *w, struct crc_link_msg *m, int fd, const void *extra, size_t extra_len);
+/* A consistent copy of a worker's session (seqlock); false when it has none to show (ended, idle). */
+bool crc_worker_session(const struct worker *w, struct crc_ctl_session_wire *out);
+/* The live sessions, for ls: up to max into out; how many. */
+unsigned crc_workers_list(struct crc_ctl_session_wire *out, unsigned max);
+/* Workers that serve a session (not the pool), for --idle-exit. */
+unsigned crc_workers_busy(void);
+/* Ends every worker (the front is stopping). */
+void crc_workers_stop(void);
+
+/* ---- control.c ---------------------------------------------------------------------------------- */
+/* Serves a greeted control connection on a thread of its own. */
+void crc_front_control(int fd, bool tcp, const struct crc_peer *peer);
+
+#endif

@@ -1,0 +1,59 @@
+/* What crcudad's front and its GPU workers say to each other (the only header both include).
+ *
+ * The front (crcudad, front/) accepts connections, authenticates them and knows every session; it never
+ * loads the driver. Each application session runs in a worker process of its own (crcudad-worker,
+ * worker/) that owns that session's CUDA contexts and nothing else: a sticky error, a crash inside the
+ * driver or a kill of one worker ends only its own application.
+ *
+ * A worker is started with two descriptors: CRC_LINK_FD, one end of a SOCK_SEQPACKET pair on which the
+ * front hands it connections (one struct crc_link_msg each, with the connection's descriptor attached),
+ * and CRC_LINK_STATUS_FD, a memfd holding struct crc_worker_status that the worker keeps current and the
+ * front reads (for `crcudactl ls`, and to route control commands). The worker never writes to the link:
+ * the front sees it end (hang-up) when the worker exits, whatever the cause. */
+#ifndef CRCUDA_LINK_H
+#define CRCUDA_LINK_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "crcuda/proto.h"
+#include "crcuda/sock.h"
+
+#define CRC_LINK_FD	   3
+#define CRC_LINK_STATUS_FD 4
+
+enum crc_link_kind {
+	CRC_LINK_CLIENT = 1, /* an application's connection, greeted (hello): serve it as the session */
+	CRC_LINK_CONTROL,    /* a control connection for this worker's session, proxied by the front */
+	CRC_LINK_RESTORE,    /* a control connection whose restore request (after the message) it serves */
+	CRC_LINK_RECLAIM,    /* a detached TCP client taking its session back (hello: its ticket) */
+};
+
+struct crc_link_msg {
+	uint32_t kind; /* enum crc_link_kind */
+	uint32_t tcp;
+	uint64_t session_id; /* CLIENT, RESTORE: the id the front gives the new session */
+	struct crc_peer peer;
+	struct crc_hello hello; /* CLIENT, RECLAIM */
+	uint32_t req_len;	/* RESTORE: bytes of the request (crc_msg_hdr + payload) after this */
+};
+/* A restore request travels in the same datagram. */
+#define CRC_LINK_MAX_REQ (48u * 1024)
+
+enum crc_worker_phase {
+	CRC_WORKER_STARTING = 0, /* loading the backend, cuInit, its context, the VA range */
+	CRC_WORKER_READY,	 /* initialised, waiting for a connection (proto valid from here on) */
+	CRC_WORKER_SERVING,	 /* has its session (or is restoring one) */
+	CRC_WORKER_ENDED,	 /* its session ended; the process is going away */
+	CRC_WORKER_FAILED,	 /* could not initialise (error says why) */
+};
+
+struct crc_worker_status {
+	_Atomic uint32_t phase; /* enum crc_worker_phase */
+	_Atomic uint32_t seq;	/* seqlock over session: odd while it is written */
+	struct crc_ctl_session_wire session;
+	char error[256];
+	struct crc_hello_reply proto; /* the device facts every hello answers with */
+};
+
+#endif

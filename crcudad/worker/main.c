@@ -1,0 +1,328 @@
+/* crcudad-worker: one application session's GPU process. Started by crcudad's front (front/), never by
+ * hand: loads the backend (the real driver or the simulated device) by path, initialises it, retains
+ * device 0's primary context and reserves the session's device VA range, says READY in its status page
+ * (link.h), then serves the one connection the front hands it: a new session, or a restore. It exits
+ * when that session ends, so its contexts, and whatever a fault did to them, go with it.
+ *
+ * usage: crcudad-worker --backend-lib PATH [--va-base ADDR] [--va-session BYTES] [--ring-size BYTES]
+ *                       [--probe] [--log-level N]   (descriptors CRC_LINK_FD and CRC_LINK_STATUS_FD open) */
+#define LOG_PREFIX "worker: "
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "crcuda/errno.h"
+#include "crcuda/log.h"
+#include "link.h"
+#include "worker.h"
+
+/* After cuda.h: define and call entry points by their ABI names. */
+#include "crcuda/cuda_api_undef.h"
+
+struct crc_daemon crcd = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .va_base = CRC_DEFAULT_VA_BASE,
+    .va_session = CRC_DEFAULT_VA_SESSION,
+    .ring_size = CRC_DEFAULT_RING,
+};
+
+_Static_assert(CU_DEVICE_ATTRIBUTE_MAX <= CRC_DEV_ATTR_SLOTS, "device attribute cache too small");
+_Static_assert(CU_FUNC_ATTRIBUTE_MAX <= CRC_FUNC_ATTR_SLOTS, "function attribute cache too small");
+
+static struct crc_worker_status *status;
+static bool window_reserved;
+
+/* Device facts every client caches (names, UUIDs, attributes, memory, PCI ids, driver version). */
+static void collect_devices(void)
+{
+	struct crc_hello_reply *p = &crcd.proto;
+	int count = 0;
+	CUresult res;
+
+	p->magic = CRC_PROTO_MAGIC;
+	p->version = CRC_PROTO_VERSION;
+	res = crc_be.cuInit_fn(0);
+	p->init_result = res;
+	if (res != CUDA_SUCCESS) {
+		pr_err("backend cuInit failed: %d", res);
+		return;
+	}
+	crc_be.cuDriverGetVersion_fn(&p->driver_version);
+	crc_be.cuDeviceGetCount_fn(&count);
+	if (count > CRC_MAX_DEVICES)
+		count = CRC_MAX_DEVICES;
+	p->dev_count = (uint32_t)count;
+	crcd.dev_count = count;
+	for (int d = 0; d < count; d++) {
+		struct crc_dev_info *di = &p->devs[d];
+		CUuuid uuid = {0};
+		size_t total = 0;
+
+		crc_be.cuDeviceGetName_fn(di->name, sizeof(di->name), d);
+		if (crc_be.cuDeviceGetUuid_v2_fn)
+			crc_be.cuDeviceGetUuid_v2_fn(&uuid, d);
+		else
+			crc_be.cuDeviceGetUuid_fn(&uuid, d);
+		memcpy(di->uuid, uuid.bytes, sizeof(di->uuid));
+		crc_be.cuDeviceTotalMem_v2_fn(&total, d);
+		di->total_mem = total;
+		crc_be.cuDeviceGetPCIBusId_fn(di->pci_bus_id, sizeof(di->pci_bus_id), d);
+		for (int a = 1; a < CU_DEVICE_ATTRIBUTE_MAX; a++)
+			if (crc_be.cuDeviceGetAttribute_fn(&di->attrs[a], (CUdevice_attribute)a, d) !=
+			    CUDA_SUCCESS)
+				di->attrs[a] = 0;
+		pr_debug("device %d: %s, %zu MiB, %s", d, di->name, total >> 20, di->pci_bus_id);
+	}
+}
+
+/* Reserves [base, base + size) at exactly that address, so that pointers handed out in it can be had
+ * again after a restore; frees the range held before. A context is needed: device 0's primary one, kept
+ * for good (a warm worker has paid for it before its application arrives). */
+int crc_va_window(uint64_t base, uint64_t size, char *why, size_t why_len)
+{
+	CUdeviceptr got = 0;
+	CUcontext ctx;
+	CUresult res;
+
+	if (window_reserved && base == crcd.va_base && size == crcd.va_session)
+		return 0;
+	if (!crcd.dev_count) {
+		snprintf(why, why_len, "the daemon has no GPU (cuInit: %d)", crcd.proto.init_result);
+		return CRC_ENODEV;
+	}
+	if (base % CRC_GRANULE || size % CRC_GRANULE || !size) {
+		snprintf(why, why_len, "device VA range %#" PRIx64 "+%#" PRIx64 " is not 2 MiB aligned", base,
+			 size);
+		return CRC_EINVAL;
+	}
+	res = crc_be.cuDevicePrimaryCtxRetain_fn(&ctx, 0);
+	if (res == CUDA_SUCCESS)
+		res = crc_be.cuCtxSetCurrent_fn(ctx);
+	if (res == CUDA_SUCCESS && window_reserved) {
+		crc_be.cuMemAddressFree_fn(crcd.va_base, crcd.va_session);
+		crc_be.cuDevicePrimaryCtxRelease_v2_fn(0);
+		window_reserved = false;
+	}
+	if (res == CUDA_SUCCESS)
+		res = crc_be.cuMemAddressReserve_fn(&got, size, 0, base, 0);
+	if (res != CUDA_SUCCESS) {
+		snprintf(why, why_len,
+			 "cannot reserve the device VA range %#" PRIx64 "+%#" PRIx64 ": error %d", base, size,
+			 res);
+		return CRC_ECUDA;
+	}
+	if (got != base) {
+		snprintf(why, why_len,
+			 "the device VA range %#" PRIx64 "+%#" PRIx64 " is not free in a fresh worker (the "
+			 "driver offered %#llx)",
+			 base, size, (unsigned long long)got);
+		crc_be.cuMemAddressFree_fn(got, size);
+		return CRC_EBUSY;
+	}
+	crc_be.cuCtxSetCurrent_fn(NULL);
+	crcd.va_base = base;
+	crcd.va_session = size;
+	window_reserved = true;
+	return 0;
+}
+
+/* The status page's session part, from the live session (seqlock: the front reads it any time). */
+static void publish(void)
+{
+	struct crc_ctl_session_wire w = {.worker_pid = getpid()};
+	struct crc_session *s;
+
+	pthread_mutex_lock(&crcd.lock);
+	s = crcd.session;
+	if (s) {
+		w.session_id = s->id;
+		w.pid = s->peer.pid;
+		w.uid = s->peer.uid;
+		w.va_base = s->va_base;
+		w.va_size = s->va_size;
+		w.device_bytes = s->mapped_bytes;
+		w.state = s->state;
+		w.transport = s->tcp ? CRC_TRANSPORT_TCP : CRC_TRANSPORT_UNIX;
+		w.journal_records = s->njrec;
+		w.devices = s->devices;
+	}
+	pthread_mutex_unlock(&crcd.lock);
+	atomic_fetch_add_explicit(&status->seq, 1, memory_order_acq_rel);
+	atomic_thread_fence(memory_order_release);
+	status->session = w;
+	atomic_thread_fence(memory_order_release);
+	atomic_fetch_add_explicit(&status->seq, 1, memory_order_acq_rel);
+}
+
+/* Called by the session thread the moment its session is over, before it frees anything: the front
+ * stops listing it at once. */
+void crc_worker_session_ended(void)
+{
+	atomic_store(&status->phase, CRC_WORKER_ENDED);
+}
+
+static void refuse(int fd, int rc)
+{
+	struct crc_hello_reply r = {.magic = CRC_PROTO_MAGIC, .version = CRC_PROTO_VERSION, .status = rc};
+
+	crc_sock_write_all(fd, &r, sizeof(r));
+	close(fd);
+}
+
+/* One message of the front, with its descriptor. 1: it gave this worker its job; 0: served; -1: the
+ * link is gone (the front died). */
+static int serve_link(uint8_t *buf, size_t cap)
+{
+	const struct crc_link_msg *m = (const void *)buf;
+	union {
+		char b[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = {.iov_base = buf, .iov_len = cap};
+	struct msghdr msg = {
+	    .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b)};
+	struct cmsghdr *c;
+	ssize_t n = recvmsg(CRC_LINK_FD, &msg, MSG_CMSG_CLOEXEC);
+	int fd = -1, rc;
+
+	if (n <= 0)
+		return n < 0 && errno == EINTR ? 0 : -1;
+	c = CMSG_FIRSTHDR(&msg);
+	if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+		memcpy(&fd, CMSG_DATA(c), sizeof(fd));
+	if ((size_t)n < sizeof(*m) || fd < 0 || (size_t)n != sizeof(*m) + m->req_len) {
+		pr_err("malformed message from the front (%zd bytes)", n);
+		if (fd >= 0)
+			close(fd);
+		return 0;
+	}
+	switch (m->kind) {
+	case CRC_LINK_CLIENT:
+		atomic_store(&status->phase, CRC_WORKER_SERVING);
+		crcd.next_session_id = m->session_id;
+		rc = crc_session_start(fd, m->tcp, &m->peer, &m->hello);
+		if (rc) {
+			pr_warn("cannot start a session for pid %d: %s", (int)m->peer.pid, crc_strerror(rc));
+			refuse(fd, rc);
+		}
+		return 1;
+	case CRC_LINK_RESTORE:
+		atomic_store(&status->phase, CRC_WORKER_SERVING);
+		crcd.next_session_id = m->session_id;
+		crc_control_start(fd, m->tcp, &m->peer, buf + sizeof(*m), m->req_len);
+		return 1;
+	case CRC_LINK_CONTROL:
+		crc_control_start(fd, m->tcp, &m->peer, NULL, 0);
+		return 0;
+	case CRC_LINK_RECLAIM:
+		rc = crc_tcp_reclaim(fd, &m->hello);
+		if (rc)
+			refuse(fd, rc);
+		return 0;
+	default:
+		pr_err("unknown message %u from the front", m->kind);
+		close(fd);
+		return 0;
+	}
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+	    {"backend-lib", required_argument, NULL, 'l'},
+	    {"va-base", required_argument, NULL, 'B'},
+	    {"va-session", required_argument, NULL, 'S'},
+	    {"ring-size", required_argument, NULL, 'r'},
+	    {"probe", no_argument, NULL, 'p'},
+	    {"log-level", required_argument, NULL, 'L'},
+	    {NULL, 0, NULL, 0},
+	};
+	const char *lib = NULL;
+	uint64_t va_base = CRC_DEFAULT_VA_BASE, va_size = CRC_DEFAULT_VA_SESSION;
+	bool probe = false, assigned = false;
+	size_t cap = sizeof(struct crc_link_msg) + CRC_LINK_MAX_REQ;
+	uint8_t *buf = malloc(cap);
+	char why[256] = "";
+	int c;
+
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'l':
+			lib = optarg;
+			break;
+		case 'B':
+			va_base = strtoull(optarg, NULL, 0);
+			break;
+		case 'S':
+			va_size = strtoull(optarg, NULL, 0);
+			break;
+		case 'r':
+			crcd.ring_size = strtoull(optarg, NULL, 0);
+			break;
+		case 'p':
+			probe = true;
+			break;
+		case 'L':
+			crc_log_set_level(atoi(optarg));
+			break;
+		default:
+			return 2;
+		}
+	}
+	status = mmap(NULL, sizeof(*status), PROT_READ | PROT_WRITE, MAP_SHARED, CRC_LINK_STATUS_FD, 0);
+	if (!lib || !buf || status == MAP_FAILED) {
+		pr_err("crcudad-worker is started by crcudad, not by hand");
+		return 2;
+	}
+	close(CRC_LINK_STATUS_FD);
+	signal(SIGPIPE, SIG_IGN);
+	/* The front's SIGINT (a terminal's ^C) is the front's to handle. */
+	signal(SIGINT, SIG_IGN);
+	if (crc_backend_load(lib)) {
+		snprintf(status->error, sizeof(status->error), "cannot load the backend %s", lib);
+		atomic_store(&status->phase, CRC_WORKER_FAILED);
+		return 1;
+	}
+	collect_devices();
+	if (crcd.dev_count && crc_va_window(va_base, va_size, why, sizeof(why))) {
+		pr_err("%s", why);
+		snprintf(status->error, sizeof(status->error), "%s", why);
+		atomic_store(&status->phase, CRC_WORKER_FAILED);
+		return 1;
+	}
+	status->proto = crcd.proto;
+	publish();
+	atomic_store(&status->phase, CRC_WORKER_READY);
+	if (probe)
+		return 0;
+	for (;;) {
+		struct pollfd p = {.fd = CRC_LINK_FD, .events = POLLIN};
+		bool idle;
+
+		if (poll(&p, 1, 100) > 0) {
+			int r = serve_link(buf, cap);
+
+			if (r < 0)
+				break;
+			assigned |= r > 0;
+		}
+		publish();
+		pthread_mutex_lock(&crcd.lock);
+		idle = !crcd.session && !crcd.restoring;
+		pthread_mutex_unlock(&crcd.lock);
+		/* Its one session is over (or never came to be): the process, and its contexts, go. */
+		if (assigned && idle)
+			break;
+	}
+	atomic_store(&status->phase, CRC_WORKER_ENDED);
+	free(buf);
+	return 0;
+}
