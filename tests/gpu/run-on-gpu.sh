@@ -45,6 +45,13 @@ echo "== checkpoint/restore of PyTorch training under crcuda"
 tests/gpu/torch-cr.sh build-gpu 2>&1 | tee -a "$out/layer.txt"
 echo "== checkpoint/restore of a two-device program (skipped with one GPU)"
 tests/gpu/devices-cr.sh build-gpu 2>&1 | tee -a "$out/layer.txt"
+echo "== one GPU worker per application: faults beside PyTorch training and a long program"
+if tests/isolation/run.sh build-gpu cuda >"$out/isolation.txt" 2>&1; then r=PASS; else r=FAIL; fi
+cat "$out/isolation.txt"
+echo "$r isolation_cuda $(tail -1 "$out/isolation.txt")" >>"$out/layer.txt"
+echo "== criu-labelled tests (simulated device, real CRIU)"
+ctest --test-dir build-gpu -L criu --timeout 300 -j 4 >"$out/ctest-criu.log" 2>&1
+grep -E "Test +#|tests passed" "$out/ctest-criu.log" | tail -30
 
 fi
 ctest_rc=${ctest_rc:-0}
@@ -58,11 +65,29 @@ build-gpu/crcudad/crcudad --backend cuda --socket "$bsock" --foreground >"$out/b
 bench_daemon=$!
 for _ in $(seq 200); do grep -q ready "$out/bench-daemon.log" && break; sleep 0.05; done
 export CRCUDA_LAYER_RUN="env CRCUDA_SOCKET=$bsock LD_LIBRARY_PATH=$top/build-gpu/libcrcuda"
-for b in bench/overhead.sh bench/checkpoint.sh; do
+for b in ${BENCHES:-bench/overhead.sh bench/checkpoint.sh}; do
 	echo "--- $b" | tee -a "$out/bench.txt"
 	timeout 300 "$b" build-gpu 2>&1 | tee -a "$out/bench.txt"
 done
 kill "$bench_daemon" 2>/dev/null
+echo "--- bench/startup.sh (exec to first finished kernel)" | tee -a "$out/bench.txt"
+timeout 300 bench/startup.sh build-gpu 2>&1 | tee -a "$out/bench.txt"
+# BASELINE=DIR: the same overhead benchmark of another source tree (e.g. the commit before a change),
+# built and run here with its own daemon, for before/after tables in one call.
+if [ -n "${BASELINE:-}" ] && [ -d "$BASELINE" ]; then
+	echo "--- bench/overhead.sh of $BASELINE (baseline)" | tee -a "$out/bench.txt"
+	(cd "$BASELINE" && cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCRCUDA_WERROR=OFF \
+		-DCMAKE_INCLUDE_PATH="$deps/include" -DCMAKE_LIBRARY_PATH="$deps/lib" \
+		-DCMAKE_BUILD_RPATH="$deps/lib" >/dev/null 2>&1 && cmake --build build-gpu -j "$jobs" >/dev/null 2>&1) ||
+		echo "baseline build failed" | tee -a "$out/bench.txt"
+	bsock=$(mktemp -u /tmp/crcuda-base.XXXXXX).sock
+	"$BASELINE"/build-gpu/crcudad/crcudad --backend cuda --socket "$bsock" --foreground >"$out/base-daemon.log" 2>&1 &
+	base_daemon=$!
+	for _ in $(seq 200); do grep -q ready "$out/base-daemon.log" && break; sleep 0.05; done
+	(cd "$BASELINE" && CRCUDA_LAYER_RUN="env CRCUDA_SOCKET=$bsock LD_LIBRARY_PATH=$BASELINE/build-gpu/libcrcuda" \
+		timeout 300 bench/overhead.sh build-gpu) 2>&1 | tee -a "$out/bench.txt"
+	kill "$base_daemon" 2>/dev/null
+fi
 fi
 
 echo

@@ -5,6 +5,8 @@
 # the error a native run gets, within a second of the fault; `crcudactl ls` shows each session with
 # its own worker while it lives and drops it at once when it ends; the long program finishes with the
 # checksum of an uninterrupted native run, bit for bit, and the daemon serves a new program after.
+# With cuda and PyTorch, a training run (tests/torch/train.py) goes on beside the faults as well, and
+# its losses must equal a native run's bit for bit.
 #   run.sh BUILD [sim|cuda]
 set -u
 build=$(cd "${1:?usage: run.sh BUILD [sim|cuda]}" && pwd)
@@ -55,11 +57,22 @@ for mode in assert oob oom; do
 	echo "native:      $(grep fault_app: "$tmp/native.$mode")"
 done
 
+torch=0
+if [ "$backend" = cuda ] && python3 -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+	torch=1
+	python3 "$(dirname "$0")/../torch/train.py" --steps 150 >"$tmp/torch.native" 2>&1 ||
+		fail "train.py natively: $(tail -2 "$tmp/torch.native")"
+fi
 "$build/crcudad/crcudad" --backend "$backend" --socket "$CRCUDA_SOCKET" --foreground -v \
 	>"$tmp/d/ready" 2>"$tmp/d/crcudad.log" &
 dpid=$!
 wait_for 30 grep -q ready "$tmp/d/ready" || fail "crcudad did not start"
 
+if [ $torch = 1 ]; then
+	"$ctl" run --backend cuda -- python3 "$(dirname "$0")/../torch/train.py" --steps 150 >"$tmp/torch.layer" 2>&1 &
+	torch_pid=$!
+	pids+=("$torch_pid")
+fi
 "$ctl" run --backend "$backend" -- "$progs/state_app" "${long_args[@]}" >"$tmp/long.out" 2>&1 &
 long=$!
 pids+=("$long")
@@ -110,6 +123,12 @@ got=$(grep -i checksum "$tmp/long.out")
 [ -n "$want" ] && [ "$want" = "$got" ] || fail "the long program's result differs: native '$want', layer '$got'"
 echo "long program: $got (native: the same)"
 wait_for 1 no_row "$long" || fail "ls still shows the long program's session after it ended"
+if [ $torch = 1 ]; then
+	wait "$torch_pid" || fail "PyTorch training under the layer failed: $(tail -3 "$tmp/torch.layer")"
+	cmp <(grep '^step [0-9]* loss' "$tmp/torch.native") <(grep '^step [0-9]* loss' "$tmp/torch.layer") >/dev/null ||
+		fail "PyTorch losses beside the faults differ from native"
+	echo "PyTorch training beside the faults: $(grep -c '^step [0-9]* loss' "$tmp/torch.layer") losses equal native bit for bit"
+fi
 "$ctl" run --backend "$backend" -- "$progs/fault_app" oom >/dev/null 2>&1 || fail "the daemon no longer serves"
 kill -0 "$dpid" 2>/dev/null || fail "the daemon died"
 echo "PASS: isolation ($backend)"
