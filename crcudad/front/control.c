@@ -108,8 +108,8 @@ static void proxy_request(struct control *c, const struct crc_msg_hdr *h, const 
 		return;
 	}
 	if (!c->tcp && c->peer.uid != 0 && c->peer.uid != w->peer.uid) {
-		snprintf(why, sizeof(why), "session %llu belongs to uid %u", (unsigned long long)w->session_id,
-			 (unsigned)w->peer.uid);
+		snprintf(why, sizeof(why), "session %llu belongs to uid %u",
+			 (unsigned long long)w->session_id, (unsigned)w->peer.uid);
 		crc_worker_put(w);
 		send_reply(c->fd, h, CRC_EPERM, why, NULL, 0);
 		return;

@@ -34,11 +34,11 @@ extern struct front fr;
 /* A worker process, and what the front knows of it. */
 struct worker {
 	pid_t pid;
-	int link;		   /* our end of its link; hang-up: it exited */
+	int link;		      /* our end of its link; hang-up: it exited */
 	struct crc_worker_status *st; /* its status page */
-	bool assigned;		   /* handed its application (or restore); else waiting in the pool */
-	uint64_t session_id;	   /* the id given with the assignment */
-	struct crc_peer peer;	   /* of the connection it was given */
+	bool assigned;		      /* handed its application (or restore); else waiting in the pool */
+	uint64_t session_id;	      /* the id given with the assignment */
+	struct crc_peer peer;	      /* of the connection it was given */
 	bool tcp;
 	unsigned refs; /* control threads using it: freed when they let go */
 	bool gone;     /* exited (reaped) */

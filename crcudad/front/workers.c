@@ -145,7 +145,8 @@ int crc_workers_start(void)
 	}
 	fr.proto = w->st->proto;
 	if (fr.proto.init_result)
-		pr_warn("the backend's cuInit failed (%d): clients will get that error", fr.proto.init_result);
+		pr_warn("the backend's cuInit failed (%d): clients will get that error",
+			fr.proto.init_result);
 	for (uint32_t d = 0; d < fr.proto.dev_count && d < CRC_MAX_DEVICES; d++)
 		pr_info("device %u: %s, %llu MiB, %s", d, fr.proto.devs[d].name,
 			(unsigned long long)(fr.proto.devs[d].total_mem >> 20), fr.proto.devs[d].pci_bus_id);

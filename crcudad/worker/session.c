@@ -553,6 +553,25 @@ static CUresult stats(struct crc_session *s)
 	return CUDA_SUCCESS;
 }
 
+/* The errors after which a CUDA context is unusable for the rest of the process. */
+static bool is_sticky(CUresult res)
+{
+	switch (res) {
+	case CUDA_ERROR_ILLEGAL_ADDRESS:
+	case CUDA_ERROR_HARDWARE_STACK_ERROR:
+	case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+	case CUDA_ERROR_MISALIGNED_ADDRESS:
+	case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+	case CUDA_ERROR_INVALID_PC:
+	case CUDA_ERROR_LAUNCH_FAILED:
+	case CUDA_ERROR_ASSERT:
+	case CUDA_ERROR_ECC_UNCORRECTABLE:
+		return true;
+	default:
+		return false;
+	}
+}
+
 /* Returns false when the session is over; true also when nothing came within timeout_ms. */
 bool crc_session_serve_one(struct crc_session *s, int timeout_ms)
 {
@@ -569,8 +588,14 @@ bool crc_session_serve_one(struct crc_session *s, int timeout_ms)
 	}
 	s->out_len = 0;
 	s->msg = m;
-	if (m->op < CRC_CU_COUNT) {
+	if (m->op < CRC_CU_COUNT && s->sticky) {
+		/* The context is lost, as a native one is; the driver does not refuse every call (VMM
+		 * ones go on), so the session does. */
+		res = s->sticky;
+	} else if (m->op < CRC_CU_COUNT) {
 		res = crc_session_execute(s, m);
+		if (is_sticky(res))
+			s->sticky = res;
 	} else {
 		const uint8_t *p = crc_msg_payload(m);
 		size_t len = crc_msg_payload_len(m);

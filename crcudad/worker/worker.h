@@ -117,6 +117,7 @@ struct crc_session {
 	struct crc_htable tables[CRC_HT_COUNT];
 	uint64_t cur_ctx;  /* the context made current last (virtual), UINT64_MAX: unknown */
 	CUresult deferred; /* first error of posted work, reported at the next synchronising call */
+	CUresult sticky;   /* a device fault (700, 710, 719...): every later call answers it, as natively */
 	uint64_t va_base, va_size;
 	struct crc_alloc *allocs;
 	uint64_t mapped_bytes;
