@@ -49,10 +49,14 @@ for prog in cudart torch; do
 	if [ $prog = cudart ]; then cmd=("$tmp/first_kernel"); else cmd=("$py" "$tmp/torch_first.py"); fi
 	: >"$tmp/n" ; : >"$tmp/w" ; : >"$tmp/c"
 	for _ in $(seq "$reps"); do
+		# Apart: the warm daemon refills its pool after each run, and a worker's start (cuInit, a
+		# context) beside a measured run would slow it.
 		one_run "${cmd[@]}" >>"$tmp/n"
+		sleep 1
 		one_run layer warm "${cmd[@]}" >>"$tmp/w"
+		sleep 1.5
 		one_run layer cold "${cmd[@]}" >>"$tmp/c"
-		sleep 1.5 # the pool refills (a worker's start is not this program's)
+		sleep 1
 	done
 	n=$(median <"$tmp/n") w=$(median <"$tmp/w") c=$(median <"$tmp/c")
 	printf '%-10s %12s %12s %12s %10s %10s\n' $prog "$n" "$w" "$c" \

@@ -318,13 +318,6 @@ int crc_ctl_release(struct crc_ctl *c, pid_t pid)
 	return simple(c, CRC_OP_CTL_RESUME, pid, -1);
 }
 
-int crc_ctl_slot(struct crc_ctl *c, uint64_t va_base, uint64_t va_size)
-{
-	struct crc_ctl_slot_wire w = {.va_base = va_base, .va_size = va_size};
-
-	return exchange(c, CRC_OP_CTL_SLOT, &w, sizeof(w), NULL, 0, NULL, NULL);
-}
-
 _Static_assert(CRC_CTL_MAX_GPUS == CRC_MAX_DEVICES, "one --gpu entry per device");
 
 int crc_ctl_parse_gpus(const char *arg, struct crc_ctl_restore_opts *o, char *err, size_t err_len)

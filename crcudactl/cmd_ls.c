@@ -22,9 +22,8 @@ static void ls_usage(FILE *f)
 	fprintf(
 	    f, "Usage: crcudactl ls [--store DIR] [--daemon ADDR] [--json]\n"
 	       "\n"
-	       "Lists the checkpoints in the store and the sessions (client processes) of the daemon, and\n"
-	       "of the daemons `crcudactl restore` started beside it (ADDR.N: a checkpoint's VA slot was\n"
-	       "taken in the first).\n"
+	       "Lists the checkpoints in the store and the sessions (client processes) of the daemon, each\n"
+	       "with the pid of its GPU worker and the daemon's GPUs it has a context on.\n"
 	       "\n"
 	       "Options:\n"
 	       "  -s, --store DIR    the store (default $CRCUDA_STORE, else ~/.local/share/crcuda/store)\n"

@@ -189,10 +189,6 @@ static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const 
 	case CRC_OP_CTL_SESSIONS:
 		list_sessions(c, h);
 		return true;
-	case CRC_OP_CTL_SLOT:
-		/* Every restore runs in a worker of its own, where every range is free. */
-		send_reply(c->fd, h, len < sizeof(struct crc_ctl_slot_wire) ? CRC_EINVAL : 0, NULL, NULL, 0);
-		return true;
 	case CRC_OP_CTL_RESTORE:
 		return restore(c, h, p, len);
 	default:

@@ -68,6 +68,8 @@ static struct worker *spawn(int *rc)
 		*rc = -errno;
 		goto fail;
 	}
+	/* The device facts the first worker found: the next ones need not query them again. */
+	w->st->proto = fr.proto;
 	/* Above the numbers they are given as in the child, so that the dup2 there clears close-on-exec. */
 	child_link = fcntl(sv[1], F_DUPFD_CLOEXEC, 10);
 	child_memfd = fcntl(memfd, F_DUPFD_CLOEXEC, 10);

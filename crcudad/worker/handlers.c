@@ -64,6 +64,7 @@ static void account(struct crc_session *s, int64_t bytes)
 	pthread_mutex_lock(&crcd.lock);
 	s->mapped_bytes += (uint64_t)bytes;
 	pthread_mutex_unlock(&crcd.lock);
+	crc_worker_publish();
 }
 
 /* ---- the VA range ------------------------------------------------------------------------------- */

@@ -178,8 +178,10 @@ uint64_t crc_register(struct crc_session *s, unsigned tag, union crc_slot real)
 		CUdevice dev;
 
 		/* A context made here is current on this thread (cuCtxCreate): which GPU, for ls. */
-		if (crc_be.cuCtxGetDevice_fn(&dev) == CUDA_SUCCESS && dev >= 0 && dev < 32)
+		if (crc_be.cuCtxGetDevice_fn(&dev) == CUDA_SUCCESS && dev >= 0 && dev < 32) {
 			s->devices |= 1u << dev;
+			crc_worker_publish();
+		}
 	}
 	v = crc_vhandle(tag, idx);
 	if (s->jcapture && s->njnew < sizeof(s->jnew) / sizeof(s->jnew[0]))
@@ -261,6 +263,7 @@ static CUresult primary_ctx(struct crc_session *s, uint32_t idx)
 	if (res == CUDA_SUCCESS) {
 		slot->ptr = ctx;
 		s->devices |= 1u << (s->dev_map[idx - 1] & 31);
+		crc_worker_publish();
 	}
 	return res;
 }
@@ -708,6 +711,8 @@ void crc_session_cmd_done(struct crc_session *s, int rc, const char *fmt, ...)
 	}
 	if (rc && s->cmd_msg[0])
 		pr_warn("session %llu: %s", (unsigned long long)s->id, s->cmd_msg);
+	/* Quiesced, checkpointed, resumed: ls says so at once. */
+	crc_worker_publish();
 }
 
 static void *session_main(void *arg)

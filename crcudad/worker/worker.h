@@ -30,6 +30,8 @@ extern struct crc_backend crc_be;
 int crc_backend_load(const char *path);
 /* Reserves the session's device VA range at exactly [base, base + size) (main.c). */
 int crc_va_window(uint64_t base, uint64_t size, char *why, size_t why_len);
+/* The session's state, memory or GPUs changed: the front's listing follows (main.c). */
+void crc_worker_publish(void);
 /* The session is over: the front stops listing it (main.c). */
 void crc_worker_session_ended(void);
 

@@ -122,20 +122,11 @@ struct crc_ctl_restore_opts {
  * connected to it as the restored session's client (the connection itself becomes that socket; the
  * REBIND notice for the restored process is already queued on it). c is consumed (closed) on success;
  * on failure it stays open so that crc_ctl_error() says why: close it then. The restored session
- * takes the checkpoint's VA slot; if a live session holds that slot on this daemon (the checkpointed
- * session still runs, --leave-running, a restored copy of it, or another program) the restore fails
- * with CRC_EBUSY, and with CRC_EINVAL when the range is no slot of this daemon's window: device
- * pointers cannot move, so another daemon must serve it (crc_ctl_slot asks first). */
+ * runs in a worker process of its own, at the checkpoint's own device VA range. */
 int crc_ctl_restore(struct crc_ctl *c, const struct crc_ctl_restore_opts *opts, int *client_fd);
 /* Parses a --gpu value, "N" or "A,B,...", into o's gpu/gpus/ngpus. 0, or CRC_EINVAL with the reason in
  * err. */
 int crc_ctl_parse_gpus(const char *arg, struct crc_ctl_restore_opts *o, char *err, size_t err_len);
-
-/* Could this daemon restore a checkpoint whose device VA range is va_base+va_size (crcuda.va_base,
- * crcuda.va_size)? 0 when the range is a slot of its window and free (or held by a session whose
- * client is gone: it is freed at once); CRC_EBUSY when a live session holds it; CRC_EINVAL when the
- * range is no slot of its window. crc_ctl_error() says which session, or which window. */
-int crc_ctl_slot(struct crc_ctl *c, uint64_t va_base, uint64_t va_size);
 
 /* The session of pid on the daemon at addr (unix socket): into *s (may be NULL). 0, CRC_ENOTFOUND when
  * it has none, or the error when the daemon does not answer. */

@@ -1,6 +1,6 @@
 /* The marshalling spec of every FORWARD row, generated from crcuda/cuda_marshal.def:
  *   static const struct crc_arg_spec spec_<sym>[nargs + 1]
- * Included by the client (libcrcuda/exports.c) and the daemon (crcudad/session.c), so both read a
+ * Included by the client (libcrcuda/exports.c) and the daemon (crcudad/worker/session.c), so both read a
  * request with the same table (entries: CRC_ARG_SPEC, crcuda/proto.h). */
 #ifndef CRCUDA_CUDA_MARSHAL_SPECS_H
 #define CRCUDA_CUDA_MARSHAL_SPECS_H

@@ -68,7 +68,6 @@ enum crc_ctl_op {
 	CRC_OP_CTL_ABORT,			  /* struct crc_ctl_req */
 	CRC_OP_CTL_RESUME,			  /* struct crc_ctl_req */
 	CRC_OP_CTL_RESTORE,			  /* crc_ctl_restore_wire + store dir; see ctl.h */
-	CRC_OP_CTL_SLOT,			  /* struct crc_ctl_slot_wire; status only */
 };
 
 /* ---- handshake ---------------------------------------------------------------------------------- */
@@ -210,10 +209,6 @@ struct crc_ctl_restore_wire {
 	uint32_t ngpus; /* gpus[0..ngpus): --gpu as a list (crc_ctl_restore_opts) */
 	int32_t gpus[CRC_MAX_DEVICES];
 	/* then the store directory, NUL-terminated */
-};
-
-struct crc_ctl_slot_wire {
-	uint64_t va_base, va_size;
 };
 
 /* ---- virtual handles ---------------------------------------------------------------------------- */

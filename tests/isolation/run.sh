@@ -49,7 +49,7 @@ else
 	native_env=(env)
 fi
 long_args=(--mb 8 --chunks 4 --steps 400 --verify)
-[ "$backend" = cuda ] && long_args=(--mb 256 --chunks 8 --steps 3000 --verify)
+[ "$backend" = cuda ] && long_args=(--mb 256 --chunks 8 --steps 40000)
 "${native_env[@]}" "$progs/state_app" "${long_args[@]}" >"$tmp/native.out" 2>&1 ||
 	fail "state_app natively: $(tail -2 "$tmp/native.out")"
 for mode in assert oob oom; do
