@@ -410,3 +410,21 @@ int crc_ctl_find_pid(const char *addr, pid_t pid, struct crc_ctl_session *s)
 	free(list);
 	return rc;
 }
+
+int crc_ctl_reply_send(int fd, const struct crc_msg_hdr *req, int status, const char *msg, const void *data,
+		       size_t len)
+{
+	struct crc_msg_hdr h = {.op = req->op, .seq = req->seq};
+	struct crc_ctl_reply r = {.status = status};
+	int rc;
+
+	h.len = (uint32_t)(sizeof(h) + sizeof(r) + len);
+	if (msg)
+		snprintf(r.msg, sizeof(r.msg), "%s", msg);
+	rc = crc_sock_write_all(fd, &h, sizeof(h));
+	if (!rc)
+		rc = crc_sock_write_all(fd, &r, sizeof(r));
+	if (!rc && len)
+		rc = crc_sock_write_all(fd, data, len);
+	return rc;
+}

@@ -29,31 +29,13 @@ struct control {
 	struct proxy proxies[4]; /* the workers this connection talked to */
 };
 
-static int send_reply(int fd, const struct crc_msg_hdr *req, int status, const char *msg, const void *data,
-		      size_t len)
-{
-	struct crc_msg_hdr h = {.op = req->op, .seq = req->seq};
-	struct crc_ctl_reply r = {.status = status};
-	int rc;
-
-	h.len = (uint32_t)(sizeof(h) + sizeof(r) + len);
-	if (msg)
-		snprintf(r.msg, sizeof(r.msg), "%s", msg);
-	rc = crc_sock_write_all(fd, &h, sizeof(h));
-	if (!rc)
-		rc = crc_sock_write_all(fd, &r, sizeof(r));
-	if (!rc && len)
-		rc = crc_sock_write_all(fd, data, len);
-	return rc;
-}
-
 static void list_sessions(struct control *c, const struct crc_msg_hdr *h)
 {
 	static const unsigned max = 1024;
 	struct crc_ctl_session_wire *w = calloc(max, sizeof(*w));
 	unsigned n = w ? crc_workers_list(w, max) : 0;
 
-	send_reply(c->fd, h, w ? 0 : CRC_ENOMEM, w ? NULL : "out of memory", w, n * sizeof(*w));
+	crc_ctl_reply_send(c->fd, h, w ? 0 : CRC_ENOMEM, w ? NULL : "out of memory", w, n * sizeof(*w));
 	free(w);
 }
 
@@ -104,14 +86,14 @@ static void proxy_request(struct control *c, const struct crc_msg_hdr *h, const 
 		else
 			snprintf(why, sizeof(why), "no session %llu on this daemon",
 				 (unsigned long long)r->session_id);
-		send_reply(c->fd, h, CRC_ENOTFOUND, why, NULL, 0);
+		crc_ctl_reply_send(c->fd, h, CRC_ENOTFOUND, why, NULL, 0);
 		return;
 	}
 	if (!c->tcp && c->peer.uid != 0 && c->peer.uid != w->peer.uid) {
 		snprintf(why, sizeof(why), "session %llu belongs to uid %u",
 			 (unsigned long long)w->session_id, (unsigned)w->peer.uid);
 		crc_worker_put(w);
-		send_reply(c->fd, h, CRC_EPERM, why, NULL, 0);
+		crc_ctl_reply_send(c->fd, h, CRC_EPERM, why, NULL, 0);
 		return;
 	}
 	fd = proxy_fd(c, w); /* keeps our hold on w on success */
@@ -119,7 +101,7 @@ static void proxy_request(struct control *c, const struct crc_msg_hdr *h, const 
 		crc_worker_put(w);
 		snprintf(why, sizeof(why), "cannot reach the worker of session %llu: %s",
 			 (unsigned long long)w->session_id, crc_strerror(fd));
-		send_reply(c->fd, h, CRC_EDAEMON, why, NULL, 0);
+		crc_ctl_reply_send(c->fd, h, CRC_EDAEMON, why, NULL, 0);
 		return;
 	}
 	rc = crc_sock_write_all(fd, h, sizeof(*h));
@@ -136,7 +118,7 @@ static void proxy_request(struct control *c, const struct crc_msg_hdr *h, const 
 	if (rc) {
 		snprintf(why, sizeof(why), "the worker (pid %d) of session %llu ended during the request: %s",
 			 (int)w->pid, (unsigned long long)w->session_id, crc_strerror(rc));
-		send_reply(c->fd, h, CRC_EDAEMON, why, NULL, 0);
+		crc_ctl_reply_send(c->fd, h, CRC_EDAEMON, why, NULL, 0);
 	} else {
 		crc_sock_write_all(c->fd, &rh, sizeof(rh));
 		crc_sock_write_all(c->fd, reply, rh.len - sizeof(rh));
@@ -156,19 +138,19 @@ static bool restore(struct control *c, const struct crc_msg_hdr *h, const uint8_
 	int rc;
 
 	if (len <= sizeof(*rw) || p[len - 1] || sizeof(*h) + len > CRC_LINK_MAX_REQ) {
-		send_reply(c->fd, h, CRC_EINVAL, "malformed restore request", NULL, 0);
+		crc_ctl_reply_send(c->fd, h, CRC_EINVAL, "malformed restore request", NULL, 0);
 		return true;
 	}
 	client.pid = rw->pid;
 	w = crc_worker_take(&client, c->tcp, why, sizeof(why));
 	if (!w) {
-		send_reply(c->fd, h, CRC_EDAEMON, why, NULL, 0);
+		crc_ctl_reply_send(c->fd, h, CRC_EDAEMON, why, NULL, 0);
 		return true;
 	}
 	req = malloc(sizeof(*h) + len);
 	if (!req) {
 		crc_worker_put(w);
-		send_reply(c->fd, h, CRC_ENOMEM, "out of memory", NULL, 0);
+		crc_ctl_reply_send(c->fd, h, CRC_ENOMEM, "out of memory", NULL, 0);
 		return true;
 	}
 	memcpy(req, h, sizeof(*h));
@@ -195,7 +177,7 @@ static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const 
 		break;
 	}
 	if (len < sizeof(struct crc_ctl_req) || h->op < CRC_OP_CTL_QUIESCE || h->op > CRC_OP_CTL_RESUME) {
-		send_reply(c->fd, h, CRC_EINVAL, "malformed control request", NULL, 0);
+		crc_ctl_reply_send(c->fd, h, CRC_EINVAL, "malformed control request", NULL, 0);
 		return true;
 	}
 	proxy_request(c, h, p, len);

@@ -23,24 +23,6 @@ struct control {
 	size_t pending_len;
 };
 
-static int send_reply(int fd, const struct crc_msg_hdr *req, int status, const char *msg, const void *data,
-		      size_t len)
-{
-	struct crc_msg_hdr h = {.op = req->op, .seq = req->seq};
-	struct crc_ctl_reply r = {.status = status};
-	int rc;
-
-	h.len = (uint32_t)(sizeof(h) + sizeof(r) + len);
-	if (msg)
-		snprintf(r.msg, sizeof(r.msg), "%s", msg);
-	rc = crc_sock_write_all(fd, &h, sizeof(h));
-	if (!rc)
-		rc = crc_sock_write_all(fd, &r, sizeof(r));
-	if (!rc && len)
-		rc = crc_sock_write_all(fd, data, len);
-	return rc;
-}
-
 /* The session of pid (or id), held (refs) until session_put. */
 static struct crc_session *session_get(const struct control *c, int32_t pid, uint64_t id, char *why,
 				       size_t why_len)
@@ -196,7 +178,7 @@ static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const 
 					 sizeof(why));
 		}
 		if (rc)
-			send_reply(c->fd, h, rc, why, NULL, 0);
+			crc_ctl_reply_send(c->fd, h, rc, why, NULL, 0);
 		pthread_mutex_lock(&crcd.lock);
 		crcd.restoring = false;
 		pthread_mutex_unlock(&crcd.lock);
@@ -205,19 +187,19 @@ static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const 
 		return rc != 0;
 	}
 	if (len < sizeof(*r) || h->op < CRC_OP_CTL_QUIESCE || h->op > CRC_OP_CTL_RESUME) {
-		send_reply(c->fd, h, CRC_EINVAL, "malformed control request", NULL, 0);
+		crc_ctl_reply_send(c->fd, h, CRC_EINVAL, "malformed control request", NULL, 0);
 		return true;
 	}
 	/* String arguments (store dir, commit's image dir and metadata, a quiesce's park path) must end
 	 * inside the request. */
 	if (((h->op == CRC_OP_CTL_CHECKPOINT || h->op == CRC_OP_CTL_COMMIT) && len == sizeof(*r)) ||
 	    (len > sizeof(*r) && p[len - 1])) {
-		send_reply(c->fd, h, CRC_EINVAL, "malformed control request (strings)", NULL, 0);
+		crc_ctl_reply_send(c->fd, h, CRC_EINVAL, "malformed control request (strings)", NULL, 0);
 		return true;
 	}
 	s = session_get(c, r->pid, r->session_id, why, sizeof(why));
 	if (!s) {
-		send_reply(c->fd, h, CRC_ENOTFOUND, why, NULL, 0);
+		crc_ctl_reply_send(c->fd, h, CRC_ENOTFOUND, why, NULL, 0);
 		return true;
 	}
 	rc = run_command(s, h->op, p + sizeof(*r), len - sizeof(*r), r->timeout_ms, why, sizeof(why), out,
@@ -226,7 +208,7 @@ static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const 
 	if (!rc && h->op == CRC_OP_CTL_QUIESCE && s->detached)
 		s->quiesced_by = c;
 	session_put(s);
-	send_reply(c->fd, h, rc, rc ? why : NULL, out, rc ? 0 : out_len);
+	crc_ctl_reply_send(c->fd, h, rc, rc ? why : NULL, out, rc ? 0 : out_len);
 	return true;
 }
 

@@ -128,6 +128,11 @@ int crc_ctl_restore(struct crc_ctl *c, const struct crc_ctl_restore_opts *opts, 
  * err. */
 int crc_ctl_parse_gpus(const char *arg, struct crc_ctl_restore_opts *o, char *err, size_t err_len);
 
+/* The daemon's side: the reply to control request req (status, the reason when it is not 0, data). */
+struct crc_msg_hdr;
+int crc_ctl_reply_send(int fd, const struct crc_msg_hdr *req, int status, const char *msg, const void *data,
+		       size_t len);
+
 /* The session of pid on the daemon at addr (unix socket): into *s (may be NULL). 0, CRC_ENOTFOUND when
  * it has none, or the error when the daemon does not answer. */
 int crc_ctl_find_pid(const char *addr, pid_t pid, struct crc_ctl_session *s);
