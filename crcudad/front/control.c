@@ -142,7 +142,7 @@ static bool restore(struct control *c, const struct crc_msg_hdr *h, const uint8_
 		return true;
 	}
 	client.pid = rw->pid;
-	w = crc_worker_take(&client, c->tcp, why, sizeof(why));
+	w = crc_worker_take(&client, c->tcp, true, why, sizeof(why));
 	if (!w) {
 		crc_ctl_reply_send(c->fd, h, CRC_EDAEMON, why, NULL, 0);
 		return true;

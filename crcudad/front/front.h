@@ -40,6 +40,7 @@ struct worker {
 	uint64_t session_id;	      /* the id given with the assignment */
 	struct crc_peer peer;	      /* of the connection it was given */
 	bool tcp;
+	bool restore;  /* assigned a restore: RESTORING until its session shows */
 	unsigned refs; /* control threads using it: freed when they let go */
 	bool gone;     /* exited (reaped) */
 	struct worker *next;
@@ -55,7 +56,8 @@ void crc_workers_tend(void);
 unsigned crc_workers_pollfds(int *fds, unsigned max);
 /* A worker for a new job (from the pool, else started now), assigned, with a new session id, held
  * (crc_worker_put). NULL: none could be started (why says so). */
-struct worker *crc_worker_take(const struct crc_peer *peer, bool tcp, char *why, size_t why_len);
+struct worker *crc_worker_take(const struct crc_peer *peer, bool tcp, bool restore, char *why,
+			       size_t why_len);
 /* The live worker of a session, by client pid (the newest) or by session id; held. NULL: none. */
 struct worker *crc_worker_find(pid_t pid, uint64_t session_id);
 void crc_worker_put(struct worker *w);

@@ -200,7 +200,7 @@ static void accept_one(int lfd, bool tcp)
 	}
 	{
 		char why[256];
-		struct worker *w = crc_worker_take(&peer, tcp, why, sizeof(why));
+		struct worker *w = crc_worker_take(&peer, tcp, false, why, sizeof(why));
 		struct crc_link_msg m = {.kind = CRC_LINK_CLIENT, .tcp = tcp, .peer = peer, .hello = hello};
 
 		if (!w) {

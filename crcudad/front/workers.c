@@ -215,7 +215,7 @@ unsigned crc_workers_pollfds(int *fds, unsigned max)
 	return n;
 }
 
-struct worker *crc_worker_take(const struct crc_peer *peer, bool tcp, char *why, size_t why_len)
+struct worker *crc_worker_take(const struct crc_peer *peer, bool tcp, bool restore, char *why, size_t why_len)
 {
 	struct worker *best = NULL;
 	int rc;
@@ -241,6 +241,7 @@ struct worker *crc_worker_take(const struct crc_peer *peer, bool tcp, char *why,
 		best->session_id = ++next_session_id;
 		best->peer = *peer;
 		best->tcp = tcp;
+		best->restore = restore;
 		best->refs++;
 	}
 	pthread_mutex_unlock(&reg_lock);
@@ -319,7 +320,7 @@ bool crc_worker_session(const struct worker *w, struct crc_ctl_session_wire *out
 		    .uid = w->peer.uid,
 		    .va_base = fr.va_base,
 		    .va_size = fr.va_session,
-		    .state = CRC_CTL_RUNNING,
+		    .state = w->restore ? CRC_CTL_RESTORING : CRC_CTL_RUNNING,
 		    .transport = w->tcp ? CRC_TRANSPORT_TCP : CRC_TRANSPORT_UNIX,
 		};
 	}
