@@ -458,6 +458,9 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 
 		for (size_t i = 0; i < j.n; i++)
 			replayed += !j.items[i].skip;
+		/* Listed as running before the restorer hears of it (its thread starts right after). */
+		s->state = CRC_CTL_RUNNING;
+		crc_worker_publish();
 		rc = crc_sock_write_all(fd, &h, sizeof(h));
 		if (!rc)
 			rc = crc_sock_write_all(fd, &r, sizeof(r));

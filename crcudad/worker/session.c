@@ -876,6 +876,8 @@ int crc_session_run(struct crc_session *s)
 	int rc;
 
 	s->state = CRC_CTL_RUNNING;
+	/* Listed at once: a restore's caller may look for it the moment the restore returns. */
+	crc_worker_publish();
 	rc = pthread_create(&s->thread, NULL, session_main, s);
 	if (rc)
 		return -rc;
