@@ -16,6 +16,8 @@
 #   --kill-percent P a checkpoint kills and restores with P% chance, else --leave-running (default 70)
 #   --programs       built-in programs: stress_drv stress_rt_static stress_rt_shared state_app
 #   --prog NAME CMD  another program (word-split CMD, run from the current directory); repeatable
+#   --ref-runs R     R uninterrupted runs of each program, which must agree (a nondeterministic program
+#                    cannot be compared bit for bit; default 1)
 #   --trial SEED     run one trial with that trial seed (from a failure line), on its program
 #                    (--programs names it)
 # Needs root and CRIU (.deps/criu, or CRCUDA_CRIU): exit 77 otherwise.
@@ -24,8 +26,8 @@ build=$(cd "${1:?usage: cr-stress.sh BUILD [options]}" && pwd)
 shift
 top=$(cd "$(dirname "$0")/../.." && pwd)
 ctl=$build/crcudactl/crcudactl
-backend=sim count=200 seed=$(((RANDOM << 15 | RANDOM) % 1000000)) jobs=2 chain_max=5 kill_pct=70
-programs="stress_drv stress_rt_static stress_rt_shared" trial_only="" keep=0
+backend=sim count=200 seed=${CR_STRESS_SEED:-$(((RANDOM << 15 | RANDOM) % 1000000))} jobs=2 chain_max=5 kill_pct=70
+programs="stress_drv stress_rt_static stress_rt_shared" trial_only="" keep=0 ref_runs=1
 declare -A cmd
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -37,6 +39,7 @@ while [ $# -gt 0 ]; do
 	--kill-percent) kill_pct=$2 ;;
 	--programs) programs=$2 ;;
 	--trial) trial_only=$2 ;;
+	--ref-runs) ref_runs=$2 ;;
 	--keep) keep=1; shift; continue ;;
 	--prog)
 		cmd[$2]=$3
@@ -113,12 +116,17 @@ rand() { echo $(((RANDOM << 15 | RANDOM) % $1)); } # 0..N-1 (N <= 2^30)
 mkdir -p "$tmp/ref"
 declare -A ref_ms
 for p in $programs; do
-	t0=$(now_ms)
-	# shellcheck disable=SC2086
-	CRCUDA_SOCKET=$tmp/ref/d/crcudad.sock timeout 600 "$ctl" run "${run_opts[@]}" -- ${cmd[$p]} \
-		</dev/null >"$tmp/ref/$p.out" 2>"$tmp/ref/$p.err" ||
-		{ echo "cr-stress: the uninterrupted run of $p failed: $(tail -3 "$tmp/ref/$p.err")" >&2; exit 1; }
-	ref_ms[$p]=$(($(now_ms) - t0))
+	for ((r = 1; r <= ref_runs; r++)); do
+		t0=$(now_ms)
+		# shellcheck disable=SC2086
+		CRCUDA_SOCKET=$tmp/ref/d/crcudad.sock timeout 600 "$ctl" run "${run_opts[@]}" -- ${cmd[$p]} \
+			</dev/null >"$tmp/ref/$p.out.$r" 2>"$tmp/ref/$p.err" ||
+			{ echo "cr-stress: the uninterrupted run of $p failed: $(tail -3 "$tmp/ref/$p.err")" >&2; exit 1; }
+		ref_ms[$p]=$(($(now_ms) - t0))
+		cmp -s "$tmp/ref/$p.out.1" "$tmp/ref/$p.out.$r" ||
+			{ echo "cr-stress: two uninterrupted runs of $p differ: it cannot be compared bit for bit" >&2; exit 1; }
+	done
+	mv "$tmp/ref/$p.out.1" "$tmp/ref/$p.out"
 	echo "cr-stress: $p: uninterrupted run $((ref_ms[$p])) ms, $(wc -l <"$tmp/ref/$p.out") lines: $(tail -1 "$tmp/ref/$p.out")"
 done
 
