@@ -640,7 +640,15 @@ CUresult crc_raw_copy(struct crc_session *s, const struct crc_call_hdr *h, const
 		res = copy_side(s, r->src_loc, r->src, r->bytes, (const uint8_t *)(r + 1), &src, &src_host);
 	if (res != CUDA_SUCCESS)
 		return res;
-	return copy_one(dst, dst_host, src, src_host, r->bytes, st.ptr, r->async);
+	res = copy_one(dst, dst_host, src, src_host, r->bytes, st.ptr, r->async);
+	/* The bytes of pageable client memory are in this record, which the ring reuses as soon as it is
+	 * released. Once the rings are page-locked (pin_rings) the driver reads them by DMA when the
+	 * stream gets to the copy, long after that: a later record's bytes would be copied. The copy is
+	 * complete before the record goes, as the driver's own copies from pageable memory wait for the
+	 * stream (CUDA's "API synchronization behavior"). */
+	if (res == CUDA_SUCCESS && r->async && r->src_loc == CRC_LOC_INLINE && !dst_host)
+		res = CALL(cuStreamSynchronize, st.ptr);
+	return res;
 }
 
 /* ---- modules ------------------------------------------------------------------------------------ */

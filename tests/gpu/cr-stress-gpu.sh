@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# tests/gpu/cr-stress-gpu.sh BUILD: the random-instant checkpoint/restart stress (tests/stress/cr-stress.sh)
+# on the real driver (issue 14): the PyTorch transformer LM of tests/torch/lm.py, 50 checkpoints at
+# random instants, each killing the process and restoring it (chains: a restored process checkpointed
+# again), several runs at once on the one GPU (each its own daemon and session); then 20 such
+# checkpoints of the cudart stress programs (stress_rt, static and shared cudart). Every run's whole
+# output must equal an uninterrupted run's under the layer, bit for bit. Prints both tables.
+# Environment: PYTHON (python3), LM_COUNT (50), RT_COUNT (20), STRESS_JOBS (4), STRESS_SEED (random),
+# LM_ARGS (the LM's options; default --steps 60 --sleep 0.25: about 20 s a run).
+set -u
+build=$(cd "${1:?usage: cr-stress-gpu.sh BUILD}" && pwd)
+top=$(cd "$(dirname "$0")/../.." && pwd)
+py=${PYTHON:-python3}
+jobs=${STRESS_JOBS:-4}
+seed=${STRESS_SEED:-$(((RANDOM << 15 | RANDOM) % 1000000))}
+stress=$top/tests/stress/cr-stress.sh
+rc=0
+if "$py" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+	# The LM must be deterministic under the layer for a bit-for-bit comparison: --ref-runs 2 checks it.
+	echo "== PyTorch LM: ${LM_COUNT:-50} random-instant kill+restore checkpoints (seed $seed)"
+	"$stress" "$build" --backend cuda --count "${LM_COUNT:-50}" --kill-percent 100 --jobs "$jobs" \
+		--seed "$seed" --ref-runs 2 --prog torch_lm "$py $top/tests/torch/lm.py ${LM_ARGS:---steps 60 --sleep 0.25}" || rc=1
+else
+	echo "SKIP torch_lm: no PyTorch with CUDA"
+fi
+echo "== cudart programs: ${RT_COUNT:-20} random-instant kill+restore checkpoints (seed $seed)"
+"$stress" "$build" --backend cuda --count "${RT_COUNT:-20}" --kill-percent 100 --jobs "$jobs" --seed "$seed" \
+	--programs "stress_rt_static stress_rt_shared" || rc=1
+exit $rc
