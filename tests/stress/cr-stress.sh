@@ -104,7 +104,7 @@ wait_gone() { # PID SECONDS
 criu_hung() {
 	local log p
 	log=$(ls -t "$1"/store/criu/*/dump.log 2>/dev/null | head -1)
-	[ -n "$log" ] && tail -1 "$log" | grep -q "new_sp=" || return 1
+	[ -n "$log" ] && tail -n 1 "$log" | grep -q "new_sp=" || return 1
 	for p in /proc/[0-9]*; do
 		grep -qas -- "${log%/dump.log}" "$p/cmdline" && kill -9 "${p#/proc/}" 2>/dev/null
 	done
@@ -121,13 +121,13 @@ for p in $programs; do
 		# shellcheck disable=SC2086
 		CRCUDA_SOCKET=$tmp/ref/d/crcudad.sock timeout 600 "$ctl" run "${run_opts[@]}" -- ${cmd[$p]} \
 			</dev/null >"$tmp/ref/$p.out.$r" 2>"$tmp/ref/$p.err" ||
-			{ echo "cr-stress: the uninterrupted run of $p failed: $(tail -3 "$tmp/ref/$p.err")" >&2; exit 1; }
+			{ echo "cr-stress: the uninterrupted run of $p failed: $(tail -n 3 "$tmp/ref/$p.err")" >&2; exit 1; }
 		ref_ms[$p]=$(($(now_ms) - t0))
 		cmp -s "$tmp/ref/$p.out.1" "$tmp/ref/$p.out.$r" ||
 			{ echo "cr-stress: two uninterrupted runs of $p differ: it cannot be compared bit for bit" >&2; exit 1; }
 	done
 	mv "$tmp/ref/$p.out.1" "$tmp/ref/$p.out"
-	echo "cr-stress: $p: uninterrupted run $((ref_ms[$p])) ms, $(wc -l <"$tmp/ref/$p.out") lines: $(tail -1 "$tmp/ref/$p.out")"
+	echo "cr-stress: $p: uninterrupted run $((ref_ms[$p])) ms, $(wc -l <"$tmp/ref/$p.out") lines: $(tail -n 1 "$tmp/ref/$p.out")"
 done
 
 # trial WORKER PROGRAM TRIALSEED: one process, checkpointed K times at random instants of its run;
@@ -162,7 +162,7 @@ trial() {
 			# Before its first CUDA call the program has no session yet: not an instant of the run.
 			grep -q "has no session" "$dir/ckpt.err" "$dir/ckpt.json" && { gone "$pid" && break; continue; }
 			gone "$pid" && break
-			what="$what checkpoint ($mode) at ${at} ms failed: $(tail -2 "$dir/ckpt.err" "$dir/ckpt.json" | tr '\n' ' ')"
+			what="$what checkpoint ($mode) at ${at} ms failed: $(tail -n 2 "$dir/ckpt.err" "$dir/ckpt.json" | tr '\n' ' ')"
 			ok=0
 			# This machine's CRIU can hang curing its parasite (the task never traps at its
 			# rt_sigreturn): an infrastructure failure, not crcuda's, counted apart.
@@ -181,7 +181,7 @@ trial() {
 			truncate -s "$(cat "$dir/out.size")" "$dir/out"
 			truncate -s "$(cat "$dir/err.size")" "$dir/err"
 			if ! timeout 300 "$ctl" restore "$id" >"$dir/restore.out" 2>"$dir/restore.err"; then
-				what="$what: restore of checkpoint $id failed: $(tail -2 "$dir/restore.err" | tr '\n' ' ')"
+				what="$what: restore of checkpoint $id failed: $(tail -n 2 "$dir/restore.err" | tr '\n' ' ')"
 				ok=0
 				break
 			fi
@@ -192,7 +192,7 @@ trial() {
 	fi
 	if [ $ok = 1 ] && ! cmp -s "$tmp/ref/$p.out" "$dir/out"; then
 		ok=0
-		what="$what: output differs from the uninterrupted run: $(diff "$tmp/ref/$p.out" "$dir/out" | head -3 | tr '\n' ' ') $(tail -1 "$dir/err")"
+		what="$what: output differs from the uninterrupted run: $(diff "$tmp/ref/$p.out" "$dir/out" | head -3 | tr '\n' ' ') $(tail -n 1 "$dir/err")"
 	fi
 	[ $tried = 0 ] && [ $ok = 1 ] && what="(finished before its first instant)"
 	echo "$p $tried $ok $ts$what" >>"$wd/results"
