@@ -523,13 +523,14 @@ static void sleep_ms(long ms)
 }
 
 /* Unix: only a restore writes to an idle session's socket (its REBIND notice, taken by parking); a
- * hangup (daemon gone) is the next call's to report. */
+ * hangup (daemon gone) is the next call's to report. The control page is read with the channel lock
+ * held only: a thread that rebinds (after a restore) unmaps the old one under it. */
 static void watch_unix(short revents)
 {
-	struct crc_session_ctl *ctl = crc_client.chan.sctl;
+	struct crc_session_ctl *ctl;
+	bool parked = false;
 
-	if (!(revents & POLLIN) || !ctl || !atomic_load(&ctl->quiesce_req) ||
-	    pthread_mutex_trylock(&crc_client.lock)) {
+	if (!(revents & POLLIN) || pthread_mutex_trylock(&crc_client.lock)) {
 		sleep_ms(100);
 		return;
 	}
@@ -539,8 +540,11 @@ static void watch_unix(short revents)
 
 		if (rc)
 			lost(rc);
+		parked = true;
 	}
 	pthread_mutex_unlock(&crc_client.lock);
+	if (!parked)
+		sleep_ms(100);
 }
 
 /* TCP: a reply to a call in flight makes the socket readable too, and its caller reads it. Whoever
