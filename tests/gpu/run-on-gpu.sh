@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root: builds crcuda with the local CUDA toolkit and
 # the libraries carried in .deps/gpu (scripts/gpu-carry.sh), runs the gpu-labelled tests, then the
 # benchmarks, and prints a short table last. Output files go to $OUT when set (the device tool).
-# PARTS=tests or PARTS=bench runs one half (each fits the device tool's 10 minutes a call).
+# PARTS=tests, PARTS=stress or PARTS=bench runs one part (each fits the device tool's 10 minutes a call).
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top"
@@ -29,7 +29,7 @@ if ! cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCRCUDA_WERROR=O
 	exit 1
 fi
 
-parts=${PARTS:-tests,bench}
+parts=${PARTS:-tests,stress,bench}
 if [[ $parts == *tests* ]]; then
 echo "== gpu tests"
 ctest --test-dir build-gpu -L gpu --output-on-failure -j 1 --timeout 300 >"$out/ctest-gpu.log" 2>&1
@@ -43,8 +43,6 @@ CALLTRACE_MAX=0 timeout 300 tests/gpu/calltrace.sh build-gpu sgemm torch >"$out/
 grep -E "^(==|sgemm|torch|summary|  +[0-9]+ )" "$out/calltrace.txt" | head -60
 echo "== checkpoint/restore of PyTorch training under crcuda"
 tests/gpu/torch-cr.sh build-gpu 2>&1 | tee -a "$out/layer.txt"
-echo "== random-instant checkpoint/restart stress: PyTorch LM and cudart programs (issue 14)"
-tests/gpu/cr-stress-gpu.sh build-gpu 2>&1 | tee "$out/cr-stress.txt" | grep -vE "^cr-stress: .*uninterrupted run"
 echo "== checkpoint/restore of a two-device program (skipped with one GPU)"
 tests/gpu/devices-cr.sh build-gpu 2>&1 | tee -a "$out/layer.txt"
 echo "== one GPU worker per application: faults beside PyTorch training and a long program"
@@ -57,6 +55,10 @@ grep -E "Test +#|tests passed" "$out/ctest-criu.log" | tail -30
 
 fi
 ctest_rc=${ctest_rc:-0}
+if [[ $parts == *stress* ]]; then
+echo "== random-instant checkpoint/restart stress: PyTorch LM and cudart programs (issue 14)"
+timeout 560 tests/gpu/cr-stress-gpu.sh build-gpu 2>&1 | tee "$out/cr-stress.txt" | grep -vE "^cr-stress: .*uninterrupted run"
+fi
 if [[ $parts == *bench* ]]; then
 echo "== benchmarks"
 : >"$out/bench.txt"
