@@ -64,6 +64,8 @@ int main(void)
 						i, back[(size_t)p * (PIECE / 4) + i],
 						(p + 1) * 0x01000193u ^ i);
 			}
+	free(src);
+	free(back);
 	if (bad) {
 		fprintf(stderr, "ring_reuse: %u wrong words\n", bad);
 		return 1;

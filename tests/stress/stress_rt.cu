@@ -148,6 +148,10 @@ int main(int argc, char **argv)
 	h = st_fold(h, rng);
 	printf("stress_rt: steps=%u counter=%016llx callbacks=%u/%u checksum=%016llx\n", o.steps, counter,
 	       cb_pin.calls, cb_page.calls, (unsigned long long)h);
+	free(idx_page);
+	free(res_page);
+	free(host_state);
+	free(host_table);
 	if (flag) {
 		fprintf(stderr, "stress_rt: an index was out of range (the device-side check fired)\n");
 		return 3;
