@@ -145,4 +145,28 @@ static inline void st_cb_run(struct st_cb *cb)
 	cb->calls++;
 }
 
+/* The end of a run, the same for both programs: folds the final device state, the counter, the
+ * callbacks and the host RNG into the checksum, prints the result line, and says whether the device's
+ * index check fired (exit status 3) or not (0). */
+static inline int st_report(const char *prog, unsigned steps, uint64_t h, const unsigned *state, unsigned n,
+			    const unsigned *table, unsigned tsize, unsigned long long counter,
+			    const struct st_cb *pin, const struct st_cb *page, uint64_t rng, unsigned flag)
+{
+	for (unsigned i = 0; i < n; i++)
+		h = st_fold(h, state[i]);
+	for (unsigned i = 0; i < tsize; i++)
+		h = st_fold(h, table[i]);
+	h = st_fold(h, counter);
+	h = st_fold(h, pin->acc ^ page->acc);
+	h = st_fold(h, ((uint64_t)pin->calls << 32) | page->calls);
+	h = st_fold(h, rng);
+	printf("%s: steps=%u counter=%016llx callbacks=%u/%u checksum=%016llx\n", prog, steps, counter,
+	       pin->calls, page->calls, (unsigned long long)h);
+	if (flag) {
+		fprintf(stderr, "%s: an index was out of range (the device-side check fired)\n", prog);
+		return 3;
+	}
+	return 0;
+}
+
 #endif

@@ -48,6 +48,7 @@ int main(int argc, char **argv)
 	struct st_cb cb_pin = {}, cb_page = {};
 	uint64_t rng, h = 0;
 	unsigned n = ST_N, tsize = ST_TSIZE, flag = 0;
+	int rc;
 
 	st_parse(argc, argv, &o);
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -138,23 +139,11 @@ int main(int argc, char **argv)
 	CUDA_CHECK(cudaMemcpy(&flag, d_flag, 4, cudaMemcpyDeviceToHost));
 	CUDA_CHECK(cudaMemcpy(host_state, d_state, (size_t)n * 4, cudaMemcpyDeviceToHost));
 	CUDA_CHECK(cudaMemcpy(host_table, d_table, (size_t)tsize * 4, cudaMemcpyDeviceToHost));
-	for (unsigned i = 0; i < n; i++)
-		h = st_fold(h, host_state[i]);
-	for (unsigned i = 0; i < tsize; i++)
-		h = st_fold(h, host_table[i]);
-	h = st_fold(h, counter);
-	h = st_fold(h, cb_pin.acc ^ cb_page.acc);
-	h = st_fold(h, ((uint64_t)cb_pin.calls << 32) | cb_page.calls);
-	h = st_fold(h, rng);
-	printf("stress_rt: steps=%u counter=%016llx callbacks=%u/%u checksum=%016llx\n", o.steps, counter,
-	       cb_pin.calls, cb_page.calls, (unsigned long long)h);
+	rc = st_report("stress_rt", o.steps, h, host_state, n, host_table, tsize, counter, &cb_pin, &cb_page,
+		       rng, flag);
 	free(idx_page);
 	free(res_page);
 	free(host_state);
 	free(host_table);
-	if (flag) {
-		fprintf(stderr, "stress_rt: an index was out of range (the device-side check fired)\n");
-		return 3;
-	}
-	return 0;
+	return rc;
 }
