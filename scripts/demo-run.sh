@@ -11,6 +11,8 @@ ctl=$build/crcudactl/crcudactl
 app=$build/tests/programs/state_app
 [ -x "$ctl" ] && [ -x "$app" ] || { echo "demo: $ctl or $app not built" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "demo: needs root (CRIU dumps and restores the program)" >&2; exit 1; }
+TOP=$(cd "$(dirname "$0")/.." && pwd)
+. "$TOP/scripts/criu-env.sh"
 
 # Nothing of the caller's (a terminal multiplexer's descriptors, CI pipes) may go into the dump.
 for fd in /proc/$$/fd/*; do

@@ -16,22 +16,7 @@ build() { # dir, extra cmake args...
 
 echo "== build (plain)"
 build "$top/build"
-# Some VMs never deliver CRIU's hardware breakpoint when it removes its code from a dumped process, so
-# every dump hangs; CRIU_FAULT=130 (CRIU's switch that turns breakpoints off) makes them work there.
-criu_probe() {
-	local dir pid ok=1
-	dir=$(mktemp -d)
-	setsid sleep 60 </dev/null >/dev/null 2>&1 &
-	pid=$!
-	timeout 20 "$top/.deps/criu/sbin/criu" dump -t "$pid" -D "$dir" --shell-job >/dev/null 2>&1 || ok=0
-	kill -9 "$pid" 2>/dev/null
-	rm -rf "$dir"
-	return $((!ok))
-}
-if [ "$(id -u)" = 0 ] && [ -x "$top/.deps/criu/sbin/criu" ] && [ -z "${CRIU_FAULT:-}" ] && ! criu_probe; then
-	echo "== CRIU's dump hangs on this machine with hardware breakpoints: CRIU_FAULT=130 (none) for the tests"
-	export CRIU_FAULT=130
-fi
+TOP=$top . "$top/scripts/criu-env.sh"
 echo "== tests (plain): unit, sim, criu"
 ctest --test-dir "$top/build" -L 'unit|sim|criu' --output-on-failure -j "$jobs"
 
