@@ -148,13 +148,12 @@ trial() {
 	pid=$!
 	disown "$pid"
 	echo "$pid" >>"$wd/pids"
-	t=$(now_ms)
 	for at in "${ats[@]}"; do
 		# Program time: the wall clock less the time it spent checkpointed or restoring.
 		sleep "$(awk -v a="$at" -v b="$prev" 'BEGIN { d = (a - b) / 1000; printf "%.3f", (d > 0 ? d : 0) }')"
 		prev=$at
 		mode=leave
-		[ "$(rand 100)" -lt "$kill_pct" ] && mode=kill
+		[ "$(rand 100)" -lt "$kill_pct" ] && mode="kill"
 		[ -n "${CR_STRESS_MODE:-}" ] && mode=$CR_STRESS_MODE
 		gone "$pid" && break
 		if ! timeout 120 "$ctl" --json checkpoint $([ $mode = leave ] && echo --leave-running) "$pid" \
