@@ -133,7 +133,7 @@ done
 # trial WORKER PROGRAM TRIALSEED: one process, checkpointed K times at random instants of its run;
 # appends "PROGRAM TRIED EXACT(0|1) TRIALSEED DETAIL" to $tmp/w$WORKER/results.
 trial() {
-	local w=$1 p=$2 ts=$3 wd=$tmp/w$1 k i t at prev=0 mode pid id out what="" ok=1 tried=0
+	local w=$1 p=$2 ts=$3 wd=$tmp/w$1 k i at prev=0 mode pid id out what="" ok=1 tried=0
 	local dir=$wd/t$ts ats=()
 	RANDOM=$ts
 	k=$((1 + $(rand "$chain_max")))
@@ -156,6 +156,7 @@ trial() {
 		[ "$(rand 100)" -lt "$kill_pct" ] && mode="kill"
 		[ -n "${CR_STRESS_MODE:-}" ] && mode=$CR_STRESS_MODE
 		gone "$pid" && break
+		# shellcheck disable=SC2046 # no word, or --leave-running
 		if ! timeout 120 "$ctl" --json checkpoint $([ $mode = leave ] && echo --leave-running) "$pid" \
 			>"$dir/ckpt.json" 2>"$dir/ckpt.err"; then
 			# Before its first CUDA call the program has no session yet: not an instant of the run.
