@@ -11,6 +11,7 @@ crc_criu_probe() {
 	pid=$!
 	timeout 20 "$TOP/.deps/criu/sbin/criu" dump -t "$pid" -D "$dir" --shell-job >/dev/null 2>&1 || ok=0
 	kill -9 "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
 	rm -rf "$dir"
 	return $((!ok))
 }
