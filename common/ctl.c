@@ -428,3 +428,26 @@ int crc_ctl_reply_send(int fd, const struct crc_msg_hdr *req, int status, const 
 		rc = crc_sock_write_all(fd, data, len);
 	return rc;
 }
+
+int crc_ctl_record_read(int fd, struct crc_msg_hdr *h, uint8_t **body, size_t *len, size_t min_len,
+			size_t max_len)
+{
+	int rc = crc_sock_read_all(fd, h, sizeof(*h));
+
+	*body = NULL;
+	if (rc)
+		return rc;
+	if (h->len < sizeof(*h) + min_len || h->len - sizeof(*h) > max_len)
+		return CRC_EPROTO;
+	*len = h->len - sizeof(*h);
+	*body = malloc(*len + 1);
+	if (!*body)
+		return CRC_ENOMEM;
+	(*body)[*len] = 0;
+	rc = crc_sock_read_all(fd, *body, *len);
+	if (rc) {
+		free(*body);
+		*body = NULL;
+	}
+	return rc;
+}

@@ -76,6 +76,7 @@ static void proxy_request(struct control *c, const struct crc_msg_hdr *h, const 
 	struct worker *w;
 	struct crc_msg_hdr rh;
 	uint8_t *reply = NULL;
+	size_t reply_len = 0;
 	char why[CRC_CTL_MSG_MAX];
 	int fd, rc;
 
@@ -108,20 +109,14 @@ static void proxy_request(struct control *c, const struct crc_msg_hdr *h, const 
 	if (!rc)
 		rc = crc_sock_write_all(fd, p, len);
 	if (!rc)
-		rc = crc_sock_read_all(fd, &rh, sizeof(rh));
-	if (!rc && (rh.len < sizeof(rh) + sizeof(struct crc_ctl_reply) || rh.len > (1u << 20)))
-		rc = CRC_EPROTO;
-	if (!rc && !(reply = malloc(rh.len)))
-		rc = CRC_ENOMEM;
-	if (!rc)
-		rc = crc_sock_read_all(fd, reply, rh.len - sizeof(rh));
+		rc = crc_ctl_record_read(fd, &rh, &reply, &reply_len, sizeof(struct crc_ctl_reply), 1u << 20);
 	if (rc) {
 		snprintf(why, sizeof(why), "the worker (pid %d) of session %llu ended during the request: %s",
 			 (int)w->pid, (unsigned long long)w->session_id, crc_strerror(rc));
 		crc_ctl_reply_send(c->fd, h, CRC_EDAEMON, why, NULL, 0);
 	} else {
 		crc_sock_write_all(c->fd, &rh, sizeof(rh));
-		crc_sock_write_all(c->fd, reply, rh.len - sizeof(rh));
+		crc_sock_write_all(c->fd, reply, reply_len);
 	}
 	free(reply);
 }
@@ -188,24 +183,17 @@ static void *control_main(void *arg)
 {
 	struct control *c = arg;
 	uint8_t *buf = NULL;
+	struct crc_msg_hdr h;
+	size_t len;
+	int rc;
 
-	for (;;) {
-		struct crc_msg_hdr h;
-		size_t len;
-
-		if (crc_sock_read_all(c->fd, &h, sizeof(h)))
-			break;
-		if (h.len < sizeof(h) || h.len - sizeof(h) > (1u << 20)) {
-			pr_warn("control connection of pid %d: bad record length %u", (int)c->peer.pid,
-				h.len);
-			break;
-		}
-		len = h.len - sizeof(h);
+	while (!(rc = crc_ctl_record_read(c->fd, &h, &buf, &len, 0, 1u << 20)) &&
+	       serve_request(c, &h, buf, len)) {
 		free(buf);
-		buf = malloc(len + 1);
-		if (!buf || crc_sock_read_all(c->fd, buf, len) || !serve_request(c, &h, buf, len))
-			break;
+		buf = NULL;
 	}
+	if (rc == CRC_EPROTO)
+		pr_warn("control connection of pid %d: bad record length %u", (int)c->peer.pid, h.len);
 	free(buf);
 	if (c->fd >= 0)
 		close(c->fd);

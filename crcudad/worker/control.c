@@ -19,7 +19,9 @@ struct control {
 	int fd;
 	bool tcp;
 	struct crc_peer peer;
-	uint8_t *pending; /* the request the front read before handing the connection over */
+	/* The request the front read before handing the connection over (pending: its body, or NULL). */
+	struct crc_msg_hdr pending_h;
+	uint8_t *pending;
 	size_t pending_len;
 };
 
@@ -212,60 +214,47 @@ static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const 
 	return true;
 }
 
-/* The sessions this connection left detached and quiesced (its owner died mid-dump): resumed, so that
- * they end unless their clients take them back (those see the park socket close and do). */
-static void resume_orphans(struct control *c)
+/* The session this connection left detached and quiesced (its owner died mid-dump): resumed, so that
+ * it ends unless its client takes it back (that one sees the park socket close and does). */
+static void resume_orphan(struct control *c)
 {
 	char why[CRC_CTL_MSG_MAX];
+	struct crc_session *s = NULL;
 
-	for (;;) {
-		struct crc_session *s = NULL;
-
-		pthread_mutex_lock(&crcd.lock);
-		if (crcd.session && crcd.session->quiesced_by == c)
-			s = crcd.session;
-		if (s) {
-			s->quiesced_by = NULL;
-			pthread_mutex_lock(&s->ctl_lock);
-			s->refs++;
-			pthread_mutex_unlock(&s->ctl_lock);
-		}
-		pthread_mutex_unlock(&crcd.lock);
-		if (!s)
-			return;
-		pr_warn("session %llu: its checkpointer went away mid-dump: resuming it",
-			(unsigned long long)s->id);
-		run_command(s, CRC_OP_CTL_RESUME, NULL, 0, 0, why, sizeof(why), NULL, NULL);
-		session_put(s);
+	pthread_mutex_lock(&crcd.lock);
+	if (crcd.session && crcd.session->quiesced_by == c) {
+		s = crcd.session;
+		s->quiesced_by = NULL;
+		pthread_mutex_lock(&s->ctl_lock);
+		s->refs++;
+		pthread_mutex_unlock(&s->ctl_lock);
 	}
+	pthread_mutex_unlock(&crcd.lock);
+	if (!s)
+		return;
+	pr_warn("session %llu: its checkpointer went away mid-dump: resuming it", (unsigned long long)s->id);
+	run_command(s, CRC_OP_CTL_RESUME, NULL, 0, 0, why, sizeof(why), NULL, NULL);
+	session_put(s);
 }
 
 /* One request: from the front's hand-over, else read off the connection. false: the connection ended. */
 static bool next_request(struct control *c, struct crc_msg_hdr *h, uint8_t **buf, size_t *len)
 {
+	int rc;
+
 	free(*buf);
 	*buf = NULL;
 	if (c->pending) {
-		if (c->pending_len < sizeof(*h))
-			return false;
-		memcpy(h, c->pending, sizeof(*h));
-		*len = c->pending_len - sizeof(*h);
-		*buf = malloc(*len + 1);
-		if (*buf)
-			memcpy(*buf, c->pending + sizeof(*h), *len);
-		free(c->pending);
+		*h = c->pending_h;
+		*buf = c->pending;
+		*len = c->pending_len;
 		c->pending = NULL;
-		return *buf && h->len == c->pending_len;
+		return true;
 	}
-	if (crc_sock_read_all(c->fd, h, sizeof(*h)))
-		return false;
-	if (h->len < sizeof(*h) || h->len - sizeof(*h) > (1u << 20)) {
+	rc = crc_ctl_record_read(c->fd, h, buf, len, 0, 1u << 20);
+	if (rc == CRC_EPROTO)
 		pr_warn("control connection of pid %d: bad record length %u", (int)c->peer.pid, h->len);
-		return false;
-	}
-	*len = h->len - sizeof(*h);
-	*buf = malloc(*len + 1);
-	return *buf && !crc_sock_read_all(c->fd, *buf, *len);
+	return !rc;
 }
 
 static void *control_main(void *arg)
@@ -285,7 +274,7 @@ static void *control_main(void *arg)
 	free(c->pending);
 	if (!keep_fd)
 		close(c->fd);
-	resume_orphans(c);
+	resume_orphan(c);
 	free(c);
 	return NULL;
 }
@@ -295,16 +284,25 @@ void crc_control_start(int fd, bool tcp, const struct crc_peer *peer, const void
 	struct control *c = calloc(1, sizeof(*c));
 	pthread_t t;
 
+	/* The pending request, header and body (a NUL after it, as crc_ctl_record_read leaves one). */
+	if (len && (len < sizeof(c->pending_h) || ((const struct crc_msg_hdr *)req)->len != len)) {
+		pr_err("malformed request handed over by the front (%zu bytes)", len);
+		free(c);
+		close(fd);
+		return;
+	}
 	if (c && len) {
-		c->pending = malloc(len);
-		if (c->pending)
-			memcpy(c->pending, req, len);
-		c->pending_len = len;
+		memcpy(&c->pending_h, req, sizeof(c->pending_h));
+		c->pending_len = len - sizeof(c->pending_h);
+		c->pending = malloc(c->pending_len + 1);
+		if (c->pending) {
+			memcpy(c->pending, (const uint8_t *)req + sizeof(c->pending_h), c->pending_len);
+			c->pending[c->pending_len] = 0;
+		}
 	}
 	if (!c || (len && !c->pending)) {
 		pr_err("out of memory for a control connection");
-		if (c)
-			free(c);
+		free(c);
 		close(fd);
 		return;
 	}

@@ -130,6 +130,11 @@ int crc_ctl_parse_gpus(const char *arg, struct crc_ctl_restore_opts *o, char *er
 
 /* The daemon's side: the reply to control request req (status, the reason when it is not 0, data). */
 struct crc_msg_hdr;
+/* Reads one record (a request, or a worker's reply the front relays) into *h and a new *body of *len
+ * bytes, with a NUL after them (strings in it end there at the latest). 0; CRC_EDAEMON when the peer
+ * is gone; CRC_EPROTO when the record is not between sizeof(*h) + min_len and sizeof(*h) + max_len. */
+int crc_ctl_record_read(int fd, struct crc_msg_hdr *h, uint8_t **body, size_t *len, size_t min_len,
+			size_t max_len);
 int crc_ctl_reply_send(int fd, const struct crc_msg_hdr *req, int status, const char *msg, const void *data,
 		       size_t len);
 
