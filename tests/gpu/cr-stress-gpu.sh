@@ -7,6 +7,7 @@
 # output must equal an uninterrupted run's under the layer, bit for bit. Prints both tables.
 # Environment: PYTHON (python3), LM_COUNT (50), RT_COUNT (20), STRESS_JOBS (4), STRESS_SEED (random),
 # LM_ARGS (the LM's options; default --steps 60 --sleep 0.25: about 20 s a run).
+# CR_STRESS_LOGS=DIR keeps the failed trials' logs there.
 set -u
 build=$(cd "${1:?usage: cr-stress-gpu.sh BUILD}" && pwd)
 top=$(cd "$(dirname "$0")/../.." && pwd)

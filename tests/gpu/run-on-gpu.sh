@@ -57,7 +57,7 @@ fi
 ctest_rc=${ctest_rc:-0}
 if [[ $parts == *stress* ]]; then
 echo "== random-instant checkpoint/restart stress: PyTorch LM and cudart programs (issue 14)"
-timeout 560 tests/gpu/cr-stress-gpu.sh build-gpu 2>&1 | tee "$out/cr-stress.txt" | grep -vE "^cr-stress: .*uninterrupted run"
+CR_STRESS_LOGS=$out/stress-logs timeout 560 tests/gpu/cr-stress-gpu.sh build-gpu 2>&1 | tee "$out/cr-stress.txt" | grep -vE "^cr-stress: .*uninterrupted run"
 fi
 if [[ $parts == *bench* ]]; then
 echo "== benchmarks"

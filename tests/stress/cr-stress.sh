@@ -89,6 +89,12 @@ cleanup() {
 		p=$(sed -n 's/^([^)]*) \([0-9]*\) crcudad: serving on.*/\1/p' "$f" | head -1)
 		[ -n "$p" ] && grep -qas -- "$tmp/" "/proc/$p/cmdline" && kill -9 "$p" 2>/dev/null
 	done
+	# CR_STRESS_LOGS=DIR: the failed trials' logs (not the device memory nor CRIU's page images) there.
+	if [ -n "${CR_STRESS_LOGS:-}" ] && [ -s "$tmp/failed" ]; then
+		mkdir -p "$CR_STRESS_LOGS"
+		(cd "$tmp" && find . -type f -size -2M ! -name 'pages-*.img' ! -path '*/chunks/*' -print0 |
+			xargs -0r cp --parents -t "$CR_STRESS_LOGS") 2>/dev/null
+	fi
 	if [ "$keep" = 0 ] && ! [ -s "$tmp/failed" ]; then rm -rf "$tmp"; else echo "cr-stress: logs kept in $tmp" >&2; fi
 }
 trap cleanup EXIT
@@ -109,6 +115,16 @@ criu_hung() {
 		grep -qas -- "${log%/dump.log}" "$p/cmdline" && kill -9 "${p#/proc/}" 2>/dev/null
 	done
 	return 0
+}
+# What each thread of a process that stopped making progress waits on: kernel stacks, and the user
+# stacks when gdb is there.
+hang_report() {
+	local t
+	for t in /proc/"$1"/task/*; do
+		echo "--- thread ${t##*/} $(cat "$t/comm" 2>/dev/null) wchan=$(cat "$t/wchan" 2>/dev/null) syscall=$(cut -d' ' -f1-3 "$t/syscall" 2>/dev/null)"
+		cat "$t/stack" 2>/dev/null
+	done
+	command -v gdb >/dev/null && timeout 60 gdb -q -batch -p "$1" -ex "thread apply all bt 30" 2>&1 | grep -vE "^(\[New LWP|Reading symbols|warning: )"
 }
 rand() { echo $(((RANDOM << 15 | RANDOM) % $1)); } # 0..N-1 (N <= 2^30)
 
@@ -188,7 +204,9 @@ trial() {
 		fi
 	done
 	if [ $ok = 1 ]; then
-		wait_gone "$pid" $((ref_ms[$p] / 100 + 120)) || { what="$what: did not finish"; ok=0; kill -9 "$pid" 2>/dev/null; }
+		# A restored run takes what was left of it, plus the restores: twice the whole run is ample.
+		wait_gone "$pid" $((ref_ms[$p] * 2 / 1000 + 60)) ||
+			{ what="$what: did not finish (threads: $dir/hang.txt)"; ok=0; hang_report "$pid" >"$dir/hang.txt" 2>&1; kill -9 "$pid" 2>/dev/null; }
 	fi
 	if [ $ok = 1 ] && ! cmp -s "$tmp/ref/$p.out" "$dir/out"; then
 		ok=0
