@@ -247,6 +247,22 @@ int crc_ring_next(struct crc_ring *r, int timeout_ms, const struct crc_msg_hdr *
 	}
 }
 
+int crc_ring_pending(struct crc_ring *r)
+{
+	uint64_t head = atomic_load_explicit(&r->ctl->head, memory_order_acquire);
+	uint64_t tail = atomic_load_explicit(&r->ctl->tail, memory_order_relaxed) + r->reserved;
+
+	while (tail != head) {
+		const struct crc_msg_hdr *h = (const struct crc_msg_hdr *)(r->data + (tail & r->mask));
+
+		/* A corrupt length is crc_ring_next's to report. */
+		if (h->op != OP_PAD || h->len < sizeof(*h))
+			return 0;
+		tail += h->len;
+	}
+	return atomic_load(&r->ctl->closed) ? CRC_EDAEMON : CRC_EAGAIN;
+}
+
 void crc_ring_release(struct crc_ring *r)
 {
 	uint64_t tail = atomic_load_explicit(&r->ctl->tail, memory_order_relaxed);

@@ -173,6 +173,17 @@ int crc_chan_next(struct crc_chan *c, int timeout_ms, const struct crc_msg_hdr *
 	return 0;
 }
 
+int crc_chan_pending(struct crc_chan *c)
+{
+	struct pollfd p = {.fd = c->fd, .events = POLLIN};
+
+	if (!c->tcp)
+		return crc_ring_pending(&c->rx);
+	if (poll(&p, 1, 0) < 0)
+		return CRC_EDAEMON;
+	return p.revents & POLLIN ? 0 : p.revents & (POLLHUP | POLLERR | POLLNVAL) ? CRC_EDAEMON : CRC_EAGAIN;
+}
+
 void crc_chan_release(struct crc_chan *c)
 {
 	if (!c->tcp)

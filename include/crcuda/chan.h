@@ -47,6 +47,9 @@ int crc_chan_commit(struct crc_chan *c);
 /* Waits for the next record (timeout_ms < 0: until it comes or the peer is gone). */
 int crc_chan_next(struct crc_chan *c, int timeout_ms, const struct crc_msg_hdr **msg);
 void crc_chan_release(struct crc_chan *c);
+/* 0 when a record waits, without taking it; CRC_EAGAIN when none does; CRC_EDAEMON when the peer
+ * is gone. */
+int crc_chan_pending(struct crc_chan *c);
 /* Tells the peer this end is going away (rings: closed flag); the socket stays open. */
 void crc_chan_shutdown(struct crc_chan *c);
 

@@ -66,6 +66,9 @@ void crc_ring_commit(struct crc_ring *r);
 /* Consumer: waits for the next record; it stays valid until crc_ring_release. timeout_ms < 0 waits
  * forever (still asking the liveness callback); 0 polls (CRC_EAGAIN if empty). */
 int crc_ring_next(struct crc_ring *r, int timeout_ms, const struct crc_msg_hdr **msg);
+/* Consumer: 0 when a record waits, without taking it (crc_ring_next takes one each call); CRC_EAGAIN
+ * when none does, CRC_EDAEMON when none does and the producer closed the ring. */
+int crc_ring_pending(struct crc_ring *r);
 void crc_ring_release(struct crc_ring *r);
 
 /* Marks the ring closed and wakes both sides: waits then end with CRC_EDAEMON. */

@@ -6,6 +6,8 @@
 #                 same addresses with the same bytes, and its module, stream and event work
 #       resume    checkpoint with the client left running (resume): it continues correctly
 #       busy      quiesce while another client thread is in long synchronous calls
+#       backlog   quiesce an idle client whose posted launches still wait in the ring (backlog_client):
+#                 checkpoint, resume; every launch runs exactly once
 #       abort     checkpoint, abort: no manifest; the client resumes
 #       killed    a daemon killed mid-checkpoint leaves the previous checkpoint intact
 #       churn     a client that created and destroyed 1500 events, streams and allocations: the
@@ -78,7 +80,7 @@ finish_client() {
 	client_pid=
 	cat "$tmp/client.log"
 	[ $rc = 0 ] || fail "the client failed (exit $rc)"
-	grep -q "ckpt_client: OK" "$tmp/client.log" || fail "no OK from the client"
+	grep -q "_client: OK" "$tmp/client.log" || fail "no OK from the client"
 }
 
 checkpoint() { # checkpoint: quiesce, checkpoint, commit; prints the id
@@ -131,6 +133,14 @@ busy)
 	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume"
 	finish_client
 	grep -q "busy rounds [1-9]" "$tmp/client.log" || fail "the busy thread made no calls"
+	;;
+backlog)
+	start_daemon daemon1
+	client=$build/tests/ckpt-daemon/backlog_client start_client
+	checkpoint >/dev/null || exit 1
+	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume"
+	finish_client
+	grep -q "backlog_client: OK" "$tmp/client.log" || fail "launches were lost or run twice"
 	;;
 abort)
 	start_daemon daemon1

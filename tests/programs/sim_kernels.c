@@ -3,6 +3,7 @@
  * once per thread block. Each mirrors its CUDA source in tests/programs/<program>.cu. */
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "crcuda_sim_kernel.h"
 
@@ -305,4 +306,20 @@ CRCUDA_SIM_KERNEL(fault_oob)
 {
 	(void)blk->params;
 	blk->trap(700); /* CUDA_ERROR_ILLEGAL_ADDRESS, without touching the address */
+}
+
+/* tests/ckpt-daemon/backlog.cu: backlog_spin(unsigned ms) holds its stream; backlog_bump(counter). */
+CRCUDA_SIM_KERNEL(backlog_spin)
+{
+	unsigned ms = CRCUDA_SIM_PARAM(blk, 0, unsigned);
+	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+
+	nanosleep(&ts, NULL);
+}
+
+CRCUDA_SIM_KERNEL(backlog_bump)
+{
+	unsigned long long *counter = CRCUDA_SIM_PARAM(blk, 0, unsigned long long *);
+
+	__atomic_fetch_add(counter, 1, __ATOMIC_RELAXED);
 }
