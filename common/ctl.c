@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "crcuda/ctl.h"
@@ -388,26 +389,43 @@ out:
 	return rc;
 }
 
-int crc_ctl_find_pid(const char *addr, pid_t pid, struct crc_ctl_session *s)
+int crc_ctl_session_of(struct crc_ctl *c, pid_t pid, const char *unix_path, int wait_ms,
+		       struct crc_ctl_session *s)
 {
-	struct crc_ctl_session *list = NULL;
+	struct timespec t0, now;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		struct crc_ctl_session *list = NULL, *best = NULL;
+		unsigned n = 0;
+		int rc = crc_ctl_sessions(c, &list, &n);
+
+		for (unsigned i = 0; !rc && i < n; i++)
+			if (list[i].pid == pid && (!best || list[i].session_id > best->session_id))
+				best = &list[i];
+		if (best && s)
+			*s = *best;
+		free(list);
+		if (rc || best)
+			return rc;
+		/* Its first CUDA call may be starting its session: connected, not listed yet. */
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (!unix_path ||
+		    (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 >= wait_ms ||
+		    !crc_task_connected_to(pid, unix_path))
+			return CRC_ENOTFOUND;
+		nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+	}
+}
+
+int crc_ctl_find_pid(const char *addr, pid_t pid, int wait_ms, struct crc_ctl_session *s)
+{
 	struct crc_ctl *c = NULL;
-	unsigned n = 0;
 	int rc = crc_ctl_open(addr, NULL, &c);
 
-	if (!rc) {
-		rc = crc_ctl_sessions(c, &list, &n);
-		crc_ctl_close(c);
-	}
 	if (!rc)
-		rc = CRC_ENOTFOUND;
-	for (unsigned i = 0; rc == CRC_ENOTFOUND && i < n; i++)
-		if (list[i].pid == pid) {
-			if (s)
-				*s = list[i];
-			rc = 0;
-		}
-	free(list);
+		rc = crc_ctl_session_of(c, pid, addr, wait_ms, s);
+	crc_ctl_close(c);
 	return rc;
 }
 

@@ -1,13 +1,16 @@
 #define LOG_PREFIX "sock: "
+#include <dirent.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -105,6 +108,44 @@ int crc_unix_check_peer(int fd, struct crc_peer *peer)
 		return CRC_EPERM;
 	}
 	return 0;
+}
+
+bool crc_task_connected_to(pid_t pid, const char *path)
+{
+	struct dirent *de;
+	char dir[64], link[64], fdpath[64 + sizeof(de->d_name)];
+	bool found = false;
+	DIR *d;
+	int pidfd;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (pidfd < 0 || !(d = opendir(dir))) {
+		if (pidfd >= 0)
+			close(pidfd);
+		return false;
+	}
+	while (!found && (de = readdir(d))) {
+		struct sockaddr_un sa = {0};
+		socklen_t len = sizeof(sa);
+		ssize_t n;
+		int fd;
+
+		snprintf(fdpath, sizeof(fdpath), "%s/%s", dir, de->d_name);
+		n = readlink(fdpath, link, sizeof(link) - 1);
+		if (n <= 0 || (link[n] = 0, strncmp(link, "socket:", 7)))
+			continue;
+		fd = (int)syscall(SYS_pidfd_getfd, pidfd, atoi(de->d_name), 0);
+		if (fd < 0)
+			continue;
+		found = getpeername(fd, (struct sockaddr *)&sa, &len) == 0 && sa.sun_family == AF_UNIX &&
+			len > offsetof(struct sockaddr_un, sun_path) &&
+			!strncmp(sa.sun_path, path, sizeof(sa.sun_path));
+		close(fd);
+	}
+	closedir(d);
+	close(pidfd);
+	return found;
 }
 
 int crc_sock_send_fds(int fd, const void *buf, size_t len, const int *fds, int nfds)

@@ -193,9 +193,10 @@ static int task_remote(pid_t pid, const char *token_file, char *addr, size_t len
 }
 
 /* The session of pid on the daemon at daemon. 0, or -1 with the reason printed. */
-static int find_session(const char *daemon, const char *token, pid_t pid, struct crc_ctl_session *out)
+static int find_session(const char *daemon, const char *token, pid_t pid, int wait_ms,
+			struct crc_ctl_session *out)
 {
-	int rc = token ? find_remote(daemon, token, pid, out) : crc_ctl_find_pid(daemon, pid, out);
+	int rc = token ? find_remote(daemon, token, pid, out) : crc_ctl_find_pid(daemon, pid, wait_ms, out);
 
 	if (rc == CRC_ENOTFOUND)
 		ctl_error("checkpoint: process %d has no session on crcudad at %s (not run under `crcudactl "
@@ -346,7 +347,7 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 			  daemon);
 		return CTL_EXIT_USAGE;
 	}
-	if (find_session(daemon, tcp ? token : NULL, pid, &sess))
+	if (find_session(daemon, tcp ? token : NULL, pid, (int)timeout * 1000, &sess))
 		return CTL_EXIT_FAILURE;
 
 	/* The store must exist (the daemon opens it by path), and be named absolutely. */

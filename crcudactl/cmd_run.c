@@ -191,8 +191,8 @@ static int read_token(const char *file, struct crc_hello *h)
 	return 0;
 }
 
-/* Says hello the way libcrcuda does (a session starts and ends at once): proves that the daemon
- * serves, and tells which GPUs it has. */
+/* Says hello as a control connection (no session: a GPU worker of the pool is left for the program):
+ * proves that the daemon serves, and tells which GPUs it has. */
 static enum probe probe(const char *sock, const char *remote, const char *token_file,
 			struct crc_hello_reply *r)
 {
@@ -202,9 +202,10 @@ static enum probe probe(const char *sock, const char *remote, const char *token_
 	    .pid = getpid(),
 	    .uid = getuid(),
 	    .transport = remote ? CRC_TRANSPORT_TCP : CRC_TRANSPORT_UNIX,
+	    .role = CRC_ROLE_CONTROL,
 	};
 	struct timeval tv = {.tv_sec = RUN_PROBE_TIMEOUT_S};
-	int fd, memfd = -1, nfds = 0, rc;
+	int fd, rc;
 
 	if (remote) {
 		struct sigaction sa = {.sa_handler = on_alarm}, old;
@@ -226,10 +227,7 @@ static enum probe probe(const char *sock, const char *remote, const char *token_
 	memset(r, 0, sizeof(*r));
 	rc = crc_sock_write_all(fd, &h, sizeof(h));
 	if (!rc)
-		rc = remote ? crc_sock_read_all(fd, r, sizeof(*r))
-			    : crc_sock_recv_fds(fd, r, sizeof(*r), &memfd, 1, &nfds);
-	if (memfd >= 0)
-		close(memfd);
+		rc = crc_sock_read_all(fd, r, sizeof(*r));
 	close(fd);
 	if (rc || r->magic != CRC_PROTO_MAGIC || r->version != CRC_PROTO_VERSION)
 		return PROBE_BROKEN;

@@ -391,9 +391,8 @@ static int park_accept(struct task *t, int lfd)
 
 static int pause_devices(int pid)
 {
-	struct crc_ctl_session *s = NULL;
+	struct crc_ctl_session s;
 	struct task *t = NULL;
-	unsigned n = 0;
 	int rc, lfd = -1;
 	bool tcp = false;
 
@@ -407,23 +406,22 @@ static int pause_devices(int pid)
 		     crc_strerror(rc));
 		return -1;
 	}
-	rc = crc_ctl_sessions(P.ctl, &s, &n);
-	if (rc) {
+	/* A task connected to the daemon whose session is still starting (its first CUDA call) is
+	 * waited for: its socket could not be dumped otherwise. */
+	rc = crc_ctl_session_of(P.ctl, pid, is_tcp(P.daemon) ? NULL : P.daemon, P.timeout_ms, &s);
+	if (rc && rc != CRC_ENOTFOUND) {
 		fail("listing the sessions of %s: %s", P.daemon, crc_ctl_error(P.ctl));
 		return -1;
 	}
-	for (unsigned i = 0; i < n; i++)
-		if (s[i].pid == pid) {
-			if (P.ntasks == MAX_TASKS) {
-				fail("more than %d crcuda clients in one dump", MAX_TASKS);
-				free(s);
-				return -1;
-			}
-			t = &P.tasks[P.ntasks++];
-			*t = (struct task){.pid = pid, .session = s[i].session_id, .park_fd = -1};
-			tcp = s[i].transport == CRC_TRANSPORT_TCP;
+	if (!rc) {
+		if (P.ntasks == MAX_TASKS) {
+			fail("more than %d crcuda clients in one dump", MAX_TASKS);
+			return -1;
 		}
-	free(s);
+		t = &P.tasks[P.ntasks++];
+		*t = (struct task){.pid = pid, .session = s.session_id, .park_fd = -1};
+		tcp = s.transport == CRC_TRANSPORT_TCP;
+	}
 	if (!t) {
 		pr_info("task %d has no session on %s: not a crcuda client (or no CUDA call yet)\n", pid,
 			P.daemon);

@@ -139,7 +139,12 @@ int crc_ctl_reply_send(int fd, const struct crc_msg_hdr *req, int status, const 
 		       size_t len);
 
 /* The session of pid on the daemon at addr (unix socket): into *s (may be NULL). 0, CRC_ENOTFOUND when
- * it has none, or the error when the daemon does not answer. */
-int crc_ctl_find_pid(const char *addr, pid_t pid, struct crc_ctl_session *s);
+ * it has none, or the error when the daemon does not answer. A process connected to the daemon whose
+ * session is not listed yet (its first CUDA call is starting it) is waited for, up to wait_ms. Of two
+ * sessions of one pid (an exec keeps it), the newer. */
+int crc_ctl_find_pid(const char *addr, pid_t pid, int wait_ms, struct crc_ctl_session *s);
+/* The same on an open control connection; unix_path: the daemon's socket, NULL for a TCP one (no wait). */
+int crc_ctl_session_of(struct crc_ctl *c, pid_t pid, const char *unix_path, int wait_ms,
+		       struct crc_ctl_session *s);
 
 #endif

@@ -5,6 +5,7 @@
 #define CRCUDA_SOCK_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <sys/types.h>
 
 struct crc_peer {
@@ -22,6 +23,9 @@ int crc_unix_connect(const char *path);
 int crc_unix_peer(int fd, struct crc_peer *peer);
 /* Refuses (CRC_EPERM) a peer whose uid is neither ours nor root's. */
 int crc_unix_check_peer(int fd, struct crc_peer *peer);
+/* Whether process pid holds a unix socket connected to the one listening at path (its descriptors,
+ * duplicated through pidfd_getfd: needs the right to ptrace it). */
+bool crc_task_connected_to(pid_t pid, const char *path);
 
 /* Sends len bytes and up to nfds descriptors in one message. */
 int crc_sock_send_fds(int fd, const void *buf, size_t len, const int *fds, int nfds);
