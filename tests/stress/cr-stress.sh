@@ -91,9 +91,10 @@ cleanup() {
 	done
 	# CR_STRESS_LOGS=DIR: the failed trials' logs (not the device memory nor CRIU's page images) there.
 	if [ -n "${CR_STRESS_LOGS:-}" ] && [ -s "$tmp/failed" ]; then
+		# One tarball of the text logs: a tree of many small files does not travel back from the GPU machine.
 		mkdir -p "$CR_STRESS_LOGS"
-		(cd "$tmp" && find . -type f -size -2M ! -name 'pages-*.img' ! -path '*/chunks/*' -print0 |
-			xargs -0r cp --parents -t "$CR_STRESS_LOGS") 2>/dev/null
+		(cd "$tmp" && find . -type f -size -2M ! -name '*.img' ! -path '*/chunks/*' ! -name '*.mdb' -print0 |
+			tar czf "$CR_STRESS_LOGS/failed-logs-$$.tgz" --null -T -) 2>/dev/null
 	fi
 	if [ "$keep" = 0 ] && ! [ -s "$tmp/failed" ]; then rm -rf "$tmp"; else echo "cr-stress: logs kept in $tmp" >&2; fi
 }
