@@ -717,6 +717,9 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 	META("crcuda.va_size", "%#" PRIx64, s->va_size);
 	META("crcuda.daemon_session", "%llu", (unsigned long long)s->id);
 	META("crcuda.pid", "%d", (int)s->peer.pid);
+	/* An error of posted work the application has not yet been told of: it is told after a restore. */
+	if (s->deferred != CUDA_SUCCESS)
+		META("crcuda.deferred_error", "%d", (int)s->deferred);
 	{
 		/* The devices the session has contexts on, by the client's ordinal: restore checks --gpu
 		 * against them. crcuda.device* are device 0's (older checkpoints have only those). */

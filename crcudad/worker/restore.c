@@ -435,6 +435,12 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 	}
 	if (rc)
 		goto fail;
+	{
+		const char *deferred = crc_manifest_meta_get(mf, "crcuda.deferred_error");
+
+		if (deferred)
+			s->deferred = (CUresult)strtol(deferred, NULL, 10);
+	}
 	if (!tcp) {
 		rc = crc_session_make_rings(s, &memfd);
 		if (rc) {

@@ -3,8 +3,11 @@
  * GO, then checks that everything is still there and still works. A helper thread takes a
  * replacement daemon socket from $CKPT_SWAP_SOCK and puts it in place of the one libcrcuda holds, as
  * CRIU's restore would. --busy: another thread keeps making long calls until GO. --churn N: first
- * creates and destroys N events, N streams and N allocations (a long session's journal).
- *   ckpt_client READY GO [--busy] [--churn N] */
+ * creates and destroys N events, N streams and N allocations (a long session's journal). --deferred:
+ * last, a launch the device refuses (2048 threads a block); natively it answers the error, under the
+ * layer it is posted and its error comes at the next synchronising call, which must see it exactly
+ * once, also across a checkpoint and a restore.
+ *   ckpt_client READY GO [--busy] [--churn N] [--deferred] */
 #include <cuda.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -110,18 +113,20 @@ int main(int argc, char **argv)
 	CUevent ev;
 	unsigned char *host, *pinned;
 	int coefs[4] = {3, 1, 4, 1}, value, rounds = 2, churn = 0;
-	bool busy_thread = false;
+	bool busy_thread = false, deferred = false, posted_error = false;
 	pthread_t swap, busy;
 	FILE *f;
 	void *kargs[] = {&rounds};
 
 	if (argc < 3) {
-		fprintf(stderr, "usage: ckpt_client READY GO [--busy] [--churn N]\n");
+		fprintf(stderr, "usage: ckpt_client READY GO [--busy] [--churn N] [--deferred]\n");
 		return 2;
 	}
 	for (int i = 3; i < argc; i++) {
 		if (!strcmp(argv[i], "--busy"))
 			busy_thread = true;
+		else if (!strcmp(argv[i], "--deferred"))
+			deferred = true;
 		else if (!strcmp(argv[i], "--churn") && i + 1 < argc)
 			churn = atoi(argv[++i]);
 	}
@@ -176,6 +181,14 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	busy_buf = buf[1];
+	if (deferred) {
+		CUresult r = cuLaunchKernel(update, 1, 1, 1, 2048, 1, 1, 0, stream, kargs, NULL);
+
+		if (r != CUDA_SUCCESS && r != CUDA_ERROR_INVALID_VALUE)
+			CK(r);
+		posted_error = r == CUDA_SUCCESS;
+		printf("ckpt_client: the refused launch answered %d\n", r);
+	}
 	if (busy_thread)
 		pthread_create(&busy, NULL, busy_main, NULL);
 	{
@@ -191,6 +204,16 @@ int main(int argc, char **argv)
 	}
 	while (!exists(go_file))
 		usleep(20000);
+	if (posted_error) {
+		CUresult r = cuCtxSynchronize();
+
+		if (r != CUDA_ERROR_INVALID_VALUE) {
+			fprintf(stderr, "ckpt_client: the posted launch's error was not reported (%d)\n", r);
+			return 1;
+		}
+		printf("ckpt_client: the posted launch's error came at the synchronisation\n");
+		CK(cuCtxSynchronize());
+	}
 	/* After the checkpoint (and maybe a restore): same addresses, same bytes, same module state. */
 	for (int b = 0; b < NBUF; b++) {
 		host = malloc(sizes[b]);

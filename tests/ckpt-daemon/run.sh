@@ -8,6 +8,8 @@
 #       busy      quiesce while another client thread is in long synchronous calls
 #       backlog   quiesce an idle client whose posted launches still wait in the ring (backlog_client):
 #                 checkpoint, resume; every launch runs exactly once
+#       deferred  a posted launch the device refused, its error not yet reported: checkpoint, kill the daemon,
+#                 restore elsewhere; the restored client's next synchronisation reports that error
 #       abort     checkpoint, abort: no manifest; the client resumes
 #       killed    a daemon killed mid-checkpoint leaves the previous checkpoint intact
 #       churn     a client that created and destroyed 1500 events, streams and allocations: the
@@ -141,6 +143,13 @@ backlog)
 	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume"
 	finish_client
 	grep -q "backlog_client: OK" "$tmp/client.log" || fail "launches were lost or run twice"
+	;;
+deferred)
+	start_daemon daemon1
+	start_client --deferred
+	id=$(checkpoint) || exit 1
+	restore_elsewhere "$id"
+	grep -q "error came at the synchronisation" "$tmp/client.log" || fail "the launch was not posted: nothing tested"
 	;;
 abort)
 	start_daemon daemon1
