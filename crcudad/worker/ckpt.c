@@ -573,6 +573,45 @@ static int target_sm(void)
 	       d->attrs[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR];
 }
 
+static int by_mark(const void *a, const void *b)
+{
+	uint64_t x = ((const uint64_t *)a)[0], y = ((const uint64_t *)b)[0];
+
+	return x < y ? -1 : x > y;
+}
+
+char *crc_events_recorded(const struct crc_session *s)
+{
+	const struct crc_htable *t = &s->tables[CRC_HT_EVENT];
+	uint64_t(*ev)[2] = NULL; /* {mark, handle} */
+	size_t n = 0, off = 0, cap;
+	char *list;
+
+	for (uint32_t i = 1; i < s->event_marks_cap && i <= t->n; i++)
+		n += s->event_marks[i] && t->real[i].ptr;
+	cap = n * 24 + 1;
+	list = malloc(cap);
+	if (n && !(ev = malloc(n * sizeof(*ev)))) {
+		free(list);
+		return NULL;
+	}
+	if (!list)
+		return NULL;
+	n = 0;
+	for (uint32_t i = 1; i < s->event_marks_cap && i <= t->n; i++)
+		if (s->event_marks[i] && t->real[i].ptr) {
+			ev[n][0] = s->event_marks[i];
+			ev[n++][1] = crc_vhandle(CRC_HT_EVENT, i);
+		}
+	if (n)
+		qsort(ev, n, sizeof(*ev), by_mark);
+	list[0] = '\0';
+	for (size_t k = 0; k < n; k++)
+		off += (size_t)snprintf(list + off, cap - off, "%s%#" PRIx64, k ? "," : "", ev[k][1]);
+	free(ev);
+	return list;
+}
+
 int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 {
 	struct crc_ctl_ckpt_wire stats = {0};
@@ -758,6 +797,14 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 			off += (size_t)snprintf(hv + off, sizeof(hv) - off, "%s%u", t > 1 ? "," : "",
 						s->tables[t].n);
 		rc = crc_ckpt_meta_set(s->ckpt, "crcuda.handles", hv);
+		if (rc)
+			goto fail;
+	}
+	{
+		char *events = crc_events_recorded(s);
+
+		rc = events ? crc_ckpt_meta_set(s->ckpt, "crcuda.recorded_events", events) : CRC_ENOMEM;
+		free(events);
 		if (rc)
 			goto fail;
 	}

@@ -149,6 +149,40 @@ static int replay_one(struct crc_session *s, struct crc_store *st, uint64_t seq,
  * copies run. */
 #define UPLOAD_BATCH   16
 #define UPLOAD_READERS 4
+/* Records again, in their order, the events that were recorded before the checkpoint (list from
+ * crc_events_recorded; NULL in older checkpoints): each on its context's default stream, where
+ * nothing runs yet, so each is complete at once, as every event was when the checkpoint drained. */
+int crc_events_rerecord(struct crc_session *s, const char *list, char *why, size_t why_len)
+{
+	const struct crc_htable *ctxs = &s->tables[CRC_HT_CTX];
+
+	while (list && *list) {
+		char *end;
+		uint64_t v = strtoull(list, &end, 0);
+		uint32_t i = crc_vhandle_index(v);
+		CUresult res = CUDA_ERROR_INVALID_CONTEXT;
+
+		if (end == list || crc_vhandle_tag(v) != CRC_HT_EVENT || i > s->tables[CRC_HT_EVENT].n ||
+		    !s->tables[CRC_HT_EVENT].real[i].ptr) {
+			snprintf(why, why_len,
+				 "the checkpoint names an event the journal did not make (%.40s)", list);
+			return CRC_ECORRUPT;
+		}
+		/* The event's context is not kept: the one that accepts the record is it. */
+		for (uint32_t c = 1; c <= ctxs->n && res != CUDA_SUCCESS; c++)
+			if (ctxs->real[c].ptr && CALL(cuCtxSetCurrent, ctxs->real[c].ptr) == CUDA_SUCCESS)
+				res = CALL(cuEventRecord, s->tables[CRC_HT_EVENT].real[i].ptr, NULL);
+		if (res != CUDA_SUCCESS) {
+			snprintf(why, why_len, "recording event %#" PRIx64 " again: CUDA error %d", v, res);
+			return CRC_ECUDA;
+		}
+		crc_event_mark(s, v); /* for the next checkpoint */
+		list = *end == ',' ? end + 1 : end;
+	}
+	s->cur_ctx = UINT64_MAX;
+	return 0;
+}
+
 static int upload(struct crc_session *s, struct crc_store *st, const struct crc_manifest *mf, int group,
 		  CUcontext *dctx, char *why, size_t why_len)
 {
@@ -433,6 +467,9 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 			if (g < 0 || dctx[g])
 				rc = upload(s, st, mf, g, dctx, why, why_len);
 	}
+	if (rc)
+		goto fail;
+	rc = crc_events_rerecord(s, crc_manifest_meta_get(mf, "crcuda.recorded_events"), why, why_len);
 	if (rc)
 		goto fail;
 	{

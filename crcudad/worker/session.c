@@ -499,6 +499,28 @@ const char *crc_request_str_arg(int op, const uint8_t *a, size_t len)
 	return NULL;
 }
 
+void crc_event_mark(struct crc_session *s, uint64_t v)
+{
+	uint32_t i = crc_vhandle_index(v);
+
+	if (crc_vhandle_tag(v) != CRC_HT_EVENT)
+		return;
+	if (i >= s->event_marks_cap) {
+		uint32_t cap = s->event_marks_cap ? s->event_marks_cap : 64;
+		uint64_t *p;
+
+		while (cap <= i)
+			cap *= 2;
+		p = realloc(s->event_marks, cap * sizeof(*p));
+		if (!p)
+			return; /* a restore then leaves this event unrecorded: it completes as a new one */
+		memset(p + s->event_marks_cap, 0, (cap - s->event_marks_cap) * sizeof(*p));
+		s->event_marks = p;
+		s->event_marks_cap = cap;
+	}
+	s->event_marks[i] = ++s->event_mark_seq;
+}
+
 CUresult crc_session_execute(struct crc_session *s, const struct crc_msg_hdr *m)
 {
 	const struct crc_call_hdr *h = crc_msg_payload(m);
@@ -512,6 +534,15 @@ CUresult crc_session_execute(struct crc_session *s, const struct crc_msg_hdr *m)
 	res = execute(s, m);
 	if (res == CUDA_SUCCESS)
 		crc_journal_end(s, m->op, h, (const uint8_t *)(h + 1), len - sizeof(*h));
+	if (res == CUDA_SUCCESS &&
+	    (m->op == CRC_CU_cuEventRecord || m->op == CRC_CU_cuEventRecordWithFlags)) {
+		uint64_t v; /* the event's virtual handle, the record's first argument */
+
+		if (len - sizeof(*h) >= sizeof(v)) {
+			memcpy(&v, h + 1, sizeof(v));
+			crc_event_mark(s, v);
+		}
+	}
 	s->jcapture = false;
 	return res;
 }
@@ -680,6 +711,7 @@ static void session_dealloc(struct crc_session *s)
 	crc_journal_free(s);
 	free(s->store_dir);
 	free(s->ptstreams);
+	free(s->event_marks);
 	free(s->out);
 	free(s->image);
 	pthread_mutex_destroy(&s->ctl_lock);

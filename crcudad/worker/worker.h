@@ -129,6 +129,12 @@ struct crc_session {
 	bool rings_pin_failed; /* ... and not to be tried again */
 	struct crc_ptstream *ptstreams;
 	unsigned n_ptstreams;
+	/* When each event was last recorded (by event index, in record order; 0: never): a restore
+	 * records them again in that order, so the restored program's cuEventElapsedTime, queries and
+	 * waits see recorded events, as they were. */
+	uint64_t *event_marks;
+	uint32_t event_marks_cap;
+	uint64_t event_mark_seq;
 	/* The reply being built and module images being assembled. */
 	uint8_t *out;
 	size_t out_len, out_cap;
@@ -340,6 +346,13 @@ CRC_RAW_HANDLERS(CRC_DECL_RAW)
 /* Control ops. */
 CUresult crc_ctl_pin_register(struct crc_session *s, const uint8_t *args, size_t len);
 CUresult crc_ctl_pin_unregister(struct crc_session *s, const uint8_t *args, size_t len);
+
+/* Checkpoint metadata: the live events that were recorded, in record order ("v1,v2,..."; malloc'd,
+ * NULL when out of memory); a restore records them again (crc_events_rerecord). */
+char *crc_events_recorded(const struct crc_session *s);
+/* Notes that event v (virtual) was recorded now. */
+void crc_event_mark(struct crc_session *s, uint64_t v);
+int crc_events_rerecord(struct crc_session *s, const char *list, char *why, size_t why_len);
 
 /* Frees everything the session still holds (its memory, modules, streams, contexts). */
 void crc_session_release_resources(struct crc_session *s);

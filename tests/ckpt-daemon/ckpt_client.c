@@ -110,7 +110,8 @@ int main(int argc, char **argv)
 	CUmodule mod;
 	CUfunction update;
 	CUstream stream, gone;
-	CUevent ev;
+	CUevent ev, start;
+	float ms;
 	unsigned char *host, *pinned;
 	int coefs[4] = {3, 1, 4, 1}, value, rounds = 2, churn = 0;
 	bool busy_thread = false, deferred = false, posted_error = false;
@@ -170,11 +171,15 @@ int main(int argc, char **argv)
 	CK(cuMemFree(scratch));
 	CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
 	CK(cuEventCreate(&ev, 0));
+	CK(cuEventCreate(&start, 0));
 	CK(cuMemAllocHost((void **)&pinned, 1 << 20));
 	for (size_t i = 0; i < 1 << 20; i++)
 		pinned[i] = pattern(9, i);
+	CK(cuEventRecord(start, stream));
 	CK(cuLaunchKernel(update, 1, 1, 1, 32, 1, 1, 0, stream, kargs, NULL));
+	CK(cuEventRecord(ev, stream));
 	CK(cuStreamSynchronize(stream));
+	CK(cuEventElapsedTime(&ms, start, ev));
 	CK(cuMemcpyDtoH(&value, counter, sizeof(value)));
 	if (value != 42 + rounds * 3) {
 		fprintf(stderr, "ckpt_client: counter %d before the checkpoint\n", value);
@@ -213,6 +218,13 @@ int main(int argc, char **argv)
 		}
 		printf("ckpt_client: the posted launch's error came at the synchronisation\n");
 		CK(cuCtxSynchronize());
+	}
+	/* Events recorded before the checkpoint are still recorded (and complete): they time. */
+	CK(cuEventQuery(ev));
+	CK(cuEventElapsedTime(&ms, start, ev));
+	if (!(ms >= 0)) {
+		fprintf(stderr, "ckpt_client: elapsed time %f between events recorded in order\n", ms);
+		return 1;
 	}
 	/* After the checkpoint (and maybe a restore): same addresses, same bytes, same module state. */
 	for (int b = 0; b < NBUF; b++) {
