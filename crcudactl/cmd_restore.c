@@ -5,6 +5,7 @@
  * checkpoint restores any number of times, and a failed restore leaves it as it was. The restored
  * session needs the checkpoint's own device VA range: where a live session holds it (or the daemon's
  * window differs), a second local daemon serves the restore (pick_local_daemon). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -132,6 +133,34 @@ static bool pid_free(pid_t pid)
 		usleep(50000);
 	}
 	return false;
+}
+
+/* Continues the process tree rooted at pid, which CRIU left stopped (--leave-stopped): each process,
+ * and the children of each of its threads. */
+static void continue_tree(pid_t pid, int depth)
+{
+	char path[64], child[32];
+	struct dirent *de;
+	DIR *d;
+
+	kill(pid, SIGCONT);
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	if (depth > 64 || !(d = opendir(path)))
+		return;
+	while ((de = readdir(d))) {
+		char children[64 + sizeof(de->d_name) + 16];
+		FILE *f;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(children, sizeof(children), "%s/%s/children", path, de->d_name);
+		if (!(f = fopen(children, "r")))
+			continue;
+		while (fscanf(f, "%31s", child) == 1)
+			continue_tree((pid_t)atoi(child), depth + 1);
+		fclose(f);
+	}
+	closedir(d);
 }
 
 static int parse(int argc, char **argv, struct restore_args *a, struct ctl_opts *opts)
@@ -366,6 +395,10 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 	args[na++] = "-W";
 	args[na++] = work;
 	args[na++] = "-d";
+	/* Stopped until CRIU is done: it detaches the threads one by one, and a program that ran on
+	 * from its first thread could end before the last is detached, which CRIU takes for a failed
+	 * restore (it says the thread is gone) although the program ran to its end. */
+	args[na++] = "--leave-stopped";
 	args[na++] = "--pidfile";
 	args[na++] = pidfile;
 	args[na++] = "-o";
@@ -399,6 +432,7 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 		fprintf(stderr, "crcudactl: CRIU's log: %s; checkpoint %s is untouched\n", rlog, idbuf);
 		goto out;
 	}
+	continue_tree(got, 0);
 	keep_work = false;
 	if (opts->json)
 		ctl_json_print(json_pack("{s:i, s:I, s:i, s:s, s:s, s:f}", "version", RESTORE_JSON_VERSION,
