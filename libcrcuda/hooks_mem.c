@@ -350,6 +350,81 @@ CUresult crc_hook_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCou
 }
 
 /* ---- pinned host memory -------------------------------------------------------------------------- */
+/* Shares the region (its memfd at the client's address) with the daemon, which maps and registers it. */
+static CUresult pin_register(int fd, const struct crc_pin_req *req, struct crc_pin_reply *reply)
+{
+	char byte = 0;
+	struct crc_call c;
+	void *args;
+	CUresult res;
+
+	/* The descriptor goes on the socket first; the daemon takes it when it reaches the record. Both
+	 * under the channel lock, so no other register can slip in between. */
+	res = crc_ctl_begin(&c, CRC_OP_PIN_REGISTER, 0, sizeof(*req), &args);
+	if (res != CUDA_SUCCESS)
+		return res;
+	memcpy(args, req, sizeof(*req));
+	if (crc_sock_send_fds(crc_client.chan.fd, &byte, 1, &fd, 1)) {
+		crc_call_end(&c);
+		return CRC_CU_DAEMON_GONE;
+	}
+	res = crc_call_wait(&c, NULL, NULL);
+	if (res == CUDA_SUCCESS && c.reply_len >= sizeof(*reply))
+		memcpy(reply, c.reply, sizeof(*reply));
+	crc_call_end(&c);
+	return res;
+}
+
+static CUresult pin_unregister(uintptr_t addr, size_t bytes)
+{
+	struct crc_pin_req req = {.client_addr = addr, .bytes = bytes};
+	struct crc_call c;
+	void *args;
+	CUresult res = crc_ctl_begin(&c, CRC_OP_PIN_UNREGISTER, 0, sizeof(req), &args);
+
+	if (res == CUDA_SUCCESS) {
+		memcpy(args, &req, sizeof(req));
+		res = crc_call_wait(&c, NULL, NULL);
+		crc_call_end(&c);
+	}
+	return res;
+}
+
+/* The daemon maps the region at the client's address where that is free in its process, and then the
+ * memory's device pointer (UVA) is the client's pointer, as natively: programs pass the host pointer
+ * of mapped page-locked memory to kernels. Where the address was taken there, the region moves here to
+ * the daemon's address if that is free here. Returns the region's address, moved or not. */
+static void *pin_align_addresses(int fd, void *p, size_t size, struct crc_pin_req *req,
+				 struct crc_pin_reply *reply)
+{
+	void *q = (void *)(uintptr_t)reply->device_ptr;
+	struct crc_pin_reply moved = {0};
+
+	if (!q || q == p)
+		return p;
+	q = mmap(q, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
+	if (q == MAP_FAILED)
+		return p;
+	if ((uintptr_t)q != reply->device_ptr || pin_unregister((uintptr_t)p, size) != CUDA_SUCCESS) {
+		munmap(q, size);
+		return p;
+	}
+	req->client_addr = (uintptr_t)q;
+	if (pin_register(fd, req, &moved) == CUDA_SUCCESS) {
+		munmap(p, size);
+		*reply = moved;
+		return q;
+	}
+	/* Not at the new address: back at the old one, as it was. */
+	munmap(q, size);
+	req->client_addr = (uintptr_t)p;
+	if (pin_register(fd, req, &moved) == CUDA_SUCCESS)
+		*reply = moved;
+	else
+		reply->device_ptr = 0; /* not registered: the caller's check fails it */
+	return p;
+}
+
 static CUresult pinned_alloc(void **pp, size_t bytes, unsigned flags)
 {
 	struct crc_pinned *pin;
@@ -386,27 +461,14 @@ static CUresult pinned_alloc(void **pp, size_t bytes, unsigned flags)
 	req.client_addr = (uintptr_t)p;
 	req.bytes = size;
 	if (fd >= 0) {
-		char byte = 0;
-		struct crc_call c;
-		void *args;
-
-		/* The descriptor goes on the socket first; the daemon takes it when it reaches the record.
-		 * Both under the channel lock, so no other register can slip in between. */
-		res = crc_ctl_begin(&c, CRC_OP_PIN_REGISTER, 0, sizeof(req), &args);
+		res = pin_register(fd, &req, &reply);
 		if (res != CUDA_SUCCESS)
 			goto fail_map;
-		memcpy(args, &req, sizeof(req));
-		if (crc_sock_send_fds(crc_client.chan.fd, &byte, 1, &fd, 1)) {
-			res = CRC_CU_DAEMON_GONE;
-			crc_call_end(&c);
+		p = pin_align_addresses(fd, p, size, &req, &reply);
+		if (!reply.device_ptr) {
+			res = CUDA_ERROR_OUT_OF_MEMORY;
 			goto fail_map;
 		}
-		res = crc_call_wait(&c, NULL, NULL);
-		if (res == CUDA_SUCCESS && c.reply_len >= sizeof(reply))
-			memcpy(&reply, c.reply, sizeof(reply));
-		crc_call_end(&c);
-		if (res != CUDA_SUCCESS)
-			goto fail_map;
 	}
 	pin->addr = (uintptr_t)p;
 	pin->bytes = size;
@@ -461,22 +523,12 @@ static struct crc_pinned *pinned_take(void *p)
 CUresult crc_hook_cuMemFreeHost(void *p)
 {
 	struct crc_pinned *pin = pinned_take(p);
-	struct crc_pin_req req;
-	struct crc_call c;
-	void *args;
 	CUresult res = CUDA_SUCCESS;
 
 	if (!pin || pin->memfd == -2)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!crc_client.tcp) {
-		req = (struct crc_pin_req){.client_addr = pin->addr, .bytes = pin->bytes};
-		res = crc_ctl_begin(&c, CRC_OP_PIN_UNREGISTER, 0, sizeof(req), &args);
-		if (res == CUDA_SUCCESS) {
-			memcpy(args, &req, sizeof(req));
-			res = crc_call_wait(&c, NULL, NULL);
-			crc_call_end(&c);
-		}
-	}
+	if (!crc_client.tcp)
+		res = pin_unregister(pin->addr, pin->bytes);
 	munmap(p, pin->bytes);
 	if (pin->memfd >= 0)
 		close(pin->memfd);
