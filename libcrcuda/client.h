@@ -120,10 +120,12 @@ CUresult crc_fwd_call(int id, bool async, unsigned nargs, const struct crc_arg_s
  * and the hook and local rows whose hand-written code sends the call on as it is). */
 #define CRC_FWD_BEGIN(sym, nargs, mode) CUresult crc_fwd_##sym CRC_SIG_##sym;
 #define CRC_FWD_ARG(sym, i, kind, type, name)
+#define CRC_FWD_ARR(sym, i, kind, type, name, count, elem)
 #define CRC_FWD_END(sym)
 #include "crcuda/cuda_marshal.def"
 #undef CRC_FWD_BEGIN
 #undef CRC_FWD_ARG
+#undef CRC_FWD_ARR
 #undef CRC_FWD_END
 
 /* Logs once per symbol and returns CUDA_ERROR_NOT_SUPPORTED. */
@@ -152,6 +154,29 @@ struct crc_func_info {
 	char *name;
 };
 struct crc_func_info *crc_func_lookup(uint64_t handle);
+
+/* A launch's parameters as a launch request carries them (hooks_module.c): prepare computes the request's
+ * length (lp->len), write fills the parameter fields and bytes after the caller's crc_launch_req. */
+struct crc_launch_pack {
+	struct crc_func_info *fi;
+	void **kernel_params;
+	const void *ebuf;
+	size_t esize, len;
+	uint32_t n, bytes;
+	unsigned nattrs;
+};
+CUresult crc_launch_prepare(struct crc_launch_pack *lp, uint64_t f, void **kernelParams, void **extra,
+			    unsigned nattrs);
+void crc_launch_write(const struct crc_launch_pack *lp, struct crc_launch_req *r,
+		      const CUlaunchAttribute *attrs);
+/* Some stream capture of this process may be running (hooks_graph.c): capture queries ask the daemon. */
+bool crc_capturing(void);
+CUresult crc_capture_status(CUstream hStream, CUstreamCaptureStatus *status);
+CUresult crc_capture_info_remote(CUstream hStream, CUstreamCaptureStatus *status, cuuint64_t *id,
+				 CUgraph *graph, const CUgraphNode **deps, const CUgraphEdgeData **edges,
+				 size_t *ndeps);
+/* A host function on a capturing stream: refused, said once in the log. */
+bool crc_capture_refuses_host_fn(CUstream hStream);
 struct crc_func_info *crc_func_store(uint64_t owner, const char *name, const struct crc_getfn_reply *r,
 				     const struct crc_kparam_wire *params);
 

@@ -47,7 +47,8 @@
 	{                                                                                                    \
 		enum { nargs_ = (nargs), async_ = CRC_MODE_##mode };                                         \
 		const void *argv[(nargs) + 1] = {
-#define CRC_FWD_ARG(sym, i, kind, type, name) [i] = &name,
+#define CRC_FWD_ARG(sym, i, kind, type, name)		   [i] = &name,
+#define CRC_FWD_ARR(sym, i, kind, type, name, count, elem) [i] = &name,
 #define CRC_FWD_END(sym)                                                                                     \
 	}                                                                                                    \
 	;                                                                                                    \
@@ -56,6 +57,7 @@
 #include "crcuda/cuda_marshal.def"
 #undef CRC_FWD_BEGIN
 #undef CRC_FWD_ARG
+#undef CRC_FWD_ARR
 #undef CRC_FWD_END
 
 /* ---- the exports ---------------------------------------------------------------------------------- */
@@ -134,14 +136,63 @@ static const void *arg_ptr(const void *slot)
 	return p;
 }
 
+/* The count of array argument i: the value of its count argument (by value, or pointed to). */
+static uint64_t array_count(unsigned nargs, const struct crc_arg_spec *spec, const void *const *argv,
+			    unsigned i)
+{
+	unsigned c = spec[i].count;
+	size_t n = 0;
+
+	if (c >= nargs || spec[c].size != sizeof(size_t))
+		return 0;
+	if (spec[c].kind == CRC_ARG_VAL)
+		memcpy(&n, argv[c], sizeof(n));
+	else if (arg_ptr(argv[c]))
+		memcpy(&n, arg_ptr(argv[c]), sizeof(n));
+	return n;
+}
+
+/* Copies an array element between the application's array (handles are pointers there) and the
+ * wire (8-byte items). */
+static void elem_to_wire(const struct crc_arg_spec *sp, uint8_t *wire, const uint8_t *app)
+{
+	if (sp->tag) {
+		uint64_t v = (uintptr_t) * (void *const *)app;
+
+		memcpy(wire, &v, 8);
+	} else {
+		memcpy(wire, app, sp->size);
+	}
+}
+
+static void elem_from_wire(const struct crc_arg_spec *sp, uint8_t *app, const uint8_t *wire)
+{
+	if (sp->tag) {
+		uint64_t v;
+
+		memcpy(&v, wire, 8);
+		*(void **)app = (void *)(uintptr_t)v;
+	} else {
+		memcpy(app, wire, sp->size);
+	}
+}
+
+static size_t elem_size(const struct crc_arg_spec *sp)
+{
+	return sp->tag ? sizeof(void *) : sp->size;
+}
+
 CUresult crc_fwd_call(int id, bool async, unsigned nargs, const struct crc_arg_spec *spec,
 		      const void *const *argv)
 {
 	struct crc_call c;
 	size_t len = 0, off = 0;
+	uint64_t cap[16] = {0};
 	uint8_t *p;
 	CUresult res;
 
+	if (nargs > 16)
+		return CUDA_ERROR_INVALID_VALUE;
 	for (unsigned i = 0; i < nargs; i++) {
 		const void *ptr = spec[i].kind == CRC_ARG_VAL ? NULL : arg_ptr(argv[i]);
 
@@ -151,6 +202,7 @@ CUresult crc_fwd_call(int id, bool async, unsigned nargs, const struct crc_arg_s
 			break;
 		case CRC_ARG_HANDLE:
 		case CRC_ARG_HOUT:
+		case CRC_ARG_ARR_OUT:
 			len += 8;
 			break;
 		case CRC_ARG_IN:
@@ -159,6 +211,10 @@ CUresult crc_fwd_call(int id, bool async, unsigned nargs, const struct crc_arg_s
 			break;
 		case CRC_ARG_STR:
 			len += 8 + (ptr ? crc_align8(strlen(ptr) + 1) : 0);
+			break;
+		case CRC_ARG_ARR_IN:
+			len +=
+			    8 + (ptr ? 8 + array_count(nargs, spec, argv, i) * crc_align8(spec[i].size) : 0);
 			break;
 		}
 	}
@@ -177,9 +233,13 @@ CUresult crc_fwd_call(int id, bool async, unsigned nargs, const struct crc_arg_s
 			break;
 		case CRC_ARG_HANDLE:
 		case CRC_ARG_HOUT:
-			word = spec[i].kind == CRC_ARG_HOUT ? !!ptr : word;
+		case CRC_ARG_ARR_OUT:
+			word = spec[i].kind != CRC_ARG_HANDLE ? !!ptr : word;
 			memcpy(p + off, &word, 8);
 			off += 8;
+			/* The capacity the application gave, as its count says before the call. */
+			if (spec[i].kind == CRC_ARG_ARR_OUT && ptr)
+				cap[i] = array_count(nargs, spec, argv, i);
 			break;
 		case CRC_ARG_IN:
 		case CRC_ARG_OUT:
@@ -200,6 +260,19 @@ CUresult crc_fwd_call(int id, bool async, unsigned nargs, const struct crc_arg_s
 				off += crc_align8(n);
 			}
 			break;
+		case CRC_ARG_ARR_IN:
+			word = !!ptr;
+			memcpy(p + off, &word, 8);
+			off += 8;
+			if (!ptr)
+				break;
+			n = array_count(nargs, spec, argv, i);
+			memcpy(p + off, &n, 8);
+			off += 8;
+			for (uint64_t k = 0; k < n; k++, off += crc_align8(spec[i].size))
+				elem_to_wire(&spec[i], p + off,
+					     (const uint8_t *)ptr + k * elem_size(&spec[i]));
+			break;
 		}
 	}
 	if (async)
@@ -211,17 +284,32 @@ CUresult crc_fwd_call(int id, bool async, unsigned nargs, const struct crc_arg_s
 
 		for (unsigned i = 0; i < nargs; i++) {
 			size_t n = spec[i].kind == CRC_ARG_OUT ? spec[i].size : 8;
-			void *ptr;
+			uint8_t *ptr;
 
-			if (spec[i].kind != CRC_ARG_OUT && spec[i].kind != CRC_ARG_HOUT)
+			if (spec[i].kind != CRC_ARG_OUT && spec[i].kind != CRC_ARG_HOUT &&
+			    spec[i].kind != CRC_ARG_ARR_OUT)
 				continue;
-			ptr = (void *)arg_ptr(argv[i]);
+			ptr = (uint8_t *)arg_ptr(argv[i]);
 			if (!ptr)
 				continue;
 			if (roff + n > c.reply_len) {
 				pr_err("short reply to %s", crc_cu_table[id].sym);
 				res = CUDA_ERROR_UNKNOWN;
 				break;
+			}
+			if (spec[i].kind == CRC_ARG_ARR_OUT) {
+				uint64_t got;
+
+				memcpy(&got, r + roff, 8);
+				roff += 8;
+				if (got > cap[i] || roff + got * crc_align8(spec[i].size) > c.reply_len) {
+					pr_err("bad array in the reply to %s", crc_cu_table[id].sym);
+					res = CUDA_ERROR_UNKNOWN;
+					break;
+				}
+				for (uint64_t k = 0; k < got; k++, roff += crc_align8(spec[i].size))
+					elem_from_wire(&spec[i], ptr + k * elem_size(&spec[i]), r + roff);
+				continue;
 			}
 			memcpy(ptr, r + roff, n);
 			roff += crc_align8(n);

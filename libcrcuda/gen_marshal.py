@@ -11,6 +11,10 @@ declared type (see enum crc_arg_kind in crcuda/proto.h):
   OUT     `T *` to one pointer-free T (copied in and back)
   HOUT    `H *` for a handle type H: the daemon names the new object
   STR     `const char *`
+  ARR_IN  `[const] H *` (H a handle type) or `const CUgraphEdgeData *`, counted by a by-value count
+          argument (numDependencies...)
+  ARR_OUT `H *` or `CUgraphEdgeData *` counted by a `size_t *` count argument (in: capacity, out:
+          how many there are: cuGraphGetNodes, cuGraphGetEdges...)
 Anything else (void *, T **, arrays, callbacks, structs holding pointers or handles, opaque handles
 the daemon does not translate, by-value pointers) cannot be forwarded by value: the generator fails
 naming the row (hook and local rows are then left out), and the row's policy in cuda_driver.api must become hook or unsupported.
@@ -34,12 +38,15 @@ import sys
 ROW = re.compile(r"^CRC_CU_API\((\w+), (\w+), (\w+), (\d+), (\w+), (\w+), (\w+), (\(.*?\)), (\(.*?\))\)$")
 # Posted without a reply: async by contract, and nothing to give back.
 ASYNC_NAMES = re.compile(r"(Async|^cuEventRecord|^cuEventRecordWithFlags|^cuStreamWaitEvent|"
-                         r"^cuStreamWriteValue|^cuStreamWaitValue|^cuStreamBatchMemOp)")
+                         r"^cuStreamWriteValue|^cuStreamWaitValue|^cuStreamBatchMemOp|^cuGraphLaunch$|^cuGraphUpload$)")
 # By-value types that are really pointers or process-local handles.
 BAD_VALUE_TYPES = {"CUmemGenericAllocationHandle", "CUtexref", "CUsurfref"}
 # Parameters that count the elements of another (non-const or const) pointer parameter: with one of
 # these present, a `T *` is an array, not one T.
-COUNT_NAMES = re.compile(r"^(count|nbGroups|numParams|numPrefetchLocs|numAttrs|numDependencies|numNodes)$")
+COUNT_NAMES = re.compile(r"^(count|nbGroups|numParams|numPrefetchLocs|numAttrs|numDependencies|numNodes|"
+                         r"numRootNodes|numEdges|numDependentNodes)$")
+# Pointer-free element types carried as counted arrays beside the handle arrays of graph calls.
+ARRAY_TYPES = {"CUgraphEdgeData"}
 
 
 class GenError(Exception):
@@ -163,9 +170,9 @@ def classify(decl, types):
     if base in ("void", "char"):
         raise GenError("`%s`: untyped buffer" % decl)
     if base in types.handles:
-        if const:
-            raise GenError("`%s`: array of handles" % decl)
-        return "HOUT", base, name
+        return ("HARR" if const else "HOUT"), base, name
+    if types.resolve(base) in ARRAY_TYPES:
+        return ("PARR_IN" if const else "PARR_OUT"), base, name
     if not types.pointer_free(base):
         raise GenError("`%s`: %s holds a pointer or an untranslated handle" % (decl, base))
     return ("IN" if const else "OUT"), base, name
@@ -188,18 +195,31 @@ def generate(def_path, types):
             errors.append("%s: returns %s" % (sym, ret))
             continue
         try:
-            argspec = [classify(p, types) for p in split_params(params)]
-            counts = [n for _, _, n in argspec if COUNT_NAMES.match(n)]
-            for kind, _, name in argspec:
-                if kind in ("IN", "OUT") and any(c != name for c in counts):
-                    raise GenError("`%s`: an array counted by `%s`" % (name, counts[0]))
+            argspec = [list(classify(p, types)) + [None] for p in split_params(params)]
+            counts = [(i, k) for i, (k, _, n, _) in enumerate(argspec) if COUNT_NAMES.match(n)]
+            for a in argspec:
+                kind, typ, name = a[0], a[1], a[2]
+                # `H *phX` is the one handle a call makes; another `H *` beside a count is an array.
+                arrayish = (kind in ("HARR", "PARR_IN", "PARR_OUT") or
+                            kind == "HOUT" and counts and not name.startswith("ph"))
+                if arrayish:
+                    if len(counts) != 1 or counts[0][1] not in ("VAL", "OUT"):
+                        raise GenError("`%s`: an array without one count argument" % name)
+                    a[0] = "ARR_IN" if counts[0][1] == "VAL" else "ARR_OUT"
+                    if kind == "PARR_IN" and a[0] != "ARR_IN" or kind == "PARR_OUT" and a[0] != "ARR_OUT":
+                        raise GenError("`%s`: an array whose constness disagrees with its count" % name)
+                    a[3] = counts[0][0]
+                elif (kind in ("IN", "OUT") and not name.lower().endswith("params") and
+                      any(argspec[c][2] != name for c, _ in counts)):
+                    raise GenError("`%s`: an array counted by `%s`" % (name, argspec[counts[0][0]][2]))
+            argspec = [tuple(a) for a in argspec]
         except GenError as e:
             # Only FORWARD rows must be carried; a hook or local row without a spec is marshalled by
             # hand where it needs the daemon at all.
             if policy == "FORWARD":
                 errors.append("%s: %s" % (sym, e))
             continue
-        has_out = any(k in ("OUT", "HOUT") for k, _, _ in argspec)
+        has_out = any(k in ("OUT", "HOUT", "ARR_OUT") for k, _, _, _ in argspec)
         mode = "ASYNC" if ASYNC_NAMES.search(base) and not has_out else "SYNC"
         specs.append((sym, mode, argspec))
     if errors:
@@ -215,18 +235,24 @@ def render_marshal(specs):
            " * For every FORWARD row, and every HOOK or LOCAL row whose arguments can be carried, without a",
            " * per-thread variant suffix (variants forward as their parent with CRC_CALL_PTDS), in table order:",
            " *   CRC_FWD_BEGIN(sym, nargs, SYNC | ASYNC)",
-           " *   CRC_FWD_ARG(sym, index, VAL | HANDLE | IN | OUT | HOUT | STR, type, name)   one per argument",
+           " *   CRC_FWD_ARG(sym, index, VAL | HANDLE | IN | OUT | HOUT | STR, type, name)   one per argument,",
+           " *   or for an array CRC_FWD_ARR(sym, index, ARR_IN | ARR_OUT, type, name, count, HANDLE | PLAIN)",
            " *   CRC_FWD_END(sym)",
-           " * type is the argument's type for VAL and HANDLE, the pointee's for IN, OUT and HOUT, char for STR.",
+           " * type is the argument's type for VAL and HANDLE, the pointee's for IN, OUT and HOUT, char for STR,",
+           " * the element's for arrays; count is the index of the argument counting an array's elements.",
            " * ASYNC rows are posted without waiting for the reply. */",
-           "#if !defined(CRC_FWD_BEGIN) || !defined(CRC_FWD_ARG) || !defined(CRC_FWD_END)",
-           "#error \"define CRC_FWD_BEGIN, CRC_FWD_ARG and CRC_FWD_END first\"",
+           "#if !defined(CRC_FWD_BEGIN) || !defined(CRC_FWD_ARG) || !defined(CRC_FWD_ARR) || !defined(CRC_FWD_END)",
+           "#error \"define CRC_FWD_BEGIN, CRC_FWD_ARG, CRC_FWD_ARR and CRC_FWD_END first\"",
            "#endif",
            ""]
     for sym, mode, argspec in specs:
         out.append("CRC_FWD_BEGIN(%s, %d, %s)" % (sym, len(argspec), mode))
-        for i, (kind, typ, name) in enumerate(argspec):
-            out.append("CRC_FWD_ARG(%s, %d, %s, %s, %s)" % (sym, i, kind, typ, name))
+        for i, (kind, typ, name, count) in enumerate(argspec):
+            if count is None:
+                out.append("CRC_FWD_ARG(%s, %d, %s, %s, %s)" % (sym, i, kind, typ, name))
+            else:
+                elem = "PLAIN" if typ in ARRAY_TYPES else "HANDLE"
+                out.append("CRC_FWD_ARR(%s, %d, %s, %s, %s, %d, %s)" % (sym, i, kind, typ, name, count, elem))
         out.append("CRC_FWD_END(%s)" % sym)
     return "\n".join(out) + "\n"
 

@@ -274,20 +274,12 @@ static bool extra_buffer(void **extra, const void **buf, size_t *size)
 	return *buf || !*size;
 }
 
-static CUresult launch(uint16_t op, uint64_t f, const unsigned grid[3], const unsigned block[3],
-		       unsigned shared, uint64_t stream, void **kernelParams, void **extra,
-		       const CUlaunchAttribute *attrs, unsigned nattrs, bool cooperative)
+CUresult crc_launch_prepare(struct crc_launch_pack *lp, uint64_t f, void **kernelParams, void **extra,
+			    unsigned nattrs)
 {
 	struct crc_func_info *fi = crc_func_lookup(f);
-	const void *ebuf = NULL;
-	size_t esize = 0, len;
-	uint32_t n, bytes;
-	struct crc_launch_req *r;
-	struct crc_kparam_wire *pw;
-	struct crc_call c;
-	uint8_t *buf;
-	CUresult res;
 
+	*lp = (struct crc_launch_pack){.fi = fi, .kernel_params = kernelParams, .nattrs = nattrs};
 	if (!fi)
 		return CUDA_ERROR_INVALID_HANDLE;
 	if (kernelParams) {
@@ -296,22 +288,59 @@ static CUresult launch(uint16_t op, uint64_t f, const unsigned grid[3], const un
 			       fi->name);
 			return CUDA_ERROR_NOT_SUPPORTED;
 		}
-		n = fi->nparams;
-		bytes = fi->param_bytes;
+		lp->n = fi->nparams;
+		lp->bytes = fi->param_bytes;
 	} else if (extra) {
-		if (!extra_buffer(extra, &ebuf, &esize) || esize > 65536)
+		if (!extra_buffer(extra, &lp->ebuf, &lp->esize) || lp->esize > 65536)
 			return CUDA_ERROR_INVALID_VALUE;
-		n = UINT32_MAX;
-		bytes = (uint32_t)esize;
+		lp->n = UINT32_MAX;
+		lp->bytes = (uint32_t)lp->esize;
 	} else {
-		n = fi->nparams == UINT32_MAX ? 0 : fi->nparams;
-		if (n)
+		lp->n = fi->nparams == UINT32_MAX ? 0 : fi->nparams;
+		if (lp->n)
 			return CUDA_ERROR_INVALID_VALUE;
-		bytes = 0;
+		lp->bytes = 0;
 	}
-	len = sizeof(*r) + (n == UINT32_MAX ? 0 : n * sizeof(*pw)) + crc_align8(bytes) +
-	      nattrs * sizeof(*attrs);
-	res = crc_call_begin(&c, op, CRC_MSG_NOREPLY, len, (void **)&r);
+	lp->len = sizeof(struct crc_launch_req) +
+		  (lp->n == UINT32_MAX ? 0 : lp->n * sizeof(struct crc_kparam_wire)) + crc_align8(lp->bytes) +
+		  nattrs * sizeof(CUlaunchAttribute);
+	return CUDA_SUCCESS;
+}
+
+void crc_launch_write(const struct crc_launch_pack *lp, struct crc_launch_req *r,
+		      const CUlaunchAttribute *attrs)
+{
+	struct crc_kparam_wire *pw = (struct crc_kparam_wire *)(r + 1);
+	uint8_t *buf = (uint8_t *)(pw + (lp->n == UINT32_MAX ? 0 : lp->n));
+
+	r->nparams = lp->n;
+	r->param_bytes = lp->bytes;
+	r->nattrs = lp->nattrs;
+	memset(buf, 0, crc_align8(lp->bytes));
+	if (lp->n == UINT32_MAX) {
+		memcpy(buf, lp->ebuf, lp->esize);
+	} else {
+		if (lp->n) /* a kernel without parameters may have no table at all */
+			memcpy(pw, lp->fi->params, lp->n * sizeof(*pw));
+		for (uint32_t i = 0; i < lp->n; i++)
+			memcpy(buf + lp->fi->params[i].offset, lp->kernel_params[i], lp->fi->params[i].size);
+	}
+	if (lp->nattrs)
+		memcpy(buf + crc_align8(lp->bytes), attrs, lp->nattrs * sizeof(*attrs));
+}
+
+static CUresult launch(uint16_t op, uint64_t f, const unsigned grid[3], const unsigned block[3],
+		       unsigned shared, uint64_t stream, void **kernelParams, void **extra,
+		       const CUlaunchAttribute *attrs, unsigned nattrs, bool cooperative)
+{
+	struct crc_launch_pack lp;
+	struct crc_launch_req *r;
+	struct crc_call c;
+	CUresult res = crc_launch_prepare(&lp, f, kernelParams, extra, nattrs);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	res = crc_call_begin(&c, op, CRC_MSG_NOREPLY, lp.len, (void **)&r);
 	if (res != CUDA_SUCCESS)
 		return res;
 	*r = (struct crc_launch_req){.func = f,
@@ -319,23 +348,8 @@ static CUresult launch(uint16_t op, uint64_t f, const unsigned grid[3], const un
 				     .grid = {grid[0], grid[1], grid[2]},
 				     .block = {block[0], block[1], block[2]},
 				     .shared_bytes = shared,
-				     .nparams = n,
-				     .param_bytes = bytes,
-				     .nattrs = nattrs,
 				     .cooperative = cooperative};
-	pw = (struct crc_kparam_wire *)(r + 1);
-	buf = (uint8_t *)(pw + (n == UINT32_MAX ? 0 : n));
-	memset(buf, 0, crc_align8(bytes));
-	if (n == UINT32_MAX) {
-		memcpy(buf, ebuf, esize);
-	} else {
-		if (n) /* a kernel without parameters may have no table at all */
-			memcpy(pw, fi->params, n * sizeof(*pw));
-		for (uint32_t i = 0; i < n; i++)
-			memcpy(buf + fi->params[i].offset, kernelParams[i], fi->params[i].size);
-	}
-	if (nattrs)
-		memcpy(buf + crc_align8(bytes), attrs, nattrs * sizeof(*attrs));
+	crc_launch_write(&lp, r, attrs);
 	return crc_call_post(&c);
 }
 

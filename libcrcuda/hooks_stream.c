@@ -1,5 +1,5 @@
 /* Hooks: streams and events (created by the daemon, described here for the local getters), host
- * callbacks, stream capture mode. */
+ * callbacks. */
 #define LOG_PREFIX "libcrcuda: "
 #include "client.h"
 #include "crcuda/log.h"
@@ -56,6 +56,8 @@ CUresult crc_hook_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData
 
 	if (!fn)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (crc_capture_refuses_host_fn(hStream))
+		return CUDA_ERROR_NOT_SUPPORTED;
 	res = crc_fwd_cuStreamSynchronize(hStream);
 	if (res == CUDA_SUCCESS)
 		fn(userData);
@@ -69,23 +71,11 @@ CUresult crc_hook_cuStreamAddCallback(CUstream hStream, CUstreamCallback callbac
 
 	if (!callback || flags)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (crc_capture_refuses_host_fn(hStream))
+		return CUDA_ERROR_NOT_SUPPORTED;
 	res = crc_fwd_cuStreamSynchronize(hStream);
 	if (res == CRC_CU_DAEMON_GONE)
 		return res;
 	callback(hStream, res, userData);
-	return CUDA_SUCCESS;
-}
-
-/* Capture is not forwarded yet; the mode is the thread's own state. */
-CUresult crc_hook_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
-{
-	static __thread CUstreamCaptureMode current = CU_STREAM_CAPTURE_MODE_GLOBAL;
-	CUstreamCaptureMode old;
-
-	if (!mode)
-		return CUDA_ERROR_INVALID_VALUE;
-	old = current;
-	current = *mode;
-	*mode = old;
 	return CUDA_SUCCESS;
 }

@@ -450,7 +450,9 @@ CUresult crc_local_cuStreamGetPriority(CUstream hStream, int *priority)
 	return res;
 }
 
-/* Stream capture is not forwarded (yet): no stream is ever capturing. */
+/* While no capture of this process runs, no stream is capturing: answered here (cuBLAS asks before
+ * every GEMM, PyTorch before every allocation); else the daemon knows (captures spread to streams that
+ * wait on a captured event). */
 CUresult crc_local_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
 	struct crc_stream_info *si;
@@ -458,18 +460,21 @@ CUresult crc_local_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *
 
 	if (!captureStatus)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (crc_capturing())
+		return crc_capture_status(hStream, captureStatus);
 	if ((res = stream_info(hStream, &si)) == CUDA_SUCCESS)
 		*captureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
 	return res;
 }
 
-/* The same answer with the capture details a capturing stream would have (cuBLAS asks before every
- * GEMM): none, since cuStreamBeginCapture is refused. */
 static CUresult capture_info(CUstream hStream, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,
 			     const CUgraphNode **deps, const CUgraphEdgeData **edges, size_t *ndeps)
 {
-	CUresult res = crc_local_cuStreamIsCapturing(hStream, status);
+	CUresult res;
 
+	if (crc_capturing())
+		return crc_capture_info_remote(hStream, status, id, graph, deps, edges, ndeps);
+	res = crc_local_cuStreamIsCapturing(hStream, status);
 	if (res != CUDA_SUCCESS)
 		return res;
 	if (id)

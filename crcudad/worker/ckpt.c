@@ -629,6 +629,10 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 				     (unsigned long long)s->id);
 		return CRC_EINVAL;
 	}
+	if (crc_graph_ckpt_refusal(s, why, sizeof(why))) {
+		crc_session_cmd_done(s, CRC_ENOTSUP, "%s", why);
+		return CRC_ENOTSUP;
+	}
 	if (s->store_dir && strcmp(s->store_dir, store_dir)) {
 		free(s->store_dir);
 		s->store_dir = NULL;

@@ -439,6 +439,21 @@ static struct crc_pin *pin_find(struct crc_session *s, uint64_t addr, uint64_t b
 	return NULL;
 }
 
+uint64_t crc_pin_local(struct crc_session *s, uint64_t addr, uint64_t bytes)
+{
+	struct crc_pin *p = pin_find(s, addr, bytes);
+
+	return p ? (uintptr_t)p->local + (addr - p->client_addr) : 0;
+}
+
+uint64_t crc_pin_client(struct crc_session *s, uint64_t local)
+{
+	for (struct crc_pin *p = s->pins; p; p = p->next)
+		if (local - (uintptr_t)p->local < p->bytes)
+			return p->client_addr + (local - (uintptr_t)p->local);
+	return 0;
+}
+
 CUresult crc_ctl_pin_register(struct crc_session *s, const uint8_t *args, size_t len)
 {
 	const struct crc_pin_req *r = (const void *)args;
@@ -617,6 +632,14 @@ static CUresult copy_to_client(struct crc_session *s, uint64_t src, uint64_t n, 
 	return res;
 }
 
+static bool stream_capturing(CUstream st)
+{
+	CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+
+	return CALL(cuStreamIsCapturing, st, &status) == CUDA_SUCCESS &&
+	       status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 CUresult crc_raw_copy(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args, size_t len)
 {
 	const struct crc_copy_req *r = (const void *)args;
@@ -630,6 +653,13 @@ CUresult crc_raw_copy(struct crc_session *s, const struct crc_call_hdr *h, const
 	res = crc_translate(s, h, CRC_HT_STREAM, r->stream, &st);
 	if (res != CUDA_SUCCESS)
 		return res;
+	/* Pageable client memory passes through the ring, which a captured copy would read (or write)
+	 * again each time its graph runs, long after the record is gone. */
+	if ((r->src_loc == CRC_LOC_INLINE || r->dst_loc == CRC_LOC_INLINE) && stream_capturing(st.ptr)) {
+		pr_warn("a copy between pageable host memory and the device on a capturing stream is not "
+			"supported under crcuda; use page-locked memory (cuMemAllocHost)");
+		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	}
 	if (r->dst_loc == CRC_LOC_INLINE) {
 		if (r->src_loc != CRC_LOC_DEVICE)
 			return CUDA_ERROR_INVALID_VALUE;
@@ -872,13 +902,11 @@ static CUlaunchConfig launch_config(const struct crc_launch_req *r, CUstream str
 				.numAttrs = r->nattrs};
 }
 
-CUresult crc_raw_launch(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args, size_t len)
+CUresult crc_launch_decode(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+			   size_t len, struct crc_launch_args *la)
 {
 	const struct crc_launch_req *r = (const void *)args;
 	const struct crc_kparam_wire *pw = (const void *)(r + 1);
-	void *params[CRC_MAX_KPARAMS], *extra[5], **kp = NULL, **ex = NULL;
-	size_t buf_size;
-	const uint8_t *buf;
 	union crc_slot f, st;
 	uint32_t n;
 	CUresult res;
@@ -890,8 +918,9 @@ CUresult crc_raw_launch(struct crc_session *s, const struct crc_call_hdr *h, con
 	if (n > CRC_MAX_KPARAMS || len - sizeof(*r) < n * sizeof(*pw) + crc_align8(r->param_bytes) +
 							  (uint64_t)r->nattrs * sizeof(CUlaunchAttribute))
 		return CUDA_ERROR_INVALID_VALUE;
-	buf = (const uint8_t *)(pw + n);
-	buf_size = r->param_bytes;
+	la->req = r;
+	la->buf = (const uint8_t *)(pw + n);
+	la->buf_size = r->param_bytes;
 	res = crc_translate(s, h, CRC_HT_FUNC, r->func, &f);
 	if (res == CUDA_SUCCESS)
 		res = crc_translate(s, h, CRC_HT_STREAM, r->stream, &st);
@@ -899,35 +928,51 @@ CUresult crc_raw_launch(struct crc_session *s, const struct crc_call_hdr *h, con
 		return res;
 	if (!f.ptr)
 		return CUDA_ERROR_INVALID_HANDLE;
+	la->func = f.ptr;
+	la->stream = st.ptr;
+	la->kp = NULL;
+	la->ex = NULL;
 	if (r->nparams == UINT32_MAX) {
-		extra[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
-		extra[1] = (void *)buf;
-		extra[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
-		extra[3] = &buf_size;
-		extra[4] = CU_LAUNCH_PARAM_END;
-		ex = extra;
+		la->extra[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
+		la->extra[1] = (void *)la->buf;
+		la->extra[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
+		la->extra[3] = &la->buf_size;
+		la->extra[4] = CU_LAUNCH_PARAM_END;
+		la->ex = la->extra;
 	} else {
 		for (uint32_t i = 0; i < n; i++) {
 			if ((uint64_t)pw[i].offset + pw[i].size > r->param_bytes)
 				return CUDA_ERROR_INVALID_VALUE;
-			params[i] = (void *)(buf + pw[i].offset);
+			la->params[i] = (void *)(la->buf + pw[i].offset);
 		}
-		kp = params;
+		la->kp = la->params;
 	}
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_raw_launch(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args, size_t len)
+{
+	struct crc_launch_args la;
+	const struct crc_launch_req *r;
+	CUresult res = crc_launch_decode(s, h, args, len, &la);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	r = la.req;
 	if (s->msg->op == CRC_CU_cuLaunchKernelEx) {
 		CUlaunchAttribute attrs[16];
-		CUlaunchConfig cfg = launch_config(r, st.ptr, attrs);
+		CUlaunchConfig cfg = launch_config(r, la.stream, attrs);
 
 		if (r->nattrs > 16)
 			return CUDA_ERROR_INVALID_VALUE;
-		memcpy(attrs, buf + crc_align8(r->param_bytes), r->nattrs * sizeof(*attrs));
-		return CALL(cuLaunchKernelEx, &cfg, f.ptr, kp, ex);
+		memcpy(attrs, la.buf + crc_align8(r->param_bytes), r->nattrs * sizeof(*attrs));
+		return CALL(cuLaunchKernelEx, &cfg, la.func, la.kp, la.ex);
 	}
 	if (r->cooperative)
-		return CALL(cuLaunchCooperativeKernel, f.ptr, r->grid[0], r->grid[1], r->grid[2], r->block[0],
-			    r->block[1], r->block[2], r->shared_bytes, st.ptr, kp);
-	return CALL(cuLaunchKernel, f.ptr, r->grid[0], r->grid[1], r->grid[2], r->block[0], r->block[1],
-		    r->block[2], r->shared_bytes, st.ptr, kp, ex);
+		return CALL(cuLaunchCooperativeKernel, la.func, r->grid[0], r->grid[1], r->grid[2],
+			    r->block[0], r->block[1], r->block[2], r->shared_bytes, la.stream, la.kp);
+	return CALL(cuLaunchKernel, la.func, r->grid[0], r->grid[1], r->grid[2], r->block[0], r->block[1],
+		    r->block[2], r->shared_bytes, la.stream, la.kp, la.ex);
 }
 
 /* Occupancy with a launch configuration: a launch request without parameters, one int back. */

@@ -44,27 +44,29 @@ static struct op ops[CRC_CU_COUNT];
 #include "crcuda/cuda_marshal_specs.h"
 
 #define CRC_SEP_0
-#define CRC_SEP_1		 ,
-#define CRC_SEP_2		 ,
-#define CRC_SEP_3		 ,
-#define CRC_SEP_4		 ,
-#define CRC_SEP_5		 ,
-#define CRC_SEP_6		 ,
-#define CRC_SEP_7		 ,
-#define CRC_SEP_8		 ,
-#define CRC_SEP_9		 ,
-#define CRC_SEP_10		 ,
-#define CRC_SEP_11		 ,
-#define CRC_SEP_12		 ,
-#define CRC_SEP_13		 ,
-#define CRC_SEP_14		 ,
-#define CRC_SEP_15		 ,
-#define CRC_DARG_VAL(type, p)	 (*(type *)(p))
-#define CRC_DARG_HANDLE(type, p) (*(type *)(p))
-#define CRC_DARG_IN(type, p)	 ((const type *)(p))
-#define CRC_DARG_OUT(type, p)	 ((type *)(p))
-#define CRC_DARG_HOUT(type, p)	 ((type *)(p))
-#define CRC_DARG_STR(type, p)	 ((const char *)(p))
+#define CRC_SEP_1		  ,
+#define CRC_SEP_2		  ,
+#define CRC_SEP_3		  ,
+#define CRC_SEP_4		  ,
+#define CRC_SEP_5		  ,
+#define CRC_SEP_6		  ,
+#define CRC_SEP_7		  ,
+#define CRC_SEP_8		  ,
+#define CRC_SEP_9		  ,
+#define CRC_SEP_10		  ,
+#define CRC_SEP_11		  ,
+#define CRC_SEP_12		  ,
+#define CRC_SEP_13		  ,
+#define CRC_SEP_14		  ,
+#define CRC_SEP_15		  ,
+#define CRC_DARG_VAL(type, p)	  (*(type *)(p))
+#define CRC_DARG_HANDLE(type, p)  (*(type *)(p))
+#define CRC_DARG_IN(type, p)	  ((const type *)(p))
+#define CRC_DARG_OUT(type, p)	  ((type *)(p))
+#define CRC_DARG_HOUT(type, p)	  ((type *)(p))
+#define CRC_DARG_STR(type, p)	  ((const char *)(p))
+#define CRC_DARG_ARR_IN(type, p)  ((type *)(p))
+#define CRC_DARG_ARR_OUT(type, p) ((type *)(p))
 #define CRC_FWD_BEGIN(sym, nargs, mode)                                                                      \
 	static CUresult exec_##sym(void *const *argv)                                                        \
 	{                                                                                                    \
@@ -72,13 +74,15 @@ static struct op ops[CRC_CU_COUNT];
 		if (!crc_be.sym##_fn)                                                                        \
 			return CUDA_ERROR_NOT_SUPPORTED;                                                     \
 		return crc_be.sym##_fn(
-#define CRC_FWD_ARG(sym, i, kind, type, name) CRC_SEP_##i CRC_DARG_##kind(type, argv[i])
+#define CRC_FWD_ARG(sym, i, kind, type, name)		   CRC_SEP_##i CRC_DARG_##kind(type, argv[i])
+#define CRC_FWD_ARR(sym, i, kind, type, name, count, elem) CRC_SEP_##i CRC_DARG_##kind(type, argv[i])
 #define CRC_FWD_END(sym)                                                                                     \
 	);                                                                                                   \
 	}
 #include "crcuda/cuda_marshal.def"
 #undef CRC_FWD_BEGIN
 #undef CRC_FWD_ARG
+#undef CRC_FWD_ARR
 #undef CRC_FWD_END
 
 /* Calls that destroy the object named by one of their handle arguments. */
@@ -92,7 +96,10 @@ static struct op ops[CRC_CU_COUNT];
 	X(cuCtxDestroy_v2, 0)                                                                                \
 	X(cuCtxDestroy, 0)                                                                                   \
 	X(cuMemPoolDestroy, 0)                                                                               \
-	X(cuArrayDestroy, 0)
+	X(cuArrayDestroy, 0)                                                                                 \
+	X(cuGraphDestroy, 0)                                                                                 \
+	X(cuGraphExecDestroy, 0)                                                                             \
+	X(cuGraphDestroyNode, 0)
 
 /* Synchronising calls: they report the kept error of posted work. */
 #define CRC_SYNCHRONISING(X)                                                                                 \
@@ -117,10 +124,12 @@ static void dispatch_init(void)
 		ops[CRC_CU_##sym].dev_in |= 1u << (i);                                                       \
 	if (CRC_IS_DEVICE_TYPE(#type) && CRC_ARG_##kind == CRC_ARG_OUT)                                      \
 		ops[CRC_CU_##sym].dev_out |= 1u << (i);
+#define CRC_FWD_ARR(sym, i, kind, type, name, count, elem)
 #define CRC_FWD_END(sym)
 #include "crcuda/cuda_marshal.def"
 #undef CRC_FWD_BEGIN
 #undef CRC_FWD_ARG
+#undef CRC_FWD_ARR
 #undef CRC_FWD_END
 #define CRC_SET_OVERRIDE(sym) ops[CRC_CU_##sym].override = crc_ovr_##sym;
 	CRC_OVERRIDES(CRC_SET_OVERRIDE)
@@ -347,22 +356,68 @@ static int send_reply(struct crc_session *s, const struct crc_msg_hdr *req, CUre
 }
 
 /* ---- the generic path --------------------------------------------------------------------------------- */
+#define ARRAY_MAX (1u << 20) /* elements of one array argument (graph nodes, edges) */
+
+/* An array argument's elements, real objects for handles (decoded from the request: ARR_IN), or room
+ * for cap of them (ARR_OUT). */
+static CUresult array_in(struct crc_session *s, const struct crc_call_hdr *h, const struct crc_arg_spec *sp,
+			 const uint8_t *src, uint64_t n, void **out)
+{
+	size_t esize = sp->tag ? sizeof(void *) : sp->size;
+	uint8_t *p = calloc(n ? n : 1, esize);
+
+	if (!p)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*out = p;
+	for (uint64_t k = 0; k < n; k++, src += crc_align8(sp->size)) {
+		union crc_slot real;
+		uint64_t v;
+		CUresult res;
+
+		if (!sp->tag) {
+			memcpy(p + k * esize, src, esize);
+			continue;
+		}
+		memcpy(&v, src, 8);
+		res = crc_translate(s, h, sp->tag, v, &real);
+		if (res != CUDA_SUCCESS)
+			return res;
+		memcpy(p + k * esize, &real.ptr, esize);
+	}
+	return CUDA_SUCCESS;
+}
+
+/* The count an array argument's count argument holds (a by-value size_t, or an OUT size_t). */
+static uint64_t array_count(const struct op *o, void *const *argv, unsigned i)
+{
+	unsigned c = o->spec[i].count;
+	size_t n = 0;
+
+	if (c < o->nargs && argv[c] && o->spec[c].size == sizeof(size_t))
+		memcpy(&n, argv[c], sizeof(n));
+	return n;
+}
+
 static CUresult exec_generic(struct crc_session *s, int id, const struct crc_call_hdr *h, uint8_t *a,
 			     size_t len)
 {
 	const struct op *o = &ops[id];
 	union crc_slot slots[16];
-	void *argv[16];
+	void *argv[16], *arrays[16] = {NULL};
+	const uint8_t *arr_at[16] = {NULL};
+	uint64_t nelem[16] = {0};
 	int devs[16];
 	size_t off = 0;
-	CUresult res;
+	CUresult res = CUDA_SUCCESS;
 
 	if (o->nargs > 16)
 		return CUDA_ERROR_INVALID_VALUE;
 #define NEED(n)                                                                                              \
 	do {                                                                                                 \
-		if ((n) > len - off)                                                                         \
-			return CUDA_ERROR_INVALID_VALUE;                                                     \
+		if ((n) > len - off) {                                                                       \
+			res = CUDA_ERROR_INVALID_VALUE;                                                      \
+			goto out;                                                                            \
+		}                                                                                            \
 	} while (0)
 	for (unsigned i = 0; i < o->nargs; i++) {
 		const struct crc_arg_spec *sp = &o->spec[i];
@@ -387,7 +442,7 @@ static CUresult exec_generic(struct crc_session *s, int id, const struct crc_cal
 		case CRC_ARG_HANDLE:
 			res = crc_translate(s, h, sp->tag, word, &slots[i]);
 			if (res != CUDA_SUCCESS)
-				return res;
+				goto out;
 			argv[i] = &slots[i];
 			break;
 		case CRC_ARG_HOUT:
@@ -407,15 +462,66 @@ static CUresult exec_generic(struct crc_session *s, int id, const struct crc_cal
 			argv[i] = NULL;
 			if (word) {
 				NEED(crc_align8(word));
-				if (a[off + word - 1] != '\0')
-					return CUDA_ERROR_INVALID_VALUE;
+				if (a[off + word - 1] != '\0') {
+					res = CUDA_ERROR_INVALID_VALUE;
+					goto out;
+				}
 				argv[i] = a + off;
 				off += crc_align8(word);
 			}
 			break;
+		case CRC_ARG_ARR_IN:
+			/* present, then the element count and the elements */
+			argv[i] = NULL;
+			if (word) {
+				NEED(8);
+				memcpy(&nelem[i], a + off, 8);
+				off += 8;
+				if (nelem[i] > ARRAY_MAX) {
+					res = CUDA_ERROR_INVALID_VALUE;
+					goto out;
+				}
+				NEED(nelem[i] * crc_align8(sp->size));
+				arr_at[i] = a + off;
+				off += nelem[i] * crc_align8(sp->size);
+				argv[i] = &arrays[i]; /* filled below, once every count is known */
+			}
+			break;
+		case CRC_ARG_ARR_OUT:
+			argv[i] = word ? &arrays[i] : NULL;
+			break;
+		default:
+			res = CUDA_ERROR_INVALID_VALUE;
+			goto out;
 		}
 	}
 #undef NEED
+	/* Arrays: an input's elements must be as many as its count says; an output has room for the
+	 * capacity its count argument brought. */
+	for (unsigned i = 0; i < o->nargs; i++) {
+		const struct crc_arg_spec *sp = &o->spec[i];
+
+		if (!argv[i] || (sp->kind != CRC_ARG_ARR_IN && sp->kind != CRC_ARG_ARR_OUT))
+			continue;
+		if (sp->kind == CRC_ARG_ARR_IN) {
+			if (nelem[i] != array_count(o, argv, i)) {
+				res = CUDA_ERROR_INVALID_VALUE;
+				goto out;
+			}
+			res = array_in(s, h, sp, arr_at[i], nelem[i], &arrays[i]);
+		} else {
+			nelem[i] = array_count(o, argv, i);
+			if (nelem[i] > ARRAY_MAX) {
+				res = CUDA_ERROR_INVALID_VALUE;
+				goto out;
+			}
+			arrays[i] = calloc(nelem[i] ? nelem[i] : 1, sp->tag ? sizeof(void *) : sp->size);
+			res = arrays[i] ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		if (res != CUDA_SUCCESS)
+			goto out;
+		argv[i] = arrays[i];
+	}
 	res = o->override ? o->override(s, argv) : o->exec(argv);
 	if (res == CUDA_SUCCESS && o->forget_arg1) {
 		uint64_t v;
@@ -427,13 +533,41 @@ static CUresult exec_generic(struct crc_session *s, int id, const struct crc_cal
 	/* Outputs in argument order. */
 	for (unsigned i = 0; i < o->nargs; i++) {
 		const struct crc_arg_spec *sp = &o->spec[i];
-		void *p;
+		uint8_t *p;
 
-		if (!argv[i] || (sp->kind != CRC_ARG_OUT && sp->kind != CRC_ARG_HOUT))
+		if (!argv[i] ||
+		    (sp->kind != CRC_ARG_OUT && sp->kind != CRC_ARG_HOUT && sp->kind != CRC_ARG_ARR_OUT))
 			continue;
+		if (sp->kind == CRC_ARG_ARR_OUT) {
+			/* The element count, then the elements: handles named for the client (none: 0). */
+			p = crc_out(s, 8 + nelem[i] * crc_align8(sp->size));
+			if (!p) {
+				res = CUDA_ERROR_OUT_OF_MEMORY;
+				goto out;
+			}
+			memcpy(p, &nelem[i], 8);
+			for (uint64_t k = 0; k < nelem[i]; k++) {
+				uint8_t *e = p + 8 + k * crc_align8(sp->size);
+				void *real;
+				uint64_t v;
+
+				if (!sp->tag) {
+					memcpy(e, (uint8_t *)arrays[i] + k * sp->size, sp->size);
+					continue;
+				}
+				real = ((void **)arrays[i])[k];
+				v = !real || res != CUDA_SUCCESS ? 0 : crc_find_handle(s, sp->tag, real);
+				if (real && !v && res == CUDA_SUCCESS)
+					v = crc_register(s, sp->tag, (union crc_slot){.ptr = real});
+				memcpy(e, &v, 8);
+			}
+			continue;
+		}
 		p = crc_out(s, sp->kind == CRC_ARG_OUT ? sp->size : 8);
-		if (!p)
-			return CUDA_ERROR_OUT_OF_MEMORY;
+		if (!p) {
+			res = CUDA_ERROR_OUT_OF_MEMORY;
+			goto out;
+		}
 		if (sp->kind == CRC_ARG_OUT && (o->dev_out >> i & 1)) {
 			int d = crc_dev_client(s, *(int *)argv[i]);
 
@@ -442,13 +576,16 @@ static CUresult exec_generic(struct crc_session *s, int id, const struct crc_cal
 			memcpy(p, argv[i], sp->size);
 		} else if (res == CUDA_SUCCESS) {
 			/* A function or kernel asked for twice keeps its handle. */
-			uint64_t v = crc_find_handle(s, sp->tag, slots[i].ptr);
+			uint64_t v = slots[i].ptr ? crc_find_handle(s, sp->tag, slots[i].ptr) : 0;
 
-			if (!v)
+			if (!v && slots[i].ptr)
 				v = crc_register(s, sp->tag, slots[i]);
 			memcpy(p, &v, 8);
 		}
 	}
+out:
+	for (unsigned i = 0; i < o->nargs; i++)
+		free(arrays[i]);
 	return res;
 }
 

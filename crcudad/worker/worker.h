@@ -315,6 +315,27 @@ int crc_dev_client(const struct crc_session *s, int dev);
 CRC_OVERRIDES(CRC_DECL_OVERRIDE)
 #undef CRC_DECL_OVERRIDE
 
+/* A launch request decoded (handlers.c): the function, stream and parameters as the driver takes them.
+ * Points into the request. */
+struct crc_launch_args {
+	const struct crc_launch_req *req;
+	void *func;
+	CUstream stream;
+	const uint8_t *buf;
+	size_t buf_size;
+	void *params[CRC_MAX_KPARAMS], *extra[5];
+	void **kp, **ex; /* kernelParams or extra, one of them NULL */
+};
+CUresult crc_launch_decode(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+			   size_t len, struct crc_launch_args *la);
+/* Page-locked memory the client shares: the daemon's address of the client's [addr, addr + bytes), 0 if
+ * none holds it; and back. */
+uint64_t crc_pin_local(struct crc_session *s, uint64_t addr, uint64_t bytes);
+uint64_t crc_pin_client(struct crc_session *s, uint64_t local);
+
+/* A checkpoint of the session cannot carry what it holds (graphs, graph.c): -1 with the reason. */
+int crc_graph_ckpt_refusal(struct crc_session *s, char *why, size_t len);
+
 /* Hand-marshalled requests: the payload after struct crc_call_hdr. */
 typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
 			    size_t len);
@@ -337,7 +358,16 @@ typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h,
 	X(cuMemRetainAllocationHandle, vmm_retain)                                                           \
 	X(cuMemSetAccess, vmm_access)                                                                        \
 	X(cuPointerGetAttribute, ptrattr)                                                                    \
-	X(cuPointerGetAttributes, ptrattrs)
+	X(cuPointerGetAttributes, ptrattrs)                                                                  \
+	X(cuGraphAddKernelNode_v2, graph_kernel)                                                             \
+	X(cuGraphKernelNodeSetParams_v2, graph_kernel)                                                       \
+	X(cuGraphExecKernelNodeSetParams_v2, graph_kernel)                                                   \
+	X(cuGraphKernelNodeGetParams_v2, graph_kernel_get)                                                   \
+	X(cuGraphAddMemcpyNode, graph_memcpy)                                                                \
+	X(cuGraphMemcpyNodeSetParams, graph_memcpy)                                                          \
+	X(cuGraphExecMemcpyNodeSetParams, graph_memcpy)                                                      \
+	X(cuGraphMemcpyNodeGetParams, graph_memcpy_get)                                                      \
+	X(cuStreamGetCaptureInfo_v3, capture_info)
 
 #define CRC_DECL_RAW(sym, fn) crc_raw_fn crc_raw_##fn;
 CRC_RAW_HANDLERS(CRC_DECL_RAW)

@@ -9,6 +9,10 @@
 
 #define CRC_FWD_BEGIN(sym, nargs, mode)	      static const struct crc_arg_spec spec_##sym[(nargs) + 1] = {
 #define CRC_FWD_ARG(sym, i, kind, type, name) [i] = CRC_ARG_SPEC(kind, type),
+#define CRC_ARR_TAG_HANDLE(type)	      CRC_HT_##type
+#define CRC_ARR_TAG_PLAIN(type)		      CRC_HT_NONE
+#define CRC_FWD_ARR(sym, i, kind, type, name, count, elem)                                                   \
+	[i] = CRC_ARG_ARRAY_SPEC(kind, type, count, CRC_ARR_TAG_##elem(type)),
 #define CRC_FWD_END(sym)                                                                                     \
 	}                                                                                                    \
 	;
@@ -18,6 +22,9 @@
 #pragma GCC diagnostic pop
 #undef CRC_FWD_BEGIN
 #undef CRC_FWD_ARG
+#undef CRC_FWD_ARR
+#undef CRC_ARR_TAG_HANDLE
+#undef CRC_ARR_TAG_PLAIN
 #undef CRC_FWD_END
 
 #endif

@@ -224,7 +224,10 @@ struct crc_ctl_restore_wire {
 	X(EVENT, CUevent)                                                                                    \
 	X(ARRAY, CUarray)                                                                                    \
 	X(MEMPOOL, CUmemoryPool)                                                                             \
-	X(MEMHANDLE, CUmemGenericAllocationHandle)
+	X(MEMHANDLE, CUmemGenericAllocationHandle)                                                           \
+	X(GRAPH, CUgraph)                                                                                    \
+	X(GRAPHNODE, CUgraphNode)                                                                            \
+	X(GRAPHEXEC, CUgraphExec)
 
 enum crc_handle_tag {
 	CRC_HT_NONE = 0,
@@ -274,7 +277,12 @@ struct crc_reply_hdr {
  *  OUT     uint64_t present, then the pointee's bytes (copied in too: some are in/out)
  *  HOUT    uint64_t present
  *  STR     uint64_t length including the NUL (0 for NULL), then the bytes
- * The reply carries, in argument order, the bytes of each present OUT and a uint64_t per present HOUT. */
+ *  ARR_IN  an array counted by a by-value argument (`count`: its index): uint64_t present, then the
+ *          elements (handles as uint64_t, translated; others as their bytes, each 8-byte aligned)
+ *  ARR_OUT an array counted by an OUT argument (in: the capacity, out: how many there are):
+ *          uint64_t present; nothing else goes in
+ * The reply carries, in argument order, the bytes of each present OUT, a uint64_t per present HOUT,
+ * and for each present ARR_OUT a uint64_t element count followed by the elements (as for ARR_IN). */
 enum crc_arg_kind {
 	CRC_ARG_VAL,
 	CRC_ARG_HANDLE,
@@ -282,12 +290,15 @@ enum crc_arg_kind {
 	CRC_ARG_OUT,
 	CRC_ARG_HOUT,
 	CRC_ARG_STR,
+	CRC_ARG_ARR_IN,
+	CRC_ARG_ARR_OUT,
 };
 
 struct crc_arg_spec {
 	uint8_t kind;
-	uint8_t tag; /* HANDLE, HOUT: crc_handle_tag */
+	uint8_t tag; /* HANDLE, HOUT, arrays of handles: crc_handle_tag */
 	uint16_t size;
+	uint8_t count; /* ARR_IN, ARR_OUT: the index of the argument that counts the elements */
 };
 
 /* The spec of an argument of kind VAL, HANDLE... and C type `type` (a row of cuda_marshal.def):
@@ -300,7 +311,12 @@ struct crc_arg_spec {
 #define CRC_ARG_TAG_STR(type)	 CRC_HT_NONE
 #define CRC_ARG_SPEC(kind, type)                                                                             \
 	{                                                                                                    \
-		CRC_ARG_##kind, CRC_ARG_TAG_##kind(type), sizeof(type)                                       \
+		CRC_ARG_##kind, CRC_ARG_TAG_##kind(type), sizeof(type), 0                                    \
+	}
+/* Arrays: elements of a handle type are handles (tag CRC_HT_<type>), others plain (CRC_HT_NONE). */
+#define CRC_ARG_ARRAY_SPEC(kind, type, count, tag)                                                           \
+	{                                                                                                    \
+		CRC_ARG_##kind, (tag), sizeof(type), (count)                                                 \
 	}
 
 static inline uint64_t crc_align8(uint64_t v)
@@ -419,6 +435,39 @@ struct crc_launch_req {
 	uint32_t nattrs;
 	uint32_t cooperative;
 	uint32_t pad;
+};
+
+/* Graph kernel nodes: cuGraphAddKernelNode_v2 (graph, deps), cuGraphKernelNodeSetParams_v2 (node),
+ * cuGraphExecKernelNodeSetParams_v2 (exec, node); the v1 rows travel as these. Request = crc_call_hdr +
+ * crc_graph_node_req + ndeps uint64_t node handles + a crc_launch_req (stream unused) with its
+ * parameters, as a launch sends them. Reply (add): the node's handle. cuGraphKernelNodeGetParams_v2:
+ * the request is crc_graph_node_req (node), the reply a crc_launch_req and its parameters. */
+struct crc_graph_node_req {
+	uint64_t graph;
+	uint64_t node;
+	uint64_t exec;
+	uint64_t ctx; /* memcpy nodes: the context of the copy (0: current) */
+	uint32_t ndeps;
+	uint32_t pad;
+};
+
+/* Graph memcpy nodes: cuGraphAddMemcpyNode, cuGraphMemcpyNodeSetParams, cuGraphExecMemcpyNodeSetParams:
+ * crc_call_hdr + crc_graph_node_req + crc_graph_memcpy_wire + ndeps handles; reply (add): the node.
+ * cuGraphMemcpyNodeGetParams: crc_graph_node_req, reply crc_graph_memcpy_wire. Host sides are
+ * page-locked memory shared with the daemon, named by the client's address. */
+#define CRC_MEMCPY3D_BYTES 200 /* sizeof(CUDA_MEMCPY3D), checked where cuda.h is included */
+struct crc_graph_memcpy_wire {
+	uint8_t p[CRC_MEMCPY3D_BYTES];
+};
+
+/* cuStreamGetCaptureInfo_v3: request = the stream handle; reply = crc_capture_info + n node handles
+ * + n CUgraphEdgeData. */
+struct crc_capture_info {
+	uint32_t status;
+	uint32_t pad;
+	uint64_t id;
+	uint64_t graph;
+	uint64_t ndeps;
 };
 
 /* Object creation: stream/event creation, cuCtxCreate, primary context retain and the like. */

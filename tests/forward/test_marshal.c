@@ -25,6 +25,8 @@ static const struct spec specs[] = {
 #sym, n, CRC_MODE_##mode,                                                                    \
 		{
 #define CRC_FWD_ARG(sym, i, kind, type, name) [i] = CRC_ARG_SPEC(kind, type),
+#define CRC_FWD_ARR(sym, i, kind, type, name, count, elem)                                                   \
+	[i] = CRC_ARG_ARRAY_SPEC(kind, type, count, CRC_HT_NONE),
 #define CRC_FWD_END(sym)                                                                                     \
 	}                                                                                                    \
 	}                                                                                                    \

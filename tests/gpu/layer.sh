@@ -9,6 +9,9 @@
 #   torch_layer_losses    the run under the layer gives the native losses bit for bit
 #   torch_no_dev_nvidia   the training process under the layer holds no /dev/nvidia* (fd or map)
 #   torch_step_time       step time under the layer / native (goal <= 1.03x; reported)
+#   torch_graph_<mode>    tests/torch/graph.py (CUDA graphs: whole-step capture + replay, and
+#                         torch.compile reduce-overhead): losses under the layer equal native bit for bit
+#   layer_graph_basic     tests/programs/graph_basic prints natively and under the layer the same
 set -u
 build=$(cd "${1:?usage: layer.sh BUILD}" && pwd)
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -31,6 +34,18 @@ if ! grep -q ready "$tmp/daemon.out"; then
 fi
 under_layer() { env LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 300 "$@"; }
 
+if [ "$only" = all ] || [ "$only" = programs ] || [ "$only" = graphs ]; then
+	# CUDA graphs: explicit, captured, updated; the same checksum natively and under the layer.
+	if [ ! -x "$build/tests/programs/graph_basic" ]; then result SKIP layer_graph_basic "not built"
+	elif ! "$build/tests/programs/graph_basic" >"$tmp/gb.native" 2>&1; then
+		result FAIL layer_graph_basic "natively: $(tail -2 "$tmp/gb.native" | tr '\n' ' ')"
+	elif under_layer "$build/tests/programs/graph_basic" >"$tmp/gb.layer" 2>&1 && cmp -s "$tmp/gb.native" "$tmp/gb.layer"; then
+		result PASS layer_graph_basic "$(grep checksum "$tmp/gb.native")"
+	else
+		result FAIL layer_graph_basic "$(tail -3 "$tmp/gb.layer" | tr '\n' ' ')"
+		diff "$tmp/gb.native" "$tmp/gb.layer" | head -10
+	fi
+fi
 [ "$only" = all ] || [ "$only" = programs ] && for p in vector_add streams_events memset device_globals many_launches pinned_async vmm_fixed library_kernel; do
 	if under_layer "$build/tests/programs/$p" >"$tmp/$p.log" 2>&1; then result PASS "layer_$p"
 	else
@@ -84,7 +99,7 @@ if [ "$only" = all ] || [ "$only" = cudart ]; then
 fi
 
 # PyTorch: native twice, then under the layer, losses compared bit for bit.
-[ "$only" = all ] || [ "$only" = torch ] || exit 0
+[ "$only" = all ] || [ "$only" = torch ] || [ "$only" = graphs ] || exit 0
 py=${PYTHON:-python3}
 if ! "$py" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
 	result SKIP torch "no PyTorch with CUDA"
@@ -99,6 +114,23 @@ else
 	result FAIL device_view "$(diff "$tmp/attrs-native.txt" "$tmp/attrs-layer.txt" | grep -c '^<') lines differ"
 	diff "$tmp/attrs-native.txt" "$tmp/attrs-layer.txt" | head -20
 fi
+# CUDA graphs in PyTorch: captured whole steps, and torch.compile's reduce-overhead mode.
+for mode in capture compile; do
+	timeout 300 "$py" "$top/tests/torch/graph.py" --mode $mode >"$tmp/g-$mode.native" 2>"$tmp/g-$mode.nerr"
+	if [ "$(grep -c '^step ' "$tmp/g-$mode.native")" = 0 ]; then
+		result FAIL "torch_graph_$mode" "natively: $(tail -1 "$tmp/g-$mode.nerr")"
+		continue
+	fi
+	under_layer "$py" "$top/tests/torch/graph.py" --mode $mode >"$tmp/g-$mode.layer" 2>"$tmp/g-$mode.lerr"
+	if cmp -s "$tmp/g-$mode.native" "$tmp/g-$mode.layer"; then
+		result PASS "torch_graph_$mode" "$(grep -c '^step ' "$tmp/g-$mode.native") losses equal to native"
+	else
+		result FAIL "torch_graph_$mode" "$(grep -c '^step ' "$tmp/g-$mode.layer") steps; $(grep -v '^ ' "$tmp/g-$mode.lerr" | tail -2 | tr '\n' ' ')"
+		diff "$tmp/g-$mode.native" "$tmp/g-$mode.layer" | head -6
+		grep -E 'libcrcuda|Warn|Error \(' "$tmp/g-$mode.lerr" | sort | uniq -c | sort -rn | head -10
+	fi
+done
+[ "$only" = graphs ] && exit 0
 "$py" "$top/tests/torch/train.py" --steps "$steps" >"$tmp/n1.txt" 2>"$tmp/n1.err"
 "$py" "$top/tests/torch/train.py" --steps "$steps" >"$tmp/n2.txt" 2>"$tmp/n2.err"
 if cmp -s <(grep '^step ' "$tmp/n1.txt") <(grep '^step ' "$tmp/n2.txt") && [ "$(grep -c '^step ' "$tmp/n1.txt")" = "$steps" ]; then
