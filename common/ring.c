@@ -41,13 +41,13 @@ static void cpu_relax(void)
 }
 
 /* Shared (not private) futexes: the word lives in memory mapped by two processes. */
-static void futex_wait(_Atomic uint32_t *word, uint32_t expected, int ms)
+void crc_futex_wait(_Atomic uint32_t *word, uint32_t expected, int ms)
 {
 	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
 	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expected, &ts, NULL, 0);
 }
 
-static void futex_wake(_Atomic uint32_t *word)
+void crc_futex_wake(_Atomic uint32_t *word)
 {
 	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
@@ -143,7 +143,7 @@ static int ring_wait(struct crc_ring *r, _Atomic uint32_t *seq, _Atomic uint32_t
 			if ((uint64_t)ms > timeout_ms - spent_ms)
 				ms = (int)(timeout_ms - spent_ms);
 		}
-		futex_wait(seq, s, ms > 0 ? ms : 1);
+		crc_futex_wait(seq, s, ms > 0 ? ms : 1);
 		atomic_store(waiters, 0);
 		if (ready(r, need))
 			return 0;
@@ -213,7 +213,7 @@ void crc_ring_commit(struct crc_ring *r)
 	 * sleeps again. */
 	if (atomic_exchange(&r->ctl->data_waiters, 0)) {
 		atomic_fetch_add(&r->ctl->data_seq, 1);
-		futex_wake(&r->ctl->data_seq);
+		crc_futex_wake(&r->ctl->data_seq);
 	}
 }
 
@@ -271,7 +271,7 @@ void crc_ring_release(struct crc_ring *r)
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_exchange(&r->ctl->space_waiters, 0)) {
 		atomic_fetch_add(&r->ctl->space_seq, 1);
-		futex_wake(&r->ctl->space_seq);
+		crc_futex_wake(&r->ctl->space_seq);
 	}
 }
 
@@ -280,6 +280,6 @@ void crc_ring_close(struct crc_ring *r)
 	atomic_store(&r->ctl->closed, 1);
 	atomic_fetch_add(&r->ctl->data_seq, 1);
 	atomic_fetch_add(&r->ctl->space_seq, 1);
-	futex_wake(&r->ctl->data_seq);
-	futex_wake(&r->ctl->space_seq);
+	crc_futex_wake(&r->ctl->data_seq);
+	crc_futex_wake(&r->ctl->space_seq);
 }

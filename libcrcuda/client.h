@@ -175,6 +175,10 @@ CUresult crc_capture_status(CUstream hStream, CUstreamCaptureStatus *status);
 CUresult crc_capture_info_remote(CUstream hStream, CUstreamCaptureStatus *status, cuuint64_t *id,
 				 CUgraph *graph, const CUgraphNode **deps, const CUgraphEdgeData **edges,
 				 size_t *ndeps);
+/* Host functions (hooks_stream.c): the page's memfd (-1: none yet), and graph host node requests. */
+int crc_hostfn_memfd(void);
+CUresult crc_graph_host_node(uint16_t op, CUgraphNode *out, uint64_t graph, uint64_t node, uint64_t exec,
+			     const CUgraphNode *deps, size_t ndeps, const CUDA_HOST_NODE_PARAMS *p);
 /* A host function on a capturing stream: refused, said once in the log. */
 bool crc_capture_refuses_host_fn(CUstream hStream);
 struct crc_func_info *crc_func_store(uint64_t owner, const char *name, const struct crc_getfn_reply *r,

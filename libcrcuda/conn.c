@@ -235,21 +235,22 @@ static void chan_unlock(void)
 	pthread_mutex_unlock(&crc_client.lock);
 }
 
-/* Sends a pinned region's memfd again to a new daemon session, under the held channel lock. */
-static int pin_reregister(struct crc_pinned *pin)
+/* Sends a record with a descriptor to a new daemon session and waits for its reply (copied to out, up
+ * to out_len bytes), under the held channel lock: what a restored session must be given again. */
+static int reregister(uint16_t op, const void *req, size_t len, int fd, void *out, size_t out_len)
 {
-	struct crc_pin_req req = {.client_addr = pin->addr, .bytes = pin->bytes, .flags = pin->flags};
 	const struct crc_msg_hdr *m;
 	const struct crc_reply_hdr *rh;
 	uint64_t seq = ++crc_client.seq;
 	char byte = 0;
 	void *p;
-	int rc = crc_chan_reserve(&crc_client.chan, CRC_OP_PIN_REGISTER, 0, seq, sizeof(req), &p);
+	int rc = crc_chan_reserve(&crc_client.chan, op, 0, seq, len, &p);
 
 	if (rc)
 		return rc;
-	memcpy(p, &req, sizeof(req));
-	rc = crc_sock_send_fds(crc_client.chan.fd, &byte, 1, &pin->memfd, 1);
+	if (len)
+		memcpy(p, req, len);
+	rc = crc_sock_send_fds(crc_client.chan.fd, &byte, 1, &fd, 1);
 	if (!rc)
 		rc = crc_chan_commit(&crc_client.chan);
 	if (!rc)
@@ -261,12 +262,32 @@ static int pin_reregister(struct crc_pinned *pin)
 		rc = CRC_EPROTO;
 	else if (rh->result != CUDA_SUCCESS)
 		rc = CRC_ECUDA;
-	else if (crc_msg_payload_len(m) >= sizeof(*rh) + sizeof(struct crc_pin_reply))
-		memcpy(&pin->device_ptr, rh + 1, sizeof(pin->device_ptr));
+	else if (out_len && crc_msg_payload_len(m) >= sizeof(*rh) + out_len)
+		memcpy(out, rh + 1, out_len);
 	crc_chan_release(&crc_client.chan);
+	return rc;
+}
+
+/* Sends a pinned region's memfd again to a new daemon session. */
+static int pin_reregister(struct crc_pinned *pin)
+{
+	struct crc_pin_req req = {.client_addr = pin->addr, .bytes = pin->bytes, .flags = pin->flags};
+	int rc = reregister(CRC_OP_PIN_REGISTER, &req, sizeof(req), pin->memfd, &pin->device_ptr,
+			    sizeof(pin->device_ptr));
+
 	if (rc)
 		pr_err("cannot register pinned memory %#lx+%#zx with the restored session: %s",
 		       (unsigned long)pin->addr, pin->bytes, crc_strerror(rc));
+	return rc;
+}
+
+/* Shares the host-function page again with a new daemon session. */
+static int hostfn_reregister(void)
+{
+	int rc = reregister(CRC_OP_HOSTFN_REGISTER, NULL, 0, crc_hostfn_memfd(), NULL, 0);
+
+	if (rc)
+		pr_err("cannot share the host-function page with the restored session: %s", crc_strerror(rc));
 	return rc;
 }
 
@@ -295,6 +316,8 @@ static int rebind(const struct crc_sock_notice *n, int memfd)
 		if (p->memfd >= 0 && !crc_client.tcp)
 			rc = pin_reregister(p);
 	pthread_mutex_unlock(&crc_client.pinned_lock);
+	if (!rc && !crc_client.tcp && crc_hostfn_memfd() >= 0)
+		rc = hostfn_reregister();
 	pr_info("rebound to restored session %llu over %s", (unsigned long long)n->session_id,
 		crc_client.tcp ? "TCP" : "shared memory");
 	return rc;

@@ -182,6 +182,44 @@ static size_t elem_size(const struct crc_arg_spec *sp)
 	return sp->tag ? sizeof(void *) : sp->size;
 }
 
+/* The outputs of a reply into the application's arguments (all of them, or with ok false only the
+ * plain OUT ones); -1 when the reply is too short for them. */
+static int unpack_outputs(unsigned nargs, const struct crc_arg_spec *spec, const void *const *argv,
+			  const uint64_t *cap, const uint8_t *r, size_t len, bool ok)
+{
+	size_t roff = 0;
+
+	for (unsigned i = 0; i < nargs; i++) {
+		size_t n = spec[i].kind == CRC_ARG_OUT ? spec[i].size : 8;
+		uint8_t *ptr;
+		uint64_t got;
+
+		if (spec[i].kind != CRC_ARG_OUT && spec[i].kind != CRC_ARG_HOUT &&
+		    spec[i].kind != CRC_ARG_ARR_OUT)
+			continue;
+		ptr = (uint8_t *)arg_ptr(argv[i]);
+		if (!ptr)
+			continue;
+		if (roff + n > len)
+			return -1;
+		if (spec[i].kind != CRC_ARG_ARR_OUT) {
+			if (ok || spec[i].kind == CRC_ARG_OUT)
+				memcpy(ptr, r + roff, n);
+			roff += crc_align8(n);
+			continue;
+		}
+		memcpy(&got, r + roff, 8);
+		roff += 8;
+		if (got > cap[i] || roff + got * crc_align8(spec[i].size) > len)
+			return -1;
+		for (uint64_t k = 0; ok && k < got; k++)
+			elem_from_wire(&spec[i], ptr + k * elem_size(&spec[i]),
+				       r + roff + k * crc_align8(spec[i].size));
+		roff += got * crc_align8(spec[i].size);
+	}
+	return 0;
+}
+
 CUresult crc_fwd_call(int id, bool async, unsigned nargs, const struct crc_arg_spec *spec,
 		      const void *const *argv)
 {
@@ -278,42 +316,13 @@ CUresult crc_fwd_call(int id, bool async, unsigned nargs, const struct crc_arg_s
 	if (async)
 		return crc_call_post(&c);
 	res = crc_call_wait(&c, NULL, NULL);
-	if (res == CUDA_SUCCESS) {
-		const uint8_t *r = c.reply;
-		size_t roff = 0;
-
-		for (unsigned i = 0; i < nargs; i++) {
-			size_t n = spec[i].kind == CRC_ARG_OUT ? spec[i].size : 8;
-			uint8_t *ptr;
-
-			if (spec[i].kind != CRC_ARG_OUT && spec[i].kind != CRC_ARG_HOUT &&
-			    spec[i].kind != CRC_ARG_ARR_OUT)
-				continue;
-			ptr = (uint8_t *)arg_ptr(argv[i]);
-			if (!ptr)
-				continue;
-			if (roff + n > c.reply_len) {
-				pr_err("short reply to %s", crc_cu_table[id].sym);
-				res = CUDA_ERROR_UNKNOWN;
-				break;
-			}
-			if (spec[i].kind == CRC_ARG_ARR_OUT) {
-				uint64_t got;
-
-				memcpy(&got, r + roff, 8);
-				roff += 8;
-				if (got > cap[i] || roff + got * crc_align8(spec[i].size) > c.reply_len) {
-					pr_err("bad array in the reply to %s", crc_cu_table[id].sym);
-					res = CUDA_ERROR_UNKNOWN;
-					break;
-				}
-				for (uint64_t k = 0; k < got; k++, roff += crc_align8(spec[i].size))
-					elem_from_wire(&spec[i], ptr + k * elem_size(&spec[i]), r + roff);
-				continue;
-			}
-			memcpy(ptr, r + roff, n);
-			roff += crc_align8(n);
-		}
+	/* A call that failed still gives back what the driver left in its OUT arguments (a failed
+	 * cuGraphExecUpdate says why there), nothing else. */
+	if (res == CUDA_SUCCESS && unpack_outputs(nargs, spec, argv, cap, c.reply, c.reply_len, true)) {
+		pr_err("short or bad reply to %s", crc_cu_table[id].sym);
+		res = CUDA_ERROR_UNKNOWN;
+	} else if (res != CUDA_SUCCESS && res != CRC_CU_DAEMON_GONE && c.reply && c.reply_len) {
+		unpack_outputs(nargs, spec, argv, cap, c.reply, c.reply_len, false);
 	}
 	crc_call_end(&c);
 	return res;

@@ -57,6 +57,10 @@ CUresult crc_hook_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 	if ((res == CUDA_SUCCESS || res == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) &&
 	    atomic_fetch_sub(&captures, 1) <= 0)
 		atomic_fetch_add(&captures, 1);
+	/* A capture that ended without a graph says so with NULL, as the driver does. */
+	if ((res == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED || res == CUDA_ERROR_STREAM_CAPTURE_UNJOINED) &&
+	    phGraph)
+		*phGraph = NULL;
 	return res;
 }
 
@@ -519,6 +523,45 @@ CUresult crc_hook_cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *n
 	return crc_rpc(CRC_CU_cuGraphMemcpyNodeGetParams, &q, sizeof(q), nodeParams, sizeof(*nodeParams));
 }
 
+/* ---- host nodes ---------------------------------------------------------------------------------- */
+CUresult crc_hook_cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+				     const CUgraphNode *dependencies, size_t numDependencies,
+				     const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+	if (!phGraphNode)
+		return CUDA_ERROR_INVALID_VALUE;
+	return crc_graph_host_node(CRC_CU_cuGraphAddHostNode, phGraphNode, (uintptr_t)hGraph, 0, 0,
+				   dependencies, numDependencies, nodeParams);
+}
+
+CUresult crc_hook_cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+	return crc_graph_host_node(CRC_CU_cuGraphHostNodeSetParams, NULL, 0, (uintptr_t)hNode, 0, NULL, 0,
+				   nodeParams);
+}
+
+CUresult crc_hook_cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+					       const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+	return crc_graph_host_node(CRC_CU_cuGraphExecHostNodeSetParams, NULL, 0, (uintptr_t)hNode,
+				   (uintptr_t)hGraphExec, NULL, 0, nodeParams);
+}
+
+CUresult crc_hook_cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+	struct crc_graph_node_req q = {.node = (uintptr_t)hNode};
+	struct crc_hostfn_req r;
+	CUresult res;
+
+	if (!nodeParams)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = crc_rpc(CRC_CU_cuGraphHostNodeGetParams, &q, sizeof(q), &r, sizeof(r));
+	if (res == CUDA_SUCCESS)
+		*nodeParams = (CUDA_HOST_NODE_PARAMS){.fn = (CUhostFn)(uintptr_t)r.fn,
+						      .userData = (void *)(uintptr_t)r.data};
+	return res;
+}
+
 /* ---- the generic node forms ---------------------------------------------------------------------- */
 static bool edges_plain(const CUgraphEdgeData *e, size_t n)
 {
@@ -540,9 +583,15 @@ static CUDA_MEMSET_NODE_PARAMS_v1 memset_v1(const CUDA_MEMSET_NODE_PARAMS_v2 *m)
 					    .height = m->height};
 }
 
+static CUDA_HOST_NODE_PARAMS host_v1(const CUDA_HOST_NODE_PARAMS_v2 *h)
+{
+	return (CUDA_HOST_NODE_PARAMS){.fn = h->fn, .userData = h->userData};
+}
+
 static CUresult add_node(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t n, CUgraphNodeParams *p)
 {
 	CUDA_MEMSET_NODE_PARAMS_v1 ms;
+	CUDA_HOST_NODE_PARAMS hp;
 
 	switch (p->type) {
 	case CU_GRAPH_NODE_TYPE_KERNEL:
@@ -562,6 +611,9 @@ static CUresult add_node(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, si
 		return crc_fwd_cuGraphAddEventWaitNode(ph, g, deps, n, p->eventWait.event);
 	case CU_GRAPH_NODE_TYPE_GRAPH:
 		return crc_fwd_cuGraphAddChildGraphNode(ph, g, deps, n, p->graph.graph);
+	case CU_GRAPH_NODE_TYPE_HOST:
+		hp = host_v1(&p->host);
+		return crc_hook_cuGraphAddHostNode(ph, g, deps, n, &hp);
 	default:
 		pr_warn("cuGraphAddNode of node type %d is not supported under crcuda yet", (int)p->type);
 		return CUDA_ERROR_NOT_SUPPORTED;
@@ -597,6 +649,7 @@ CUresult crc_hook_cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, co
 CUresult crc_hook_cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams)
 {
 	CUDA_MEMSET_NODE_PARAMS_v1 ms;
+	CUDA_HOST_NODE_PARAMS hp;
 
 	if (!nodeParams)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -613,6 +666,9 @@ CUresult crc_hook_cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nod
 		return crc_fwd_cuGraphEventRecordNodeSetEvent(hNode, nodeParams->eventRecord.event);
 	case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
 		return crc_fwd_cuGraphEventWaitNodeSetEvent(hNode, nodeParams->eventWait.event);
+	case CU_GRAPH_NODE_TYPE_HOST:
+		hp = host_v1(&nodeParams->host);
+		return crc_hook_cuGraphHostNodeSetParams(hNode, &hp);
 	default:
 		pr_warn("cuGraphNodeSetParams of node type %d is not supported under crcuda yet",
 			(int)nodeParams->type);
@@ -623,6 +679,7 @@ CUresult crc_hook_cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nod
 CUresult crc_hook_cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
 					   CUgraphNodeParams *nodeParams)
 {
+	CUDA_HOST_NODE_PARAMS hp;
 	CUDA_MEMSET_NODE_PARAMS_v1 ms;
 
 	if (!nodeParams)
@@ -645,6 +702,9 @@ CUresult crc_hook_cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode h
 								nodeParams->eventWait.event);
 	case CU_GRAPH_NODE_TYPE_GRAPH:
 		return crc_fwd_cuGraphExecChildGraphNodeSetParams(hGraphExec, hNode, nodeParams->graph.graph);
+	case CU_GRAPH_NODE_TYPE_HOST:
+		hp = host_v1(&nodeParams->host);
+		return crc_hook_cuGraphExecHostNodeSetParams(hGraphExec, hNode, &hp);
 	default:
 		pr_warn("cuGraphExecNodeSetParams of node type %d is not supported under crcuda yet",
 			(int)nodeParams->type);

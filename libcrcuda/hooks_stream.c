@@ -1,8 +1,14 @@
 /* Hooks: streams and events (created by the daemon, described here for the local getters), host
  * callbacks. */
 #define LOG_PREFIX "libcrcuda: "
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "client.h"
 #include "crcuda/log.h"
+#include "crcuda/sock.h"
 
 CUresult crc_hook_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
@@ -47,20 +53,170 @@ CUresult crc_hook_cuEventDestroy(CUevent hEvent)
 	return crc_hook_cuEventDestroy_v2(hEvent);
 }
 
-/* Host functions run in the application, which the daemon cannot call into: wait for the stream's
- * earlier work, then run the function here, before later work is queued. Ordering holds; the
- * caller blocks where the driver would not. */
+/* ---- host functions ----------------------------------------------------------------------------- */
+/* The daemon's driver runs host functions (cuLaunchHostFunc, graph host nodes) through a page this
+ * process shares with it (struct crc_hostfn_page): a thread here waits on it, runs each function and
+ * says when it returned. The page is this process's own memfd, mapped for its whole life, so CRIU
+ * keeps it and a restored session gets it again (crc_hostfn_reregister). */
+static struct crc_hostfn_page *hostfn_page;
+static int hostfn_memfd = -1;
+static pthread_once_t hostfn_once = PTHREAD_ONCE_INIT;
+
+static void *hostfn_loop(void *arg)
+{
+	struct crc_hostfn_page *pg = arg;
+
+	for (;;) {
+		uint32_t req = atomic_load_explicit(&pg->req, memory_order_acquire);
+
+		if (req == atomic_load_explicit(&pg->done, memory_order_relaxed)) {
+			crc_futex_wait(&pg->req, req, 1000);
+			continue;
+		}
+		((CUhostFn)(uintptr_t)pg->fn)((void *)(uintptr_t)pg->data);
+		atomic_store_explicit(&pg->done, req, memory_order_release);
+		crc_futex_wake(&pg->done);
+	}
+	return NULL;
+}
+
+static void hostfn_setup(void)
+{
+	int fd = memfd_create("crcuda-hostfn", MFD_CLOEXEC);
+	struct crc_hostfn_page *pg;
+	pthread_attr_t attr;
+	pthread_t t;
+
+	if (fd < 0 || ftruncate(fd, CRC_HOSTFN_PAGE_SIZE))
+		goto fail;
+	pg = mmap(NULL, CRC_HOSTFN_PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (pg == MAP_FAILED)
+		goto fail;
+	pg->magic = CRC_HOSTFN_MAGIC;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&t, &attr, hostfn_loop, pg)) {
+		pthread_attr_destroy(&attr);
+		munmap(pg, CRC_HOSTFN_PAGE_SIZE);
+		goto fail;
+	}
+	pthread_attr_destroy(&attr);
+	hostfn_memfd = fd;
+	hostfn_page = pg;
+	return;
+fail:
+	if (fd >= 0)
+		close(fd);
+	pr_err("cannot set up host functions: %s", strerror(errno));
+}
+
+/* Shares the page with the session: the memfd on the socket, then the record, under the channel lock. */
+static CUresult hostfn_share(void)
+{
+	char byte = 0;
+	struct crc_call c;
+	void *args;
+	CUresult res = crc_ctl_begin(&c, CRC_OP_HOSTFN_REGISTER, 0, 0, &args);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (crc_sock_send_fds(crc_client.chan.fd, &byte, 1, &hostfn_memfd, 1)) {
+		crc_call_end(&c);
+		return CRC_CU_DAEMON_GONE;
+	}
+	res = crc_call_wait(&c, NULL, NULL);
+	crc_call_end(&c);
+	return res;
+}
+
+/* The page, shared with the session; NULL where there cannot be one (over TCP, or it failed). */
+static struct crc_hostfn_page *hostfn_ready(void)
+{
+	static atomic_bool shared;
+	static pthread_mutex_t share_lock = PTHREAD_MUTEX_INITIALIZER;
+
+	if (crc_client.tcp)
+		return NULL;
+	pthread_once(&hostfn_once, hostfn_setup);
+	if (!hostfn_page)
+		return NULL;
+	if (!atomic_load(&shared)) {
+		pthread_mutex_lock(&share_lock);
+		if (!atomic_load(&shared) && hostfn_share() == CUDA_SUCCESS)
+			atomic_store(&shared, true);
+		pthread_mutex_unlock(&share_lock);
+	}
+	return atomic_load(&shared) ? hostfn_page : NULL;
+}
+
+int crc_hostfn_memfd(void)
+{
+	return hostfn_page ? hostfn_memfd : -1;
+}
+
+/* Over TCP the daemon cannot reach this process's memory: the stream's earlier work is waited for and
+ * the function runs here, before later work is queued. Ordering holds; the caller blocks where the
+ * driver would not. */
 CUresult crc_hook_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
+	struct crc_hostfn_req r = {
+	    .stream = (uintptr_t)hStream, .fn = (uintptr_t)fn, .data = (uintptr_t)userData};
+	struct crc_call c;
+	void *args;
 	CUresult res;
 
 	if (!fn)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (crc_capture_refuses_host_fn(hStream))
+	if (!hostfn_ready()) {
+		if (crc_capture_refuses_host_fn(hStream))
+			return CUDA_ERROR_NOT_SUPPORTED;
+		res = crc_fwd_cuStreamSynchronize(hStream);
+		if (res == CUDA_SUCCESS)
+			fn(userData);
+		return res;
+	}
+	res = crc_call_begin(&c, CRC_CU_cuLaunchHostFunc, CRC_MSG_NOREPLY, sizeof(r), &args);
+	if (res != CUDA_SUCCESS)
+		return res;
+	memcpy(args, &r, sizeof(r));
+	return crc_call_post(&c);
+}
+
+/* Graph host nodes: the application's function travels; the daemon's node runs it here. */
+CUresult crc_graph_host_node(uint16_t op, CUgraphNode *out, uint64_t graph, uint64_t node, uint64_t exec,
+			     const CUgraphNode *deps, size_t ndeps, const CUDA_HOST_NODE_PARAMS *p)
+{
+	struct crc_graph_node_req *q;
+	struct crc_hostfn_req *r;
+	struct crc_call c;
+	uint64_t *d;
+	CUresult res;
+
+	if (!p || !p->fn || (ndeps && !deps) || ndeps > 65536)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!hostfn_ready()) {
+		pr_warn("graph host nodes need the daemon to reach this process: not over TCP");
 		return CUDA_ERROR_NOT_SUPPORTED;
-	res = crc_fwd_cuStreamSynchronize(hStream);
-	if (res == CUDA_SUCCESS)
-		fn(userData);
+	}
+	res = crc_call_begin(&c, op, 0, sizeof(*q) + ndeps * 8 + sizeof(*r), (void **)&q);
+	if (res != CUDA_SUCCESS)
+		return res;
+	*q =
+	    (struct crc_graph_node_req){.graph = graph, .node = node, .exec = exec, .ndeps = (uint32_t)ndeps};
+	d = (uint64_t *)(q + 1);
+	for (size_t i = 0; i < ndeps; i++)
+		d[i] = (uintptr_t)deps[i];
+	r = (struct crc_hostfn_req *)(d + ndeps);
+	*r = (struct crc_hostfn_req){.fn = (uintptr_t)p->fn, .data = (uintptr_t)p->userData};
+	res = crc_call_wait(&c, NULL, NULL);
+	if (res == CUDA_SUCCESS && out) {
+		uint64_t v = 0;
+
+		if (c.reply_len >= 8)
+			memcpy(&v, c.reply, 8);
+		*out = (CUgraphNode)(uintptr_t)v;
+	}
+	crc_call_end(&c);
 	return res;
 }
 

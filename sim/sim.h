@@ -40,6 +40,9 @@ enum sim_magic {
 	SIM_MAGIC_FUNC = 0x46554e31,
 	SIM_MAGIC_LIBRARY = 0x4c494231,
 	SIM_MAGIC_KERNEL = 0x4b524e31,
+	SIM_MAGIC_GRAPH = 0x47525031,
+	SIM_MAGIC_GRAPH_NODE = 0x474e4431,
+	SIM_MAGIC_GRAPH_EXEC = 0x47455831,
 	SIM_MAGIC_DEAD = 0x44454144,
 };
 
@@ -141,6 +144,10 @@ struct CUstream_st {
 	uint64_t submitted, completed;
 	bool stopping;
 	struct CUstream_st *next_in_ctx;
+	/* Stream capture (sim_graph.c): the capture this stream takes part in, guarded by the graph
+	 * lock; `capturing` mirrors capture != NULL for stream_submit's fast path. */
+	struct sim_stream_capture *capture;
+	atomic_bool capturing;
 };
 
 struct CUevent_st {
@@ -151,6 +158,9 @@ struct CUevent_st {
 	pthread_cond_t cond;
 	uint64_t recorded_gen, completed_gen;
 	struct timespec when;
+	/* The capture nodes of its latest record in a capturing stream (sim_graph.c), guarded by the
+	 * graph lock; NULL when its latest record was an ordinary one. */
+	struct sim_event_capture *capture;
 };
 
 struct sim_global {
@@ -291,12 +301,46 @@ CUresult sim_stream_resolve(CUstream handle, bool per_thread, struct CUstream_st
 CUresult sim_stream_create(struct CUctx_st *ctx, unsigned flags, int priority, bool legacy,
 			   struct CUstream_st **out);
 void sim_stream_destroy(struct CUstream_st *stream);
-/* Queues op (taking ownership) honouring the legacy-stream rules. */
-void sim_stream_submit(struct CUstream_st *stream, struct sim_op *op);
+/* Queues op (taking ownership, also on failure) honouring the legacy-stream rules; on a capturing
+ * stream the op becomes a node of the capture's graph instead. */
+CUresult sim_stream_submit(struct CUstream_st *stream, struct sim_op *op);
+/* Frees an op that will not run (its parameter copies, the references it holds). */
+void sim_op_free(struct sim_op *op);
+void sim_event_ref(struct CUevent_st *event);
+void sim_event_unref(struct CUevent_st *event);
 void sim_stream_wait_idle(struct CUstream_st *stream);
 void sim_ctx_wait_idle(struct CUctx_st *ctx);
 
 /* sim_module.c */
 void sim_module_unload_all(struct CUctx_st *ctx);
+/* Fills op as a SIM_OP_KERNEL launch of f (a CUfunction, or a CUkernel cast to one, taken in ctx, or
+ * in the current context when ctx is NULL): checks the shape, finds the host implementation and
+ * copies the parameters (kernel_params or extra). With same_ctx, a CUfunction must belong to ctx.
+ * On failure the op's parameter copies are freed (the op itself is the caller's). */
+CUresult sim_kernel_op_init(struct sim_op *op, const char *entry, CUfunction f, struct CUctx_st *ctx,
+			    bool same_ctx, struct crcuda_sim_dim3 grid, struct crcuda_sim_dim3 block,
+			    unsigned shared_bytes, void **kernel_params, void **extra);
+
+/* sim_graph.c: stream capture hooks. Each returns true when it handled the call (result in *res). */
+struct sim_stream_capture;
+struct sim_event_capture;
+/* An op submitted to a capturing stream becomes a node (the op is consumed). */
+bool sim_capture_take(struct CUstream_st *stream, struct sim_op *op, CUresult *res);
+/* cuEventRecord on a capturing stream: remembers the capture's current nodes (an ordinary record
+ * forgets them: call it for every record). */
+bool sim_capture_event_record(struct CUstream_st *stream, struct CUevent_st *event, unsigned flags,
+			      CUresult *res);
+/* cuStreamWaitEvent on a capturing stream, or with an event recorded in a capture (joining it). */
+bool sim_capture_wait_event(struct CUstream_st *stream, struct CUevent_st *event, unsigned flags,
+			    CUresult *res);
+/* A synchronous call using stream: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (invalidating the capture)
+ * when stream captures, or when the thread may not make unsafe calls under the capture modes. */
+CUresult sim_capture_check_sync(struct CUstream_st *stream);
+/* Work on ctx's legacy stream while a blocking stream of ctx captures:
+ * CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, invalidating that capture. */
+CUresult sim_capture_check_legacy(struct CUctx_st *ctx);
+/* cuStreamDestroy of a stream taking part in a capture (invalidates it). */
+void sim_capture_stream_gone(struct CUstream_st *stream);
+void sim_capture_event_free(struct CUevent_st *event);
 
 #endif

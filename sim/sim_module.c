@@ -959,69 +959,99 @@ static crcuda_sim_kernel_fn *launch_host_fn(struct CUfunc_st *f)
 	return fn;
 }
 
-static CUresult launch(const struct launch_args *a, bool pt)
+CUresult sim_kernel_op_init(struct sim_op *op, const char *entry, CUfunction func, struct CUctx_st *ctx,
+			    bool same_ctx, struct crcuda_sim_dim3 grid, struct crcuda_sim_dim3 block,
+			    unsigned shared_bytes, void **kernel_params, void **extra)
 {
-	struct CUstream_st *s;
+	struct launch_args a = {
+	    .entry = entry,
+	    .f = func,
+	    .grid = grid,
+	    .block = block,
+	    .shared_bytes = shared_bytes,
+	    .kernel_params = kernel_params,
+	    .extra = extra,
+	};
 	struct CUfunc_st *f;
-	struct sim_op *op;
 	crcuda_sim_kernel_fn *host_fn;
 	int max_dynamic_shared;
 	CUresult res;
-	unsigned long long threads = (unsigned long long)a->block.x * a->block.y * a->block.z;
+	unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
+
+	if (!func)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (func->magic == SIM_MAGIC_KERNEL) {
+		/* The driver accepts a CUkernel cast to CUfunction: take the stream's context. */
+		struct CUkern_st *k = (struct CUkern_st *)(void *)func;
+
+		if (!kernel_valid(k))
+			return CUDA_ERROR_INVALID_HANDLE;
+		if (!ctx) {
+			res = sim_ctx_require(&ctx);
+			if (res != CUDA_SUCCESS)
+				return res;
+		}
+		res = kernel_function(k, ctx, &f);
+		if (res != CUDA_SUCCESS)
+			return res;
+		max_dynamic_shared = k->max_dynamic_shared;
+	} else if (func->magic == SIM_MAGIC_FUNC && func->module->ctx->active) {
+		f = func;
+		max_dynamic_shared = f->max_dynamic_shared;
+		if (same_ctx && f->module->ctx != ctx)
+			return CUDA_ERROR_INVALID_HANDLE;
+	} else {
+		return CUDA_ERROR_INVALID_HANDLE;
+	}
+	if (!grid.x || !grid.y || !grid.z || !threads || grid.y > 65535 || grid.z > 65535 ||
+	    grid.x > 2147483647u || threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (shared_bytes > (unsigned)max_dynamic_shared)
+		return CUDA_ERROR_INVALID_VALUE;
+	host_fn = launch_host_fn(f);
+	if (!host_fn) {
+		pr_err("%s: no host implementation of kernel %s (crcuda_sim_kernel_%s in CRCUDA_SIM_KERNELS)",
+		       entry, f->name, f->name);
+		return CUDA_ERROR_NOT_FOUND;
+	}
+	op->kind = SIM_OP_KERNEL;
+	res = launch_copy_params(&a, f, op);
+	if (res != CUDA_SUCCESS) {
+		free(op->kernel.param_buffer);
+		free(op->kernel.param_ptrs);
+		op->kernel.param_buffer = NULL;
+		op->kernel.param_ptrs = NULL;
+		return res;
+	}
+	op->kernel.func = f;
+	op->kernel.host_fn = host_fn;
+	op->kernel.grid = grid;
+	op->kernel.block = block;
+	op->kernel.shared_bytes = shared_bytes;
+	return CUDA_SUCCESS;
+}
+
+static CUresult launch(const struct launch_args *a, bool pt)
+{
+	struct CUstream_st *s;
+	struct sim_op *op;
+	CUresult res;
 
 	if (!a->f)
 		return CUDA_ERROR_INVALID_HANDLE;
 	res = sim_stream_resolve(a->stream, pt, &s);
 	if (res != CUDA_SUCCESS)
 		return res;
-	if (a->f->magic == SIM_MAGIC_KERNEL) {
-		/* The driver accepts a CUkernel cast to CUfunction: take the stream's context. */
-		struct CUkern_st *k = (struct CUkern_st *)(void *)a->f;
-
-		if (!kernel_valid(k))
-			return CUDA_ERROR_INVALID_HANDLE;
-		res = kernel_function(k, s->ctx, &f);
-		if (res != CUDA_SUCCESS)
-			return res;
-		max_dynamic_shared = k->max_dynamic_shared;
-	} else if (a->f->magic == SIM_MAGIC_FUNC && a->f->module->ctx->active) {
-		f = a->f;
-		max_dynamic_shared = f->max_dynamic_shared;
-		if (f->module->ctx != s->ctx)
-			return CUDA_ERROR_INVALID_HANDLE;
-	} else {
-		return CUDA_ERROR_INVALID_HANDLE;
-	}
-	if (!a->grid.x || !a->grid.y || !a->grid.z || !threads || a->grid.y > 65535 || a->grid.z > 65535 ||
-	    a->grid.x > 2147483647u || threads > 1024 || a->block.x > 1024 || a->block.y > 1024 ||
-	    a->block.z > 64)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (a->shared_bytes > (unsigned)max_dynamic_shared)
-		return CUDA_ERROR_INVALID_VALUE;
-	host_fn = launch_host_fn(f);
-	if (!host_fn) {
-		pr_err("%s: no host implementation of kernel %s (crcuda_sim_kernel_%s in CRCUDA_SIM_KERNELS)",
-		       a->entry, f->name, f->name);
-		return CUDA_ERROR_NOT_FOUND;
-	}
 	op = calloc(1, sizeof(*op));
 	if (!op)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	op->kind = SIM_OP_KERNEL;
-	res = launch_copy_params(a, f, op);
+	res = sim_kernel_op_init(op, a->entry, a->f, s->ctx, true, a->grid, a->block, a->shared_bytes,
+				 a->kernel_params, a->extra);
 	if (res != CUDA_SUCCESS) {
-		free(op->kernel.param_buffer);
-		free(op->kernel.param_ptrs);
 		free(op);
 		return res;
 	}
-	op->kernel.func = f;
-	op->kernel.host_fn = host_fn;
-	op->kernel.grid = a->grid;
-	op->kernel.block = a->block;
-	op->kernel.shared_bytes = a->shared_bytes;
-	sim_stream_submit(s, op);
-	return CUDA_SUCCESS;
+	return sim_stream_submit(s, op);
 }
 
 static CUresult launch_kernel(bool pt, const char *entry, CUfunction f, unsigned gx, unsigned gy, unsigned gz,

@@ -31,9 +31,20 @@ static void event_unref(struct CUevent_st *e)
 {
 	if (atomic_fetch_sub(&e->refs, 1) != 1)
 		return;
+	sim_capture_event_free(e);
 	pthread_mutex_destroy(&e->lock);
 	pthread_cond_destroy(&e->cond);
 	free(e);
+}
+
+void sim_event_ref(struct CUevent_st *e)
+{
+	atomic_fetch_add(&e->refs, 1);
+}
+
+void sim_event_unref(struct CUevent_st *e)
+{
+	event_unref(e);
 }
 
 static void *host_kernel_global(const struct crcuda_sim_block *blk, const char *name, size_t *size)
@@ -143,6 +154,30 @@ static void run_op(struct sim_op *op)
 	}
 }
 
+/* An op dropped without being queued (a failed submission, a captured op). */
+void sim_op_free(struct sim_op *op)
+{
+	switch (op->kind) {
+	case SIM_OP_KERNEL:
+		free(op->kernel.param_buffer);
+		free(op->kernel.param_ptrs);
+		break;
+	case SIM_OP_EVENT_RECORD:
+		/* A record that will not run completes anyway, so that nobody waits for it forever. */
+		run_op(op);
+		break;
+	case SIM_OP_WAIT_EVENT:
+		event_unref(op->event.event);
+		break;
+	case SIM_OP_WAIT_STREAM:
+		stream_unref(op->wait_stream.stream);
+		break;
+	default:
+		break;
+	}
+	free(op);
+}
+
 static void *stream_worker(void *arg)
 {
 	struct CUstream_st *s = arg;
@@ -211,6 +246,7 @@ CUresult sim_stream_create(struct CUctx_st *ctx, unsigned flags, int priority, b
 /* Drains the stream, stops its worker and drops it (the struct lives on while waits hold it). */
 void sim_stream_destroy(struct CUstream_st *s)
 {
+	sim_capture_stream_gone(s);
 	pthread_mutex_lock(&sim_lock);
 	for (struct CUstream_st **p = &s->ctx->streams; *p; p = &(*p)->next_in_ctx) {
 		if (*p == s) {
@@ -275,11 +311,25 @@ static void stream_wait_for(struct CUstream_st *s, struct CUstream_st *other)
 	stream_enqueue(s, wait);
 }
 
-static uint64_t stream_submit(struct CUstream_st *s, struct sim_op *op)
+/* Queues op (owning it, also on failure); *seq (may be NULL) gets its sequence number, 0 when the
+ * stream captures and the op became a graph node (nothing to wait for). */
+static CUresult stream_submit(struct CUstream_st *s, struct sim_op *op, uint64_t *seq)
 {
 	struct CUctx_st *ctx = s->ctx;
+	CUresult res;
 
+	if (seq)
+		*seq = 0;
+	if (atomic_load(&s->capturing) && sim_capture_take(s, op, &res))
+		return res;
 	if (s->is_legacy) {
+		/* Captured work never takes part in the legacy stream's implicit waits; work on the
+		 * legacy stream while a blocking stream captures is an error, as natively. */
+		res = sim_capture_check_legacy(ctx);
+		if (res != CUDA_SUCCESS) {
+			sim_op_free(op);
+			return res;
+		}
 		pthread_mutex_lock(&sim_lock);
 		for (struct CUstream_st *t = ctx->streams; t; t = t->next_in_ctx)
 			if (!(t->flags & CU_STREAM_NON_BLOCKING))
@@ -288,12 +338,16 @@ static uint64_t stream_submit(struct CUstream_st *s, struct sim_op *op)
 	} else if (!(s->flags & CU_STREAM_NON_BLOCKING)) {
 		stream_wait_for(s, ctx->legacy_stream);
 	}
-	return stream_enqueue(s, op);
+	if (seq)
+		*seq = stream_enqueue(s, op);
+	else
+		stream_enqueue(s, op);
+	return CUDA_SUCCESS;
 }
 
-void sim_stream_submit(struct CUstream_st *s, struct sim_op *op)
+CUresult sim_stream_submit(struct CUstream_st *s, struct sim_op *op)
 {
-	stream_submit(s, op);
+	return stream_submit(s, op, NULL);
 }
 
 static void stream_wait_seq(struct CUstream_st *s, uint64_t seq)
@@ -449,6 +503,9 @@ static CUresult stream_synchronize(bool pt, CUstream h)
 	struct CUstream_st *s;
 	CUresult res = sim_stream_resolve(h, pt, &s);
 
+	/* Waiting for a capturing stream is not allowed (and would wait for nothing). */
+	if (res == CUDA_SUCCESS && atomic_load(&s->capturing))
+		res = sim_capture_check_sync(s);
 	if (res == CUDA_SUCCESS)
 		sim_stream_wait_idle(s);
 	return res == CUDA_SUCCESS && atomic_load(&sim_sticky_error)
@@ -463,6 +520,8 @@ static CUresult stream_query(bool pt, CUstream h)
 	CUresult res = sim_stream_resolve(h, pt, &s);
 	bool idle;
 
+	if (res == CUDA_SUCCESS && atomic_load(&s->capturing))
+		res = sim_capture_check_sync(s);
 	if (res != CUDA_SUCCESS)
 		return res;
 	pthread_mutex_lock(&s->lock);
@@ -485,6 +544,8 @@ static CUresult stream_wait_event(bool pt, CUstream h, CUevent e, unsigned flags
 		return CUDA_ERROR_INVALID_HANDLE;
 	if (flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (sim_capture_wait_event(s, e, flags, &res))
+		return res;
 	pthread_mutex_lock(&e->lock);
 	gen = e->recorded_gen;
 	pthread_mutex_unlock(&e->lock);
@@ -495,8 +556,7 @@ static CUresult stream_wait_event(bool pt, CUstream h, CUevent e, unsigned flags
 	op->kind = SIM_OP_WAIT_EVENT;
 	op->event.event = e;
 	op->event.generation = gen;
-	stream_submit(s, op);
-	return CUDA_SUCCESS;
+	return stream_submit(s, op, NULL);
 }
 SIM_STREAM_API_PAIR(cuStreamWaitEvent, cuStreamWaitEvent_ptsz, stream_wait_event,
 		    (CUstream h, CUevent e, unsigned int flags), h, e, flags)
@@ -582,33 +642,6 @@ static CUresult stream_get_device(bool pt, CUstream h, CUdevice *dev)
 SIM_STREAM_API_PAIR(cuStreamGetDevice, cuStreamGetDevice_ptsz, stream_get_device, (CUstream h, CUdevice *dev),
 		    h, dev)
 
-static CUresult stream_is_capturing(bool pt, CUstream h, CUstreamCaptureStatus *status)
-{
-	struct CUstream_st *s;
-	CUresult res = sim_stream_resolve(h, pt, &s);
-
-	if (res == CUDA_SUCCESS && !status)
-		res = CUDA_ERROR_INVALID_VALUE;
-	if (res == CUDA_SUCCESS)
-		*status = CU_STREAM_CAPTURE_STATUS_NONE; /* graphs are not simulated */
-	return res;
-}
-SIM_STREAM_API_PAIR(cuStreamIsCapturing, cuStreamIsCapturing_ptsz, stream_is_capturing,
-		    (CUstream h, CUstreamCaptureStatus *status), h, status)
-
-CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
-{
-	static _Thread_local CUstreamCaptureMode current = CU_STREAM_CAPTURE_MODE_GLOBAL;
-	CUstreamCaptureMode previous = current;
-
-	SIM_ENTER(cuThreadExchangeStreamCaptureMode);
-	if (!mode)
-		return CUDA_ERROR_INVALID_VALUE;
-	current = *mode;
-	*mode = previous;
-	return CUDA_SUCCESS;
-}
-
 static CUresult launch_host_func(bool pt, CUstream h, CUhostFn fn, void *data)
 {
 	struct CUstream_st *s;
@@ -625,8 +658,7 @@ static CUresult launch_host_func(bool pt, CUstream h, CUhostFn fn, void *data)
 	op->kind = SIM_OP_HOST_FUNC;
 	op->host_func.fn = fn;
 	op->host_func.data = data;
-	stream_submit(s, op);
-	return CUDA_SUCCESS;
+	return stream_submit(s, op, NULL);
 }
 SIM_STREAM_API_PAIR(cuLaunchHostFunc, cuLaunchHostFunc_ptsz, launch_host_func,
 		    (CUstream h, CUhostFn fn, void *data), h, fn, data)
@@ -680,6 +712,8 @@ static CUresult event_record(bool pt, CUevent e, CUstream h, unsigned flags)
 	res = sim_stream_resolve(h, pt, &s);
 	if (res != CUDA_SUCCESS)
 		return res;
+	if (sim_capture_event_record(s, e, flags, &res))
+		return res;
 	op = calloc(1, sizeof(*op));
 	if (!op)
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -689,8 +723,7 @@ static CUresult event_record(bool pt, CUevent e, CUstream h, unsigned flags)
 	pthread_mutex_lock(&e->lock);
 	op->event.generation = ++e->recorded_gen;
 	pthread_mutex_unlock(&e->lock);
-	stream_submit(s, op);
-	return CUDA_SUCCESS;
+	return stream_submit(s, op, NULL);
 }
 
 static CUresult event_record_default(bool pt, CUevent e, CUstream h)
@@ -772,13 +805,16 @@ CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end)
 
 /* Queues a copy; waits for it when synchronous, or when host memory is pageable (the driver
  * stages those copies before returning, so the caller may reuse the buffer at once). */
-static CUresult submit_copy(bool pt, CUstream h, void *dst, const void *src, size_t bytes, bool sync)
+static CUresult submit_copy(bool pt, CUstream h, void *dst, const void *src, size_t bytes, bool async,
+			    bool pageable)
 {
 	struct CUstream_st *s;
 	CUresult res = sim_stream_resolve(h, pt, &s);
 	struct sim_op *op;
 	uint64_t seq;
 
+	if (res == CUDA_SUCCESS && !async)
+		res = sim_capture_check_sync(s);
 	if (res != CUDA_SUCCESS)
 		return res;
 	if (!bytes)
@@ -790,10 +826,10 @@ static CUresult submit_copy(bool pt, CUstream h, void *dst, const void *src, siz
 	op->copy.dst = dst;
 	op->copy.src = src;
 	op->copy.bytes = bytes;
-	seq = stream_submit(s, op);
-	if (sync)
-		stream_wait_seq(s, seq);
-	return CUDA_SUCCESS;
+	res = stream_submit(s, op, &seq);
+	if (res == CUDA_SUCCESS && (!async || pageable))
+		stream_wait_seq(s, seq); /* seq 0 (captured): nothing to wait for */
+	return res;
 }
 
 static bool host_side_pageable(const void *host, size_t bytes)
@@ -812,8 +848,7 @@ static CUresult memcpy_htod(bool pt, CUstream h, CUdeviceptr dst, const void *sr
 	res = sim_mem_check_device(dst, bytes, true);
 	if (res != CUDA_SUCCESS)
 		return res;
-	return submit_copy(pt, h, (void *)(uintptr_t)dst, src, bytes,
-			   !async || host_side_pageable(src, bytes));
+	return submit_copy(pt, h, (void *)(uintptr_t)dst, src, bytes, async, host_side_pageable(src, bytes));
 }
 
 static CUresult memcpy_dtoh(bool pt, CUstream h, void *dst, CUdeviceptr src, size_t bytes, bool async)
@@ -827,8 +862,8 @@ static CUresult memcpy_dtoh(bool pt, CUstream h, void *dst, CUdeviceptr src, siz
 	res = sim_mem_check_device(src, bytes, false);
 	if (res != CUDA_SUCCESS)
 		return res;
-	return submit_copy(pt, h, dst, (const void *)(uintptr_t)src, bytes,
-			   !async || host_side_pageable(dst, bytes));
+	return submit_copy(pt, h, dst, (const void *)(uintptr_t)src, bytes, async,
+			   host_side_pageable(dst, bytes));
 }
 
 static CUresult memcpy_dtod(bool pt, CUstream h, CUdeviceptr dst, CUdeviceptr src, size_t bytes, bool async)
@@ -842,7 +877,7 @@ static CUresult memcpy_dtod(bool pt, CUstream h, CUdeviceptr dst, CUdeviceptr sr
 		res = sim_mem_check_device(src, bytes, false);
 	if (res != CUDA_SUCCESS)
 		return res;
-	return submit_copy(pt, h, (void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes, !async);
+	return submit_copy(pt, h, (void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes, async, false);
 }
 
 /* Unified addressing: each side is device memory or host memory by its address. */
@@ -860,8 +895,8 @@ static CUresult memcpy_unified(bool pt, CUstream h, CUdeviceptr dst, CUdeviceptr
 	if (res != CUDA_SUCCESS)
 		return res;
 	pageable = !sim_mem_find(dst, bytes, NULL) || !sim_mem_find(src, bytes, NULL);
-	return submit_copy(pt, h, (void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes,
-			   !async || pageable);
+	return submit_copy(pt, h, (void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes, async,
+			   pageable);
 }
 
 static CUresult htod_sync(bool pt, CUdeviceptr dst, const void *src, size_t n)
@@ -930,6 +965,8 @@ static CUresult memset_2d(bool pt, CUstream h, CUdeviceptr dst, size_t pitch, ui
 	res = sim_mem_check_device(dst, (height - 1) * pitch + row_bytes, true);
 	if (res == CUDA_SUCCESS)
 		res = sim_stream_resolve(h, pt, &s);
+	if (res == CUDA_SUCCESS && !async)
+		res = sim_capture_check_sync(s);
 	if (res != CUDA_SUCCESS)
 		return res;
 	op = calloc(1, sizeof(*op));
@@ -942,10 +979,10 @@ static CUresult memset_2d(bool pt, CUstream h, CUdeviceptr dst, size_t pitch, ui
 	op->set.count = width;
 	op->set.rows = height;
 	op->set.pitch = pitch;
-	seq = stream_submit(s, op);
-	if (!async)
+	res = stream_submit(s, op, &seq);
+	if (res == CUDA_SUCCESS && !async)
 		stream_wait_seq(s, seq);
-	return CUDA_SUCCESS;
+	return res;
 }
 
 static CUresult d8(bool pt, CUdeviceptr dst, unsigned char v, size_t n)

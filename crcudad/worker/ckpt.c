@@ -812,6 +812,18 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 		if (rc)
 			goto fail;
 	}
+	{
+		char *graphs = crc_graph_describe(s, why, sizeof(why));
+
+		if (!graphs) {
+			rc = CRC_ENOTSUP;
+			goto fail;
+		}
+		rc = crc_ckpt_meta_set(s->ckpt, "crcuda.graphs", graphs);
+		free(graphs);
+		if (rc)
+			goto fail;
+	}
 #undef META
 	free(src);
 	free(idx);

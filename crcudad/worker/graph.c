@@ -134,56 +134,13 @@ CUresult crc_raw_graph_kernel(struct crc_session *s, const struct crc_call_hdr *
 		break;
 	default:
 		res = CALL(cuGraphExecKernelNodeSetParams_v2, nr.exec, nr.node, &p);
+		if (res == CUDA_SUCCESS)
+			crc_graph_exec_modified(s, nr.exec);
 		break;
 	}
 out:
 	free(nr.deps);
 	return res;
-}
-
-/* A kernel node's parameters, as a launch request carries them; the layout from the driver. */
-CUresult crc_raw_graph_kernel_get(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
-				  size_t len)
-{
-	struct crc_kparam_wire pw[CRC_MAX_KPARAMS];
-	CUDA_KERNEL_NODE_PARAMS_v2 p = {0};
-	struct crc_launch_req *r;
-	uint32_t n = 0, bytes = 0;
-	struct node_req nr;
-	uint8_t *out;
-	CUresult res = node_req(s, h, args, len, &nr);
-
-	free(nr.deps);
-	if (res == CUDA_SUCCESS)
-		res = CALL(cuGraphKernelNodeGetParams_v2, nr.node, &p);
-	if (res != CUDA_SUCCESS)
-		return res;
-	for (; p.kernelParams && n < CRC_MAX_KPARAMS; n++) {
-		size_t off, size;
-		CUresult pr = p.func ? CALL(cuFuncGetParamInfo, p.func, n, &off, &size)
-				     : CALL(cuKernelGetParamInfo, p.kern, n, &off, &size);
-
-		if (pr != CUDA_SUCCESS)
-			break;
-		pw[n] = (struct crc_kparam_wire){.offset = (uint32_t)off, .size = (uint32_t)size};
-		if (off + size > bytes)
-			bytes = (uint32_t)(off + size);
-	}
-	out = crc_out(s, sizeof(*r) + n * sizeof(*pw) + crc_align8(bytes));
-	if (!out)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	r = (struct crc_launch_req *)out;
-	*r = (struct crc_launch_req){.func = p.func ? client_handle(s, CRC_HT_FUNC, p.func)
-						    : client_handle(s, CRC_HT_KERNEL, p.kern),
-				     .grid = {p.gridDimX, p.gridDimY, p.gridDimZ},
-				     .block = {p.blockDimX, p.blockDimY, p.blockDimZ},
-				     .shared_bytes = p.sharedMemBytes,
-				     .nparams = n,
-				     .param_bytes = bytes};
-	memcpy(r + 1, pw, n * sizeof(*pw));
-	for (uint32_t i = 0; i < n; i++)
-		memcpy(out + sizeof(*r) + n * sizeof(*pw) + pw[i].offset, p.kernelParams[i], pw[i].size);
-	return CUDA_SUCCESS;
 }
 
 /* ---- memcpy nodes --------------------------------------------------------------------------------- */
@@ -258,6 +215,8 @@ CUresult crc_raw_graph_memcpy(struct crc_session *s, const struct crc_call_hdr *
 		break;
 	default:
 		res = CALL(cuGraphExecMemcpyNodeSetParams, nr.exec, nr.node, &p, nr.ctx);
+		if (res == CUDA_SUCCESS)
+			crc_graph_exec_modified(s, nr.exec);
 		break;
 	}
 out:
@@ -284,6 +243,69 @@ CUresult crc_raw_graph_memcpy_get(struct crc_session *s, const struct crc_call_h
 	if (!out)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	memcpy(out, &p, sizeof(p));
+	return CUDA_SUCCESS;
+}
+
+/* ---- host nodes ------------------------------------------------------------------------------------- */
+CUresult crc_raw_graph_host(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+			    size_t len)
+{
+	const struct crc_hostfn_req *r;
+	CUDA_HOST_NODE_PARAMS p;
+	CUgraphNode node = NULL;
+	struct node_req nr;
+	CUresult res = node_req(s, h, args, len, &nr);
+
+	if (res == CUDA_SUCCESS && nr.rest_len < sizeof(*r))
+		res = CUDA_ERROR_INVALID_VALUE;
+	if (res != CUDA_SUCCESS)
+		goto out;
+	r = (const void *)nr.rest;
+	if (!r->fn || s->tcp) {
+		res = r->fn ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
+		goto out;
+	}
+	res = crc_hostfn_node_params(s, r->fn, r->data, &p);
+	if (res != CUDA_SUCCESS)
+		goto out;
+	switch (s->msg->op) {
+	case CRC_CU_cuGraphAddHostNode:
+		res = CALL(cuGraphAddHostNode, &node, nr.graph, nr.deps, nr.ndeps, &p);
+		if (res == CUDA_SUCCESS)
+			res = reply_node(s, node);
+		break;
+	case CRC_CU_cuGraphHostNodeSetParams:
+		res = CALL(cuGraphHostNodeSetParams, nr.node, &p);
+		break;
+	default:
+		res = CALL(cuGraphExecHostNodeSetParams, nr.exec, nr.node, &p);
+		if (res == CUDA_SUCCESS)
+			crc_graph_exec_modified(s, nr.exec);
+		break;
+	}
+out:
+	free(nr.deps);
+	return res;
+}
+
+CUresult crc_raw_graph_host_get(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+				size_t len)
+{
+	CUDA_HOST_NODE_PARAMS p;
+	struct crc_hostfn_req *out;
+	struct node_req nr;
+	CUresult res = node_req(s, h, args, len, &nr);
+
+	free(nr.deps);
+	if (res == CUDA_SUCCESS)
+		res = CALL(cuGraphHostNodeGetParams, nr.node, &p);
+	if (res != CUDA_SUCCESS)
+		return res;
+	out = crc_out(s, sizeof(*out));
+	if (!out)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (!crc_hostfn_of(&p, &out->fn, &out->data))
+		return CUDA_ERROR_NOT_SUPPORTED;
 	return CUDA_SUCCESS;
 }
 
@@ -326,19 +348,704 @@ CUresult crc_raw_capture_info(struct crc_session *s, const struct crc_call_hdr *
 	return CUDA_SUCCESS;
 }
 
-/* ---- checkpoint -------------------------------------------------------------------------------------- */
-static uint32_t live_handles(struct crc_session *s, unsigned tag)
-{
-	uint32_t live = 0;
+/* ---- executable graphs ---------------------------------------------------------------------------- */
+/* An executable graph cannot be read back from the driver: each one keeps a clone of the graph it was
+ * instantiated from (its shadow), which a checkpoint describes and a restore instantiates again. */
+struct crc_gexec {
+	CUgraphExec exec;
+	CUgraph shadow;
+	uint64_t flags;
+	bool modified; /* changed after instantiation (exec update, node params): the shadow no longer says */
+	struct crc_gexec *next;
+};
 
-	for (uint32_t i = 1; i <= s->tables[tag].n; i++)
-		live += s->tables[tag].real[i].ptr != NULL;
-	return live;
+static CUresult gexec_add(struct crc_session *s, CUgraphExec exec, CUgraph shadow, uint64_t flags)
+{
+	struct crc_gexec *x = calloc(1, sizeof(*x));
+
+	if (!x)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*x = (struct crc_gexec){.exec = exec, .shadow = shadow, .flags = flags, .next = s->gexecs};
+	s->gexecs = x;
+	return CUDA_SUCCESS;
 }
 
+CUresult crc_ovr_cuGraphInstantiateWithFlags(struct crc_session *s, void *const *argv)
+{
+	CUgraphExec *out = argv[0];
+	CUgraph graph = *(CUgraph *)argv[1], shadow = NULL;
+	unsigned long long flags = *(unsigned long long *)argv[2];
+	CUresult res = CALL(cuGraphInstantiateWithFlags, out, graph, flags);
+
+	if (res != CUDA_SUCCESS || !out)
+		return res;
+	/* Without its shadow the exec would make every later checkpoint fail: say so now. */
+	if (CALL(cuGraphClone, &shadow, graph) != CUDA_SUCCESS ||
+	    gexec_add(s, *out, shadow, flags) != CUDA_SUCCESS) {
+		if (shadow)
+			CALL(cuGraphDestroy, shadow);
+		CALL(cuGraphExecDestroy, *out);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return CUDA_SUCCESS;
+}
+
+void crc_graph_exec_modified(struct crc_session *s, void *exec)
+{
+	for (struct crc_gexec *x = s->gexecs; x; x = x->next)
+		if (x->exec == exec)
+			x->modified = true;
+}
+
+void crc_graph_free(struct crc_session *s)
+{
+	while (s->gexecs) {
+		struct crc_gexec *x = s->gexecs;
+
+		s->gexecs = x->next;
+		free(x);
+	}
+}
+
+/* Drops (and destroys the shadows of) executable graphs the application destroyed. */
+static void gexec_prune(struct crc_session *s)
+{
+	for (struct crc_gexec **pp = &s->gexecs; *pp;) {
+		struct crc_gexec *x = *pp;
+
+		if (crc_find_handle(s, CRC_HT_GRAPHEXEC, x->exec)) {
+			pp = &x->next;
+			continue;
+		}
+		*pp = x->next;
+		CALL(cuGraphDestroy, x->shadow);
+		free(x);
+	}
+}
+
+/* ---- graph descriptions (checkpoint) ------------------------------------------------------------------ */
+/* A graph, as a checkpoint keeps it: u32 nodes, u32 edges; per node u32 type, u32 payload bytes, u64 the
+ * client's handle of the node (0: none), payload; per edge u32 from, u32 to (node indices). Payloads:
+ * kernel: a crc_launch_req (func: a FUNC or KERNEL handle) and its parameters; memcpy: CUDA_MEMCPY3D
+ * with the client's host addresses; memset: CUDA_MEMSET_NODE_PARAMS; event record/wait: the event's
+ * handle; child graph: a graph description; empty: nothing. */
+struct gbuf {
+	uint8_t *p;
+	size_t n, cap;
+	bool oom;
+};
+
+static void *gbuf_put(struct gbuf *b, const void *src, size_t n)
+{
+	void *at;
+
+	if (b->oom)
+		return NULL;
+	if (b->n + n > b->cap) {
+		size_t cap = b->cap ? b->cap : 4096;
+		uint8_t *p;
+
+		while (cap < b->n + n)
+			cap *= 2;
+		p = realloc(b->p, cap);
+		if (!p) {
+			b->oom = true;
+			return NULL;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+	at = b->p + b->n;
+	if (src)
+		memcpy(at, src, n);
+	else
+		memset(at, 0, n);
+	b->n += n;
+	return at;
+}
+
+static void gbuf_u32(struct gbuf *b, uint32_t v)
+{
+	gbuf_put(b, &v, 4);
+}
+
+static void gbuf_u64(struct gbuf *b, uint64_t v)
+{
+	gbuf_put(b, &v, 8);
+}
+
+/* The client's name of a kernel node's function: its CUfunction's handle, else the CUkernel whose
+ * function (in this context) it is (cudart launches CUkernels). */
+static uint64_t function_handle(struct crc_session *s, CUfunction f, CUkernel k)
+{
+	const struct crc_htable *t = &s->tables[CRC_HT_KERNEL];
+	uint64_t v = f ? crc_find_handle(s, CRC_HT_FUNC, f) : 0;
+
+	if (!v && k)
+		v = crc_find_handle(s, CRC_HT_KERNEL, k);
+	for (uint32_t i = 1; !v && f && i <= t->n; i++) {
+		CUfunction kf = NULL;
+
+		if (t->real[i].ptr && CALL(cuKernelGetFunction, &kf, t->real[i].ptr) == CUDA_SUCCESS &&
+		    kf == f)
+			v = crc_vhandle(CRC_HT_KERNEL, i);
+	}
+	return v;
+}
+
+static int describe_graph(struct crc_session *s, CUgraph g, struct gbuf *b, char *why, size_t len, int depth);
+
+/* A kernel node's parameters as a launch request carries them (func: the client's handle): the
+ * layout from the driver, or the node's `extra` buffer. -1 (why) where they cannot be read. */
+static int node_launch_req(struct crc_session *s, const CUDA_KERNEL_NODE_PARAMS_v2 *p, struct gbuf *b,
+			   char *why, size_t len)
+{
+	struct crc_kparam_wire pw[CRC_MAX_KPARAMS];
+	struct crc_launch_req r = {.func = function_handle(s, p->func, p->kern),
+				   .grid = {p->gridDimX, p->gridDimY, p->gridDimZ},
+				   .block = {p->blockDimX, p->blockDimY, p->blockDimZ},
+				   .shared_bytes = p->sharedMemBytes};
+	const void *ebuf = NULL;
+	size_t esize = 0;
+	uint32_t n = 0, bytes = 0;
+	uint8_t *pb;
+
+	if (!r.func) {
+		snprintf(why, len, "a kernel node's function is unknown to the session");
+		return -1;
+	}
+	if (!p->kernelParams && p->extra) {
+		for (size_t i = 0; p->extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+			if (p->extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+				ebuf = p->extra[i + 1];
+			else if (p->extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+				esize = *(size_t *)p->extra[i + 1];
+		}
+		if (!ebuf || esize > 65536) {
+			snprintf(why, len, "a kernel node's parameter buffer cannot be read");
+			return -1;
+		}
+		r.nparams = UINT32_MAX;
+		r.param_bytes = (uint32_t)esize;
+		gbuf_put(b, &r, sizeof(r));
+		pb = gbuf_put(b, NULL, crc_align8(esize));
+		if (pb)
+			memcpy(pb, ebuf, esize);
+		return 0;
+	}
+	for (; p->kernelParams; n++) {
+		size_t off, size;
+		CUresult res = p->func ? CALL(cuFuncGetParamInfo, p->func, n, &off, &size)
+				       : CALL(cuKernelGetParamInfo, p->kern, n, &off, &size);
+
+		if (res == CUDA_ERROR_INVALID_VALUE)
+			break; /* past the last parameter */
+		if (res != CUDA_SUCCESS || n == CRC_MAX_KPARAMS) {
+			snprintf(why, len, "a kernel node's parameter layout cannot be read (error %d)",
+				 (int)res);
+			return -1;
+		}
+		pw[n] = (struct crc_kparam_wire){.offset = (uint32_t)off, .size = (uint32_t)size};
+		if (off + size > bytes)
+			bytes = (uint32_t)(off + size);
+	}
+	r.nparams = n;
+	r.param_bytes = bytes;
+	gbuf_put(b, &r, sizeof(r));
+	gbuf_put(b, pw, n * sizeof(*pw));
+	pb = gbuf_put(b, NULL, crc_align8(bytes));
+	for (uint32_t i = 0; pb && i < n; i++)
+		memcpy(pb + pw[i].offset, p->kernelParams[i], pw[i].size);
+	return 0;
+}
+
+static int describe_node(struct crc_session *s, CUgraphNode node, struct gbuf *b, char *why, size_t len,
+			 int depth)
+{
+	CUgraphNodeType type;
+	size_t at;
+	CUresult res = CALL(cuGraphNodeGetType, node, &type);
+
+	if (res != CUDA_SUCCESS) {
+		snprintf(why, len, "cuGraphNodeGetType: error %d", (int)res);
+		return -1;
+	}
+	gbuf_u32(b, (uint32_t)type);
+	at = b->n;
+	gbuf_u32(b, 0); /* payload bytes, below */
+	gbuf_u64(b, crc_find_handle(s, CRC_HT_GRAPHNODE, node));
+	switch (type) {
+	case CU_GRAPH_NODE_TYPE_KERNEL: {
+		CUDA_KERNEL_NODE_PARAMS_v2 p = {0};
+
+		res = CALL(cuGraphKernelNodeGetParams_v2, node, &p);
+		if (res == CUDA_SUCCESS && node_launch_req(s, &p, b, why, len))
+			return -1;
+		break;
+	}
+	case CU_GRAPH_NODE_TYPE_MEMCPY: {
+		CUDA_MEMCPY3D p;
+
+		res = CALL(cuGraphMemcpyNodeGetParams, node, &p);
+		if (res == CUDA_SUCCESS)
+			res = memcpy_sides(s, &p, true);
+		if (res != CUDA_SUCCESS || p.srcMemoryType == CU_MEMORYTYPE_ARRAY ||
+		    p.dstMemoryType == CU_MEMORYTYPE_ARRAY) {
+			snprintf(why, len, "a memcpy node cannot be described (error %d, or a CUDA array)",
+				 (int)res);
+			return -1;
+		}
+		gbuf_put(b, &p, sizeof(p));
+		break;
+	}
+	case CU_GRAPH_NODE_TYPE_MEMSET: {
+		CUDA_MEMSET_NODE_PARAMS p;
+
+		res = CALL(cuGraphMemsetNodeGetParams, node, &p);
+		gbuf_put(b, &p, sizeof(p));
+		break;
+	}
+	case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+	case CU_GRAPH_NODE_TYPE_WAIT_EVENT: {
+		CUevent e = NULL;
+
+		res = type == CU_GRAPH_NODE_TYPE_WAIT_EVENT ? CALL(cuGraphEventWaitNodeGetEvent, node, &e)
+							    : CALL(cuGraphEventRecordNodeGetEvent, node, &e);
+		gbuf_u64(b, crc_find_handle(s, CRC_HT_EVENT, e));
+		break;
+	}
+	case CU_GRAPH_NODE_TYPE_GRAPH: {
+		CUgraph child = NULL;
+
+		res = CALL(cuGraphChildGraphNodeGetGraph, node, &child);
+		if (res == CUDA_SUCCESS && describe_graph(s, child, b, why, len, depth + 1))
+			return -1;
+		break;
+	}
+	case CU_GRAPH_NODE_TYPE_HOST: {
+		CUDA_HOST_NODE_PARAMS p;
+		uint64_t fn, data;
+
+		res = CALL(cuGraphHostNodeGetParams, node, &p);
+		if (res == CUDA_SUCCESS && !crc_hostfn_of(&p, &fn, &data)) {
+			snprintf(why, len, "a host node whose function is not the application's");
+			return -1;
+		}
+		gbuf_u64(b, fn);
+		gbuf_u64(b, data);
+		break;
+	}
+	case CU_GRAPH_NODE_TYPE_EMPTY:
+		break;
+	default:
+		snprintf(why, len, "a graph node of type %d cannot be checkpointed yet", (int)type);
+		return -1;
+	}
+	if (res != CUDA_SUCCESS) {
+		snprintf(why, len, "reading a graph node of type %d: error %d", (int)type, (int)res);
+		return -1;
+	}
+	if (!b->oom) {
+		uint32_t bytes = (uint32_t)(b->n - at - 12);
+
+		memcpy(b->p + at, &bytes, 4);
+	}
+	return 0;
+}
+
+static int describe_graph(struct crc_session *s, CUgraph g, struct gbuf *b, char *why, size_t len, int depth)
+{
+	CUgraphNode *nodes = NULL, *from = NULL, *to = NULL;
+	size_t n = 0, ne = 0;
+	int rc = -1;
+
+	if (depth > 32) {
+		snprintf(why, len, "graphs nested deeper than 32");
+		return -1;
+	}
+	if (CALL(cuGraphGetNodes, g, NULL, &n) != CUDA_SUCCESS ||
+	    CALL(cuGraphGetEdges, g, NULL, NULL, &ne) != CUDA_SUCCESS) {
+		snprintf(why, len, "cannot list a graph's nodes and edges");
+		return -1;
+	}
+	nodes = calloc(n + 1, sizeof(*nodes));
+	from = calloc(ne + 1, sizeof(*from));
+	to = calloc(ne + 1, sizeof(*to));
+	if (!nodes || !from || !to || (n && CALL(cuGraphGetNodes, g, nodes, &n) != CUDA_SUCCESS) ||
+	    (ne && CALL(cuGraphGetEdges, g, from, to, &ne) != CUDA_SUCCESS)) {
+		snprintf(why, len, "cannot list a graph's nodes and edges");
+		goto out;
+	}
+	gbuf_u32(b, (uint32_t)n);
+	gbuf_u32(b, (uint32_t)ne);
+	for (size_t i = 0; i < n; i++)
+		if (describe_node(s, nodes[i], b, why, len, depth))
+			goto out;
+	for (size_t e = 0; e < ne; e++) {
+		uint32_t fi = UINT32_MAX, ti = UINT32_MAX;
+
+		for (size_t i = 0; i < n; i++) {
+			if (nodes[i] == from[e])
+				fi = (uint32_t)i;
+			if (nodes[i] == to[e])
+				ti = (uint32_t)i;
+		}
+		gbuf_u32(b, fi);
+		gbuf_u32(b, ti);
+	}
+	rc = 0;
+out:
+	free(nodes);
+	free(from);
+	free(to);
+	return rc;
+}
+
+static char *hex_of(const struct gbuf *b)
+{
+	static const char digits[] = "0123456789abcdef";
+	char *h = malloc(2 * b->n + 1);
+
+	for (size_t i = 0; h && i < b->n; i++) {
+		h[2 * i] = digits[b->p[i] >> 4];
+		h[2 * i + 1] = digits[b->p[i] & 15];
+	}
+	if (h)
+		h[2 * b->n] = '\0';
+	return h;
+}
+
+/* The session's graphs and executable graphs, described (NULL and why: what cannot be). Format: u32
+ * version (1), u32 graphs, u32 execs; per graph u64 handle + description; per exec u64 handle, u64
+ * flags, description of its shadow. Hex, as metadata is text. */
+char *crc_graph_describe(struct crc_session *s, char *why, size_t len)
+{
+	const struct crc_htable *t = &s->tables[CRC_HT_GRAPH];
+	struct gbuf b = {0};
+	uint32_t ngraphs = 0, nexecs = 0;
+	size_t counts;
+	char *hex = NULL;
+
+	gexec_prune(s);
+	gbuf_u32(&b, 1);
+	counts = b.n;
+	gbuf_u32(&b, 0);
+	gbuf_u32(&b, 0);
+	for (uint32_t i = 1; i <= t->n; i++) {
+		if (!t->real[i].ptr)
+			continue;
+		gbuf_u64(&b, crc_vhandle(CRC_HT_GRAPH, i));
+		if (describe_graph(s, t->real[i].ptr, &b, why, len, 0))
+			goto out;
+		ngraphs++;
+	}
+	for (struct crc_gexec *x = s->gexecs; x; x = x->next) {
+		if (x->modified) {
+			snprintf(
+			    why, len,
+			    "an executable graph was changed after it was instantiated (exec update or node "
+			    "parameters): checkpointing it is not supported yet");
+			goto out;
+		}
+		gbuf_u64(&b, crc_find_handle(s, CRC_HT_GRAPHEXEC, x->exec));
+		gbuf_u64(&b, x->flags);
+		if (describe_graph(s, x->shadow, &b, why, len, 0))
+			goto out;
+		nexecs++;
+	}
+	if (b.oom) {
+		snprintf(why, len, "out of memory describing the session's graphs");
+		goto out;
+	}
+	memcpy(b.p + counts, &ngraphs, 4);
+	memcpy(b.p + counts + 4, &nexecs, 4);
+	hex = hex_of(&b);
+	if (ngraphs || nexecs)
+		pr_info("session %llu: %u graphs and %u executable graphs described (%zu bytes)",
+			(unsigned long long)s->id, ngraphs, nexecs, b.n);
+	if (!hex)
+		snprintf(why, len, "out of memory describing the session's graphs");
+out:
+	free(b.p);
+	return hex;
+}
+
+/* ---- graph descriptions (restore) --------------------------------------------------------------------- */
+struct grd {
+	const uint8_t *p;
+	size_t n, off;
+	bool bad;
+};
+
+static const void *grd_take(struct grd *r, size_t n)
+{
+	const void *at = r->p + r->off;
+
+	if (r->bad || n > r->n - r->off) {
+		r->bad = true;
+		return NULL;
+	}
+	r->off += n;
+	return at;
+}
+
+static uint32_t grd_u32(struct grd *r)
+{
+	const void *p = grd_take(r, 4);
+	uint32_t v = 0;
+
+	if (p)
+		memcpy(&v, p, 4);
+	return v;
+}
+
+static uint64_t grd_u64(struct grd *r)
+{
+	const void *p = grd_take(r, 8);
+	uint64_t v = 0;
+
+	if (p)
+		memcpy(&v, p, 8);
+	return v;
+}
+
+/* Registers a restored object at the handle the application holds. */
+static void register_at(struct crc_session *s, uint64_t v, void *real)
+{
+	if (!v)
+		return;
+	s->force = &v;
+	s->nforce = 1;
+	crc_register(s, crc_vhandle_tag(v), (union crc_slot){.ptr = real});
+	s->force = NULL;
+	s->nforce = 0;
+}
+
+static CUresult rebuild_graph(struct crc_session *s, struct grd *r, CUgraph *out, int depth);
+
+static CUresult rebuild_node(struct crc_session *s, struct grd *r, CUgraph g, CUgraphNode *node, int depth)
+{
+	uint32_t type = grd_u32(r), bytes = grd_u32(r);
+	uint64_t vh = grd_u64(r);
+	struct grd pl = {.p = grd_take(r, bytes), .n = bytes};
+	struct crc_call_hdr h = {0};
+	union crc_slot slot;
+	CUresult res = CUDA_ERROR_INVALID_VALUE;
+
+	if (r->bad || depth > 32)
+		return CUDA_ERROR_INVALID_VALUE;
+	switch (type) {
+	case CU_GRAPH_NODE_TYPE_KERNEL: {
+		struct crc_launch_args la;
+		CUDA_KERNEL_NODE_PARAMS_v2 p;
+
+		res = crc_launch_decode(s, &h, pl.p, pl.n, &la);
+		if (res != CUDA_SUCCESS)
+			break;
+		p = (CUDA_KERNEL_NODE_PARAMS_v2){.gridDimX = la.req->grid[0],
+						 .gridDimY = la.req->grid[1],
+						 .gridDimZ = la.req->grid[2],
+						 .blockDimX = la.req->block[0],
+						 .blockDimY = la.req->block[1],
+						 .blockDimZ = la.req->block[2],
+						 .sharedMemBytes = la.req->shared_bytes,
+						 .kernelParams = la.kp,
+						 .extra = la.ex};
+		if (crc_vhandle_tag(la.req->func) == CRC_HT_KERNEL) {
+			p.kern = la.func;
+			p.ctx = crc_session_ctx(s);
+		} else {
+			p.func = la.func;
+		}
+		res = CALL(cuGraphAddKernelNode_v2, node, g, NULL, 0, &p);
+		break;
+	}
+	case CU_GRAPH_NODE_TYPE_MEMCPY: {
+		CUDA_MEMCPY3D p;
+
+		if (bytes < sizeof(p))
+			break;
+		memcpy(&p, pl.p, sizeof(p));
+		res = memcpy_sides(s, &p, false);
+		if (res == CUDA_SUCCESS)
+			res = CALL(cuGraphAddMemcpyNode, node, g, NULL, 0, &p, crc_session_ctx(s));
+		break;
+	}
+	case CU_GRAPH_NODE_TYPE_MEMSET: {
+		CUDA_MEMSET_NODE_PARAMS p;
+
+		if (bytes < sizeof(p))
+			break;
+		memcpy(&p, pl.p, sizeof(p));
+		res = CALL(cuGraphAddMemsetNode, node, g, NULL, 0, &p, crc_session_ctx(s));
+		break;
+	}
+	case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+	case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+		res = crc_translate(s, &h, CRC_HT_EVENT, grd_u64(&pl), &slot);
+		if (res == CUDA_SUCCESS)
+			res = type == CU_GRAPH_NODE_TYPE_WAIT_EVENT
+				  ? CALL(cuGraphAddEventWaitNode, node, g, NULL, 0, slot.ptr)
+				  : CALL(cuGraphAddEventRecordNode, node, g, NULL, 0, slot.ptr);
+		break;
+	case CU_GRAPH_NODE_TYPE_GRAPH: {
+		CUgraph child = NULL;
+
+		res = rebuild_graph(s, &pl, &child, depth + 1);
+		if (res == CUDA_SUCCESS)
+			res = CALL(cuGraphAddChildGraphNode, node, g, NULL, 0, child);
+		if (child)
+			CALL(cuGraphDestroy, child); /* the node holds its own copy */
+		break;
+	}
+	case CU_GRAPH_NODE_TYPE_HOST: {
+		CUDA_HOST_NODE_PARAMS p;
+		uint64_t fn = grd_u64(&pl), data = grd_u64(&pl);
+
+		res = pl.bad ? CUDA_ERROR_INVALID_VALUE : crc_hostfn_node_params(s, fn, data, &p);
+		if (res == CUDA_SUCCESS)
+			res = CALL(cuGraphAddHostNode, node, g, NULL, 0, &p);
+		break;
+	}
+	case CU_GRAPH_NODE_TYPE_EMPTY:
+		res = CALL(cuGraphAddEmptyNode, node, g, NULL, 0);
+		break;
+	default:
+		break;
+	}
+	if (res == CUDA_SUCCESS)
+		register_at(s, vh, *node);
+	return res;
+}
+
+static CUresult rebuild_graph(struct crc_session *s, struct grd *r, CUgraph *out, int depth)
+{
+	uint32_t n = grd_u32(r), ne = grd_u32(r);
+	CUgraphNode *nodes;
+	CUresult res;
+
+	if (r->bad || n > (1u << 24) || ne > (1u << 26))
+		return CUDA_ERROR_INVALID_VALUE;
+	nodes = calloc(n + 1, sizeof(*nodes));
+	if (!nodes)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	res = CALL(cuGraphCreate, out, 0);
+	for (uint32_t i = 0; res == CUDA_SUCCESS && i < n; i++)
+		res = rebuild_node(s, r, *out, &nodes[i], depth);
+	for (uint32_t e = 0; res == CUDA_SUCCESS && e < ne; e++) {
+		uint32_t fi = grd_u32(r), ti = grd_u32(r);
+
+		res = r->bad || fi >= n || ti >= n
+			  ? CUDA_ERROR_INVALID_VALUE
+			  : CALL(cuGraphAddDependencies, *out, &nodes[fi], &nodes[ti], 1);
+	}
+	free(nodes);
+	if (res != CUDA_SUCCESS && *out) {
+		CALL(cuGraphDestroy, *out);
+		*out = NULL;
+	}
+	return res;
+}
+
+int crc_graph_restore(struct crc_session *s, const char *hex, char *why, size_t len)
+{
+	size_t hl = hex ? strlen(hex) : 0;
+	uint8_t *bin;
+	struct grd r;
+	uint32_t ngraphs, nexecs;
+	CUresult res = CUDA_SUCCESS;
+
+	if (!hl)
+		return 0; /* none, or a checkpoint from before graphs were kept */
+	bin = malloc(hl / 2 + 1);
+	if (!bin || hl % 2) {
+		free(bin);
+		snprintf(why, len, "the checkpoint's graph description is damaged");
+		return -1;
+	}
+	for (size_t i = 0; i < hl / 2; i++) {
+		unsigned v;
+
+		if (sscanf(hex + 2 * i, "%2x", &v) != 1) {
+			free(bin);
+			snprintf(why, len, "the checkpoint's graph description is damaged");
+			return -1;
+		}
+		bin[i] = (uint8_t)v;
+	}
+	r = (struct grd){.p = bin, .n = hl / 2};
+	if (grd_u32(&r) != 1) {
+		free(bin);
+		snprintf(why, len, "the checkpoint's graph description has an unknown version");
+		return -1;
+	}
+	ngraphs = grd_u32(&r);
+	nexecs = grd_u32(&r);
+	for (uint32_t i = 0; res == CUDA_SUCCESS && i < ngraphs; i++) {
+		uint64_t vh = grd_u64(&r);
+		CUgraph g = NULL;
+
+		res = rebuild_graph(s, &r, &g, 0);
+		if (res == CUDA_SUCCESS)
+			register_at(s, vh, g);
+	}
+	for (uint32_t i = 0; res == CUDA_SUCCESS && i < nexecs; i++) {
+		uint64_t vh = grd_u64(&r), flags = grd_u64(&r);
+		CUgraph shadow = NULL;
+		CUgraphExec exec = NULL;
+
+		res = rebuild_graph(s, &r, &shadow, 0);
+		if (res == CUDA_SUCCESS)
+			res = CALL(cuGraphInstantiateWithFlags, &exec, shadow, flags);
+		if (res == CUDA_SUCCESS)
+			res = gexec_add(s, exec, shadow, flags);
+		if (res == CUDA_SUCCESS)
+			register_at(s, vh, exec);
+	}
+	free(bin);
+	if (res == CUDA_SUCCESS && !r.bad && (ngraphs || nexecs))
+		pr_info("session %llu: %u graphs and %u executable graphs rebuilt", (unsigned long long)s->id,
+			ngraphs, nexecs);
+	if (res != CUDA_SUCCESS || r.bad) {
+		snprintf(why, len, "cannot rebuild the checkpoint's CUDA graphs: error %d%s", (int)res,
+			 r.bad ? " (damaged description)" : "");
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- kernel node parameters back ---------------------------------------------------------------- */
+/* A kernel node's parameters, as a launch request carries them. */
+CUresult crc_raw_graph_kernel_get(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+				  size_t len)
+{
+	CUDA_KERNEL_NODE_PARAMS_v2 p = {0};
+	struct gbuf b = {0};
+	struct node_req nr;
+	char why[256];
+	void *out;
+	CUresult res = node_req(s, h, args, len, &nr);
+
+	free(nr.deps);
+	if (res == CUDA_SUCCESS)
+		res = CALL(cuGraphKernelNodeGetParams_v2, nr.node, &p);
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (node_launch_req(s, &p, &b, why, sizeof(why))) {
+		pr_warn("cuGraphKernelNodeGetParams: %s", why);
+		res = CUDA_ERROR_NOT_SUPPORTED;
+	} else if (b.oom || !(out = crc_out(s, b.n))) {
+		res = CUDA_ERROR_OUT_OF_MEMORY;
+	} else {
+		memcpy(out, b.p, b.n);
+	}
+	free(b.p);
+	return res;
+}
+
+/* ---- checkpoint ---------------------------------------------------------------------------------- */
 int crc_graph_ckpt_refusal(struct crc_session *s, char *why, size_t len)
 {
-	uint32_t graphs = live_handles(s, CRC_HT_GRAPH), execs = live_handles(s, CRC_HT_GRAPHEXEC);
 	CUstreamCaptureStatus st;
 
 	/* A capture in progress: its graph is the driver's until it ends. */
@@ -350,17 +1057,11 @@ int crc_graph_ckpt_refusal(struct crc_session *s, char *why, size_t len)
 			snprintf(
 			    why, len,
 			    "session %llu is capturing a stream into a CUDA graph: a checkpoint during a "
-			    "capture is not supported; try again when it has ended",
+			    "capture is not supported; the program runs on untouched, try again when the "
+			    "capture has ended",
 			    (unsigned long long)s->id);
 			return -1;
 		}
 	}
-	if (!graphs && !execs)
-		return 0;
-	snprintf(
-	    why, len,
-	    "session %llu holds CUDA graphs (%u graphs, %u executable graphs): checkpointing CUDA graphs is "
-	    "not supported yet; the program runs on untouched",
-	    (unsigned long long)s->id, graphs, execs);
-	return -1;
+	return 0;
 }

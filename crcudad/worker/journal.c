@@ -222,8 +222,16 @@ static uint32_t record_type(struct crc_session *s, int op)
 	case CRC_CU_cuKernelSetCacheConfig:
 		return CRC_JREC_FUNCTION_SET;
 	default:
-		/* Whatever else named an object must be replayed to name it again. */
-		return s->njnew ? CRC_JREC_OBJECT_CREATE : 0;
+		/* Whatever else named an object must be replayed to name it again; graphs, their nodes and
+		 * executable graphs are described by each checkpoint instead (graph.c), so a program that
+		 * instantiates graphs in a loop keeps no journal of them. */
+		for (unsigned i = 0; i < s->njnew; i++) {
+			unsigned tag = crc_vhandle_tag(s->jnew[i]);
+
+			if (tag != CRC_HT_GRAPH && tag != CRC_HT_GRAPHNODE && tag != CRC_HT_GRAPHEXEC)
+				return CRC_JREC_OBJECT_CREATE;
+		}
+		return 0;
 	}
 }
 

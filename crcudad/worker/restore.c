@@ -472,6 +472,9 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 	rc = crc_events_rerecord(s, crc_manifest_meta_get(mf, "crcuda.recorded_events"), why, why_len);
 	if (rc)
 		goto fail;
+	rc = crc_graph_restore(s, crc_manifest_meta_get(mf, "crcuda.graphs"), why, why_len);
+	if (rc)
+		goto fail;
 	{
 		const char *deferred = crc_manifest_meta_get(mf, "crcuda.deferred_error");
 

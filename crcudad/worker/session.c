@@ -32,6 +32,7 @@ struct op {
 	bool reports_deferred; /* a synchronising call: returns the first error of posted work */
 	unsigned forget_arg1;  /* 1 + index of a handle argument the call destroys */
 	bool ctx_changes;      /* leaves another context current in this thread */
+	bool changes_exec;     /* changes the executable graph of its first argument (graph.c) */
 	uint16_t dev_in;       /* bit i: argument i is a device ordinal (the client's, mapped) */
 	uint16_t dev_out;      /* bit i: argument i returns a device ordinal (mapped back) */
 };
@@ -143,6 +144,12 @@ static void dispatch_init(void)
 #define CRC_SET_SYNC(sym) ops[CRC_CU_##sym].reports_deferred = true;
 	CRC_SYNCHRONISING(CRC_SET_SYNC)
 #undef CRC_SET_SYNC
+	ops[CRC_CU_cuGraphExecMemsetNodeSetParams].changes_exec = true;
+	ops[CRC_CU_cuGraphExecEventRecordNodeSetEvent].changes_exec = true;
+	ops[CRC_CU_cuGraphExecEventWaitNodeSetEvent].changes_exec = true;
+	ops[CRC_CU_cuGraphExecChildGraphNodeSetParams].changes_exec = true;
+	ops[CRC_CU_cuGraphNodeSetEnabled].changes_exec = true;
+	ops[CRC_CU_cuGraphExecUpdate].changes_exec = true;
 	ops[CRC_CU_cuCtxCreate_v2].ctx_changes = true;
 	ops[CRC_CU_cuCtxCreate].ctx_changes = true;
 	ops[CRC_CU_cuCtxDestroy_v2].ctx_changes = true;
@@ -523,6 +530,8 @@ static CUresult exec_generic(struct crc_session *s, int id, const struct crc_cal
 		argv[i] = arrays[i];
 	}
 	res = o->override ? o->override(s, argv) : o->exec(argv);
+	if (res == CUDA_SUCCESS && o->changes_exec)
+		crc_graph_exec_modified(s, slots[0].ptr);
 	if (res == CUDA_SUCCESS && o->forget_arg1) {
 		uint64_t v;
 
@@ -782,6 +791,9 @@ bool crc_session_serve_one(struct crc_session *s, int timeout_ms)
 		case CRC_OP_PIN_UNREGISTER:
 			res = crc_ctl_pin_unregister(s, p, len);
 			break;
+		case CRC_OP_HOSTFN_REGISTER:
+			res = crc_ctl_hostfn_register(s);
+			break;
 		case CRC_OP_STATS:
 			res = stats(s);
 			break;
@@ -846,6 +858,8 @@ static void session_dealloc(struct crc_session *s)
 	for (unsigned t = 0; t < CRC_HT_COUNT; t++)
 		free(s->tables[t].real);
 	crc_journal_free(s);
+	crc_graph_free(s);
+	crc_hostfn_free(s);
 	free(s->store_dir);
 	free(s->ptstreams);
 	free(s->event_marks);

@@ -135,6 +135,9 @@ struct crc_session {
 	uint64_t *event_marks;
 	uint32_t event_marks_cap;
 	uint64_t event_mark_seq;
+	struct crc_gexec *gexecs;	    /* executable graphs and their shadows (graph.c) */
+	struct crc_hostfn_page *hostfn;	    /* the client's, for host functions (hostfn.c) */
+	struct crc_hostfn_arg *hostfn_args; /* what host nodes run */
 	/* The reply being built and module images being assembled. */
 	uint8_t *out;
 	size_t out_len, out_cap;
@@ -309,7 +312,8 @@ int crc_dev_client(const struct crc_session *s, int dev);
 	X(cuMemUnmap)                                                                                        \
 	X(cuMemRelease)                                                                                      \
 	X(cuModuleUnload)                                                                                    \
-	X(cuLibraryUnload)
+	X(cuLibraryUnload)                                                                                   \
+	X(cuGraphInstantiateWithFlags)
 
 #define CRC_DECL_OVERRIDE(sym) CUresult crc_ovr_##sym(struct crc_session *s, void *const *argv);
 CRC_OVERRIDES(CRC_DECL_OVERRIDE)
@@ -333,8 +337,21 @@ CUresult crc_launch_decode(struct crc_session *s, const struct crc_call_hdr *h, 
 uint64_t crc_pin_local(struct crc_session *s, uint64_t addr, uint64_t bytes);
 uint64_t crc_pin_client(struct crc_session *s, uint64_t local);
 
-/* A checkpoint of the session cannot carry what it holds (graphs, graph.c): -1 with the reason. */
+/* CUDA graphs (graph.c). A checkpoint cannot be taken now (a capture runs): -1 with the reason. */
 int crc_graph_ckpt_refusal(struct crc_session *s, char *why, size_t len);
+/* The session's graphs and executable graphs described for a checkpoint's metadata (NULL: why). */
+char *crc_graph_describe(struct crc_session *s, char *why, size_t len);
+/* Rebuilds them in a restored session, at the handles the application holds; 0 or -1 with why. */
+int crc_graph_restore(struct crc_session *s, const char *desc, char *why, size_t len);
+/* An executable graph changed after instantiation (its shadow no longer describes it). */
+void crc_graph_exec_modified(struct crc_session *s, void *exec);
+void crc_graph_free(struct crc_session *s);
+/* Host functions (hostfn.c): node parameters that run the application's fn(data) in the client, and
+ * back (false: not such a node). */
+CUresult crc_hostfn_node_params(struct crc_session *s, uint64_t fn, uint64_t data, CUDA_HOST_NODE_PARAMS *p);
+bool crc_hostfn_of(const CUDA_HOST_NODE_PARAMS *p, uint64_t *fn, uint64_t *data);
+CUresult crc_ctl_hostfn_register(struct crc_session *s);
+void crc_hostfn_free(struct crc_session *s);
 
 /* Hand-marshalled requests: the payload after struct crc_call_hdr. */
 typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
@@ -367,7 +384,12 @@ typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h,
 	X(cuGraphMemcpyNodeSetParams, graph_memcpy)                                                          \
 	X(cuGraphExecMemcpyNodeSetParams, graph_memcpy)                                                      \
 	X(cuGraphMemcpyNodeGetParams, graph_memcpy_get)                                                      \
-	X(cuStreamGetCaptureInfo_v3, capture_info)
+	X(cuStreamGetCaptureInfo_v3, capture_info)                                                           \
+	X(cuLaunchHostFunc, hostfn_launch)                                                                   \
+	X(cuGraphAddHostNode, graph_host)                                                                    \
+	X(cuGraphHostNodeSetParams, graph_host)                                                              \
+	X(cuGraphExecHostNodeSetParams, graph_host)                                                          \
+	X(cuGraphHostNodeGetParams, graph_host_get)
 
 #define CRC_DECL_RAW(sym, fn) crc_raw_fn crc_raw_##fn;
 CRC_RAW_HANDLERS(CRC_DECL_RAW)

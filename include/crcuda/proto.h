@@ -56,9 +56,11 @@ enum crc_ctl_op {
 	CRC_OP_FUNC_INFO,	 /* struct crc_func_info_req; reply: struct crc_func_info */
 	/* Quiesce of a TCP session (no shared control page), records on the session's socket; see
 	 * struct crc_tcp_quiesce below. */
-	CRC_OP_QUIESCE,	    /* daemon -> client: struct crc_tcp_quiesce */
-	CRC_OP_QUIESCE_ACK, /* client -> daemon, posted: struct crc_tcp_quiesce_ack; it sends no more */
-	CRC_OP_RESUME,	    /* daemon -> client: the quiesce is withdrawn (the client stayed connected) */
+	CRC_OP_QUIESCE,		/* daemon -> client: struct crc_tcp_quiesce */
+	CRC_OP_QUIESCE_ACK,	/* client -> daemon, posted: struct crc_tcp_quiesce_ack; it sends no more */
+	CRC_OP_RESUME,		/* daemon -> client: the quiesce is withdrawn (the client stayed connected) */
+	CRC_OP_HOSTFN_REGISTER, /* unix: the memfd of the client's struct crc_hostfn_page follows on the
+				   socket; no payload */
 	/* Control connections (role CRC_ROLE_CONTROL): requests and replies framed on the socket as
 	 * struct crc_msg_hdr + payload; every reply is struct crc_ctl_reply + the op's data. */
 	CRC_OP_CTL_SESSIONS = CRC_OP_CTL + 0x100, /* reply: n struct crc_ctl_session_wire */
@@ -138,6 +140,28 @@ struct crc_session_ctl {
 };
 #define CRC_SESSION_CTL_MAGIC 0x4c544353u /* "SCTL" */
 #define CRC_SESSION_CTL_SIZE  4096u
+
+/* Host functions (graph host nodes, cuLaunchHostFunc) run in the application, which the daemon's
+ * driver cannot call: the client shares this page (its own memfd, CRC_OP_HOSTFN_REGISTER, again after
+ * a restore) and a thread of its waits on it. The daemon, one call at a time, writes fn and data, bumps
+ * req (futex); the client runs fn(data) and sets done = req (futex). */
+struct crc_hostfn_page {
+	_Alignas(64) _Atomic uint32_t req;
+	_Alignas(64) _Atomic uint32_t done;
+	uint64_t fn, data;
+	uint32_t magic;
+};
+#define CRC_HOSTFN_MAGIC     0x4e465448u /* "HTFN" */
+#define CRC_HOSTFN_PAGE_SIZE 4096u
+
+/* Host function requests (hand-marshalled): cuLaunchHostFunc = crc_call_hdr + crc_hostfn_req (posted);
+ * cuGraphAddHostNode, cuGraphHostNodeSetParams, cuGraphExecHostNodeSetParams = crc_call_hdr +
+ * crc_graph_node_req + deps + crc_hostfn_req (reply, add: the node); cuGraphHostNodeGetParams:
+ * crc_graph_node_req, reply crc_hostfn_req. */
+struct crc_hostfn_req {
+	uint64_t stream;
+	uint64_t fn, data; /* the application's function and argument */
+};
 
 /* Daemon -> client on the session socket, read only by a parked client. */
 enum crc_notice_kind {

@@ -74,6 +74,11 @@ void crc_ring_release(struct crc_ring *r);
 /* Marks the ring closed and wakes both sides: waits then end with CRC_EDAEMON. */
 void crc_ring_close(struct crc_ring *r);
 
+/* Futexes on a word in memory two processes map (shared, not private): wait while *word == expected,
+ * at most ms; wake every waiter. */
+void crc_futex_wait(_Atomic uint32_t *word, uint32_t expected, int ms);
+void crc_futex_wake(_Atomic uint32_t *word);
+
 static inline const void *crc_msg_payload(const struct crc_msg_hdr *m)
 {
 	return m + 1;

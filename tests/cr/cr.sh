@@ -38,7 +38,8 @@ build=$1 case=$2
 ctl=$build/crcudactl/crcudactl
 progs=$build/tests/programs
 # CR_APP: another program with state_app's options and checksum line (tests/cudart/state_rt, built
-# with static or shared cudart), with CR_SIM_KERNELS naming its host kernels.
+# with static or shared cudart), with CR_SIM_KERNELS naming its host kernels. CR_APP_EXTRA: more
+# options for every run of it (state_app --graph: each step one launch of a captured CUDA graph).
 app_bin=${CR_APP:-$progs/state_app}
 top=$(cd "$(dirname "$0")/../.." && pwd)
 
@@ -62,7 +63,8 @@ store=$tmp/store
 export CRCUDA_SIM_KERNELS=${CR_SIM_KERNELS:-$progs/libcrcuda_test_kernels.so} CRCUDA_SOCKET=$sock CRCUDA_STORE=$store
 export CRCUDA_CRIU=$criu
 unset CRCUDA_REMOTE CRCUDA_TOKEN CRCUDA_TOKEN_FILE CRCUDA_LIBDIR CRCUDAD CRCUDA_DAEMON
-app_args=(--mb 8 --chunks 4 --steps 24)
+read -r -a app_extra <<<"${CR_APP_EXTRA:-}"
+app_args=(--mb 8 --chunks 4 --steps 24 "${app_extra[@]}")
 run_opts=(--backend sim --idle-exit 60) # start_app's daemon
 pids=() # the programs (original and restored share a pid)
 extra_daemons=()
@@ -224,7 +226,7 @@ basic)
 	;;
 twice)
 	# Ready at once, no waiting: it runs on while it is checkpointed twice (--leave-running).
-	app_args=(--mb 8 --chunks 4 --steps 1200)
+	app_args=(--mb 8 --chunks 4 --steps 1200 "${app_extra[@]}")
 	ref=$(timeout 300 "$ctl" run --backend sim -- "$app_bin" "${app_args[@]}" | checksum /dev/stdin)
 	start_app twice --ready-at 1
 	rm -f "$dir/go"

@@ -276,6 +276,29 @@ CRCUDA_SIM_KERNEL(state_step)
 	}
 }
 
+/* state_app --graph: the step number on the device. */
+CRCUDA_SIM_KERNEL(state_count)
+{
+	unsigned *step = CRCUDA_SIM_PARAM(blk, 0, unsigned *);
+
+	*step += 1;
+}
+
+CRCUDA_SIM_KERNEL(state_step_dev)
+{
+	unsigned *x = CRCUDA_SIM_PARAM(blk, 0, unsigned *);
+	unsigned long long n = CRCUDA_SIM_PARAM(blk, 1, unsigned long long);
+	const unsigned *step = CRCUDA_SIM_PARAM(blk, 2, const unsigned *);
+	unsigned long long stride = (unsigned long long)blk->grid_dim.x * blk->block_dim.x;
+	unsigned k = *step;
+
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, t)
+	{
+		for (unsigned long long i = sim_stride_start(blk, t); i < n; i += stride)
+			x[i] = x[i] * 1664525u + 1013904223u + k;
+	}
+}
+
 CRCUDA_SIM_KERNEL(state_checksum)
 {
 	const unsigned *x = CRCUDA_SIM_PARAM(blk, 0, const unsigned *);
@@ -322,4 +345,107 @@ CRCUDA_SIM_KERNEL(backlog_bump)
 	unsigned long long *counter = CRCUDA_SIM_PARAM(blk, 0, unsigned long long *);
 
 	__atomic_fetch_add(counter, 1, __ATOMIC_RELAXED);
+}
+
+/* graph_basic.cu: extern "C" graph_k1(unsigned *p, const unsigned *t, const unsigned *acc, unsigned mul,
+ * int n) */
+CRCUDA_SIM_KERNEL(graph_k1)
+{
+	unsigned *p = CRCUDA_SIM_PARAM(blk, 0, unsigned *);
+	const unsigned *t = CRCUDA_SIM_PARAM(blk, 1, const unsigned *);
+	const unsigned *acc = CRCUDA_SIM_PARAM(blk, 2, const unsigned *);
+	unsigned mul = CRCUDA_SIM_PARAM(blk, 3, unsigned);
+	int n = CRCUDA_SIM_PARAM(blk, 4, int);
+
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, th)
+	{
+		unsigned i = CRCUDA_SIM_GLOBAL_X(blk, th);
+
+		if ((int)i < n)
+			p[i] = t[i] * mul + acc[i];
+	}
+}
+
+/* graph_basic.cu: extern "C" graph_k2(unsigned *q, const unsigned *t, const unsigned *acc, unsigned add,
+ * int n) */
+CRCUDA_SIM_KERNEL(graph_k2)
+{
+	unsigned *q = CRCUDA_SIM_PARAM(blk, 0, unsigned *);
+	const unsigned *t = CRCUDA_SIM_PARAM(blk, 1, const unsigned *);
+	const unsigned *acc = CRCUDA_SIM_PARAM(blk, 2, const unsigned *);
+	unsigned add = CRCUDA_SIM_PARAM(blk, 3, unsigned);
+	int n = CRCUDA_SIM_PARAM(blk, 4, int);
+
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, th)
+	{
+		unsigned i = CRCUDA_SIM_GLOBAL_X(blk, th);
+
+		if ((int)i < n)
+			q[i] = t[i] * 5u + (acc[i] >> 3) + add;
+	}
+}
+
+/* graph_basic.cu: extern "C" graph_k3(unsigned *acc, const unsigned *p, const unsigned *q) */
+CRCUDA_SIM_KERNEL(graph_k3)
+{
+	unsigned *acc = CRCUDA_SIM_PARAM(blk, 0, unsigned *);
+	const unsigned *p = CRCUDA_SIM_PARAM(blk, 1, const unsigned *);
+	const unsigned *q = CRCUDA_SIM_PARAM(blk, 2, const unsigned *);
+
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, th)
+	{
+		unsigned i = CRCUDA_SIM_GLOBAL_X(blk, th);
+
+		acc[i] = acc[i] * 3u + (p[i] ^ q[i]) + i;
+	}
+}
+
+/* graph_basic.cu: extern "C" graph_mix(unsigned *acc, unsigned salt, int n) */
+CRCUDA_SIM_KERNEL(graph_mix)
+{
+	unsigned *acc = CRCUDA_SIM_PARAM(blk, 0, unsigned *);
+	unsigned salt = CRCUDA_SIM_PARAM(blk, 1, unsigned);
+	int n = CRCUDA_SIM_PARAM(blk, 2, int);
+
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, th)
+	{
+		unsigned i = CRCUDA_SIM_GLOBAL_X(blk, th);
+
+		if ((int)i < n)
+			acc[i] = acc[i] * 2654435761u + salt;
+	}
+}
+
+/* graph_basic.cu: extern "C" graph_affine(unsigned *x, unsigned mul, unsigned add, int n) */
+CRCUDA_SIM_KERNEL(graph_affine)
+{
+	unsigned *x = CRCUDA_SIM_PARAM(blk, 0, unsigned *);
+	unsigned mul = CRCUDA_SIM_PARAM(blk, 1, unsigned);
+	unsigned add = CRCUDA_SIM_PARAM(blk, 2, unsigned);
+	int n = CRCUDA_SIM_PARAM(blk, 3, int);
+
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, th)
+	{
+		unsigned i = CRCUDA_SIM_GLOBAL_X(blk, th);
+
+		if ((int)i < n)
+			x[i] = x[i] * mul + add + i;
+	}
+}
+
+/* graph_basic.cu: extern "C" graph_mix2(unsigned *dst, const unsigned *src, unsigned mul, int n) */
+CRCUDA_SIM_KERNEL(graph_mix2)
+{
+	unsigned *dst = CRCUDA_SIM_PARAM(blk, 0, unsigned *);
+	const unsigned *src = CRCUDA_SIM_PARAM(blk, 1, const unsigned *);
+	unsigned mul = CRCUDA_SIM_PARAM(blk, 2, unsigned);
+	int n = CRCUDA_SIM_PARAM(blk, 3, int);
+
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, th)
+	{
+		unsigned i = CRCUDA_SIM_GLOBAL_X(blk, th);
+
+		if ((int)i < n)
+			dst[i] = dst[i] * mul + src[i];
+	}
 }

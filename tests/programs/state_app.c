@@ -7,7 +7,9 @@
  * sleeps --pause-ms or waits until --go-file exists, so a test can checkpoint it with work done before
  * and after. --devices N spreads the chunks over N devices (chunk c on device c % N), each with its
  * own context (device 0's primary one, a cuCtxCreate one elsewhere), module, stream and memory; the
- * checksum does not depend on N. */
+ * checksum does not depend on N. --graph runs each step as one launch of a CUDA graph captured once
+ * (the step number then lives on the device; devices 1 only): the same checksum, and a checkpoint
+ * must carry the graph. */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +25,7 @@ struct opts {
 	unsigned long mb;
 	unsigned chunks, steps, ready_at, pause_ms, seed, devices;
 	const char *ready_file, *go_file;
-	int verify;
+	int verify, graph;
 };
 
 static void parse(int argc, char **argv, struct opts *o)
@@ -34,6 +36,10 @@ static void parse(int argc, char **argv, struct opts *o)
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--verify")) {
 			o->verify = 1;
+			continue;
+		}
+		if (!strcmp(a, "--graph")) {
+			o->graph = 1;
 			continue;
 		}
 		if (!v)
@@ -63,13 +69,13 @@ static void parse(int argc, char **argv, struct opts *o)
 	if (o->ready_at == ~0u)
 		o->ready_at = o->steps / 2;
 	if (o->chunks && o->mb && (o->mb << 20) % ((size_t)o->chunks * 4) == 0 && o->devices >= 1 &&
-	    o->devices <= 8)
+	    o->devices <= 8 && (!o->graph || o->devices == 1))
 		return;
 usage:
-	fprintf(
-	    stderr,
-	    "usage: state_app [--mb N] [--chunks N] [--steps N] [--ready-at STEP] [--pause-ms MS]\n"
-	    "                 [--ready-file PATH] [--go-file PATH] [--seed N] [--devices N] [--verify]\n");
+	fprintf(stderr,
+		"usage: state_app [--mb N] [--chunks N] [--steps N] [--ready-at STEP] [--pause-ms MS]\n"
+		"                 [--ready-file PATH] [--go-file PATH] [--seed N] [--devices N] [--verify]\n"
+		"                 [--graph]\n");
 	exit(2);
 }
 
@@ -84,6 +90,36 @@ static void signal_ready(const struct opts *o, unsigned step)
 		perror("state_app: writing the ready file");
 		exit(1);
 	}
+}
+
+/* --graph: one step captured from the stream (a counter kernel, then each chunk's step), instantiated. */
+static CUgraphExec capture_step(CUmodule *mod, CUstream stream, CUdeviceptr *bufs, unsigned chunks,
+				unsigned long long words, unsigned grid, unsigned block)
+{
+	CUfunction f_count, f_step;
+	CUdeviceptr dstep;
+	CUgraph graph;
+	CUgraphExec exec;
+	CUstreamCaptureStatus status;
+
+	CU_CHECK(cuModuleGetFunction(&f_count, *mod, "state_count"));
+	CU_CHECK(cuModuleGetFunction(&f_step, *mod, "state_step_dev"));
+	CU_CHECK(cuMemAlloc(&dstep, sizeof(unsigned)));
+	CU_CHECK(cuMemsetD32Async(dstep, 0, 1, stream));
+	CU_CHECK(cuStreamSynchronize(stream));
+	CU_CHECK(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+	void *pc[] = {&dstep};
+	CU_CHECK(cuLaunchKernel(f_count, 1, 1, 1, 1, 1, 1, 0, stream, pc, NULL));
+	for (unsigned c = 0; c < chunks; c++) {
+		void *p[] = {&bufs[c], &words, &dstep};
+		CU_CHECK(cuLaunchKernel(f_step, grid, 1, 1, block, 1, 1, 0, stream, p, NULL));
+	}
+	CU_CHECK(cuStreamIsCapturing(stream, &status));
+	CHECK(status == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+	CU_CHECK(cuStreamEndCapture(stream, &graph));
+	CU_CHECK(cuGraphInstantiateWithFlags(&exec, graph, 0));
+	CU_CHECK(cuGraphDestroy(graph)); /* the executable graph lives on alone */
+	return exec;
 }
 
 int main(int argc, char **argv)
@@ -136,8 +172,15 @@ int main(int argc, char **argv)
 		CU_CHECK(cuLaunchKernel(pd->f_init, grid, 1, 1, block, 1, 1, 0, pd->stream, p, NULL));
 	}
 	unsigned step = 0; /* host state: restored by CRIU, not by the layer */
+	CUgraphExec step_graph = NULL;
+	if (o.graph)
+		step_graph = capture_step(&d[0].mod, d[0].stream, bufs, o.chunks, words, grid, block);
 	while (step < o.steps) {
 		step++;
+		if (step_graph) {
+			CU_CHECK(cuGraphLaunch(step_graph, d[0].stream));
+			goto launched;
+		}
 		for (unsigned c = 0; c < o.chunks; c++) {
 			struct per_dev *pd = &d[c % o.devices];
 			void *p[] = {&bufs[c], &words, &step};
@@ -145,6 +188,7 @@ int main(int argc, char **argv)
 				CU_CHECK(cuCtxSetCurrent(pd->ctx));
 			CU_CHECK(cuLaunchKernel(pd->f_step, grid, 1, 1, block, 1, 1, 0, pd->stream, p, NULL));
 		}
+	launched:
 		if (step == o.ready_at) {
 			/* Some steps are left in flight on purpose: a checkpoint must drain them. */
 			signal_ready(&o, step);
@@ -193,6 +237,8 @@ int main(int argc, char **argv)
 		}
 		printf("state_app: verified on the CPU\n");
 	}
+	if (step_graph)
+		CU_CHECK(cuGraphExecDestroy(step_graph));
 	for (unsigned c = 0; c < o.chunks; c++) {
 		CU_CHECK(cuCtxSetCurrent(d[c % o.devices].ctx));
 		CU_CHECK(cuMemFree(bufs[c]));

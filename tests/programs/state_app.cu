@@ -24,3 +24,19 @@ extern "C" __global__ void state_checksum(const unsigned *x, unsigned long long 
 		local += x[i] ^ (unsigned)i;
 	atomicAdd(sum, local);
 }
+
+// --graph: the step number lives on the device, so one captured graph serves every step: state_count
+// advances it, state_step_dev reads it.
+extern "C" __global__ void state_count(unsigned *step)
+{
+	if (blockIdx.x == 0 && threadIdx.x == 0)
+		*step += 1;
+}
+
+extern "C" __global__ void state_step_dev(unsigned *x, unsigned long long n, const unsigned *step)
+{
+	unsigned k = *step;
+	for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+	     i += (unsigned long long)gridDim.x * blockDim.x)
+		x[i] = x[i] * 1664525u + 1013904223u + k;
+}

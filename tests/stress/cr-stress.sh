@@ -15,6 +15,7 @@
 #   --chain-max K    checkpoints per trial: 1..K (default 5)
 #   --kill-percent P a checkpoint kills and restores with P% chance, else --leave-running (default 70)
 #   --programs       built-in programs: stress_drv stress_rt_static stress_rt_shared state_app
+#                    state_graph (state_app --graph: each step one launch of a captured CUDA graph)
 #   --prog NAME CMD  another program (word-split CMD, run from the current directory); repeatable
 #   --ref-runs R     R uninterrupted runs of each program, which must agree (a nondeterministic program
 #                    cannot be compared bit for bit; default 1)
@@ -69,6 +70,7 @@ cmd[stress_drv]=${cmd[stress_drv]:-$st/stress_drv --steps 40 --sleep-ms 20}
 cmd[stress_rt_static]=${cmd[stress_rt_static]:-$st/stress_rt_static --steps 40 --sleep-ms 20}
 cmd[stress_rt_shared]=${cmd[stress_rt_shared]:-$st/stress_rt_shared --steps 40 --sleep-ms 20}
 cmd[state_app]=${cmd[state_app]:-$build/tests/programs/state_app --mb 8 --chunks 4 --steps 400}
+cmd[state_graph]=${cmd[state_graph]:-$build/tests/programs/state_app --mb 8 --chunks 4 --steps 400 --graph}
 for p in $programs; do
 	[ -n "${cmd[$p]:-}" ] || { echo "cr-stress: no program $p" >&2; exit 2; }
 done

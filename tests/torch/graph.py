@@ -8,6 +8,7 @@ losses bit for bit: one line per step, "step N loss <float.hex()>".
 """
 import argparse
 import os
+import time
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
@@ -53,6 +54,8 @@ def run_capture(args):
         static_y.copy_(ys[step])
         graph.replay()
         print("step %d loss %s" % (step, static_loss.item().hex()), flush=True)
+        if args.sleep:
+            time.sleep(args.sleep)
 
 
 def run_compile(args):
@@ -70,6 +73,8 @@ def run_compile(args):
         loss.backward()
         opt.step()
         print("step %d loss %s" % (step, loss.item().hex()), flush=True)
+        if args.sleep:
+            time.sleep(args.sleep)
 
 
 def main():
@@ -78,6 +83,7 @@ def main():
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--dim", type=int, default=256)
+    ap.add_argument("--sleep", type=float, default=0, help="seconds between steps (checkpoint tests)")
     args = ap.parse_args()
     torch.use_deterministic_algorithms(True)
     torch.backends.cuda.matmul.allow_tf32 = False
