@@ -3,6 +3,7 @@
  * Prints "name value unit" lines:
  *   roundtrip_us        cuCtxSynchronize on an idle context (a call that must reach the GPU owner)
  *   launch_rate         empty-kernel launches per second, queued on one stream, then synchronized
+ *   graph_launch_rate   cuGraphLaunch of a captured graph of 8 empty kernels, per second, likewise
  *   h2d_pinned_gbs ...  1 GiB copies, pinned (cuMemAllocHost) and pageable (malloc), each way
  * Each figure is the best of several repetitions. Options: --size-mb N (copy size, default 1024),
  * --launches N (default 200000), --syncs N (default 20000). */
@@ -103,6 +104,28 @@ int main(int argc, char **argv)
 			best_rate = rate;
 	}
 	printf("launch_rate %.0f launches/s\n", best_rate);
+
+	/* Graph launches: one call runs a captured graph of 8 kernels. */
+	CUgraph graph;
+	CUgraphExec exec;
+	CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+	for (int k = 0; k < 8; k++)
+		CK(cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL));
+	CK(cuStreamEndCapture(s, &graph));
+	CK(cuGraphInstantiateWithFlags(&exec, graph, 0));
+	best_rate = 0;
+	for (int rep = 0; rep < 3; rep++) {
+		double t0 = now_s();
+		for (long i = 0; i < launches / 8; i++)
+			CK(cuGraphLaunch(exec, s));
+		CK(cuStreamSynchronize(s));
+		double rate = (double)(launches / 8) / (now_s() - t0);
+		if (rate > best_rate)
+			best_rate = rate;
+	}
+	CK(cuGraphExecDestroy(exec));
+	CK(cuGraphDestroy(graph));
+	printf("graph_launch_rate %.0f graphs/s\n", best_rate);
 
 	/* A launch with parameters whose effect is checked: the bench measures a working layer. */
 	CUdeviceptr flag;

@@ -175,6 +175,9 @@ CUresult crc_capture_status(CUstream hStream, CUstreamCaptureStatus *status);
 CUresult crc_capture_info_remote(CUstream hStream, CUstreamCaptureStatus *status, cuuint64_t *id,
 				 CUgraph *graph, const CUgraphNode **deps, const CUgraphEdgeData **edges,
 				 size_t *ndeps);
+/* Device memory outside the session range (an application's hinted reservation, graph-owned memory):
+ * mapped PROT_NONE here, so no host mapping takes its addresses (hooks_mem.c). */
+void crc_device_range_keep(uint64_t base, size_t size);
 /* Host functions (hooks_stream.c): the page's memfd (-1: none yet), and graph host node requests. */
 int crc_hostfn_memfd(void);
 CUresult crc_graph_host_node(uint16_t op, CUgraphNode *out, uint64_t graph, uint64_t node, uint64_t exec,

@@ -13,6 +13,10 @@
 #include "crcuda/log.h"
 
 _Static_assert(sizeof(CUDA_MEMCPY3D) == CRC_MEMCPY3D_BYTES, "crc_graph_memcpy_wire carries a CUDA_MEMCPY3D");
+_Static_assert(sizeof(CUmemPoolProps) == CRC_MEMPOOLPROPS_BYTES,
+	       "crc_graph_memalloc_wire carries CUmemPoolProps");
+_Static_assert(sizeof(CUmemAccessDesc) == CRC_ACCESSDESC_BYTES,
+	       "crc_graph_memalloc_wire carries CUmemAccessDesc");
 
 /* ---- capture ------------------------------------------------------------------------------------ */
 static atomic_int captures; /* begun and not ended by this process */
@@ -562,6 +566,107 @@ CUresult crc_hook_cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PAR
 	return res;
 }
 
+/* ---- graph memory ---------------------------------------------------------------------------------- */
+/* Graph-owned memory: the address the driver gives is kept off this process's host mappings. */
+CUresult crc_hook_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+					 const CUgraphNode *dependencies, size_t numDependencies,
+					 CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
+{
+	struct crc_graph_memalloc_wire *w;
+	struct crc_call c;
+	void *args;
+	CUresult res;
+
+	if (!phGraphNode || !nodeParams || (numDependencies && !dependencies) || numDependencies > 65536 ||
+	    nodeParams->accessDescCount > 64 || (nodeParams->accessDescCount && !nodeParams->accessDescs))
+		return CUDA_ERROR_INVALID_VALUE;
+	res = crc_call_begin(&c, CRC_CU_cuGraphAddMemAllocNode, 0,
+			     sizeof(struct crc_graph_node_req) + numDependencies * 8 + sizeof(*w) +
+				 nodeParams->accessDescCount * sizeof(CUmemAccessDesc),
+			     &args);
+	if (res != CUDA_SUCCESS)
+		return res;
+	w = node_header(args, (uintptr_t)hGraph, 0, 0, 0, dependencies, numDependencies);
+	memcpy(w->pool_props, &nodeParams->poolProps, sizeof(w->pool_props));
+	w->bytesize = nodeParams->bytesize;
+	w->dptr = 0;
+	w->ndescs = nodeParams->accessDescCount;
+	memcpy(w + 1, nodeParams->accessDescs, nodeParams->accessDescCount * sizeof(CUmemAccessDesc));
+	res = crc_call_wait(&c, NULL, NULL);
+	if (res == CUDA_SUCCESS && c.reply_len < 16)
+		res = CUDA_ERROR_UNKNOWN;
+	if (res == CUDA_SUCCESS) {
+		uint64_t v[2];
+
+		memcpy(v, c.reply, sizeof(v));
+		*phGraphNode = (CUgraphNode)(uintptr_t)v[0];
+		nodeParams->dptr = v[1];
+		if (!crc_is_device_va(v[1]))
+			crc_device_range_keep(v[1], nodeParams->bytesize);
+	}
+	crc_call_end(&c);
+	return res;
+}
+
+/* accessDescs point into the calling thread's copy, valid until its next call of this function. */
+CUresult crc_hook_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
+{
+	static __thread CUmemAccessDesc tl_descs[64];
+	struct crc_graph_node_req q = {.node = (uintptr_t)hNode};
+	const struct crc_graph_memalloc_wire *w;
+	struct crc_call c;
+	void *args;
+	CUresult res;
+
+	if (!params_out)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = crc_call_begin(&c, CRC_CU_cuGraphMemAllocNodeGetParams, 0, sizeof(q), &args);
+	if (res != CUDA_SUCCESS)
+		return res;
+	memcpy(args, &q, sizeof(q));
+	res = crc_call_wait(&c, NULL, NULL);
+	w = c.reply;
+	if (res == CUDA_SUCCESS && (c.reply_len < sizeof(*w) || w->ndescs > 64 ||
+				    c.reply_len < sizeof(*w) + w->ndescs * sizeof(CUmemAccessDesc)))
+		res = CUDA_ERROR_UNKNOWN;
+	if (res == CUDA_SUCCESS) {
+		memset(params_out, 0, sizeof(*params_out));
+		memcpy(&params_out->poolProps, w->pool_props, sizeof(params_out->poolProps));
+		memcpy(tl_descs, w + 1, w->ndescs * sizeof(CUmemAccessDesc));
+		params_out->accessDescs = tl_descs;
+		params_out->accessDescCount = w->ndescs;
+		params_out->bytesize = w->bytesize;
+		params_out->dptr = w->dptr;
+	}
+	crc_call_end(&c);
+	return res;
+}
+
+static CUresult graph_mem_attr(uint16_t op, CUdevice device, CUgraphMem_attribute attr, void *value)
+{
+	struct crc_graph_mem_attr a = {.device = device, .attr = attr};
+	CUresult res;
+
+	if (!value)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (op == CRC_CU_cuDeviceSetGraphMemAttribute)
+		memcpy(&a.value, value, sizeof(a.value));
+	res = crc_rpc(op, &a, sizeof(a), &a, sizeof(a));
+	if (res == CUDA_SUCCESS && op == CRC_CU_cuDeviceGetGraphMemAttribute)
+		memcpy(value, &a.value, sizeof(a.value));
+	return res;
+}
+
+CUresult crc_hook_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
+{
+	return graph_mem_attr(CRC_CU_cuDeviceGetGraphMemAttribute, device, attr, value);
+}
+
+CUresult crc_hook_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
+{
+	return graph_mem_attr(CRC_CU_cuDeviceSetGraphMemAttribute, device, attr, value);
+}
+
 /* ---- the generic node forms ---------------------------------------------------------------------- */
 static bool edges_plain(const CUgraphEdgeData *e, size_t n)
 {
@@ -614,6 +719,11 @@ static CUresult add_node(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, si
 	case CU_GRAPH_NODE_TYPE_HOST:
 		hp = host_v1(&p->host);
 		return crc_hook_cuGraphAddHostNode(ph, g, deps, n, &hp);
+	case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+		return crc_hook_cuGraphAddMemAllocNode(ph, g, deps, n,
+						       (CUDA_MEM_ALLOC_NODE_PARAMS *)&p->alloc);
+	case CU_GRAPH_NODE_TYPE_MEM_FREE:
+		return crc_fwd_cuGraphAddMemFreeNode(ph, g, deps, n, p->free.dptr);
 	default:
 		pr_warn("cuGraphAddNode of node type %d is not supported under crcuda yet", (int)p->type);
 		return CUDA_ERROR_NOT_SUPPORTED;

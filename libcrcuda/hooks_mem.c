@@ -66,34 +66,37 @@ static bool in_app_range(uint64_t addr)
 	return found;
 }
 
+void crc_device_range_keep(uint64_t base, size_t size)
+{
+	struct device_range *r = malloc(sizeof(*r));
+	void *p = mmap((void *)(uintptr_t)base, size, PROT_NONE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+
+	if (p != MAP_FAILED && p != (void *)(uintptr_t)base) {
+		munmap(p, size);
+		p = MAP_FAILED;
+	}
+	if (p == MAP_FAILED)
+		pr_warn("device range %#llx+%#zx overlaps host mappings of this process",
+			(unsigned long long)base, size);
+	if (r) {
+		*r = (struct device_range){base, size, p != MAP_FAILED, NULL};
+		pthread_mutex_lock(&app_ranges_lock);
+		r->next = app_ranges;
+		app_ranges = r;
+		pthread_mutex_unlock(&app_ranges_lock);
+	}
+}
+
 CUresult crc_hook_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
 				      unsigned long long flags)
 {
 	CUresult res = crc_fwd_cuMemAddressReserve(ptr, size, alignment, addr, flags);
-	void *p;
 
 	/* Outside the session range (the application chose the address): keep host mappings off it
 	 * here too, as the window is kept free. */
-	if (res == CUDA_SUCCESS && !crc_is_device_va(*ptr)) {
-		struct device_range *r = malloc(sizeof(*r));
-
-		p = mmap((void *)(uintptr_t)*ptr, size, PROT_NONE,
-			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-		if (p != MAP_FAILED && p != (void *)(uintptr_t)*ptr) {
-			munmap(p, size);
-			p = MAP_FAILED;
-		}
-		if (p == MAP_FAILED)
-			pr_warn("device range %#llx+%#zx overlaps host mappings of this process",
-				(unsigned long long)*ptr, size);
-		if (r) {
-			*r = (struct device_range){*ptr, size, p != MAP_FAILED, NULL};
-			pthread_mutex_lock(&app_ranges_lock);
-			r->next = app_ranges;
-			app_ranges = r;
-			pthread_mutex_unlock(&app_ranges_lock);
-		}
-	}
+	if (res == CUDA_SUCCESS && !crc_is_device_va(*ptr))
+		crc_device_range_keep(*ptr, size);
 	return res;
 }
 

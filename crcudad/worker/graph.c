@@ -15,6 +15,10 @@
 #define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
 
 _Static_assert(sizeof(CUDA_MEMCPY3D) == CRC_MEMCPY3D_BYTES, "crc_graph_memcpy_wire carries a CUDA_MEMCPY3D");
+_Static_assert(sizeof(CUmemPoolProps) == CRC_MEMPOOLPROPS_BYTES,
+	       "crc_graph_memalloc_wire carries CUmemPoolProps");
+_Static_assert(sizeof(CUmemAccessDesc) == CRC_ACCESSDESC_BYTES,
+	       "crc_graph_memalloc_wire carries CUmemAccessDesc");
 
 /* The handle of a real object for the client: the one it has, or a new one. */
 static uint64_t client_handle(struct crc_session *s, unsigned tag, void *real)
@@ -309,6 +313,117 @@ CUresult crc_raw_graph_host_get(struct crc_session *s, const struct crc_call_hdr
 	return CUDA_SUCCESS;
 }
 
+/* ---- graph memory ---------------------------------------------------------------------------------- */
+/* A location's device ordinal, the client's made the backend's (to_backend) or back. */
+static void map_location(struct crc_session *s, CUmemLocation *l, bool to_backend)
+{
+	if (l->type == CU_MEM_LOCATION_TYPE_DEVICE)
+		l->id = to_backend ? crc_dev_backend(s, l->id) : crc_dev_client(s, l->id);
+}
+
+/* Graph-owned memory lives where the driver puts it, outside the session's range: a checkpoint of a
+ * graph holding such nodes is refused (describe_node); live, it works as natively. */
+CUresult crc_raw_graph_memalloc(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+				size_t len)
+{
+	struct crc_graph_memalloc_wire w;
+	CUDA_MEM_ALLOC_NODE_PARAMS p = {0};
+	CUmemAccessDesc *descs = NULL;
+	CUgraphNode node = NULL;
+	struct node_req nr;
+	uint64_t *out;
+	CUresult res = node_req(s, h, args, len, &nr);
+
+	if (res == CUDA_SUCCESS && nr.rest_len < sizeof(w))
+		res = CUDA_ERROR_INVALID_VALUE;
+	if (res != CUDA_SUCCESS)
+		goto out;
+	memcpy(&w, nr.rest, sizeof(w));
+	if (w.ndescs > 64 || nr.rest_len - sizeof(w) < w.ndescs * sizeof(*descs)) {
+		res = CUDA_ERROR_INVALID_VALUE;
+		goto out;
+	}
+	descs = calloc(w.ndescs + 1, sizeof(*descs));
+	if (!descs) {
+		res = CUDA_ERROR_OUT_OF_MEMORY;
+		goto out;
+	}
+	memcpy(descs, nr.rest + sizeof(w), w.ndescs * sizeof(*descs));
+	memcpy(&p.poolProps, w.pool_props, sizeof(p.poolProps));
+	p.poolProps.win32SecurityAttributes = NULL;
+	map_location(s, &p.poolProps.location, true);
+	for (uint64_t i = 0; i < w.ndescs; i++)
+		map_location(s, &descs[i].location, true);
+	p.accessDescs = descs;
+	p.accessDescCount = w.ndescs;
+	p.bytesize = w.bytesize;
+	res = CALL(cuGraphAddMemAllocNode, &node, nr.graph, nr.deps, nr.ndeps, &p);
+	if (res == CUDA_SUCCESS)
+		res = reply_node(s, node);
+	if (res == CUDA_SUCCESS && (out = crc_out(s, 8)))
+		*out = p.dptr;
+out:
+	free(descs);
+	free(nr.deps);
+	return res;
+}
+
+CUresult crc_raw_graph_memalloc_get(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+				    size_t len)
+{
+	struct crc_graph_memalloc_wire *w;
+	CUDA_MEM_ALLOC_NODE_PARAMS p;
+	CUmemAccessDesc *d;
+	struct node_req nr;
+	CUresult res = node_req(s, h, args, len, &nr);
+
+	free(nr.deps);
+	if (res == CUDA_SUCCESS)
+		res = CALL(cuGraphMemAllocNodeGetParams, nr.node, &p);
+	if (res != CUDA_SUCCESS)
+		return res;
+	w = crc_out(s, sizeof(*w) + p.accessDescCount * sizeof(*d));
+	if (!w)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	map_location(s, &p.poolProps.location, false);
+	memcpy(w->pool_props, &p.poolProps, sizeof(p.poolProps));
+	w->bytesize = p.bytesize;
+	w->dptr = p.dptr;
+	w->ndescs = p.accessDescCount;
+	d = (CUmemAccessDesc *)(w + 1);
+	memcpy(d, p.accessDescs, p.accessDescCount * sizeof(*d));
+	for (size_t i = 0; i < p.accessDescCount; i++)
+		map_location(s, &d[i].location, false);
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_raw_graph_mem_attr(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+				size_t len)
+{
+	struct crc_graph_mem_attr a, *out;
+	cuuint64_t v;
+	CUresult res;
+
+	(void)h;
+	if (len < sizeof(a))
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(&a, args, sizeof(a));
+	v = a.value;
+	res = s->msg->op == CRC_CU_cuDeviceSetGraphMemAttribute
+		  ? CALL(cuDeviceSetGraphMemAttribute, crc_dev_backend(s, a.device),
+			 (CUgraphMem_attribute)a.attr, &v)
+		  : CALL(cuDeviceGetGraphMemAttribute, crc_dev_backend(s, a.device),
+			 (CUgraphMem_attribute)a.attr, &v);
+	if (res != CUDA_SUCCESS)
+		return res;
+	out = crc_out(s, sizeof(*out));
+	if (!out)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*out = a;
+	out->value = v;
+	return CUDA_SUCCESS;
+}
+
 /* ---- capture ---------------------------------------------------------------------------------------- */
 CUresult crc_raw_capture_info(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
 			      size_t len)
@@ -405,6 +520,27 @@ void crc_graph_free(struct crc_session *s)
 		s->gexecs = x->next;
 		free(x);
 	}
+}
+
+/* The shadow goes with its executable graph (a program that instantiates in a loop keeps none). */
+CUresult crc_ovr_cuGraphExecDestroy(struct crc_session *s, void *const *argv)
+{
+	CUgraphExec exec = *(CUgraphExec *)argv[0];
+	CUresult res = CALL(cuGraphExecDestroy, exec);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	for (struct crc_gexec **pp = &s->gexecs; *pp; pp = &(*pp)->next) {
+		if ((*pp)->exec == exec) {
+			struct crc_gexec *x = *pp;
+
+			*pp = x->next;
+			CALL(cuGraphDestroy, x->shadow);
+			free(x);
+			break;
+		}
+	}
+	return CUDA_SUCCESS;
 }
 
 /* Drops (and destroys the shadows of) executable graphs the application destroyed. */

@@ -140,7 +140,8 @@ CUresult crc_ctl_hostfn_register(struct crc_session *s)
 
 /* cuLaunchHostFunc: posted; the stream runs the function when it gets there. Captured, it becomes a
  * host node, which runs it at every launch: then the argument stays. */
-CUresult crc_raw_hostfn_launch(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args, size_t len)
+CUresult crc_raw_hostfn_launch(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+			       size_t len)
 {
 	const struct crc_hostfn_req *r = (const void *)args;
 	CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;

@@ -313,7 +313,8 @@ int crc_dev_client(const struct crc_session *s, int dev);
 	X(cuMemRelease)                                                                                      \
 	X(cuModuleUnload)                                                                                    \
 	X(cuLibraryUnload)                                                                                   \
-	X(cuGraphInstantiateWithFlags)
+	X(cuGraphInstantiateWithFlags)                                                                       \
+	X(cuGraphExecDestroy)
 
 #define CRC_DECL_OVERRIDE(sym) CUresult crc_ovr_##sym(struct crc_session *s, void *const *argv);
 CRC_OVERRIDES(CRC_DECL_OVERRIDE)
@@ -389,7 +390,11 @@ typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h,
 	X(cuGraphAddHostNode, graph_host)                                                                    \
 	X(cuGraphHostNodeSetParams, graph_host)                                                              \
 	X(cuGraphExecHostNodeSetParams, graph_host)                                                          \
-	X(cuGraphHostNodeGetParams, graph_host_get)
+	X(cuGraphHostNodeGetParams, graph_host_get)                                                          \
+	X(cuGraphAddMemAllocNode, graph_memalloc)                                                            \
+	X(cuGraphMemAllocNodeGetParams, graph_memalloc_get)                                                  \
+	X(cuDeviceGetGraphMemAttribute, graph_mem_attr)                                                      \
+	X(cuDeviceSetGraphMemAttribute, graph_mem_attr)
 
 #define CRC_DECL_RAW(sym, fn) crc_raw_fn crc_raw_##fn;
 CRC_RAW_HANDLERS(CRC_DECL_RAW)

@@ -49,13 +49,20 @@ def run_capture(args):
         static_loss = loss_fn(model(static_x), static_y)
         static_loss.backward()
         opt.step()
+    t0 = None
     for step in range(args.steps):
+        if step == args.steps // 5:
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
         static_x.copy_(xs[step])
         static_y.copy_(ys[step])
         graph.replay()
         print("step %d loss %s" % (step, static_loss.item().hex()), flush=True)
         if args.sleep:
             time.sleep(args.sleep)
+    if t0 is not None and not args.sleep:
+        n = args.steps - args.steps // 5
+        print("step_time_ms %.4f" % ((time.perf_counter() - t0) * 1000 / n), flush=True)
 
 
 def run_compile(args):
