@@ -494,9 +494,11 @@ CUresult crc_ovr_cuGraphInstantiateWithFlags(struct crc_session *s, void *const 
 
 	if (res != CUDA_SUCCESS || !out)
 		return res;
-	/* Without its shadow the exec would make every later checkpoint fail: say so now. */
-	if (CALL(cuGraphClone, &shadow, graph) != CUDA_SUCCESS ||
-	    gexec_add(s, *out, shadow, flags) != CUDA_SUCCESS) {
+	/* The driver clones no graph with memory nodes: such an exec runs, without a shadow (a checkpoint
+	 * then says it cannot carry it). */
+	if (CALL(cuGraphClone, &shadow, graph) != CUDA_SUCCESS)
+		shadow = NULL;
+	if (gexec_add(s, *out, shadow, flags) != CUDA_SUCCESS) {
 		if (shadow)
 			CALL(cuGraphDestroy, shadow);
 		CALL(cuGraphExecDestroy, *out);
@@ -535,7 +537,8 @@ CUresult crc_ovr_cuGraphExecDestroy(struct crc_session *s, void *const *argv)
 			struct crc_gexec *x = *pp;
 
 			*pp = x->next;
-			CALL(cuGraphDestroy, x->shadow);
+			if (x->shadow)
+				CALL(cuGraphDestroy, x->shadow);
 			free(x);
 			break;
 		}
@@ -554,7 +557,8 @@ static void gexec_prune(struct crc_session *s)
 			continue;
 		}
 		*pp = x->next;
-		CALL(cuGraphDestroy, x->shadow);
+		if (x->shadow)
+			CALL(cuGraphDestroy, x->shadow);
 		free(x);
 	}
 }
@@ -876,11 +880,13 @@ char *crc_graph_describe(struct crc_session *s, char *why, size_t len)
 		ngraphs++;
 	}
 	for (struct crc_gexec *x = s->gexecs; x; x = x->next) {
-		if (x->modified) {
-			snprintf(
-			    why, len,
-			    "an executable graph was changed after it was instantiated (exec update or node "
-			    "parameters): checkpointing it is not supported yet");
+		if (x->modified || !x->shadow) {
+			snprintf(why, len, "%s",
+				 x->modified
+				     ? "an executable graph was changed after it was instantiated (exec "
+				       "update or node parameters): checkpointing it is not supported yet"
+				     : "an executable graph holds graph memory nodes: checkpointing it is "
+				       "not supported yet");
 			goto out;
 		}
 		gbuf_u64(&b, crc_find_handle(s, CRC_HT_GRAPHEXEC, x->exec));

@@ -1,8 +1,9 @@
 /* graph_mem: graph-owned memory (issue 11). A graph allocates a scratch buffer (mem alloc node), zeroes
- * it, fills it from a persistent buffer (graph_affine, then graph_mix2: scratch * mix + persist), copies the result to page-locked memory and
- * frees the scratch (mem free node); launched 50 times, each launch checked against a CPU model. Also
- * the graph memory attributes (in use after a launch, none after the graph is gone and trimmed) and
- * cuGraphMemAllocNodeGetParams. The simulated device has no graph memory: it skips (77) there. */
+ * it, fills it from a persistent buffer (graph_affine, then graph_mix2: scratch * mix + persist), copies the
+ * result to page-locked memory and frees the scratch (mem free node); launched 50 times, each launch checked
+ * against a CPU model. Also the graph memory attributes (in use after a launch, none after the graph is gone
+ * and trimmed) and cuGraphMemAllocNodeGetParams. The simulated device has no graph memory: it skips (77)
+ * there. */
 #include <string.h>
 
 #include "cuda_test.h"
@@ -62,6 +63,7 @@ int main(void)
 	res = cuGraphAddMemAllocNode(&nalloc, g, NULL, 0, &ap);
 	if (res == CUDA_ERROR_NOT_SUPPORTED) {
 		fprintf(stderr, "graph_mem: skipped: no graph memory nodes here\n");
+		CU_CHECK(cuGraphDestroy(g));
 		return CHECK_SKIP;
 	}
 	CU_CHECK(res);
@@ -70,8 +72,14 @@ int main(void)
 
 	/* persist = persist * mul + add + i; scratch = 0 * mix + persist; pinned = scratch. */
 	void *pa[] = {&persist, &mul, &add, &n};
-	CUDA_KERNEL_NODE_PARAMS kp = {.func = affine, .gridDimX = N / BLOCK, .gridDimY = 1, .gridDimZ = 1,
-				      .blockDimX = BLOCK, .blockDimY = 1, .blockDimZ = 1, .kernelParams = pa};
+	CUDA_KERNEL_NODE_PARAMS kp = {.func = affine,
+				      .gridDimX = N / BLOCK,
+				      .gridDimY = 1,
+				      .gridDimZ = 1,
+				      .blockDimX = BLOCK,
+				      .blockDimY = 1,
+				      .blockDimZ = 1,
+				      .kernelParams = pa};
 	CU_CHECK(cuGraphAddKernelNode(&naff, g, &nalloc, 1, &kp));
 	CUDA_MEMSET_NODE_PARAMS ms = {.dst = scratch, .value = 0, .elementSize = 4, .width = N, .height = 1};
 	CU_CHECK(cuGraphAddMemsetNode(&nset, g, &nalloc, 1, &ms, ctx));
@@ -109,7 +117,8 @@ int main(void)
 			return 1;
 		}
 		if (l == 0) {
-			CU_CHECK(cuDeviceGetGraphMemAttribute(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &used));
+			CU_CHECK(
+			    cuDeviceGetGraphMemAttribute(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &used));
 			CHECK(used >= N * sizeof(unsigned));
 		}
 	}
