@@ -667,6 +667,51 @@ CUresult crc_hook_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attri
 	return graph_mem_attr(CRC_CU_cuDeviceSetGraphMemAttribute, device, attr, value);
 }
 
+/* ---- conditional nodes ------------------------------------------------------------------------------ */
+/* The bodies' array is "CUDA-owned" and lives as long as the node: kept for the process's life. */
+static CUresult conditional_node(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t n,
+				 CUDA_CONDITIONAL_NODE_PARAMS *p)
+{
+	struct crc_graph_cond_wire *w;
+	struct crc_call c;
+	CUgraph *bodies;
+	void *args;
+	CUresult res;
+
+	if (!p->size || p->size > CRC_COND_BODIES_MAX || (n && !deps) || n > 65536)
+		return CUDA_ERROR_INVALID_VALUE;
+	bodies = calloc(p->size, sizeof(*bodies));
+	if (!bodies)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	res = crc_call_begin(&c, CRC_CU_cuGraphAddNode, 0,
+			     sizeof(struct crc_graph_node_req) + n * 8 + sizeof(*w), &args);
+	if (res != CUDA_SUCCESS) {
+		free(bodies);
+		return res;
+	}
+	w = node_header(args, (uintptr_t)g, 0, 0, 0, deps, n);
+	*w = (struct crc_graph_cond_wire){
+	    .handle = p->handle, .type = p->type, .size = p->size, .ctx = (uintptr_t)p->ctx};
+	res = crc_call_wait(&c, NULL, NULL);
+	if (res == CUDA_SUCCESS && c.reply_len < 8 + 8 * (size_t)p->size)
+		res = CUDA_ERROR_UNKNOWN;
+	if (res == CUDA_SUCCESS) {
+		uint64_t v;
+
+		memcpy(&v, c.reply, 8);
+		*ph = (CUgraphNode)(uintptr_t)v;
+		for (unsigned i = 0; i < p->size; i++) {
+			memcpy(&v, (const uint8_t *)c.reply + 8 + 8 * i, 8);
+			bodies[i] = (CUgraph)(uintptr_t)v;
+		}
+		p->phGraph_out = bodies;
+	} else {
+		free(bodies);
+	}
+	crc_call_end(&c);
+	return res;
+}
+
 /* ---- the generic node forms ---------------------------------------------------------------------- */
 static bool edges_plain(const CUgraphEdgeData *e, size_t n)
 {
@@ -724,6 +769,8 @@ static CUresult add_node(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, si
 						       (CUDA_MEM_ALLOC_NODE_PARAMS *)&p->alloc);
 	case CU_GRAPH_NODE_TYPE_MEM_FREE:
 		return crc_fwd_cuGraphAddMemFreeNode(ph, g, deps, n, p->free.dptr);
+	case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+		return conditional_node(ph, g, deps, n, &p->conditional);
 	default:
 		pr_warn("cuGraphAddNode of node type %d is not supported under crcuda yet", (int)p->type);
 		return CUDA_ERROR_NOT_SUPPORTED;

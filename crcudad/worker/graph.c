@@ -424,6 +424,48 @@ CUresult crc_raw_graph_mem_attr(struct crc_session *s, const struct crc_call_hdr
 	return CUDA_SUCCESS;
 }
 
+/* ---- conditional nodes ------------------------------------------------------------------------------ */
+CUresult crc_raw_graph_cond(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+			    size_t len)
+{
+	struct crc_graph_cond_wire w;
+	CUgraphNodeParams p;
+	CUgraphNode node = NULL;
+	union crc_slot ctx;
+	struct node_req nr;
+	uint64_t *out;
+	CUresult res = node_req(s, h, args, len, &nr);
+
+	if (res == CUDA_SUCCESS && nr.rest_len < sizeof(w))
+		res = CUDA_ERROR_INVALID_VALUE;
+	if (res != CUDA_SUCCESS)
+		goto out;
+	memcpy(&w, nr.rest, sizeof(w));
+	if (!w.size || w.size > CRC_COND_BODIES_MAX) {
+		res = CUDA_ERROR_INVALID_VALUE;
+		goto out;
+	}
+	res = crc_translate(s, h, CRC_HT_CTX, w.ctx, &ctx);
+	if (res != CUDA_SUCCESS)
+		goto out;
+	memset(&p, 0, sizeof(p));
+	p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+	p.conditional.handle = w.handle;
+	p.conditional.type = (CUgraphConditionalNodeType)w.type;
+	p.conditional.size = w.size;
+	p.conditional.ctx = ctx.ptr;
+	res = CALL(cuGraphAddNode, &node, nr.graph, nr.deps, nr.ndeps, &p);
+	if (res == CUDA_SUCCESS)
+		res = reply_node(s, node);
+	if (res == CUDA_SUCCESS && !(out = crc_out(s, 8 * (size_t)w.size)))
+		res = CUDA_ERROR_OUT_OF_MEMORY;
+	for (uint32_t i = 0; res == CUDA_SUCCESS && i < w.size; i++)
+		out[i] = client_handle(s, CRC_HT_GRAPH, p.conditional.phGraph_out[i]);
+out:
+	free(nr.deps);
+	return res;
+}
+
 /* ---- capture ---------------------------------------------------------------------------------------- */
 CUresult crc_raw_capture_info(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
 			      size_t len)

@@ -394,7 +394,8 @@ typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h,
 	X(cuGraphAddMemAllocNode, graph_memalloc)                                                            \
 	X(cuGraphMemAllocNodeGetParams, graph_memalloc_get)                                                  \
 	X(cuDeviceGetGraphMemAttribute, graph_mem_attr)                                                      \
-	X(cuDeviceSetGraphMemAttribute, graph_mem_attr)
+	X(cuDeviceSetGraphMemAttribute, graph_mem_attr)                                                      \
+	X(cuGraphAddNode, graph_cond)
 
 #define CRC_DECL_RAW(sym, fn) crc_raw_fn crc_raw_##fn;
 CRC_RAW_HANDLERS(CRC_DECL_RAW)

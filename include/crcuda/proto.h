@@ -503,6 +503,17 @@ struct crc_graph_mem_attr {
 	uint64_t value;
 };
 
+/* Conditional nodes (cuGraphAddNode of CU_GRAPH_NODE_TYPE_CONDITIONAL): crc_call_hdr +
+ * crc_graph_node_req + deps + crc_graph_cond_wire; reply: the node's handle, then `size` graph
+ * handles (the bodies, which the node owns). */
+struct crc_graph_cond_wire {
+	uint64_t handle; /* CUgraphConditionalHandle: a device-side value */
+	uint32_t type;
+	uint32_t size;
+	uint64_t ctx;
+};
+#define CRC_COND_BODIES_MAX 1024
+
 /* cuStreamGetCaptureInfo_v3: request = the stream handle; reply = crc_capture_info + n node handles
  * + n CUgraphEdgeData. */
 struct crc_capture_info {

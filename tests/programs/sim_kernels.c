@@ -299,6 +299,15 @@ CRCUDA_SIM_KERNEL(state_step_dev)
 	}
 }
 
+/* graph_cond: never launched on the simulated device (no conditional nodes), here so its module
+ * loads: the counter only. */
+CRCUDA_SIM_KERNEL(cond_step)
+{
+	unsigned *counter = CRCUDA_SIM_PARAM(blk, 0, unsigned *);
+
+	*counter += 1;
+}
+
 CRCUDA_SIM_KERNEL(state_checksum)
 {
 	const unsigned *x = CRCUDA_SIM_PARAM(blk, 0, const unsigned *);
