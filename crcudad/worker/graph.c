@@ -97,51 +97,61 @@ static CUresult reply_node(struct crc_session *s, CUgraphNode node)
 	return CUDA_SUCCESS;
 }
 
+/* What a node request does with its parameters, by the op: add a node (its handle in the reply), set
+ * a node's parameters, or an executable graph's node's (which the checkpoint then cannot describe). */
+static CUresult node_apply(struct crc_session *s, const struct node_req *nr, CUgraphNodeParams *p)
+{
+	CUgraphNode node = NULL;
+	CUresult res;
+
+	switch (s->msg->op) {
+	case CRC_CU_cuGraphAddKernelNode_v2:
+	case CRC_CU_cuGraphAddMemcpyNode:
+	case CRC_CU_cuGraphAddHostNode:
+		res = CALL(cuGraphAddNode, &node, nr->graph, nr->deps, nr->ndeps, p);
+		return res == CUDA_SUCCESS ? reply_node(s, node) : res;
+	case CRC_CU_cuGraphKernelNodeSetParams_v2:
+	case CRC_CU_cuGraphMemcpyNodeSetParams:
+	case CRC_CU_cuGraphHostNodeSetParams:
+		return CALL(cuGraphNodeSetParams, nr->node, p);
+	default:
+		res = CALL(cuGraphExecNodeSetParams, nr->exec, nr->node, p);
+		if (res == CUDA_SUCCESS)
+			crc_graph_exec_modified(s, nr->exec);
+		return res;
+	}
+}
+
 /* ---- kernel nodes --------------------------------------------------------------------------------- */
 CUresult crc_raw_graph_kernel(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
 			      size_t len)
 {
 	struct node_req nr;
 	struct crc_launch_args la;
-	CUDA_KERNEL_NODE_PARAMS_v2 p;
-	CUgraphNode node = NULL;
+	CUgraphNodeParams p = {.type = CU_GRAPH_NODE_TYPE_KERNEL};
 	CUresult res = node_req(s, h, args, len, &nr);
 
 	if (res == CUDA_SUCCESS)
 		res = crc_launch_decode(s, h, nr.rest, nr.rest_len, &la);
 	if (res != CUDA_SUCCESS)
 		goto out;
-	p = (CUDA_KERNEL_NODE_PARAMS_v2){.gridDimX = la.req->grid[0],
-					 .gridDimY = la.req->grid[1],
-					 .gridDimZ = la.req->grid[2],
-					 .blockDimX = la.req->block[0],
-					 .blockDimY = la.req->block[1],
-					 .blockDimZ = la.req->block[2],
-					 .sharedMemBytes = la.req->shared_bytes,
-					 .kernelParams = la.kp,
-					 .extra = la.ex};
+	p.kernel = (CUDA_KERNEL_NODE_PARAMS_v3){.gridDimX = la.req->grid[0],
+						.gridDimY = la.req->grid[1],
+						.gridDimZ = la.req->grid[2],
+						.blockDimX = la.req->block[0],
+						.blockDimY = la.req->block[1],
+						.blockDimZ = la.req->block[2],
+						.sharedMemBytes = la.req->shared_bytes,
+						.kernelParams = la.kp,
+						.extra = la.ex};
 	/* A CUkernel (what cudart hands) goes in kern, with the context it runs in. */
 	if (crc_vhandle_tag(la.req->func) == CRC_HT_KERNEL) {
-		p.kern = la.func;
-		p.ctx = nr.ctx;
+		p.kernel.kern = la.func;
+		p.kernel.ctx = nr.ctx;
 	} else {
-		p.func = la.func;
+		p.kernel.func = la.func;
 	}
-	switch (s->msg->op) {
-	case CRC_CU_cuGraphAddKernelNode_v2:
-		res = CALL(cuGraphAddKernelNode_v2, &node, nr.graph, nr.deps, nr.ndeps, &p);
-		if (res == CUDA_SUCCESS)
-			res = reply_node(s, node);
-		break;
-	case CRC_CU_cuGraphKernelNodeSetParams_v2:
-		res = CALL(cuGraphKernelNodeSetParams_v2, nr.node, &p);
-		break;
-	default:
-		res = CALL(cuGraphExecKernelNodeSetParams_v2, nr.exec, nr.node, &p);
-		if (res == CUDA_SUCCESS)
-			crc_graph_exec_modified(s, nr.exec);
-		break;
-	}
+	res = node_apply(s, &nr, &p);
 out:
 	free(nr.deps);
 	return res;
@@ -192,37 +202,23 @@ CUresult crc_raw_graph_memcpy(struct crc_session *s, const struct crc_call_hdr *
 			      size_t len)
 {
 	struct node_req nr;
-	CUDA_MEMCPY3D p;
-	CUgraphNode node = NULL;
+	CUgraphNodeParams p = {.type = CU_GRAPH_NODE_TYPE_MEMCPY};
 	CUresult res = node_req(s, h, args, len, &nr);
 
-	if (res == CUDA_SUCCESS && nr.rest_len < sizeof(p))
+	if (res == CUDA_SUCCESS && nr.rest_len < sizeof(p.memcpy.copyParams))
 		res = CUDA_ERROR_INVALID_VALUE;
 	if (res != CUDA_SUCCESS)
 		goto out;
-	memcpy(&p, nr.rest, sizeof(p));
-	if (p.srcMemoryType == CU_MEMORYTYPE_ARRAY || p.dstMemoryType == CU_MEMORYTYPE_ARRAY) {
+	memcpy(&p.memcpy.copyParams, nr.rest, sizeof(p.memcpy.copyParams));
+	p.memcpy.copyCtx = nr.ctx;
+	if (p.memcpy.copyParams.srcMemoryType == CU_MEMORYTYPE_ARRAY ||
+	    p.memcpy.copyParams.dstMemoryType == CU_MEMORYTYPE_ARRAY) {
 		res = CUDA_ERROR_NOT_SUPPORTED;
 		goto out;
 	}
-	res = memcpy_sides(s, &p, false);
-	if (res != CUDA_SUCCESS)
-		goto out;
-	switch (s->msg->op) {
-	case CRC_CU_cuGraphAddMemcpyNode:
-		res = CALL(cuGraphAddMemcpyNode, &node, nr.graph, nr.deps, nr.ndeps, &p, nr.ctx);
-		if (res == CUDA_SUCCESS)
-			res = reply_node(s, node);
-		break;
-	case CRC_CU_cuGraphMemcpyNodeSetParams:
-		res = CALL(cuGraphMemcpyNodeSetParams, nr.node, &p);
-		break;
-	default:
-		res = CALL(cuGraphExecMemcpyNodeSetParams, nr.exec, nr.node, &p, nr.ctx);
-		if (res == CUDA_SUCCESS)
-			crc_graph_exec_modified(s, nr.exec);
-		break;
-	}
+	res = memcpy_sides(s, &p.memcpy.copyParams, false);
+	if (res == CUDA_SUCCESS)
+		res = node_apply(s, &nr, &p);
 out:
 	free(nr.deps);
 	return res;
@@ -255,8 +251,8 @@ CUresult crc_raw_graph_host(struct crc_session *s, const struct crc_call_hdr *h,
 			    size_t len)
 {
 	const struct crc_hostfn_req *r;
-	CUDA_HOST_NODE_PARAMS p;
-	CUgraphNode node = NULL;
+	CUDA_HOST_NODE_PARAMS hp;
+	CUgraphNodeParams p = {.type = CU_GRAPH_NODE_TYPE_HOST};
 	struct node_req nr;
 	CUresult res = node_req(s, h, args, len, &nr);
 
@@ -269,24 +265,12 @@ CUresult crc_raw_graph_host(struct crc_session *s, const struct crc_call_hdr *h,
 		res = r->fn ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
 		goto out;
 	}
-	res = crc_hostfn_node_params(s, r->fn, r->data, &p);
+	res = crc_hostfn_node_params(s, r->fn, r->data, &hp);
 	if (res != CUDA_SUCCESS)
 		goto out;
-	switch (s->msg->op) {
-	case CRC_CU_cuGraphAddHostNode:
-		res = CALL(cuGraphAddHostNode, &node, nr.graph, nr.deps, nr.ndeps, &p);
-		if (res == CUDA_SUCCESS)
-			res = reply_node(s, node);
-		break;
-	case CRC_CU_cuGraphHostNodeSetParams:
-		res = CALL(cuGraphHostNodeSetParams, nr.node, &p);
-		break;
-	default:
-		res = CALL(cuGraphExecHostNodeSetParams, nr.exec, nr.node, &p);
-		if (res == CUDA_SUCCESS)
-			crc_graph_exec_modified(s, nr.exec);
-		break;
-	}
+	p.host.fn = hp.fn;
+	p.host.userData = hp.userData;
+	res = node_apply(s, &nr, &p);
 out:
 	free(nr.deps);
 	return res;
