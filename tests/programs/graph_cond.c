@@ -51,8 +51,14 @@ int main(void)
 	CHECK(p.conditional.phGraph_out != NULL);
 	body = p.conditional.phGraph_out[0];
 	void *params[] = {&counter, &limit, &h};
-	CUDA_KERNEL_NODE_PARAMS kp = {.func = step, .gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 32,
-				      .blockDimY = 1, .blockDimZ = 1, .kernelParams = params};
+	CUDA_KERNEL_NODE_PARAMS kp = {.func = step,
+				      .gridDimX = 1,
+				      .gridDimY = 1,
+				      .gridDimZ = 1,
+				      .blockDimX = 32,
+				      .blockDimY = 1,
+				      .blockDimZ = 1,
+				      .kernelParams = params};
 	CU_CHECK(cuGraphAddKernelNode(&nstep, body, NULL, 0, &kp));
 	CU_CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
 	for (int l = 0; l < LAUNCHES; l++) {
