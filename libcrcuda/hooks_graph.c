@@ -712,6 +712,35 @@ static CUresult conditional_node(CUgraphNode *ph, CUgraph g, const CUgraphNode *
 	return res;
 }
 
+/* ---- kernel node attributes ------------------------------------------------------------------------ */
+_Static_assert(sizeof(CUkernelNodeAttrValue) == CRC_KNODE_ATTR_BYTES,
+	       "crc_knode_attr carries CUkernelNodeAttrValue");
+
+CUresult crc_hook_cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr,
+						CUkernelNodeAttrValue_v1 *value_out)
+{
+	struct crc_knode_attr a = {.node = (uintptr_t)hNode, .attr = (uint32_t)attr};
+	CUresult res;
+
+	if (!value_out)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = crc_rpc(CRC_CU_cuGraphKernelNodeGetAttribute, &a, sizeof(a), &a, sizeof(a));
+	if (res == CUDA_SUCCESS)
+		memcpy(value_out, a.value, sizeof(*value_out));
+	return res;
+}
+
+CUresult crc_hook_cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr,
+						const CUkernelNodeAttrValue_v1 *value)
+{
+	struct crc_knode_attr a = {.node = (uintptr_t)hNode, .attr = (uint32_t)attr};
+
+	if (!value)
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(a.value, value, sizeof(*value));
+	return crc_rpc(CRC_CU_cuGraphKernelNodeSetAttribute, &a, sizeof(a), NULL, 0);
+}
+
 /* ---- the generic node forms ---------------------------------------------------------------------- */
 static bool edges_plain(const CUgraphEdgeData *e, size_t n)
 {

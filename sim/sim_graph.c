@@ -174,6 +174,19 @@ static atomic_int capture_count;
 static unsigned long long mark_gen;
 static _Thread_local CUstreamCaptureMode thread_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
+/* An entry point that only forwards to impl; SIM_ENTER comes first, as in every entry point. */
+#define GRAPH_API(name, params, impl, ...)                                                                   \
+	CUresult name params                                                                                 \
+	{                                                                                                    \
+		SIM_ENTER(name);                                                                             \
+		return impl(__VA_ARGS__);                                                                    \
+	}
+
+/* An entry point and its per-thread-default-stream twin around impl(per_thread, ...). */
+#define GRAPH_STREAM_API_PAIR(name, name_pt, impl, params, ...)                                              \
+	GRAPH_API(name, params, impl, false, __VA_ARGS__)                                                    \
+	GRAPH_API(name_pt, params, impl, true, __VA_ARGS__)
+
 static bool graph_valid(CUgraph g)
 {
 	return g && g->magic == SIM_MAGIC_GRAPH;
@@ -790,7 +803,8 @@ static CUresult add_begin(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, s
 
 #define GRAPH_ADD(sym, ph, g, deps, ndeps, build)                                                            \
 	do {                                                                                                 \
-		struct CUgraphNode_st proto_;                                                                \
+		/* Empty: a NULL p fails before a builder fills it, and graph_add releases it. */            \
+		struct CUgraphNode_st proto_ = {.type = CU_GRAPH_NODE_TYPE_EMPTY};                           \
 		CUresult res_;                                                                               \
                                                                                                              \
 		SIM_ENTER(sym);                                                                              \
@@ -867,23 +881,25 @@ CUresult cuGraphAddEventWaitNode(CUgraphNode *ph, CUgraph g, const CUgraphNode *
 		  proto_event(&proto_, CU_GRAPH_NODE_TYPE_WAIT_EVENT, e));
 }
 
+/* cuGraphAddNode's proto: a child graph node may not hold the graph it is added to. */
+static CUresult proto_add_generic(struct CUgraphNode_st *proto, CUgraph g, CUgraphNodeParams *p)
+{
+	if (p && p->type == CU_GRAPH_NODE_TYPE_GRAPH && p->graph.graph == g)
+		return CUDA_ERROR_INVALID_VALUE;
+	return proto_generic(proto, p);
+}
+
 CUresult cuGraphAddNode(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t ndeps,
 			CUgraphNodeParams *p)
 {
-	GRAPH_ADD(cuGraphAddNode, ph, g, deps, ndeps,
-		  p && p->type == CU_GRAPH_NODE_TYPE_GRAPH && p->graph.graph == g
-		      ? CUDA_ERROR_INVALID_VALUE
-		      : proto_generic(&proto_, p));
+	GRAPH_ADD(cuGraphAddNode, ph, g, deps, ndeps, proto_add_generic(&proto_, g, p));
 }
 
 CUresult cuGraphAddNode_v2(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *edges,
 			   size_t ndeps, CUgraphNodeParams *p)
 {
 	(void)edges; /* edge data (programmatic ports) does not change a sequential execution */
-	GRAPH_ADD(cuGraphAddNode_v2, ph, g, deps, ndeps,
-		  p && p->type == CU_GRAPH_NODE_TYPE_GRAPH && p->graph.graph == g
-		      ? CUDA_ERROR_INVALID_VALUE
-		      : proto_generic(&proto_, p));
+	GRAPH_ADD(cuGraphAddNode_v2, ph, g, deps, ndeps, proto_add_generic(&proto_, g, p));
 }
 
 /* ---- graphs ---- */
@@ -989,21 +1005,25 @@ CUresult cuGraphDestroyNode(CUgraphNode n)
 	return CUDA_SUCCESS;
 }
 
-CUresult cuGraphNodeGetType(CUgraphNode n, CUgraphNodeType *type)
-{
-	CUresult res = CUDA_SUCCESS;
+/* A locked read of one field of a handle (a node, an executable graph) checked by valid. */
+#define HANDLE_GET_API(name, handle_type, valid, out_type, get)                                              \
+	CUresult name(handle_type h, out_type *out)                                                          \
+	{                                                                                                    \
+		CUresult res = CUDA_SUCCESS;                                                                 \
+                                                                                                             \
+		SIM_ENTER(name);                                                                             \
+		if (!out)                                                                                    \
+			return CUDA_ERROR_INVALID_VALUE;                                                     \
+		pthread_mutex_lock(&graph_lock);                                                             \
+		if (valid(h))                                                                                \
+			get;                                                                                 \
+		else                                                                                         \
+			res = CUDA_ERROR_INVALID_VALUE;                                                      \
+		pthread_mutex_unlock(&graph_lock);                                                           \
+		return res;                                                                                  \
+	}
 
-	SIM_ENTER(cuGraphNodeGetType);
-	if (!type)
-		return CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&graph_lock);
-	if (node_valid(n))
-		*type = n->type;
-	else
-		res = CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_unlock(&graph_lock);
-	return res;
-}
+HANDLE_GET_API(cuGraphNodeGetType, CUgraphNode, node_valid, CUgraphNodeType, *out = h->type)
 
 /* The query convention: NULL array → count only; otherwise up to *count entries, the rest of a
  * longer array NULL, *count set to the number there are. */
@@ -1102,18 +1122,11 @@ static CUresult get_edges(CUgraph g, CUgraphNode *from, CUgraphNode *to, CUgraph
 	return CUDA_SUCCESS;
 }
 
-CUresult cuGraphGetEdges(CUgraph g, CUgraphNode *from, CUgraphNode *to, size_t *count)
-{
-	SIM_ENTER(cuGraphGetEdges);
-	return get_edges(g, from, to, NULL, count);
-}
-
-CUresult cuGraphGetEdges_v2(CUgraph g, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edges,
-			    size_t *count)
-{
-	SIM_ENTER(cuGraphGetEdges_v2);
-	return get_edges(g, from, to, edges, count);
-}
+GRAPH_API(cuGraphGetEdges, (CUgraph g, CUgraphNode *from, CUgraphNode *to, size_t *count), get_edges, g, from,
+	  to, NULL, count)
+GRAPH_API(cuGraphGetEdges_v2,
+	  (CUgraph g, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edges, size_t *count), get_edges,
+	  g, from, to, edges, count)
 
 static CUresult node_neighbours(CUgraphNode n, bool deps, CUgraphNode *out, CUgraphEdgeData *edges,
 				size_t *count)
@@ -1133,37 +1146,24 @@ static CUresult node_neighbours(CUgraphNode n, bool deps, CUgraphNode *out, CUgr
 	return CUDA_SUCCESS;
 }
 
-CUresult cuGraphNodeGetDependencies(CUgraphNode n, CUgraphNode *deps, size_t *count)
-{
-	SIM_ENTER(cuGraphNodeGetDependencies);
-	return node_neighbours(n, true, deps, NULL, count);
-}
+GRAPH_API(cuGraphNodeGetDependencies, (CUgraphNode n, CUgraphNode *deps, size_t *count), node_neighbours, n,
+	  true, deps, NULL, count)
+GRAPH_API(cuGraphNodeGetDependencies_v2,
+	  (CUgraphNode n, CUgraphNode *deps, CUgraphEdgeData *edges, size_t *count), node_neighbours, n, true,
+	  deps, edges, count)
+GRAPH_API(cuGraphNodeGetDependentNodes, (CUgraphNode n, CUgraphNode *outs, size_t *count), node_neighbours, n,
+	  false, outs, NULL, count)
+GRAPH_API(cuGraphNodeGetDependentNodes_v2,
+	  (CUgraphNode n, CUgraphNode *outs, CUgraphEdgeData *edges, size_t *count), node_neighbours, n,
+	  false, outs, edges, count)
 
-CUresult cuGraphNodeGetDependencies_v2(CUgraphNode n, CUgraphNode *deps, CUgraphEdgeData *edges,
-				       size_t *count)
-{
-	SIM_ENTER(cuGraphNodeGetDependencies_v2);
-	return node_neighbours(n, true, deps, edges, count);
-}
-
-CUresult cuGraphNodeGetDependentNodes(CUgraphNode n, CUgraphNode *outs, size_t *count)
-{
-	SIM_ENTER(cuGraphNodeGetDependentNodes);
-	return node_neighbours(n, false, outs, NULL, count);
-}
-
-CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode n, CUgraphNode *outs, CUgraphEdgeData *edges,
-					 size_t *count)
-{
-	SIM_ENTER(cuGraphNodeGetDependentNodes_v2);
-	return node_neighbours(n, false, outs, edges, count);
-}
-
-static CUresult edges_change(CUgraph g, const CUgraphNode *from, const CUgraphNode *to, size_t count,
-			     bool add)
+/* edges (programmatic ports) are ignored: they do not change a sequential execution. */
+static CUresult edges_change(CUgraph g, const CUgraphNode *from, const CUgraphNode *to,
+			     const CUgraphEdgeData *edges, size_t count, bool add)
 {
 	CUresult res = CUDA_SUCCESS;
 
+	(void)edges;
 	if (count && (!from || !to))
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&graph_lock);
@@ -1203,41 +1203,41 @@ out:
 	return res;
 }
 
-CUresult cuGraphAddDependencies(CUgraph g, const CUgraphNode *from, const CUgraphNode *to, size_t count)
-{
-	SIM_ENTER(cuGraphAddDependencies);
-	return edges_change(g, from, to, count, true);
-}
-
-CUresult cuGraphAddDependencies_v2(CUgraph g, const CUgraphNode *from, const CUgraphNode *to,
-				   const CUgraphEdgeData *edges, size_t count)
-{
-	SIM_ENTER(cuGraphAddDependencies_v2);
-	(void)edges;
-	return edges_change(g, from, to, count, true);
-}
-
-CUresult cuGraphRemoveDependencies(CUgraph g, const CUgraphNode *from, const CUgraphNode *to, size_t count)
-{
-	SIM_ENTER(cuGraphRemoveDependencies);
-	return edges_change(g, from, to, count, false);
-}
-
-CUresult cuGraphRemoveDependencies_v2(CUgraph g, const CUgraphNode *from, const CUgraphNode *to,
-				      const CUgraphEdgeData *edges, size_t count)
-{
-	SIM_ENTER(cuGraphRemoveDependencies_v2);
-	(void)edges;
-	return edges_change(g, from, to, count, false);
-}
+GRAPH_API(cuGraphAddDependencies, (CUgraph g, const CUgraphNode *from, const CUgraphNode *to, size_t count),
+	  edges_change, g, from, to, NULL, count, true)
+GRAPH_API(cuGraphAddDependencies_v2,
+	  (CUgraph g, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edges,
+	   size_t count),
+	  edges_change, g, from, to, edges, count, true)
+GRAPH_API(cuGraphRemoveDependencies,
+	  (CUgraph g, const CUgraphNode *from, const CUgraphNode *to, size_t count), edges_change, g, from,
+	  to, NULL, count, false)
+GRAPH_API(cuGraphRemoveDependencies_v2,
+	  (CUgraph g, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edges,
+	   size_t count),
+	  edges_change, g, from, to, edges, count, false)
 
 /* ---- node parameters: get and set ---- */
 
-/* Takes graph_lock when n is a valid node of that type (any type for type < 0). */
-static CUresult node_begin(CUgraphNode n, int type)
+/* Takes graph_lock when n is a valid node of that type (any type for type < 0); *out = n, the
+ * node to read or change, as exec_node_begin gives x's copy, so one body serves both. */
+static CUresult node_begin(CUgraphNode n, int type, struct CUgraphNode_st **out)
 {
 	pthread_mutex_lock(&graph_lock);
 	if (!node_valid(n) || (type >= 0 && n->type != (CUgraphNodeType)type)) {
+		pthread_mutex_unlock(&graph_lock);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	*out = n;
+	return CUDA_SUCCESS;
+}
+
+/* Takes graph_lock; *out is x's copy of n (of that type, any for type < 0). */
+static CUresult exec_node_begin(CUgraphExec x, CUgraphNode n, int type, struct CUgraphNode_st **out)
+{
+	pthread_mutex_lock(&graph_lock);
+	if (!exec_valid(x) || !node_valid(n) || !(*out = find_copy(x->graph, n->id, true)) ||
+	    (type >= 0 && (*out)->type != (CUgraphNodeType)type)) {
 		pthread_mutex_unlock(&graph_lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
@@ -1271,229 +1271,109 @@ static CUresult node_set_end(struct CUgraphNode_st *n, struct CUgraphNode_st *pr
 		(p)->extra = NULL;                                                                           \
 	} while (0)
 
-CUresult cuGraphKernelNodeGetParams(CUgraphNode n, CUDA_KERNEL_NODE_PARAMS_v1 *p)
+static void kernel_get_v2(CUDA_KERNEL_NODE_PARAMS_v2 *p, const struct CUgraphNode_st *n)
 {
-	CUresult res;
-
-	SIM_ENTER(cuGraphKernelNodeGetParams);
-	if (!p)
-		return CUDA_ERROR_INVALID_VALUE;
-	res = node_begin(n, CU_GRAPH_NODE_TYPE_KERNEL);
-	if (res != CUDA_SUCCESS)
-		return res;
-	KERNEL_GET(p, n);
-	pthread_mutex_unlock(&graph_lock);
-	return CUDA_SUCCESS;
-}
-
-CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode n, CUDA_KERNEL_NODE_PARAMS_v2 *p)
-{
-	CUresult res;
-
-	SIM_ENTER(cuGraphKernelNodeGetParams_v2);
-	if (!p)
-		return CUDA_ERROR_INVALID_VALUE;
-	res = node_begin(n, CU_GRAPH_NODE_TYPE_KERNEL);
-	if (res != CUDA_SUCCESS)
-		return res;
 	KERNEL_GET(p, n);
 	p->kern = NULL;
 	p->ctx = n->kernel.ctx;
-	pthread_mutex_unlock(&graph_lock);
-	return CUDA_SUCCESS;
 }
 
-CUresult cuGraphKernelNodeSetParams(CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS_v1 *p)
-{
-	struct CUgraphNode_st proto;
-	CUresult res;
+/* A getter of a node of CU_GRAPH_NODE_TYPE_<type>: get (a statement) fills *out from en. */
+#define NODE_GET_API(name, type, out_type, get)                                                              \
+	CUresult name(CUgraphNode n, out_type *out)                                                          \
+	{                                                                                                    \
+		struct CUgraphNode_st *en;                                                                   \
+		CUresult res;                                                                                \
+                                                                                                             \
+		SIM_ENTER(name);                                                                             \
+		if (!out)                                                                                    \
+			return CUDA_ERROR_INVALID_VALUE;                                                     \
+		res = node_begin(n, CU_GRAPH_NODE_TYPE_##type, &en);                                         \
+		if (res != CUDA_SUCCESS)                                                                     \
+			return res;                                                                          \
+		get;                                                                                         \
+		pthread_mutex_unlock(&graph_lock);                                                           \
+		return CUDA_SUCCESS;                                                                         \
+	}
 
-	SIM_ENTER(cuGraphKernelNodeSetParams);
-	if (!p)
-		return CUDA_ERROR_INVALID_VALUE;
-	res = node_begin(n, CU_GRAPH_NODE_TYPE_KERNEL);
-	if (res != CUDA_SUCCESS)
-		return res;
-	return node_set_end(n, &proto, KERNEL_PROTO(&proto, p, NULL, NULL));
-}
+NODE_GET_API(cuGraphKernelNodeGetParams, KERNEL, CUDA_KERNEL_NODE_PARAMS_v1, KERNEL_GET(out, en))
+NODE_GET_API(cuGraphKernelNodeGetParams_v2, KERNEL, CUDA_KERNEL_NODE_PARAMS_v2, kernel_get_v2(out, en))
+NODE_GET_API(cuGraphMemcpyNodeGetParams, MEMCPY, CUDA_MEMCPY3D_v2, *out = en->copy.p)
+NODE_GET_API(cuGraphMemsetNodeGetParams, MEMSET, CUDA_MEMSET_NODE_PARAMS_v1, *out = en->set.p)
+NODE_GET_API(cuGraphHostNodeGetParams, HOST, CUDA_HOST_NODE_PARAMS_v1, *out = en->host)
+NODE_GET_API(cuGraphChildGraphNodeGetGraph, GRAPH, CUgraph, *out = en->child)
+NODE_GET_API(cuGraphEventRecordNodeGetEvent, EVENT_RECORD, CUevent, *out = en->event)
+NODE_GET_API(cuGraphEventWaitNodeGetEvent, WAIT_EVENT, CUevent, *out = en->event)
 
-CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS_v2 *p)
-{
-	struct CUgraphNode_st proto;
-	CUresult res;
+/* A setter's body: need (a parameter that must not be NULL, or true where build checks) is
+ * checked before begin takes graph_lock and finds en, the node to change; build makes its new
+ * parameters in proto. */
+#define NODE_SET_BODY(name, begin, need, build)                                                              \
+	{                                                                                                    \
+		struct CUgraphNode_st proto, *en;                                                            \
+		CUresult res;                                                                                \
+                                                                                                             \
+		SIM_ENTER(name);                                                                             \
+		if (!(need))                                                                                 \
+			return CUDA_ERROR_INVALID_VALUE;                                                     \
+		res = begin;                                                                                 \
+		if (res != CUDA_SUCCESS)                                                                     \
+			return res;                                                                          \
+		return node_set_end(en, &proto, build);                                                      \
+	}
 
-	SIM_ENTER(cuGraphKernelNodeSetParams_v2);
-	if (!p)
-		return CUDA_ERROR_INVALID_VALUE;
-	res = node_begin(n, CU_GRAPH_NODE_TYPE_KERNEL);
-	if (res != CUDA_SUCCESS)
-		return res;
-	return node_set_end(n, &proto, KERNEL_PROTO(&proto, p, p->kern, p->ctx));
-}
+/* cuGraphXxxNodeSetParams: on a node of a graph. */
+#define NODE_SET_API(name, type, need, build, ...)                                                           \
+	CUresult name(CUgraphNode n, __VA_ARGS__)                                                            \
+	    NODE_SET_BODY(name, node_begin(n, CU_GRAPH_NODE_TYPE_##type, &en), need, build)
 
-CUresult cuGraphMemcpyNodeGetParams(CUgraphNode n, CUDA_MEMCPY3D_v2 *p)
-{
-	CUresult res;
+/* cuGraphExecXxxNodeSetParams: on x's copy of a node. */
+#define EXEC_SET_API(name, type, need, build, ...)                                                           \
+	CUresult name(CUgraphExec x, CUgraphNode n, __VA_ARGS__)                                             \
+	    NODE_SET_BODY(name, exec_node_begin(x, n, CU_GRAPH_NODE_TYPE_##type, &en), need, build)
 
-	SIM_ENTER(cuGraphMemcpyNodeGetParams);
-	if (!p)
-		return CUDA_ERROR_INVALID_VALUE;
-	res = node_begin(n, CU_GRAPH_NODE_TYPE_MEMCPY);
-	if (res != CUDA_SUCCESS)
-		return res;
-	*p = n->copy.p;
-	pthread_mutex_unlock(&graph_lock);
-	return CUDA_SUCCESS;
-}
+/* Both, where the new parameters come from the arguments alone. */
+#define NODE_EXEC_SET_API(name, exec_name, type, need, build, ...)                                           \
+	NODE_SET_API(name, type, need, build, __VA_ARGS__)                                                   \
+	EXEC_SET_API(exec_name, type, need, build, __VA_ARGS__)
 
-CUresult cuGraphMemcpyNodeSetParams(CUgraphNode n, const CUDA_MEMCPY3D_v2 *p)
-{
-	struct CUgraphNode_st proto;
-	CUresult res;
-
-	SIM_ENTER(cuGraphMemcpyNodeSetParams);
-	res = node_begin(n, CU_GRAPH_NODE_TYPE_MEMCPY);
-	if (res != CUDA_SUCCESS)
-		return res;
-	return node_set_end(n, &proto, proto_memcpy(&proto, p, n->copy.ctx));
-}
-
-CUresult cuGraphMemsetNodeGetParams(CUgraphNode n, CUDA_MEMSET_NODE_PARAMS_v1 *p)
-{
-	CUresult res;
-
-	SIM_ENTER(cuGraphMemsetNodeGetParams);
-	if (!p)
-		return CUDA_ERROR_INVALID_VALUE;
-	res = node_begin(n, CU_GRAPH_NODE_TYPE_MEMSET);
-	if (res != CUDA_SUCCESS)
-		return res;
-	*p = n->set.p;
-	pthread_mutex_unlock(&graph_lock);
-	return CUDA_SUCCESS;
-}
-
-CUresult cuGraphMemsetNodeSetParams(CUgraphNode n, const CUDA_MEMSET_NODE_PARAMS_v1 *p)
-{
-	struct CUgraphNode_st proto;
-	CUresult res;
-
-	SIM_ENTER(cuGraphMemsetNodeSetParams);
-	res = node_begin(n, CU_GRAPH_NODE_TYPE_MEMSET);
-	if (res != CUDA_SUCCESS)
-		return res;
-	return node_set_end(n, &proto, proto_memset(&proto, p, n->set.ctx));
-}
-
-CUresult cuGraphHostNodeGetParams(CUgraphNode n, CUDA_HOST_NODE_PARAMS_v1 *p)
-{
-	CUresult res;
-
-	SIM_ENTER(cuGraphHostNodeGetParams);
-	if (!p)
-		return CUDA_ERROR_INVALID_VALUE;
-	res = node_begin(n, CU_GRAPH_NODE_TYPE_HOST);
-	if (res != CUDA_SUCCESS)
-		return res;
-	*p = n->host;
-	pthread_mutex_unlock(&graph_lock);
-	return CUDA_SUCCESS;
-}
-
-CUresult cuGraphHostNodeSetParams(CUgraphNode n, const CUDA_HOST_NODE_PARAMS_v1 *p)
-{
-	struct CUgraphNode_st proto;
-	CUresult res;
-
-	SIM_ENTER(cuGraphHostNodeSetParams);
-	if (!p)
-		return CUDA_ERROR_INVALID_VALUE;
-	res = node_begin(n, CU_GRAPH_NODE_TYPE_HOST);
-	if (res != CUDA_SUCCESS)
-		return res;
-	return node_set_end(n, &proto, proto_host(&proto, p->fn, p->userData));
-}
-
-CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode n, CUgraph *ph)
-{
-	CUresult res;
-
-	SIM_ENTER(cuGraphChildGraphNodeGetGraph);
-	if (!ph)
-		return CUDA_ERROR_INVALID_VALUE;
-	res = node_begin(n, CU_GRAPH_NODE_TYPE_GRAPH);
-	if (res != CUDA_SUCCESS)
-		return res;
-	*ph = n->child;
-	pthread_mutex_unlock(&graph_lock);
-	return CUDA_SUCCESS;
-}
-
-static CUresult event_node_get(CUgraphNode n, CUgraphNodeType type, CUevent *out)
-{
-	CUresult res;
-
-	if (!out)
-		return CUDA_ERROR_INVALID_VALUE;
-	res = node_begin(n, (int)type);
-	if (res != CUDA_SUCCESS)
-		return res;
-	*out = n->event;
-	pthread_mutex_unlock(&graph_lock);
-	return CUDA_SUCCESS;
-}
-
-static CUresult event_node_set(CUgraphNode n, CUgraphNodeType type, CUevent e)
-{
-	struct CUgraphNode_st proto;
-	CUresult res = node_begin(n, (int)type);
-
-	if (res != CUDA_SUCCESS)
-		return res;
-	return node_set_end(n, &proto, proto_event(&proto, type, e));
-}
-
-CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode n, CUevent *out)
-{
-	SIM_ENTER(cuGraphEventRecordNodeGetEvent);
-	return event_node_get(n, CU_GRAPH_NODE_TYPE_EVENT_RECORD, out);
-}
-
-CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode n, CUevent e)
-{
-	SIM_ENTER(cuGraphEventRecordNodeSetEvent);
-	return event_node_set(n, CU_GRAPH_NODE_TYPE_EVENT_RECORD, e);
-}
-
-CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode n, CUevent *out)
-{
-	SIM_ENTER(cuGraphEventWaitNodeGetEvent);
-	return event_node_get(n, CU_GRAPH_NODE_TYPE_WAIT_EVENT, out);
-}
-
-CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode n, CUevent e)
-{
-	SIM_ENTER(cuGraphEventWaitNodeSetEvent);
-	return event_node_set(n, CU_GRAPH_NODE_TYPE_WAIT_EVENT, e);
-}
+NODE_EXEC_SET_API(cuGraphKernelNodeSetParams, cuGraphExecKernelNodeSetParams, KERNEL, p,
+		  KERNEL_PROTO(&proto, p, NULL, NULL), const CUDA_KERNEL_NODE_PARAMS_v1 *p)
+NODE_EXEC_SET_API(cuGraphKernelNodeSetParams_v2, cuGraphExecKernelNodeSetParams_v2, KERNEL, p,
+		  KERNEL_PROTO(&proto, p, p->kern, p->ctx), const CUDA_KERNEL_NODE_PARAMS_v2 *p)
+NODE_EXEC_SET_API(cuGraphHostNodeSetParams, cuGraphExecHostNodeSetParams, HOST, p,
+		  proto_host(&proto, p->fn, p->userData), const CUDA_HOST_NODE_PARAMS_v1 *p)
+NODE_EXEC_SET_API(cuGraphEventRecordNodeSetEvent, cuGraphExecEventRecordNodeSetEvent, EVENT_RECORD, true,
+		  proto_event(&proto, CU_GRAPH_NODE_TYPE_EVENT_RECORD, e), CUevent e)
+NODE_EXEC_SET_API(cuGraphEventWaitNodeSetEvent, cuGraphExecEventWaitNodeSetEvent, WAIT_EVENT, true,
+		  proto_event(&proto, CU_GRAPH_NODE_TYPE_WAIT_EVENT, e), CUevent e)
+/* A copy or a set keeps the node's context; an executable graph's takes the one given. */
+NODE_SET_API(cuGraphMemcpyNodeSetParams, MEMCPY, true, proto_memcpy(&proto, p, en->copy.ctx),
+	     const CUDA_MEMCPY3D_v2 *p)
+NODE_SET_API(cuGraphMemsetNodeSetParams, MEMSET, true, proto_memset(&proto, p, en->set.ctx),
+	     const CUDA_MEMSET_NODE_PARAMS_v1 *p)
+EXEC_SET_API(cuGraphExecMemcpyNodeSetParams, MEMCPY, true, proto_memcpy(&proto, p, ctx),
+	     const CUDA_MEMCPY3D_v2 *p, CUcontext ctx)
+EXEC_SET_API(cuGraphExecMemsetNodeSetParams, MEMSET, true, proto_memset(&proto, p, ctx),
+	     const CUDA_MEMSET_NODE_PARAMS_v1 *p, CUcontext ctx)
 
 CUresult cuGraphNodeSetParams(CUgraphNode n, CUgraphNodeParams *p)
 {
-	struct CUgraphNode_st proto;
+	struct CUgraphNode_st proto, *en;
 	CUresult res;
 
 	SIM_ENTER(cuGraphNodeSetParams);
 	if (!p)
 		return CUDA_ERROR_INVALID_VALUE;
-	res = node_begin(n, -1);
+	res = node_begin(n, -1, &en);
 	if (res != CUDA_SUCCESS)
 		return res;
-	if (p->type != n->type || n->type == CU_GRAPH_NODE_TYPE_EMPTY ||
-	    (n->type == CU_GRAPH_NODE_TYPE_GRAPH && p->graph.graph == n->graph)) {
+	if (p->type != en->type || en->type == CU_GRAPH_NODE_TYPE_EMPTY ||
+	    (en->type == CU_GRAPH_NODE_TYPE_GRAPH && p->graph.graph == en->graph)) {
 		pthread_mutex_unlock(&graph_lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	return node_set_end(n, &proto, proto_generic(&proto, p));
+	return node_set_end(en, &proto, proto_generic(&proto, p));
 }
 
 /* ---- executable graphs ---- */
@@ -1576,23 +1456,14 @@ static CUresult instantiate_log(CUgraphExec *px, CUgraph g, CUgraphNode *err_nod
 	return res;
 }
 
-CUresult cuGraphInstantiate(CUgraphExec *px, CUgraph g, CUgraphNode *err_node, char *log, size_t log_size)
-{
-	SIM_ENTER(cuGraphInstantiate);
-	return instantiate_log(px, g, err_node, log, log_size);
-}
-
-CUresult cuGraphInstantiate_v2(CUgraphExec *px, CUgraph g, CUgraphNode *err_node, char *log, size_t log_size)
-{
-	SIM_ENTER(cuGraphInstantiate_v2);
-	return instantiate_log(px, g, err_node, log, log_size);
-}
-
-CUresult cuGraphInstantiateWithFlags(CUgraphExec *px, CUgraph g, unsigned long long flags)
-{
-	SIM_ENTER(cuGraphInstantiateWithFlags);
-	return instantiate(px, g, flags, NULL, NULL);
-}
+GRAPH_API(cuGraphInstantiate,
+	  (CUgraphExec * px, CUgraph g, CUgraphNode *err_node, char *log, size_t log_size), instantiate_log,
+	  px, g, err_node, log, log_size)
+GRAPH_API(cuGraphInstantiate_v2,
+	  (CUgraphExec * px, CUgraph g, CUgraphNode *err_node, char *log, size_t log_size), instantiate_log,
+	  px, g, err_node, log, log_size)
+GRAPH_API(cuGraphInstantiateWithFlags, (CUgraphExec * px, CUgraph g, unsigned long long flags), instantiate,
+	  px, g, flags, NULL, NULL)
 
 static CUresult instantiate_with_params(bool pt, CUgraphExec *px, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *p)
 {
@@ -1609,17 +1480,9 @@ static CUresult instantiate_with_params(bool pt, CUgraphExec *px, CUgraph g, CUD
 	return instantiate(px, g, p->flags, &p->hErrNode_out, &p->result_out);
 }
 
-CUresult cuGraphInstantiateWithParams(CUgraphExec *px, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *p)
-{
-	SIM_ENTER(cuGraphInstantiateWithParams);
-	return instantiate_with_params(false, px, g, p);
-}
-
-CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *px, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *p)
-{
-	SIM_ENTER(cuGraphInstantiateWithParams_ptsz);
-	return instantiate_with_params(true, px, g, p);
-}
+GRAPH_STREAM_API_PAIR(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams_ptsz,
+		      instantiate_with_params,
+		      (CUgraphExec * px, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *p), px, g, p)
 
 CUresult cuGraphExecDestroy(CUgraphExec x)
 {
@@ -1634,21 +1497,7 @@ CUresult cuGraphExecDestroy(CUgraphExec x)
 	return CUDA_SUCCESS;
 }
 
-CUresult cuGraphExecGetFlags(CUgraphExec x, cuuint64_t *flags)
-{
-	CUresult res = CUDA_SUCCESS;
-
-	SIM_ENTER(cuGraphExecGetFlags);
-	if (!flags)
-		return CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&graph_lock);
-	if (exec_valid(x))
-		*flags = x->flags;
-	else
-		res = CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_unlock(&graph_lock);
-	return res;
-}
+HANDLE_GET_API(cuGraphExecGetFlags, CUgraphExec, exec_valid, cuuint64_t, *out = h->flags)
 
 /* ---- launches ---- */
 
@@ -1879,6 +1728,16 @@ static CUresult launch_captured(struct CUgraphExec_st *x, struct sim_stream_capt
 	return res;
 }
 
+/* Resolves h (per-thread default stream if pt) and, when it is fine, takes graph_lock. */
+static CUresult stream_lock(CUstream h, bool pt, struct CUstream_st **s)
+{
+	CUresult res = sim_stream_resolve(h, pt, s);
+
+	if (res == CUDA_SUCCESS)
+		pthread_mutex_lock(&graph_lock);
+	return res;
+}
+
 static CUresult graph_launch(bool pt, CUgraphExec x, CUstream h)
 {
 	struct op_list ops = {0};
@@ -1888,10 +1747,9 @@ static CUresult graph_launch(bool pt, CUgraphExec x, CUstream h)
 
 	if (!x)
 		return CUDA_ERROR_INVALID_VALUE;
-	res = sim_stream_resolve(h, pt, &s);
+	res = stream_lock(h, pt, &s);
 	if (res != CUDA_SUCCESS)
 		return res;
-	pthread_mutex_lock(&graph_lock);
 	if (!exec_valid(x)) {
 		pthread_mutex_unlock(&graph_lock);
 		return CUDA_ERROR_INVALID_HANDLE;
@@ -1930,146 +1788,23 @@ static CUresult graph_launch(bool pt, CUgraphExec x, CUstream h)
 	return res;
 }
 
-CUresult cuGraphLaunch(CUgraphExec x, CUstream h)
-{
-	SIM_ENTER(cuGraphLaunch);
-	return graph_launch(false, x, h);
-}
-
-CUresult cuGraphLaunch_ptsz(CUgraphExec x, CUstream h)
-{
-	SIM_ENTER(cuGraphLaunch_ptsz);
-	return graph_launch(true, x, h);
-}
+GRAPH_STREAM_API_PAIR(cuGraphLaunch, cuGraphLaunch_ptsz, graph_launch, (CUgraphExec x, CUstream h), x, h)
 
 static CUresult graph_upload(bool pt, CUgraphExec x, CUstream h)
 {
 	struct CUstream_st *s;
-	CUresult res = sim_stream_resolve(h, pt, &s);
+	CUresult res = stream_lock(h, pt, &s);
 
 	if (res != CUDA_SUCCESS)
 		return res;
-	pthread_mutex_lock(&graph_lock);
 	res = exec_valid(x) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_unlock(&graph_lock);
 	return res;
 }
 
-CUresult cuGraphUpload(CUgraphExec x, CUstream h)
-{
-	SIM_ENTER(cuGraphUpload);
-	return graph_upload(false, x, h);
-}
-
-CUresult cuGraphUpload_ptsz(CUgraphExec x, CUstream h)
-{
-	SIM_ENTER(cuGraphUpload_ptsz);
-	return graph_upload(true, x, h);
-}
+GRAPH_STREAM_API_PAIR(cuGraphUpload, cuGraphUpload_ptsz, graph_upload, (CUgraphExec x, CUstream h), x, h)
 
 /* ---- executable graph updates ---- */
-
-/* Takes graph_lock; *out is x's copy of n (of that type, any for type < 0). */
-static CUresult exec_node_begin(CUgraphExec x, CUgraphNode n, int type, struct CUgraphNode_st **out)
-{
-	pthread_mutex_lock(&graph_lock);
-	if (!exec_valid(x) || !node_valid(n) || !(*out = find_copy(x->graph, n->id, true)) ||
-	    (type >= 0 && (*out)->type != (CUgraphNodeType)type)) {
-		pthread_mutex_unlock(&graph_lock);
-		return CUDA_ERROR_INVALID_VALUE;
-	}
-	return CUDA_SUCCESS;
-}
-
-CUresult cuGraphExecKernelNodeSetParams(CUgraphExec x, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS_v1 *p)
-{
-	struct CUgraphNode_st proto, *en;
-	CUresult res;
-
-	SIM_ENTER(cuGraphExecKernelNodeSetParams);
-	if (!p)
-		return CUDA_ERROR_INVALID_VALUE;
-	res = exec_node_begin(x, n, CU_GRAPH_NODE_TYPE_KERNEL, &en);
-	if (res != CUDA_SUCCESS)
-		return res;
-	return node_set_end(en, &proto, KERNEL_PROTO(&proto, p, NULL, NULL));
-}
-
-CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec x, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS_v2 *p)
-{
-	struct CUgraphNode_st proto, *en;
-	CUresult res;
-
-	SIM_ENTER(cuGraphExecKernelNodeSetParams_v2);
-	if (!p)
-		return CUDA_ERROR_INVALID_VALUE;
-	res = exec_node_begin(x, n, CU_GRAPH_NODE_TYPE_KERNEL, &en);
-	if (res != CUDA_SUCCESS)
-		return res;
-	return node_set_end(en, &proto, KERNEL_PROTO(&proto, p, p->kern, p->ctx));
-}
-
-CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec x, CUgraphNode n, const CUDA_MEMCPY3D_v2 *p,
-					CUcontext ctx)
-{
-	struct CUgraphNode_st proto, *en;
-	CUresult res;
-
-	SIM_ENTER(cuGraphExecMemcpyNodeSetParams);
-	res = exec_node_begin(x, n, CU_GRAPH_NODE_TYPE_MEMCPY, &en);
-	if (res != CUDA_SUCCESS)
-		return res;
-	return node_set_end(en, &proto, proto_memcpy(&proto, p, ctx));
-}
-
-CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec x, CUgraphNode n, const CUDA_MEMSET_NODE_PARAMS_v1 *p,
-					CUcontext ctx)
-{
-	struct CUgraphNode_st proto, *en;
-	CUresult res;
-
-	SIM_ENTER(cuGraphExecMemsetNodeSetParams);
-	res = exec_node_begin(x, n, CU_GRAPH_NODE_TYPE_MEMSET, &en);
-	if (res != CUDA_SUCCESS)
-		return res;
-	return node_set_end(en, &proto, proto_memset(&proto, p, ctx));
-}
-
-CUresult cuGraphExecHostNodeSetParams(CUgraphExec x, CUgraphNode n, const CUDA_HOST_NODE_PARAMS_v1 *p)
-{
-	struct CUgraphNode_st proto, *en;
-	CUresult res;
-
-	SIM_ENTER(cuGraphExecHostNodeSetParams);
-	if (!p)
-		return CUDA_ERROR_INVALID_VALUE;
-	res = exec_node_begin(x, n, CU_GRAPH_NODE_TYPE_HOST, &en);
-	if (res != CUDA_SUCCESS)
-		return res;
-	return node_set_end(en, &proto, proto_host(&proto, p->fn, p->userData));
-}
-
-static CUresult exec_event_set(CUgraphExec x, CUgraphNode n, CUgraphNodeType type, CUevent e)
-{
-	struct CUgraphNode_st proto, *en;
-	CUresult res = exec_node_begin(x, n, (int)type, &en);
-
-	if (res != CUDA_SUCCESS)
-		return res;
-	return node_set_end(en, &proto, proto_event(&proto, type, e));
-}
-
-CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec x, CUgraphNode n, CUevent e)
-{
-	SIM_ENTER(cuGraphExecEventRecordNodeSetEvent);
-	return exec_event_set(x, n, CU_GRAPH_NODE_TYPE_EVENT_RECORD, e);
-}
-
-CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec x, CUgraphNode n, CUevent e)
-{
-	SIM_ENTER(cuGraphExecEventWaitNodeSetEvent);
-	return exec_event_set(x, n, CU_GRAPH_NODE_TYPE_WAIT_EVENT, e);
-}
 
 /* Whether b has a's topology and node types (pairing nodes in creation order), for
  * cuGraphExecUpdate; the first difference goes to info. */
@@ -2193,9 +1928,23 @@ CUresult cuGraphExecUpdate(CUgraphExec x, CUgraph g, CUgraphNode *err_node, CUgr
 	return res;
 }
 
-CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec x, CUgraphNode n, CUgraph child)
+/* en, a child graph node of an executable graph, takes the parameters of child, which must have
+ * its topology; under graph_lock, which it drops. */
+static CUresult exec_child_update(struct CUgraphNode_st *en, CUgraph child)
 {
 	CUgraphExecUpdateResultInfo info = {0};
+	CUresult res = CUDA_SUCCESS;
+
+	if (!graph_valid(child) || !graphs_match(en->child, child, &info))
+		res = CUDA_ERROR_INVALID_VALUE;
+	else if (!graph_update(en->child, child, false))
+		res = CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_unlock(&graph_lock);
+	return res;
+}
+
+CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec x, CUgraphNode n, CUgraph child)
+{
 	struct CUgraphNode_st *en;
 	CUresult res;
 
@@ -2203,12 +1952,7 @@ CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec x, CUgraphNode n, CUgrap
 	res = exec_node_begin(x, n, CU_GRAPH_NODE_TYPE_GRAPH, &en);
 	if (res != CUDA_SUCCESS)
 		return res;
-	if (!graph_valid(child) || !graphs_match(en->child, child, &info))
-		res = CUDA_ERROR_INVALID_VALUE;
-	else if (!graph_update(en->child, child, false))
-		res = CUDA_ERROR_OUT_OF_MEMORY;
-	pthread_mutex_unlock(&graph_lock);
-	return res;
+	return exec_child_update(en, child);
 }
 
 CUresult cuGraphExecNodeSetParams(CUgraphExec x, CUgraphNode n, CUgraphNodeParams *p)
@@ -2226,55 +1970,43 @@ CUresult cuGraphExecNodeSetParams(CUgraphExec x, CUgraphNode n, CUgraphNodeParam
 		pthread_mutex_unlock(&graph_lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	if (en->type == CU_GRAPH_NODE_TYPE_GRAPH) {
-		CUgraphExecUpdateResultInfo info = {0};
-
-		if (!graph_valid(p->graph.graph) || !graphs_match(en->child, p->graph.graph, &info))
-			res = CUDA_ERROR_INVALID_VALUE;
-		else if (!graph_update(en->child, p->graph.graph, false))
-			res = CUDA_ERROR_OUT_OF_MEMORY;
-		pthread_mutex_unlock(&graph_lock);
-		return res;
-	}
+	if (en->type == CU_GRAPH_NODE_TYPE_GRAPH)
+		return exec_child_update(en, p->graph.graph);
 	return node_set_end(en, &proto, proto_generic(&proto, p));
+}
+
+/* cuGraphNodeSetEnabled (set given) and cuGraphNodeGetEnabled (get given): only kernel, copy and
+ * set nodes can be disabled. */
+static CUresult exec_enabled(CUgraphExec x, CUgraphNode n, const unsigned *set, unsigned *get)
+{
+	struct CUgraphNode_st *en;
+	CUresult res = exec_node_begin(x, n, -1, &en);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (en->type != CU_GRAPH_NODE_TYPE_KERNEL && en->type != CU_GRAPH_NODE_TYPE_MEMCPY &&
+	    en->type != CU_GRAPH_NODE_TYPE_MEMSET)
+		res = CUDA_ERROR_INVALID_VALUE;
+	else if (set)
+		en->disabled = !*set;
+	else
+		*get = !en->disabled;
+	pthread_mutex_unlock(&graph_lock);
+	return res;
 }
 
 CUresult cuGraphNodeSetEnabled(CUgraphExec x, CUgraphNode n, unsigned int enabled)
 {
-	struct CUgraphNode_st *en;
-	CUresult res;
-
 	SIM_ENTER(cuGraphNodeSetEnabled);
-	res = exec_node_begin(x, n, -1, &en);
-	if (res != CUDA_SUCCESS)
-		return res;
-	if (en->type != CU_GRAPH_NODE_TYPE_KERNEL && en->type != CU_GRAPH_NODE_TYPE_MEMCPY &&
-	    en->type != CU_GRAPH_NODE_TYPE_MEMSET)
-		res = CUDA_ERROR_INVALID_VALUE;
-	else
-		en->disabled = !enabled;
-	pthread_mutex_unlock(&graph_lock);
-	return res;
+	return exec_enabled(x, n, &enabled, NULL);
 }
 
 CUresult cuGraphNodeGetEnabled(CUgraphExec x, CUgraphNode n, unsigned int *enabled)
 {
-	struct CUgraphNode_st *en;
-	CUresult res;
-
 	SIM_ENTER(cuGraphNodeGetEnabled);
 	if (!enabled)
 		return CUDA_ERROR_INVALID_VALUE;
-	res = exec_node_begin(x, n, -1, &en);
-	if (res != CUDA_SUCCESS)
-		return res;
-	if (en->type != CU_GRAPH_NODE_TYPE_KERNEL && en->type != CU_GRAPH_NODE_TYPE_MEMCPY &&
-	    en->type != CU_GRAPH_NODE_TYPE_MEMSET)
-		res = CUDA_ERROR_INVALID_VALUE;
-	else
-		*enabled = !en->disabled;
-	pthread_mutex_unlock(&graph_lock);
-	return res;
+	return exec_enabled(x, n, NULL, enabled);
 }
 
 /* ---- stream capture ---- */
@@ -2659,19 +2391,6 @@ void sim_capture_event_free(struct CUevent_st *e)
 	}
 }
 
-/* Defines an entry point and its per-thread-default-stream twin around impl(per_thread, ...). */
-#define GRAPH_STREAM_API_PAIR(name, name_pt, impl, params, ...)                                              \
-	CUresult name params                                                                                 \
-	{                                                                                                    \
-		SIM_ENTER(name);                                                                             \
-		return impl(false, __VA_ARGS__);                                                             \
-	}                                                                                                    \
-	CUresult name_pt params                                                                              \
-	{                                                                                                    \
-		SIM_ENTER(name_pt);                                                                          \
-		return impl(true, __VA_ARGS__);                                                              \
-	}
-
 static CUresult begin_capture(bool pt, CUstream h, CUgraph g, const CUgraphNode *deps, size_t ndeps,
 			      CUstreamCaptureMode mode)
 {
@@ -2800,10 +2519,9 @@ static CUresult end_capture(bool pt, CUstream h, CUgraph *ph)
 
 	if (!ph)
 		return CUDA_ERROR_INVALID_VALUE;
-	res = sim_stream_resolve(h, pt, &s);
+	res = stream_lock(h, pt, &s);
 	if (res != CUDA_SUCCESS)
 		return res;
-	pthread_mutex_lock(&graph_lock);
 	if (!s->capture) {
 		pthread_mutex_unlock(&graph_lock);
 		return CUDA_ERROR_ILLEGAL_STATE;
@@ -2837,28 +2555,6 @@ static CUresult end_capture(bool pt, CUstream h, CUgraph *ph)
 }
 GRAPH_STREAM_API_PAIR(cuStreamEndCapture, cuStreamEndCapture_ptsz, end_capture, (CUstream h, CUgraph *ph), h,
 		      ph)
-
-static CUresult stream_is_capturing(bool pt, CUstream h, CUstreamCaptureStatus *status)
-{
-	struct CUstream_st *s;
-	CUresult res = sim_stream_resolve(h, pt, &s);
-
-	if (res == CUDA_SUCCESS && !status)
-		res = CUDA_ERROR_INVALID_VALUE;
-	if (res != CUDA_SUCCESS)
-		return res;
-	pthread_mutex_lock(&graph_lock);
-	if (!s->capture)
-		*status = CU_STREAM_CAPTURE_STATUS_NONE;
-	else if (s->capture->cap->invalidated)
-		*status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
-	else
-		*status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
-	pthread_mutex_unlock(&graph_lock);
-	return CUDA_SUCCESS;
-}
-GRAPH_STREAM_API_PAIR(cuStreamIsCapturing, cuStreamIsCapturing_ptsz, stream_is_capturing,
-		      (CUstream h, CUstreamCaptureStatus *status), h, status)
 
 static CUresult capture_info(bool pt, CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id,
 			     CUgraph *graph, const CUgraphNode **deps, const CUgraphEdgeData **edges,
@@ -2925,6 +2621,14 @@ static CUresult capture_info(bool pt, CUstream h, CUstreamCaptureStatus *status,
 	pthread_mutex_unlock(&graph_lock);
 	return CUDA_SUCCESS;
 }
+
+/* The status alone: none, active or invalidated, as capture_info says it. */
+static CUresult stream_is_capturing(bool pt, CUstream h, CUstreamCaptureStatus *status)
+{
+	return capture_info(pt, h, status, NULL, NULL, NULL, NULL, NULL);
+}
+GRAPH_STREAM_API_PAIR(cuStreamIsCapturing, cuStreamIsCapturing_ptsz, stream_is_capturing,
+		      (CUstream h, CUstreamCaptureStatus *status), h, status)
 
 static CUresult capture_info_v1(bool pt, CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id)
 {

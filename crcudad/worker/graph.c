@@ -14,6 +14,24 @@
 
 #define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
 
+_Static_assert(sizeof(CUkernelNodeAttrValue) == CRC_KNODE_ATTR_BYTES,
+	       "crc_knode_attr carries CUkernelNodeAttrValue");
+
+/* The kernel node attributes a checkpoint keeps (those valid for graph nodes): a captured launch's
+ * cluster dimension or cooperative flag changes what the kernel computes. */
+static const CUkernelNodeAttrID node_attrs[] = {
+    CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW,
+    CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
+    CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+    CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+    CU_LAUNCH_ATTRIBUTE_PRIORITY,
+    CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP,
+    CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN,
+    CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION,
+    CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE,
+    CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING,
+};
+
 _Static_assert(sizeof(CUDA_MEMCPY3D) == CRC_MEMCPY3D_BYTES, "crc_graph_memcpy_wire carries a CUDA_MEMCPY3D");
 _Static_assert(sizeof(CUmemPoolProps) == CRC_MEMPOOLPROPS_BYTES,
 	       "crc_graph_memalloc_wire carries CUmemPoolProps");
@@ -450,6 +468,35 @@ out:
 	return res;
 }
 
+/* ---- kernel node attributes -------------------------------------------------------------------------- */
+CUresult crc_raw_knode_attr(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+			    size_t len)
+{
+	struct crc_knode_attr a, *out;
+	CUkernelNodeAttrValue v;
+	union crc_slot node;
+	CUresult res;
+
+	if (len < sizeof(a))
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(&a, args, sizeof(a));
+	res = crc_translate(s, h, CRC_HT_GRAPHNODE, a.node, &node);
+	if (res != CUDA_SUCCESS)
+		return res;
+	memcpy(&v, a.value, sizeof(v));
+	if (s->msg->op == CRC_CU_cuGraphKernelNodeSetAttribute)
+		return CALL(cuGraphKernelNodeSetAttribute, node.ptr, (CUkernelNodeAttrID)a.attr, &v);
+	res = CALL(cuGraphKernelNodeGetAttribute, node.ptr, (CUkernelNodeAttrID)a.attr, &v);
+	if (res != CUDA_SUCCESS)
+		return res;
+	out = crc_out(s, sizeof(*out));
+	if (!out)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*out = a;
+	memcpy(out->value, &v, sizeof(v));
+	return CUDA_SUCCESS;
+}
+
 /* ---- capture ---------------------------------------------------------------------------------------- */
 CUresult crc_raw_capture_info(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
 			      size_t len)
@@ -594,7 +641,10 @@ static void gexec_prune(struct crc_session *s)
  * client's handle of the node (0: none), payload; per edge u32 from, u32 to (node indices). Payloads:
  * kernel: a crc_launch_req (func: a FUNC or KERNEL handle) and its parameters; memcpy: CUDA_MEMCPY3D
  * with the client's host addresses; memset: CUDA_MEMSET_NODE_PARAMS; event record/wait: the event's
- * handle; child graph: a graph description; empty: nothing. */
+ * handle; child graph: a graph description; empty: nothing. Kernel payloads end with the node's
+ * attributes: u32 count, then per attribute u32 id, u32 0, CUkernelNodeAttrValue. */
+#define GRAPH_DESC_VERSION 2 /* 2: kernel nodes carry their attributes */
+
 struct gbuf {
 	uint8_t *p;
 	size_t n, cap;
@@ -747,6 +797,29 @@ static int describe_node(struct crc_session *s, CUgraphNode node, struct gbuf *b
 		res = CALL(cuGraphKernelNodeGetParams_v2, node, &p);
 		if (res == CUDA_SUCCESS && node_launch_req(s, &p, b, why, len))
 			return -1;
+		/* Then the attributes set on it: u32 count, then (u32 id, u32 0, value) each. */
+		if (res == CUDA_SUCCESS) {
+			static const CUkernelNodeAttrValue unset;
+			size_t at_count = b->n;
+			uint32_t count = 0;
+
+			gbuf_u32(b, 0);
+			for (size_t i = 0; i < sizeof(node_attrs) / sizeof(node_attrs[0]); i++) {
+				CUkernelNodeAttrValue v;
+
+				memset(&v, 0, sizeof(v));
+				if (CALL(cuGraphKernelNodeGetAttribute, node, node_attrs[i], &v) !=
+					CUDA_SUCCESS ||
+				    !memcmp(&v, &unset, sizeof(v)))
+					continue;
+				gbuf_u32(b, (uint32_t)node_attrs[i]);
+				gbuf_u32(b, 0);
+				gbuf_put(b, &v, sizeof(v));
+				count++;
+			}
+			if (!b->oom)
+				memcpy(b->p + at_count, &count, 4);
+		}
 		break;
 	}
 	case CU_GRAPH_NODE_TYPE_MEMCPY: {
@@ -893,7 +966,7 @@ char *crc_graph_describe(struct crc_session *s, char *why, size_t len)
 	char *hex = NULL;
 
 	gexec_prune(s);
-	gbuf_u32(&b, 1);
+	gbuf_u32(&b, GRAPH_DESC_VERSION);
 	counts = b.n;
 	gbuf_u32(&b, 0);
 	gbuf_u32(&b, 0);
@@ -1026,6 +1099,29 @@ static CUresult rebuild_node(struct crc_session *s, struct grd *r, CUgraph g, CU
 			p.func = la.func;
 		}
 		res = CALL(cuGraphAddKernelNode_v2, node, g, NULL, 0, &p);
+		/* The attributes after the parameters (describe_node). */
+		if (res == CUDA_SUCCESS) {
+			struct grd at = {.p = la.buf, .n = bytes - (size_t)(la.buf - pl.p)};
+			uint32_t count;
+
+			grd_take(&at, crc_align8(la.req->param_bytes));
+			count = grd_u32(&at);
+			for (uint32_t i = 0; res == CUDA_SUCCESS && i < count && !at.bad; i++) {
+				CUkernelNodeAttrID id = (CUkernelNodeAttrID)grd_u32(&at);
+				const void *v;
+
+				grd_u32(&at);
+				v = grd_take(&at, sizeof(CUkernelNodeAttrValue));
+				if (v) {
+					CUkernelNodeAttrValue val;
+
+					memcpy(&val, v, sizeof(val));
+					res = CALL(cuGraphKernelNodeSetAttribute, *node, id, &val);
+				}
+			}
+			if (at.bad)
+				res = CUDA_ERROR_INVALID_VALUE;
+		}
 		break;
 	}
 	case CU_GRAPH_NODE_TYPE_MEMCPY: {
@@ -1142,7 +1238,7 @@ int crc_graph_restore(struct crc_session *s, const char *hex, char *why, size_t 
 		bin[i] = (uint8_t)v;
 	}
 	r = (struct grd){.p = bin, .n = hl / 2};
-	if (grd_u32(&r) != 1) {
+	if (grd_u32(&r) != GRAPH_DESC_VERSION) {
 		free(bin);
 		snprintf(why, len, "the checkpoint's graph description has an unknown version");
 		return -1;

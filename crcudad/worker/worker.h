@@ -395,7 +395,9 @@ typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h,
 	X(cuGraphMemAllocNodeGetParams, graph_memalloc_get)                                                  \
 	X(cuDeviceGetGraphMemAttribute, graph_mem_attr)                                                      \
 	X(cuDeviceSetGraphMemAttribute, graph_mem_attr)                                                      \
-	X(cuGraphAddNode, graph_cond)
+	X(cuGraphAddNode, graph_cond)                                                                        \
+	X(cuGraphKernelNodeGetAttribute, knode_attr)                                                         \
+	X(cuGraphKernelNodeSetAttribute, knode_attr)
 
 #define CRC_DECL_RAW(sym, fn) crc_raw_fn crc_raw_##fn;
 CRC_RAW_HANDLERS(CRC_DECL_RAW)

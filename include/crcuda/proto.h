@@ -514,6 +514,15 @@ struct crc_graph_cond_wire {
 };
 #define CRC_COND_BODIES_MAX 1024
 
+/* cuGraphKernelNodeGetAttribute / SetAttribute: request and reply (the value). */
+#define CRC_KNODE_ATTR_BYTES 64 /* sizeof(CUkernelNodeAttrValue), checked where cuda.h is included */
+struct crc_knode_attr {
+	uint64_t node;
+	uint32_t attr;
+	uint32_t pad;
+	uint8_t value[CRC_KNODE_ATTR_BYTES];
+};
+
 /* cuStreamGetCaptureInfo_v3: request = the stream handle; reply = crc_capture_info + n node handles
  * + n CUgraphEdgeData. */
 struct crc_capture_info {

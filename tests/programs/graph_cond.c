@@ -60,6 +60,13 @@ int main(void)
 				      .blockDimZ = 1,
 				      .kernelParams = params};
 	CU_CHECK(cuGraphAddKernelNode(&nstep, body, NULL, 0, &kp));
+	/* A kernel node attribute, set and read back: the highest priority the context has. */
+	int least, greatest;
+	CU_CHECK(cuCtxGetStreamPriorityRange(&least, &greatest));
+	CUkernelNodeAttrValue prio = {.priority = greatest}, back = {0};
+	CU_CHECK(cuGraphKernelNodeSetAttribute(nstep, CU_KERNEL_NODE_ATTRIBUTE_PRIORITY, &prio));
+	CU_CHECK(cuGraphKernelNodeGetAttribute(nstep, CU_KERNEL_NODE_ATTRIBUTE_PRIORITY, &back));
+	CHECK_EQ_INT(back.priority, greatest);
 	CU_CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
 	for (int l = 0; l < LAUNCHES; l++) {
 		CU_CHECK(cuGraphLaunch(x, s));
