@@ -31,7 +31,8 @@ echo "== cudart programs: ${RT_COUNT:-20} random-instant kill+restore checkpoint
 	--programs "stress_rt_static stress_rt_shared" || rc=1
 if [ "${GRAPH_COUNT:-20}" -gt 0 ]; then
 	echo "== CUDA graphs: ${GRAPH_COUNT:-20} random-instant kill+restore checkpoints (seed $seed)"
-	graph_progs=(--prog state_graph "$build/tests/programs/state_app --mb 64 --chunks 4 --steps 20000 --graph")
+	graph_progs=(--prog state_graph "$build/tests/programs/state_app --mb 64 --chunks 4 --steps 20000 --graph"
+		--prog graph_attr "$build/tests/programs/graph_attr --steps 400 --sleep-ms 10")
 	"$py" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' 2>/dev/null &&
 		graph_progs+=(--prog torch_graph "$py $top/tests/torch/graph.py --mode capture --steps 60 --sleep 0.1")
 	"$stress" "$build" --backend cuda --count "${GRAPH_COUNT:-20}" --kill-percent 100 --jobs "$jobs" \

@@ -38,7 +38,7 @@ under_layer() { env LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" 
 if [ "$only" = all ] || [ "$only" = programs ] || [ "$only" = graphs ]; then
 	# CUDA graphs: explicit, captured, updated, graph-owned memory; the same output natively and
 	# under the layer.
-	for p in graph_basic graph_mem graph_cond; do
+	for p in graph_basic graph_mem graph_cond graph_attr; do
 		if [ ! -x "$build/tests/programs/$p" ]; then result SKIP "layer_$p" "not built"
 		elif ! "$build/tests/programs/$p" >"$tmp/$p.native" 2>&1; then
 			result FAIL "layer_$p" "natively: $(tail -2 "$tmp/$p.native" | tr '\n' ' ')"

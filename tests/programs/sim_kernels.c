@@ -308,6 +308,17 @@ CRCUDA_SIM_KERNEL(cond_step)
 	*counter += 1;
 }
 
+/* graph_attr: the simulated device has no clusters; the size its launch asks for (2). */
+CRCUDA_SIM_KERNEL(attr_probe)
+{
+	unsigned *acc = CRCUDA_SIM_PARAM(blk, 0, unsigned *);
+	unsigned salt = CRCUDA_SIM_PARAM(blk, 1, unsigned);
+
+	unsigned b = blk->block_idx.x;
+
+	acc[b] = acc[b] * 3u + 2u * 1000u + salt + b;
+}
+
 CRCUDA_SIM_KERNEL(state_checksum)
 {
 	const unsigned *x = CRCUDA_SIM_PARAM(blk, 0, const unsigned *);
