@@ -54,8 +54,15 @@ int main(int argc, char **argv)
 	attr.value.clusterDim.x = CLUSTER;
 	attr.value.clusterDim.y = 1;
 	attr.value.clusterDim.z = 1;
-	CUlaunchConfig cfg = {.gridDimX = BLOCKS, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 32, .blockDimY = 1,
-			      .blockDimZ = 1, .hStream = s, .attrs = &attr, .numAttrs = 1};
+	CUlaunchConfig cfg = {.gridDimX = BLOCKS,
+			      .gridDimY = 1,
+			      .gridDimZ = 1,
+			      .blockDimX = 32,
+			      .blockDimY = 1,
+			      .blockDimZ = 1,
+			      .hStream = s,
+			      .attrs = &attr,
+			      .numAttrs = 1};
 	void *params[] = {&acc, &salt};
 	CU_CHECK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
 	CU_CHECK(cuLaunchKernelEx(&cfg, probe, params, NULL));
@@ -75,8 +82,8 @@ int main(int argc, char **argv)
 	CU_CHECK(cuMemcpyDtoH(host, acc, sizeof(host)));
 	for (unsigned b = 0; b < BLOCKS; b++) {
 		if (host[b] != want[b]) {
-			fprintf(stderr, "graph_attr: block %u: %#x, expected %#x (cluster size lost?)\n", b, host[b],
-				want[b]);
+			fprintf(stderr, "graph_attr: block %u: %#x, expected %#x (cluster size lost?)\n", b,
+				host[b], want[b]);
 			return 1;
 		}
 		sum = sum * 131 + host[b];
