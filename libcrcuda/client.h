@@ -180,6 +180,8 @@ CUresult crc_capture_info_remote(CUstream hStream, CUstreamCaptureStatus *status
 void crc_device_range_keep(uint64_t base, size_t size);
 /* Host functions (hooks_stream.c): the page's memfd (-1: none yet), and graph host node requests. */
 int crc_hostfn_memfd(void);
+/* The host-function page, shared with the session (NULL: none can be, over TCP). */
+struct crc_hostfn_page *crc_hostfn_ready(void);
 CUresult crc_graph_host_node(uint16_t op, CUgraphNode *out, uint64_t graph, uint64_t node, uint64_t exec,
 			     const CUgraphNode *deps, size_t ndeps, const CUDA_HOST_NODE_PARAMS *p);
 /* A host function on a capturing stream: refused, said once in the log. */

@@ -741,6 +741,28 @@ CUresult crc_hook_cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeA
 	return crc_rpc(CRC_CU_cuGraphKernelNodeSetAttribute, &a, sizeof(a), NULL, 0);
 }
 
+/* ---- user objects ----------------------------------------------------------------------------------- */
+/* The destroy callback runs here, as a host function, when the driver drops the last reference. */
+CUresult crc_hook_cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUhostFn destroy,
+				     unsigned int initialRefcount, unsigned int flags)
+{
+	struct crc_userobj_req r = {
+	    .ptr = (uintptr_t)ptr, .destroy = (uintptr_t)destroy, .refs = initialRefcount, .flags = flags};
+	uint64_t v = 0;
+	CUresult res;
+
+	if (!object_out || !destroy)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!crc_hostfn_ready()) {
+		pr_warn("user objects need the daemon to reach this process: not over TCP");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	res = crc_rpc(CRC_CU_cuUserObjectCreate, &r, sizeof(r), &v, sizeof(v));
+	if (res == CUDA_SUCCESS)
+		*object_out = (CUuserObject)(uintptr_t)v;
+	return res;
+}
+
 /* ---- the generic node forms ---------------------------------------------------------------------- */
 static bool edges_plain(const CUgraphEdgeData *e, size_t n)
 {

@@ -130,7 +130,7 @@ static CUresult hostfn_share(void)
 }
 
 /* The page, shared with the session; NULL where there cannot be one (over TCP, or it failed). */
-static struct crc_hostfn_page *hostfn_ready(void)
+struct crc_hostfn_page *crc_hostfn_ready(void)
 {
 	static atomic_bool shared;
 	static pthread_mutex_t share_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -167,7 +167,7 @@ CUresult crc_hook_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData
 
 	if (!fn)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!hostfn_ready()) {
+	if (!crc_hostfn_ready()) {
 		if (crc_capture_refuses_host_fn(hStream))
 			return CUDA_ERROR_NOT_SUPPORTED;
 		res = crc_fwd_cuStreamSynchronize(hStream);
@@ -194,7 +194,7 @@ CUresult crc_graph_host_node(uint16_t op, CUgraphNode *out, uint64_t graph, uint
 
 	if (!p || !p->fn || (ndeps && !deps) || ndeps > 65536)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!hostfn_ready()) {
+	if (!crc_hostfn_ready()) {
 		pr_warn("graph host nodes need the daemon to reach this process: not over TCP");
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}

@@ -1312,6 +1312,14 @@ int crc_graph_ckpt_refusal(struct crc_session *s, char *why, size_t len)
 {
 	CUstreamCaptureStatus st;
 
+	/* User objects: their references live in the driver's graphs, which a checkpoint does not read. */
+	if (crc_hostfn_userobjs_live(s)) {
+		snprintf(why, len,
+			 "session %llu holds CUDA user objects: checkpointing them is not supported yet; the "
+			 "program runs on untouched",
+			 (unsigned long long)s->id);
+		return -1;
+	}
 	/* A capture in progress: its graph is the driver's until it ends. */
 	for (uint32_t i = 1; i <= s->tables[CRC_HT_STREAM].n; i++) {
 		void *stream = s->tables[CRC_HT_STREAM].real[i].ptr;

@@ -4,6 +4,7 @@
 #define LOG_PREFIX "crcudad: "
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,8 @@ struct crc_hostfn_arg {
 	struct crc_session *s;
 	uint64_t fn, data;
 	bool once;
+	bool userobj;	  /* a user object's destroy callback */
+	_Atomic bool ran; /* ... which has run: the object is gone */
 	struct crc_hostfn_arg *next;
 };
 
@@ -61,6 +64,8 @@ out:
 	pthread_mutex_unlock(&hostfn_lock);
 	if (a->once)
 		free(a);
+	else
+		atomic_store(&a->ran, true);
 }
 
 /* A trampoline argument for fn(data); once: freed after its one run. NULL on memory exhaustion. */
@@ -162,4 +167,44 @@ CUresult crc_raw_hostfn_launch(struct crc_session *s, const struct crc_call_hdr 
 	if (res != CUDA_SUCCESS && a->once)
 		free(a);
 	return res;
+}
+
+/* cuUserObjectCreate: the driver calls the application's destroy callback through a trampoline when
+ * the last reference goes, once. */
+CUresult crc_raw_userobj_create(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+				size_t len)
+{
+	const struct crc_userobj_req *r = (const void *)args;
+	struct crc_hostfn_arg *a;
+	CUuserObject obj = NULL;
+	uint64_t *out;
+	CUresult res;
+
+	(void)h;
+	if (len < sizeof(*r) || !r->destroy)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (s->tcp)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	a = arg_new(s, r->destroy, r->ptr, false);
+	if (!a)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	a->userobj = true;
+	res = CALL(cuUserObjectCreate, &obj, a, trampoline, r->refs, r->flags);
+	if (res != CUDA_SUCCESS) {
+		atomic_store(&a->ran, true); /* never made: not a live object */
+		return res;
+	}
+	out = crc_out(s, 8);
+	if (!out)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*out = crc_register(s, CRC_HT_USEROBJECT, (union crc_slot){.ptr = obj});
+	return CUDA_SUCCESS;
+}
+
+bool crc_hostfn_userobjs_live(struct crc_session *s)
+{
+	for (const struct crc_hostfn_arg *a = s->hostfn_args; a; a = a->next)
+		if (a->userobj && !atomic_load(&a->ran))
+			return true;
+	return false;
 }

@@ -353,6 +353,8 @@ CUresult crc_hostfn_node_params(struct crc_session *s, uint64_t fn, uint64_t dat
 bool crc_hostfn_of(const CUDA_HOST_NODE_PARAMS *p, uint64_t *fn, uint64_t *data);
 CUresult crc_ctl_hostfn_register(struct crc_session *s);
 void crc_hostfn_free(struct crc_session *s);
+/* A user object whose destroy callback has not run yet (its references live in the driver). */
+bool crc_hostfn_userobjs_live(struct crc_session *s);
 
 /* Hand-marshalled requests: the payload after struct crc_call_hdr. */
 typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
@@ -397,7 +399,8 @@ typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h,
 	X(cuDeviceSetGraphMemAttribute, graph_mem_attr)                                                      \
 	X(cuGraphAddNode, graph_cond)                                                                        \
 	X(cuGraphKernelNodeGetAttribute, knode_attr)                                                         \
-	X(cuGraphKernelNodeSetAttribute, knode_attr)
+	X(cuGraphKernelNodeSetAttribute, knode_attr)                                                         \
+	X(cuUserObjectCreate, userobj_create)
 
 #define CRC_DECL_RAW(sym, fn) crc_raw_fn crc_raw_##fn;
 CRC_RAW_HANDLERS(CRC_DECL_RAW)

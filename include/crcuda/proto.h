@@ -251,7 +251,8 @@ struct crc_ctl_restore_wire {
 	X(MEMHANDLE, CUmemGenericAllocationHandle)                                                           \
 	X(GRAPH, CUgraph)                                                                                    \
 	X(GRAPHNODE, CUgraphNode)                                                                            \
-	X(GRAPHEXEC, CUgraphExec)
+	X(GRAPHEXEC, CUgraphExec)                                                                            \
+	X(USEROBJECT, CUuserObject)
 
 enum crc_handle_tag {
 	CRC_HT_NONE = 0,
@@ -513,6 +514,13 @@ struct crc_graph_cond_wire {
 	uint64_t ctx;
 };
 #define CRC_COND_BODIES_MAX 1024
+
+/* cuUserObjectCreate: request; reply: the object's handle. The destroy callback runs in the
+ * application (a host function, struct crc_hostfn_page) when the last reference goes. */
+struct crc_userobj_req {
+	uint64_t ptr, destroy;
+	uint32_t refs, flags;
+};
 
 /* cuGraphKernelNodeGetAttribute / SetAttribute: request and reply (the value). */
 #define CRC_KNODE_ATTR_BYTES 64 /* sizeof(CUkernelNodeAttrValue), checked where cuda.h is included */

@@ -1,8 +1,19 @@
 /* graph_cond: a conditional node (issue 11): a WHILE node whose body kernel advances a counter and
  * sets the condition while the counter is under a limit; the condition starts at 1 at every launch
- * (CU_GRAPH_COND_ASSIGN_DEFAULT). The first launch loops up to the limit, each later one once. The
- * simulated device has no conditional nodes: it skips (77) there. */
+ * (CU_GRAPH_COND_ASSIGN_DEFAULT). The first launch loops up to the limit, each later one once. A user
+ * object moved into the graph has its destroy callback run once the graph is gone. The simulated
+ * device has no conditional nodes: it skips (77) there. */
+#include <stdatomic.h>
+#include <time.h>
+
 #include "cuda_test.h"
+
+static atomic_int destroyed;
+
+static void user_object_gone(void *arg)
+{
+	atomic_fetch_add((atomic_int *)arg, 1);
+}
 
 extern const unsigned char graph_cond_fatbin[];
 
@@ -67,6 +78,10 @@ int main(void)
 	CU_CHECK(cuGraphKernelNodeSetAttribute(nstep, CU_KERNEL_NODE_ATTRIBUTE_PRIORITY, &prio));
 	CU_CHECK(cuGraphKernelNodeGetAttribute(nstep, CU_KERNEL_NODE_ATTRIBUTE_PRIORITY, &back));
 	CHECK_EQ_INT(back.priority, greatest);
+	/* A user object the graph owns: destroyed with the graph and its executable graph. */
+	CUuserObject uo;
+	CU_CHECK(cuUserObjectCreate(&uo, &destroyed, user_object_gone, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+	CU_CHECK(cuGraphRetainUserObject(g, uo, 1, CU_GRAPH_USER_OBJECT_MOVE));
 	CU_CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
 	for (int l = 0; l < LAUNCHES; l++) {
 		CU_CHECK(cuGraphLaunch(x, s));
@@ -77,6 +92,12 @@ int main(void)
 	printf("graph_cond: counter %u after %d launches\n", got, LAUNCHES);
 	CU_CHECK(cuGraphExecDestroy(x));
 	CU_CHECK(cuGraphDestroy(g));
+	CU_CHECK(cuCtxSynchronize());
+	for (int i = 0; i < 200 && !atomic_load(&destroyed); i++) {
+		struct timespec ts = {0, 10000000L};
+		nanosleep(&ts, NULL);
+	}
+	CHECK_EQ_INT(atomic_load(&destroyed), 1);
 	CU_CHECK(cuMemFree(counter));
 	CU_CHECK(cuStreamDestroy(s));
 	CU_CHECK(cuModuleUnload(mod));
