@@ -90,6 +90,9 @@ struct crc_call {
 CUresult crc_call_begin(struct crc_call *c, uint16_t op, uint16_t flags, size_t len, void **args);
 /* Same without the call header (control ops). */
 CUresult crc_ctl_begin(struct crc_call *c, uint16_t op, uint16_t flags, size_t len, void **payload);
+/* A control record that hands the session a descriptor (on the socket, ahead of the record), waits for
+ * its reply and copies up to out_len bytes of it to out. */
+CUresult crc_ctl_with_fd(uint16_t op, const void *req, size_t len, int fd, void *out, size_t out_len);
 /* Publishes a posted (CRC_MSG_NOREPLY) request and unlocks. */
 CUresult crc_call_post(struct crc_call *c);
 /* Publishes the request, waits for the final reply. Data records (CRC_MSG_MORE) before it go to
@@ -178,12 +181,10 @@ CUresult crc_capture_info_remote(CUstream hStream, CUstreamCaptureStatus *status
 /* Device memory outside the session range (an application's hinted reservation, graph-owned memory):
  * mapped PROT_NONE here, so no host mapping takes its addresses (hooks_mem.c). */
 void crc_device_range_keep(uint64_t base, size_t size);
-/* Host functions (hooks_stream.c): the page's memfd (-1: none yet), and graph host node requests. */
+/* Host functions (hooks_stream.c): the page's memfd (-1: none yet). */
 int crc_hostfn_memfd(void);
 /* The host-function page, shared with the session (NULL: none can be, over TCP). */
 struct crc_hostfn_page *crc_hostfn_ready(void);
-CUresult crc_graph_host_node(uint16_t op, CUgraphNode *out, uint64_t graph, uint64_t node, uint64_t exec,
-			     const CUgraphNode *deps, size_t ndeps, const CUDA_HOST_NODE_PARAMS *p);
 /* A host function on a capturing stream: refused, said once in the log. */
 bool crc_capture_refuses_host_fn(CUstream hStream);
 struct crc_func_info *crc_func_store(uint64_t owner, const char *name, const struct crc_getfn_reply *r,

@@ -708,6 +708,30 @@ CUresult crc_ctl_begin(struct crc_call *c, uint16_t op, uint16_t flags, size_t l
 	return CUDA_SUCCESS;
 }
 
+CUresult crc_ctl_with_fd(uint16_t op, const void *req, size_t len, int fd, void *out, size_t out_len)
+{
+	char byte = 0;
+	struct crc_call c;
+	void *args;
+	CUresult res = crc_ctl_begin(&c, op, 0, len, &args);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (len)
+		memcpy(args, req, len);
+	/* The descriptor goes on the socket first; the daemon takes it when it reaches the record. Both
+	 * under the channel lock, so no other such record can slip in between. */
+	if (crc_sock_send_fds(crc_client.chan.fd, &byte, 1, &fd, 1)) {
+		crc_call_end(&c);
+		return CRC_CU_DAEMON_GONE;
+	}
+	res = crc_call_wait(&c, NULL, NULL);
+	if (res == CUDA_SUCCESS && out_len && c.reply_len >= out_len)
+		memcpy(out, c.reply, out_len);
+	crc_call_end(&c);
+	return res;
+}
+
 CUresult crc_call_begin(struct crc_call *c, uint16_t op, uint16_t flags, size_t len, void **args)
 {
 	struct crc_thread *t = crc_self();

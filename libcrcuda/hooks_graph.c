@@ -528,27 +528,49 @@ CUresult crc_hook_cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *n
 }
 
 /* ---- host nodes ---------------------------------------------------------------------------------- */
+/* The application's function travels; the daemon's node runs it here (hooks_stream.c). */
+static CUresult host_node(uint16_t op, CUgraphNode *out, uint64_t graph, uint64_t node, uint64_t exec,
+			  const CUgraphNode *deps, size_t ndeps, const CUDA_HOST_NODE_PARAMS *p)
+{
+	struct crc_hostfn_req *r;
+	struct crc_call c;
+	void *args;
+	CUresult res;
+
+	if (!p || !p->fn || (ndeps && !deps) || ndeps > 65536)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!crc_hostfn_ready()) {
+		pr_warn("graph host nodes need the daemon to reach this process: not over TCP");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	res = crc_call_begin(&c, op, 0, sizeof(struct crc_graph_node_req) + ndeps * 8 + sizeof(*r), &args);
+	if (res != CUDA_SUCCESS)
+		return res;
+	r = node_header(args, graph, node, exec, 0, deps, ndeps);
+	*r = (struct crc_hostfn_req){.fn = (uintptr_t)p->fn, .data = (uintptr_t)p->userData};
+	return node_call(&c, out);
+}
+
 CUresult crc_hook_cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph,
 				     const CUgraphNode *dependencies, size_t numDependencies,
 				     const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
 	if (!phGraphNode)
 		return CUDA_ERROR_INVALID_VALUE;
-	return crc_graph_host_node(CRC_CU_cuGraphAddHostNode, phGraphNode, (uintptr_t)hGraph, 0, 0,
-				   dependencies, numDependencies, nodeParams);
+	return host_node(CRC_CU_cuGraphAddHostNode, phGraphNode, (uintptr_t)hGraph, 0, 0, dependencies,
+			 numDependencies, nodeParams);
 }
 
 CUresult crc_hook_cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
-	return crc_graph_host_node(CRC_CU_cuGraphHostNodeSetParams, NULL, 0, (uintptr_t)hNode, 0, NULL, 0,
-				   nodeParams);
+	return host_node(CRC_CU_cuGraphHostNodeSetParams, NULL, 0, (uintptr_t)hNode, 0, NULL, 0, nodeParams);
 }
 
 CUresult crc_hook_cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
 					       const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
-	return crc_graph_host_node(CRC_CU_cuGraphExecHostNodeSetParams, NULL, 0, (uintptr_t)hNode,
-				   (uintptr_t)hGraphExec, NULL, 0, nodeParams);
+	return host_node(CRC_CU_cuGraphExecHostNodeSetParams, NULL, 0, (uintptr_t)hNode,
+			 (uintptr_t)hGraphExec, NULL, 0, nodeParams);
 }
 
 CUresult crc_hook_cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *nodeParams)

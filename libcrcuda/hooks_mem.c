@@ -356,26 +356,7 @@ CUresult crc_hook_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCou
 /* Shares the region (its memfd at the client's address) with the daemon, which maps and registers it. */
 static CUresult pin_register(int fd, const struct crc_pin_req *req, struct crc_pin_reply *reply)
 {
-	char byte = 0;
-	struct crc_call c;
-	void *args;
-	CUresult res;
-
-	/* The descriptor goes on the socket first; the daemon takes it when it reaches the record. Both
-	 * under the channel lock, so no other register can slip in between. */
-	res = crc_ctl_begin(&c, CRC_OP_PIN_REGISTER, 0, sizeof(*req), &args);
-	if (res != CUDA_SUCCESS)
-		return res;
-	memcpy(args, req, sizeof(*req));
-	if (crc_sock_send_fds(crc_client.chan.fd, &byte, 1, &fd, 1)) {
-		crc_call_end(&c);
-		return CRC_CU_DAEMON_GONE;
-	}
-	res = crc_call_wait(&c, NULL, NULL);
-	if (res == CUDA_SUCCESS && c.reply_len >= sizeof(*reply))
-		memcpy(reply, c.reply, sizeof(*reply));
-	crc_call_end(&c);
-	return res;
+	return crc_ctl_with_fd(CRC_OP_PIN_REGISTER, req, sizeof(*req), fd, reply, sizeof(*reply));
 }
 
 static CUresult pin_unregister(uintptr_t addr, size_t bytes)

@@ -8,7 +8,6 @@
 
 #include "client.h"
 #include "crcuda/log.h"
-#include "crcuda/sock.h"
 
 CUresult crc_hook_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
@@ -110,23 +109,10 @@ fail:
 	pr_err("cannot set up host functions: %s", strerror(errno));
 }
 
-/* Shares the page with the session: the memfd on the socket, then the record, under the channel lock. */
+/* Shares the page with the session. */
 static CUresult hostfn_share(void)
 {
-	char byte = 0;
-	struct crc_call c;
-	void *args;
-	CUresult res = crc_ctl_begin(&c, CRC_OP_HOSTFN_REGISTER, 0, 0, &args);
-
-	if (res != CUDA_SUCCESS)
-		return res;
-	if (crc_sock_send_fds(crc_client.chan.fd, &byte, 1, &hostfn_memfd, 1)) {
-		crc_call_end(&c);
-		return CRC_CU_DAEMON_GONE;
-	}
-	res = crc_call_wait(&c, NULL, NULL);
-	crc_call_end(&c);
-	return res;
+	return crc_ctl_with_fd(CRC_OP_HOSTFN_REGISTER, NULL, 0, hostfn_memfd, NULL, 0);
 }
 
 /* The page, shared with the session; NULL where there cannot be one (over TCP, or it failed). */
@@ -180,44 +166,6 @@ CUresult crc_hook_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData
 		return res;
 	memcpy(args, &r, sizeof(r));
 	return crc_call_post(&c);
-}
-
-/* Graph host nodes: the application's function travels; the daemon's node runs it here. */
-CUresult crc_graph_host_node(uint16_t op, CUgraphNode *out, uint64_t graph, uint64_t node, uint64_t exec,
-			     const CUgraphNode *deps, size_t ndeps, const CUDA_HOST_NODE_PARAMS *p)
-{
-	struct crc_graph_node_req *q;
-	struct crc_hostfn_req *r;
-	struct crc_call c;
-	uint64_t *d;
-	CUresult res;
-
-	if (!p || !p->fn || (ndeps && !deps) || ndeps > 65536)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!crc_hostfn_ready()) {
-		pr_warn("graph host nodes need the daemon to reach this process: not over TCP");
-		return CUDA_ERROR_NOT_SUPPORTED;
-	}
-	res = crc_call_begin(&c, op, 0, sizeof(*q) + ndeps * 8 + sizeof(*r), (void **)&q);
-	if (res != CUDA_SUCCESS)
-		return res;
-	*q =
-	    (struct crc_graph_node_req){.graph = graph, .node = node, .exec = exec, .ndeps = (uint32_t)ndeps};
-	d = (uint64_t *)(q + 1);
-	for (size_t i = 0; i < ndeps; i++)
-		d[i] = (uintptr_t)deps[i];
-	r = (struct crc_hostfn_req *)(d + ndeps);
-	*r = (struct crc_hostfn_req){.fn = (uintptr_t)p->fn, .data = (uintptr_t)p->userData};
-	res = crc_call_wait(&c, NULL, NULL);
-	if (res == CUDA_SUCCESS && out) {
-		uint64_t v = 0;
-
-		if (c.reply_len >= 8)
-			memcpy(&v, c.reply, 8);
-		*out = (CUgraphNode)(uintptr_t)v;
-	}
-	crc_call_end(&c);
-	return res;
 }
 
 CUresult crc_hook_cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData,

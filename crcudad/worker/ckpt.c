@@ -618,7 +618,7 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 	struct region_src *src = NULL, *gsrc = NULL;
 	uint32_t *idx = NULL, *gidx = NULL;
 	size_t n = 0, cap = 0;
-	char why[CRC_CTL_MSG_MAX] = "", val[256];
+	char why[CRC_CTL_MSG_MAX] = "", val[256], *graphs = NULL;
 	CUcontext ctx = crc_session_ctx(s), dctx[CRC_MAX_DEVICES];
 	double t0 = crc_now_s();
 	int rc;
@@ -629,7 +629,9 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 				     (unsigned long long)s->id);
 		return CRC_EINVAL;
 	}
-	if (crc_graph_ckpt_refusal(s, why, sizeof(why))) {
+	/* The graphs first: what cannot be described refuses the checkpoint before any copying. */
+	if (crc_graph_ckpt_refusal(s, why, sizeof(why)) ||
+	    !(graphs = crc_graph_describe(s, why, sizeof(why)))) {
 		crc_session_cmd_done(s, CRC_ENOTSUP, "%s", why);
 		return CRC_ENOTSUP;
 	}
@@ -639,11 +641,13 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 		s->store_session = 0;
 	}
 	if (!s->store_dir && !(s->store_dir = strdup(store_dir))) {
+		free(graphs);
 		crc_session_cmd_done(s, CRC_ENOMEM, "out of memory");
 		return CRC_ENOMEM;
 	}
 	rc = crc_store_open(store_dir, CRC_STORE_CREATE, &s->store);
 	if (rc) {
+		free(graphs);
 		crc_session_cmd_done(s, rc, "cannot open the store %s: %s", store_dir, crc_strerror(rc));
 		return rc;
 	}
@@ -812,23 +816,15 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 		if (rc)
 			goto fail;
 	}
-	{
-		char *graphs = crc_graph_describe(s, why, sizeof(why));
-
-		if (!graphs) {
-			rc = CRC_ENOTSUP;
-			goto fail;
-		}
-		rc = crc_ckpt_meta_set(s->ckpt, "crcuda.graphs", graphs);
-		free(graphs);
-		if (rc)
-			goto fail;
-	}
+	rc = crc_ckpt_meta_set(s->ckpt, "crcuda.graphs", graphs);
+	if (rc)
+		goto fail;
 #undef META
 	free(src);
 	free(idx);
 	free(gsrc);
 	free(gidx);
+	free(graphs);
 	stats.seconds = crc_now_s() - t0;
 	stats.new_bytes = crc_ckpt_new_bytes(s->ckpt);
 	memcpy(s->cmd_out, &stats, sizeof(stats));
@@ -847,6 +843,7 @@ fail:
 	free(idx);
 	free(gsrc);
 	free(gidx);
+	free(graphs);
 	crc_ckpt_abort(s->ckpt);
 	s->ckpt = NULL;
 	crc_store_close(s->store);

@@ -38,17 +38,6 @@ _Static_assert(sizeof(CUmemPoolProps) == CRC_MEMPOOLPROPS_BYTES,
 _Static_assert(sizeof(CUmemAccessDesc) == CRC_ACCESSDESC_BYTES,
 	       "crc_graph_memalloc_wire carries CUmemAccessDesc");
 
-/* The handle of a real object for the client: the one it has, or a new one. */
-static uint64_t client_handle(struct crc_session *s, unsigned tag, void *real)
-{
-	uint64_t v;
-
-	if (!real)
-		return 0;
-	v = crc_find_handle(s, tag, real);
-	return v ? v : crc_register(s, tag, (union crc_slot){.ptr = real});
-}
-
 /* The node request's header: graph, node, exec and context translated, the dependencies decoded into
  * deps (freed by the caller). *rest: the node's own part. */
 struct node_req {
@@ -111,7 +100,7 @@ static CUresult reply_node(struct crc_session *s, CUgraphNode node)
 
 	if (!out)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	*out = client_handle(s, CRC_HT_GRAPHNODE, node);
+	*out = crc_handle_of(s, CRC_HT_GRAPHNODE, node);
 	return CUDA_SUCCESS;
 }
 
@@ -462,7 +451,7 @@ CUresult crc_raw_graph_cond(struct crc_session *s, const struct crc_call_hdr *h,
 	if (res == CUDA_SUCCESS && !(out = crc_out(s, 8 * (size_t)w.size)))
 		res = CUDA_ERROR_OUT_OF_MEMORY;
 	for (uint32_t i = 0; res == CUDA_SUCCESS && i < w.size; i++)
-		out[i] = client_handle(s, CRC_HT_GRAPH, p.conditional.phGraph_out[i]);
+		out[i] = crc_handle_of(s, CRC_HT_GRAPH, p.conditional.phGraph_out[i]);
 out:
 	free(nr.deps);
 	return res;
@@ -526,9 +515,9 @@ CUresult crc_raw_capture_info(struct crc_session *s, const struct crc_call_hdr *
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	info = (struct crc_capture_info *)out;
 	*info = (struct crc_capture_info){
-	    .status = status, .id = id, .graph = client_handle(s, CRC_HT_GRAPH, graph), .ndeps = n};
+	    .status = status, .id = id, .graph = crc_handle_of(s, CRC_HT_GRAPH, graph), .ndeps = n};
 	for (size_t i = 0; i < n; i++) {
-		v = client_handle(s, CRC_HT_GRAPHNODE, deps[i]);
+		v = crc_handle_of(s, CRC_HT_GRAPHNODE, deps[i]);
 		memcpy(out + sizeof(*info) + 8 * i, &v, 8);
 	}
 	if (n && edges)
@@ -1050,18 +1039,6 @@ static uint64_t grd_u64(struct grd *r)
 	return v;
 }
 
-/* Registers a restored object at the handle the application holds. */
-static void register_at(struct crc_session *s, uint64_t v, void *real)
-{
-	if (!v)
-		return;
-	s->force = &v;
-	s->nforce = 1;
-	crc_register(s, crc_vhandle_tag(v), (union crc_slot){.ptr = real});
-	s->force = NULL;
-	s->nforce = 0;
-}
-
 static CUresult rebuild_graph(struct crc_session *s, struct grd *r, CUgraph *out, int depth);
 
 static CUresult rebuild_node(struct crc_session *s, struct grd *r, CUgraph g, CUgraphNode *node, int depth)
@@ -1178,7 +1155,7 @@ static CUresult rebuild_node(struct crc_session *s, struct grd *r, CUgraph g, CU
 		break;
 	}
 	if (res == CUDA_SUCCESS)
-		register_at(s, vh, *node);
+		crc_register_at(s, vh, (union crc_slot){.ptr = *node});
 	return res;
 }
 
@@ -1251,7 +1228,7 @@ int crc_graph_restore(struct crc_session *s, const char *hex, char *why, size_t 
 
 		res = rebuild_graph(s, &r, &g, 0);
 		if (res == CUDA_SUCCESS)
-			register_at(s, vh, g);
+			crc_register_at(s, vh, (union crc_slot){.ptr = g});
 	}
 	for (uint32_t i = 0; res == CUDA_SUCCESS && i < nexecs; i++) {
 		uint64_t vh = grd_u64(&r), flags = grd_u64(&r);
@@ -1264,7 +1241,7 @@ int crc_graph_restore(struct crc_session *s, const char *hex, char *why, size_t 
 		if (res == CUDA_SUCCESS)
 			res = gexec_add(s, exec, shadow, flags);
 		if (res == CUDA_SUCCESS)
-			register_at(s, vh, exec);
+			crc_register_at(s, vh, (union crc_slot){.ptr = exec});
 	}
 	free(bin);
 	if (res == CUDA_SUCCESS && !r.bad && (ngraphs || nexecs))
@@ -1310,8 +1287,6 @@ CUresult crc_raw_graph_kernel_get(struct crc_session *s, const struct crc_call_h
 /* ---- checkpoint ---------------------------------------------------------------------------------- */
 int crc_graph_ckpt_refusal(struct crc_session *s, char *why, size_t len)
 {
-	CUstreamCaptureStatus st;
-
 	/* User objects: their references live in the driver's graphs, which a checkpoint does not read. */
 	if (crc_hostfn_userobjs_live(s)) {
 		snprintf(why, len,
@@ -1324,8 +1299,7 @@ int crc_graph_ckpt_refusal(struct crc_session *s, char *why, size_t len)
 	for (uint32_t i = 1; i <= s->tables[CRC_HT_STREAM].n; i++) {
 		void *stream = s->tables[CRC_HT_STREAM].real[i].ptr;
 
-		if (stream && CALL(cuStreamIsCapturing, stream, &st) == CUDA_SUCCESS &&
-		    st != CU_STREAM_CAPTURE_STATUS_NONE) {
+		if (stream && crc_stream_capturing(stream)) {
 			snprintf(
 			    why, len,
 			    "session %llu is capturing a stream into a CUDA graph: a checkpoint during a "

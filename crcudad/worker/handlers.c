@@ -632,7 +632,7 @@ static CUresult copy_to_client(struct crc_session *s, uint64_t src, uint64_t n, 
 	return res;
 }
 
-static bool stream_capturing(CUstream st)
+bool crc_stream_capturing(CUstream st)
 {
 	CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
 
@@ -655,7 +655,7 @@ CUresult crc_raw_copy(struct crc_session *s, const struct crc_call_hdr *h, const
 		return res;
 	/* Pageable client memory passes through the ring, which a captured copy would read (or write)
 	 * again each time its graph runs, long after the record is gone. */
-	if ((r->src_loc == CRC_LOC_INLINE || r->dst_loc == CRC_LOC_INLINE) && stream_capturing(st.ptr)) {
+	if ((r->src_loc == CRC_LOC_INLINE || r->dst_loc == CRC_LOC_INLINE) && crc_stream_capturing(st.ptr)) {
 		pr_warn("a copy between pageable host memory and the device on a capturing stream is not "
 			"supported under crcuda; use page-locked memory (cuMemAllocHost)");
 		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;

@@ -149,7 +149,6 @@ CUresult crc_raw_hostfn_launch(struct crc_session *s, const struct crc_call_hdr 
 			       size_t len)
 {
 	const struct crc_hostfn_req *r = (const void *)args;
-	CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
 	struct crc_hostfn_arg *a;
 	union crc_slot st;
 	CUresult res;
@@ -159,8 +158,7 @@ CUresult crc_raw_hostfn_launch(struct crc_session *s, const struct crc_call_hdr 
 	res = crc_translate(s, h, CRC_HT_STREAM, r->stream, &st);
 	if (res != CUDA_SUCCESS)
 		return res;
-	CALL(cuStreamIsCapturing, st.ptr, &status);
-	a = arg_new(s, r->fn, r->data, status == CU_STREAM_CAPTURE_STATUS_NONE);
+	a = arg_new(s, r->fn, r->data, !crc_stream_capturing(st.ptr));
 	if (!a)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	res = CALL(cuLaunchHostFunc, st.ptr, trampoline, a);

@@ -446,15 +446,8 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 	for (unsigned t = 1; t < CRC_HT_COUNT && handles && *handles; t++) {
 		uint32_t n = (uint32_t)strtoul(handles, (char **)&handles, 10);
 
-		if (n > s->tables[t].n) {
-			uint64_t v = crc_vhandle(t, n);
-
-			s->force = &v;
-			s->nforce = 1;
-			crc_register(s, t, (union crc_slot){.u64 = 0});
-			s->force = NULL;
-			s->nforce = 0;
-		}
+		if (n > s->tables[t].n)
+			crc_register_at(s, crc_vhandle(t, n), (union crc_slot){.u64 = 0});
 		if (*handles == ',')
 			handles++;
 	}

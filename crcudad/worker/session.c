@@ -205,6 +205,27 @@ uint64_t crc_register(struct crc_session *s, unsigned tag, union crc_slot real)
 	return v;
 }
 
+uint64_t crc_handle_of(struct crc_session *s, unsigned tag, void *real)
+{
+	uint64_t v;
+
+	if (!real)
+		return 0;
+	v = crc_find_handle(s, tag, real);
+	return v ? v : crc_register(s, tag, (union crc_slot){.ptr = real});
+}
+
+void crc_register_at(struct crc_session *s, uint64_t v, union crc_slot real)
+{
+	if (!v)
+		return;
+	s->force = &v;
+	s->nforce = 1;
+	crc_register(s, crc_vhandle_tag(v), real);
+	s->force = NULL;
+	s->nforce = 0;
+}
+
 void crc_forget(struct crc_session *s, uint64_t v)
 {
 	unsigned tag = crc_vhandle_tag(v);
@@ -565,9 +586,7 @@ static CUresult exec_generic(struct crc_session *s, int id, const struct crc_cal
 					continue;
 				}
 				real = ((void **)arrays[i])[k];
-				v = !real || res != CUDA_SUCCESS ? 0 : crc_find_handle(s, sp->tag, real);
-				if (real && !v && res == CUDA_SUCCESS)
-					v = crc_register(s, sp->tag, (union crc_slot){.ptr = real});
+				v = res == CUDA_SUCCESS ? crc_handle_of(s, sp->tag, real) : 0;
 				memcpy(e, &v, 8);
 			}
 			continue;
@@ -585,10 +604,8 @@ static CUresult exec_generic(struct crc_session *s, int id, const struct crc_cal
 			memcpy(p, argv[i], sp->size);
 		} else if (res == CUDA_SUCCESS) {
 			/* A function or kernel asked for twice keeps its handle. */
-			uint64_t v = slots[i].ptr ? crc_find_handle(s, sp->tag, slots[i].ptr) : 0;
+			uint64_t v = crc_handle_of(s, sp->tag, slots[i].ptr);
 
-			if (!v && slots[i].ptr)
-				v = crc_register(s, sp->tag, slots[i]);
 			memcpy(p, &v, 8);
 		}
 	}

@@ -292,9 +292,13 @@ CUresult crc_translate(struct crc_session *s, const struct crc_call_hdr *h, unsi
 		       union crc_slot *out);
 /* Names a new object: the virtual handle the client will use. */
 uint64_t crc_register(struct crc_session *s, unsigned tag, union crc_slot real);
+/* Names an object with a handle the application already holds (v; 0: none), as a restore must. */
+void crc_register_at(struct crc_session *s, uint64_t v, union crc_slot real);
 void crc_forget(struct crc_session *s, uint64_t v);
 /* Finds the virtual handle of a real object (e.g. a function looked up twice), 0 if none. */
 uint64_t crc_find_handle(struct crc_session *s, unsigned tag, void *real);
+/* The client's handle of a real object: the one it has, else a new one (0 for NULL). */
+uint64_t crc_handle_of(struct crc_session *s, unsigned tag, void *real);
 /* The backend's ordinal of the client's device dev (s->dev_map), and the client's of a backend's. */
 int crc_dev_backend(const struct crc_session *s, int dev);
 int crc_dev_client(const struct crc_session *s, int dev);
@@ -336,6 +340,8 @@ CUresult crc_launch_decode(struct crc_session *s, const struct crc_call_hdr *h, 
 /* Page-locked memory the client shares: the daemon's address of the client's [addr, addr + bytes), 0 if
  * none holds it; and back. */
 uint64_t crc_pin_local(struct crc_session *s, uint64_t addr, uint64_t bytes);
+/* A stream is being captured into a graph (or its capture was invalidated): the driver says so. */
+bool crc_stream_capturing(CUstream st);
 uint64_t crc_pin_client(struct crc_session *s, uint64_t local);
 
 /* CUDA graphs (graph.c). A checkpoint cannot be taken now (a capture runs): -1 with the reason. */
