@@ -86,6 +86,7 @@ static void wait_notice_taken(struct crc_session *s)
 int crc_ckpt_quiesce(struct crc_session *s, int timeout_ms)
 {
 	struct crc_session_ctl *ctl = s->chan.sctl;
+	char why[CRC_CTL_MSG_MAX];
 	double deadline = crc_now_s() + (timeout_ms > 0 ? timeout_ms : 30000) / 1000.0;
 	CUresult res;
 
@@ -131,6 +132,13 @@ int crc_ckpt_quiesce(struct crc_session *s, int timeout_ms)
 			    (unsigned long long)s->id, (int)s->peer.pid, timeout_ms > 0 ? timeout_ms : 30000);
 			return CRC_ETIMEDOUT;
 		}
+	}
+	/* Before draining: a synchronise during a stream capture would invalidate the application's
+	 * capture (and leave it error 900). A checkpoint waits for no capture: refused, untouched. */
+	if (crc_graph_capturing(s, why, sizeof(why))) {
+		crc_ckpt_resume(s);
+		crc_session_cmd_done(s, CRC_ENOTSUP, "%s", why);
+		return CRC_ENOTSUP;
 	}
 	res = drain(s);
 	if (res != CUDA_SUCCESS) {

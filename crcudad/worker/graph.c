@@ -1285,6 +1285,24 @@ CUresult crc_raw_graph_kernel_get(struct crc_session *s, const struct crc_call_h
 }
 
 /* ---- checkpoint ---------------------------------------------------------------------------------- */
+int crc_graph_capturing(struct crc_session *s, char *why, size_t len)
+{
+	const struct crc_htable *t = &s->tables[CRC_HT_STREAM];
+	bool capturing = false;
+
+	for (uint32_t i = 1; i <= t->n && !capturing; i++)
+		capturing = t->real[i].ptr && crc_stream_capturing(t->real[i].ptr);
+	for (unsigned i = 0; i < s->n_ptstreams && !capturing; i++)
+		capturing = crc_stream_capturing(s->ptstreams[i].stream);
+	if (!capturing)
+		return 0;
+	snprintf(why, len,
+		 "session %llu is capturing a stream into a CUDA graph: a checkpoint during a capture is not "
+		 "supported; the program runs on untouched, try again when the capture has ended",
+		 (unsigned long long)s->id);
+	return -1;
+}
+
 int crc_graph_ckpt_refusal(struct crc_session *s, char *why, size_t len)
 {
 	/* User objects: their references live in the driver's graphs, which a checkpoint does not read. */
@@ -1294,20 +1312,6 @@ int crc_graph_ckpt_refusal(struct crc_session *s, char *why, size_t len)
 			 "program runs on untouched",
 			 (unsigned long long)s->id);
 		return -1;
-	}
-	/* A capture in progress: its graph is the driver's until it ends. */
-	for (uint32_t i = 1; i <= s->tables[CRC_HT_STREAM].n; i++) {
-		void *stream = s->tables[CRC_HT_STREAM].real[i].ptr;
-
-		if (stream && crc_stream_capturing(stream)) {
-			snprintf(
-			    why, len,
-			    "session %llu is capturing a stream into a CUDA graph: a checkpoint during a "
-			    "capture is not supported; the program runs on untouched, try again when the "
-			    "capture has ended",
-			    (unsigned long long)s->id);
-			return -1;
-		}
 	}
 	return 0;
 }

@@ -344,7 +344,10 @@ uint64_t crc_pin_local(struct crc_session *s, uint64_t addr, uint64_t bytes);
 bool crc_stream_capturing(CUstream st);
 uint64_t crc_pin_client(struct crc_session *s, uint64_t local);
 
-/* CUDA graphs (graph.c). A checkpoint cannot be taken now (a capture runs): -1 with the reason. */
+/* CUDA graphs (graph.c). A stream of the session is capturing: -1 with the reason (a quiesce must not
+ * synchronise then). */
+int crc_graph_capturing(struct crc_session *s, char *why, size_t len);
+/* A checkpoint cannot carry what the session holds now (user objects): -1 with the reason. */
 int crc_graph_ckpt_refusal(struct crc_session *s, char *why, size_t len);
 /* The session's graphs and executable graphs described for a checkpoint's metadata (NULL: why). */
 char *crc_graph_describe(struct crc_session *s, char *why, size_t len);

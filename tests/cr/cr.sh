@@ -29,6 +29,9 @@
 #                      and onto a local one over unix; kill -9 of criu while its session is parked
 #                      without a connection (detached), at the device and criu steps: it takes its
 #                      session back and finishes
+#       capture        a checkpoint while the program has a stream capture open (state_app --graph
+#                      --ready-in-capture): refused, saying why, and the program runs on to the
+#                      uninterrupted checksum (a synchronise in the quiesce would invalidate the capture)
 #       kill9-ctl|kill9-criu|kill9-daemon
 #                      kill -9 of crcudactl, criu or the daemon at each step of a checkpoint and of a
 #                      restore: the previous checkpoint still restores and verifies
@@ -65,7 +68,8 @@ export CRCUDA_CRIU=$criu
 unset CRCUDA_REMOTE CRCUDA_TOKEN CRCUDA_TOKEN_FILE CRCUDA_LIBDIR CRCUDAD CRCUDA_DAEMON
 read -r -a app_extra <<<"${CR_APP_EXTRA:-}"
 app_args=(--mb 8 --chunks 4 --steps 24 "${app_extra[@]}")
-run_opts=(--backend sim --idle-exit 60) # start_app's daemon
+backend=${CR_BACKEND:-sim} # CR_BACKEND=cuda: the basic, twice and capture cases on a GPU
+run_opts=(--backend "$backend" --idle-exit 60) # start_app's daemon
 pids=() # the programs (original and restored share a pid)
 extra_daemons=()
 ns=""
@@ -103,7 +107,7 @@ gone() { [ ! -e "/proc/$1" ] || grep -q '^State:[[:space:]]*Z' "/proc/$1/status"
 checksum() { sed -n 's/.*checksum=\([0-9a-f]*\).*/\1/p' "$1"; }
 
 # The reference: the same run, never interrupted.
-ref=$(timeout 120 "$ctl" run --backend sim --idle-exit 60 -- "$app_bin" "${app_args[@]}" | checksum /dev/stdin)
+ref=$(timeout 120 "$ctl" run --backend "$backend" --idle-exit 60 -- "$app_bin" "${app_args[@]}" | checksum /dev/stdin)
 [ -n "$ref" ] || fail "the uninterrupted reference run failed"
 
 # start_app NAME [ARGS...]: state_app under the layer in its own session (CRIU needs no --shell-job),
@@ -227,7 +231,7 @@ basic)
 twice)
 	# Ready at once, no waiting: it runs on while it is checkpointed twice (--leave-running).
 	app_args=(--mb 8 --chunks 4 --steps 1200 "${app_extra[@]}")
-	ref=$(timeout 300 "$ctl" run --backend sim -- "$app_bin" "${app_args[@]}" | checksum /dev/stdin)
+	ref=$(timeout 300 "$ctl" run --backend "$backend" -- "$app_bin" "${app_args[@]}" | checksum /dev/stdin)
 	start_app twice --ready-at 1
 	rm -f "$dir/go"
 	first=$(checkpoint "$app" --leave-running)
@@ -240,6 +244,13 @@ twice)
 		pid=$(restore "$id")
 		finish "$pid" "checkpoint $id restored"
 	done
+	;;
+capture)
+	start_app capture --graph --ready-in-capture
+	out=$(timeout 120 "$ctl" checkpoint "$app" 2>&1) && fail "a checkpoint during a stream capture succeeded"
+	echo "$out" | grep -q "capturing a stream into a CUDA graph" || fail "the refusal does not say why: $out"
+	gone "$app" && fail "the program did not run on after the refused checkpoint"
+	finish "$app" "after a checkpoint refused during a capture"
 	;;
 restore-twice)
 	start_app again

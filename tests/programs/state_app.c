@@ -9,7 +9,8 @@
  * own context (device 0's primary one, a cuCtxCreate one elsewhere), module, stream and memory; the
  * checksum does not depend on N. --graph runs each step as one launch of a CUDA graph captured once
  * (the step number then lives on the device; devices 1 only): the same checksum, and a checkpoint
- * must carry the graph. */
+ * must carry the graph. --ready-in-capture signals ready (and waits for --go-file) while that capture
+ * is open, where a checkpoint must be refused and the program run on. */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +26,7 @@ struct opts {
 	unsigned long mb;
 	unsigned chunks, steps, ready_at, pause_ms, seed, devices;
 	const char *ready_file, *go_file;
-	int verify, graph;
+	int verify, graph, ready_in_capture;
 };
 
 static void parse(int argc, char **argv, struct opts *o)
@@ -40,6 +41,10 @@ static void parse(int argc, char **argv, struct opts *o)
 		}
 		if (!strcmp(a, "--graph")) {
 			o->graph = 1;
+			continue;
+		}
+		if (!strcmp(a, "--ready-in-capture")) {
+			o->ready_in_capture = 1;
 			continue;
 		}
 		if (!v)
@@ -69,7 +74,7 @@ static void parse(int argc, char **argv, struct opts *o)
 	if (o->ready_at == ~0u)
 		o->ready_at = o->steps / 2;
 	if (o->chunks && o->mb && (o->mb << 20) % ((size_t)o->chunks * 4) == 0 && o->devices >= 1 &&
-	    o->devices <= 8 && (!o->graph || o->devices == 1))
+	    o->devices <= 8 && (!o->graph || o->devices == 1) && (o->graph || !o->ready_in_capture))
 		return;
 usage:
 	fprintf(stderr,
@@ -93,8 +98,8 @@ static void signal_ready(const struct opts *o, unsigned step)
 }
 
 /* --graph: one step captured from the stream (a counter kernel, then each chunk's step), instantiated. */
-static CUgraphExec capture_step(CUmodule *mod, CUstream stream, CUdeviceptr *bufs, unsigned chunks,
-				unsigned long long words, unsigned grid, unsigned block)
+static CUgraphExec capture_step(const struct opts *o, CUmodule *mod, CUstream stream, CUdeviceptr *bufs,
+				unsigned chunks, unsigned long long words, unsigned grid, unsigned block)
 {
 	CUfunction f_count, f_step;
 	CUdeviceptr dstep;
@@ -110,6 +115,12 @@ static CUgraphExec capture_step(CUmodule *mod, CUstream stream, CUdeviceptr *buf
 	CU_CHECK(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
 	void *pc[] = {&dstep};
 	CU_CHECK(cuLaunchKernel(f_count, 1, 1, 1, 1, 1, 1, 0, stream, pc, NULL));
+	/* --ready-in-capture: a test checkpoints it now, with the capture open. */
+	if (o->ready_in_capture) {
+		signal_ready(o, 0);
+		while (o->go_file && access(o->go_file, F_OK))
+			usleep(10000);
+	}
 	for (unsigned c = 0; c < chunks; c++) {
 		void *p[] = {&bufs[c], &words, &dstep};
 		CU_CHECK(cuLaunchKernel(f_step, grid, 1, 1, block, 1, 1, 0, stream, p, NULL));
@@ -174,7 +185,7 @@ int main(int argc, char **argv)
 	unsigned step = 0; /* host state: restored by CRIU, not by the layer */
 	CUgraphExec step_graph = NULL;
 	if (o.graph)
-		step_graph = capture_step(&d[0].mod, d[0].stream, bufs, o.chunks, words, grid, block);
+		step_graph = capture_step(&o, &d[0].mod, d[0].stream, bufs, o.chunks, words, grid, block);
 	while (step < o.steps) {
 		step++;
 		if (step_graph) {
