@@ -208,6 +208,17 @@ void crc_primary_state(CUdevice dev, unsigned *flags, int *active);
 /* The device of the current context, or of ctx when not 0. */
 CUresult crc_ctx_device(uint64_t ctx, CUdevice *dev);
 
+/* Where a host or device address lives, as the daemon must see it: CRC_LOC_* (hooks_mem.c). */
+uint32_t crc_locate(uint64_t addr, size_t bytes);
+/* Graph copies with pageable host memory, staged through page-locked memory (graph_stage.c). */
+bool crc_stage_wanted(const CUDA_MEMCPY3D *p);
+CUresult crc_stage_add_node(CUgraphNode *out, CUgraph graph, const CUgraphNode *deps, size_t ndeps,
+			    const CUDA_MEMCPY3D *p, CUcontext ctx);
+bool crc_stage_node_params(CUgraphNode node, CUDA_MEMCPY3D *p);
+CUresult crc_stage_set_params(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D *p, CUcontext ctx);
+CUresult crc_stage_capture(CUstream stream, uint64_t dst, uint64_t src, size_t bytes,
+			   CUresult (*copy)(uint64_t dst, uint64_t src, size_t bytes, CUstream stream));
+
 /* Pinned host memory registered with the daemon: the region holding [p, p + n), or NULL. */
 struct crc_pinned *crc_pinned_find(const void *p, size_t n);
 

@@ -19,23 +19,7 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-/* ---- hand-written implementations: declarations, so a missing one fails the link --------------- */
-#define CRC_CU_API(sym, parent, base, version, policy, pt, ret, params, args)                                \
-	CRC_DECL_##policy##_##pt(sym, ret, params)
-#define CRC_DECL_HOOK_NONE(sym, ret, params)  ret crc_hook_##sym params;
-#define CRC_DECL_LOCAL_NONE(sym, ret, params) ret crc_local_##sym params;
-#define CRC_DECL_FORWARD_NONE(sym, ret, params)
-#define CRC_DECL_UNSUPPORTED_NONE(sym, ret, params)
-#define CRC_DECL_HOOK_PTDS(sym, ret, params)
-#define CRC_DECL_LOCAL_PTDS(sym, ret, params)
-#define CRC_DECL_FORWARD_PTDS(sym, ret, params)
-#define CRC_DECL_UNSUPPORTED_PTDS(sym, ret, params)
-#define CRC_DECL_HOOK_PTSZ(sym, ret, params)
-#define CRC_DECL_LOCAL_PTSZ(sym, ret, params)
-#define CRC_DECL_FORWARD_PTSZ(sym, ret, params)
-#define CRC_DECL_UNSUPPORTED_PTSZ(sym, ret, params)
-#include "crcuda/cuda_api.def"
-#undef CRC_CU_API
+#include "hooks.h"
 
 /* ---- FORWARD: the marshalling spec of each row and its forwarder ------------------------------- */
 #include "crcuda/cuda_marshal_specs.h"

@@ -501,12 +501,16 @@ CUresult crc_hook_cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph,
 {
 	if (!phGraphNode)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (crc_stage_wanted(copyParams))
+		return crc_stage_add_node(phGraphNode, hGraph, dependencies, numDependencies, copyParams, ctx);
 	return memcpy_node(CRC_CU_cuGraphAddMemcpyNode, phGraphNode, (uintptr_t)hGraph, 0, 0, dependencies,
 			   numDependencies, copyParams, ctx);
 }
 
 CUresult crc_hook_cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams)
 {
+	if (crc_stage_node_params(hNode, NULL))
+		return crc_stage_set_params(NULL, hNode, nodeParams, NULL);
 	return memcpy_node(CRC_CU_cuGraphMemcpyNodeSetParams, NULL, 0, (uintptr_t)hNode, 0, NULL, 0,
 			   nodeParams, NULL);
 }
@@ -514,8 +518,21 @@ CUresult crc_hook_cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCP
 CUresult crc_hook_cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
 						 const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
+	if (crc_stage_node_params(hNode, NULL))
+		return hGraphExec ? crc_stage_set_params(hGraphExec, hNode, copyParams, ctx)
+				  : CUDA_ERROR_INVALID_VALUE;
 	return memcpy_node(CRC_CU_cuGraphExecMemcpyNodeSetParams, NULL, 0, (uintptr_t)hNode,
 			   (uintptr_t)hGraphExec, NULL, 0, copyParams, ctx);
+}
+
+/* A staged copy (graph_stage.c) is a child graph node to the driver and a copy to the application. */
+CUresult crc_hook_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
+{
+	if (type && crc_stage_node_params(hNode, NULL)) {
+		*type = CU_GRAPH_NODE_TYPE_MEMCPY;
+		return CUDA_SUCCESS;
+	}
+	return crc_fwd_cuGraphNodeGetType(hNode, type);
 }
 
 CUresult crc_hook_cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams)
@@ -524,6 +541,8 @@ CUresult crc_hook_cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *n
 
 	if (!nodeParams)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (crc_stage_node_params(hNode, nodeParams))
+		return CUDA_SUCCESS;
 	return crc_rpc(CRC_CU_cuGraphMemcpyNodeGetParams, &q, sizeof(q), nodeParams, sizeof(*nodeParams));
 }
 

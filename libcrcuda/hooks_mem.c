@@ -68,8 +68,19 @@ static bool in_app_range(uint64_t addr)
 
 void crc_device_range_keep(uint64_t base, size_t size)
 {
-	struct device_range *r = malloc(sizeof(*r));
-	void *p = mmap((void *)(uintptr_t)base, size, PROT_NONE,
+	struct device_range *r;
+	void *p;
+
+	/* Graph-owned memory comes back at the same addresses, graph after graph. */
+	pthread_mutex_lock(&app_ranges_lock);
+	for (r = app_ranges; r; r = r->next)
+		if (base >= r->base && base - r->base + size <= r->size)
+			break;
+	pthread_mutex_unlock(&app_ranges_lock);
+	if (r)
+		return;
+	r = malloc(sizeof(*r));
+	p = mmap((void *)(uintptr_t)base, size, PROT_NONE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
 
 	if (p != MAP_FAILED && p != (void *)(uintptr_t)base) {
@@ -174,8 +185,7 @@ CUresult crc_hook_cuMemUnmap(CUdeviceptr ptr, size_t size)
 }
 
 /* ---- copies -------------------------------------------------------------------------------------- */
-/* Where a host or device address lives, as the daemon must see it. */
-static uint32_t locate(uint64_t addr, size_t bytes)
+uint32_t crc_locate(uint64_t addr, size_t bytes)
 {
 	struct crc_pinned *pin;
 
@@ -206,17 +216,35 @@ static void dtoh_chunk(void *arg, const void *data, size_t len)
 	memcpy(sink->dst + d->offset, d + 1, d->bytes);
 }
 
+static CUresult copy(uint64_t dst, uint64_t src, size_t bytes, CUstream stream, bool async);
+
+static CUresult copy_async(uint64_t dst, uint64_t src, size_t bytes, CUstream stream)
+{
+	return copy(dst, src, bytes, stream, true);
+}
+
+/* A copy with a pageable side on a capturing stream: the graph will run it later, in the daemon. */
+static bool captured_pageable(uint32_t dl, uint32_t sl, CUstream stream)
+{
+	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+
+	return (dl == CRC_LOC_INLINE || sl == CRC_LOC_INLINE) && !crc_client.tcp && crc_capturing() &&
+	       crc_capture_status(stream, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 /* Any direction, any memory. Pageable host sources go out in chunks (posted, several in flight, the
  * last one waited for unless async); pageable destinations come back in chunks. */
 static CUresult copy(uint64_t dst, uint64_t src, size_t bytes, CUstream stream, bool async)
 {
-	uint32_t dl = locate(dst, bytes), sl = locate(src, bytes);
+	uint32_t dl = crc_locate(dst, bytes), sl = crc_locate(src, bytes);
 	struct crc_copy_req *r;
 	struct crc_call c;
 	CUresult res;
 
 	if (!bytes)
 		return CUDA_SUCCESS;
+	if (async && captured_pageable(dl, sl, stream))
+		return crc_stage_capture(stream, dst, src, bytes, copy_async);
 	if (dl == CRC_LOC_INLINE && sl == CRC_LOC_INLINE) {
 		/* Host to host: after the stream's earlier work, which may write the source. */
 		res = async ? crc_fwd_cuStreamSynchronize(stream) : crc_fwd_cuCtxSynchronize();

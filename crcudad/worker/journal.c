@@ -18,6 +18,7 @@ void crc_journal_begin(struct crc_session *s)
 	s->njnew = s->njrefs = 0;
 	s->jaddr = s->jsize = s->jobject = 0;
 	s->jimage = -1;
+	s->jdrop = false;
 }
 
 int crc_journal_image(struct crc_session *s, const void *bytes, size_t len)
@@ -268,7 +269,7 @@ void crc_journal_end(struct crc_session *s, int op, const struct crc_call_hdr *h
 	uint8_t *p;
 
 	s->jcapture = false;
-	if (!type)
+	if (!type || s->jdrop)
 		return;
 	/* The caller's context first, then every handle the call translated. */
 	if (h->ctx)

@@ -159,6 +159,7 @@ struct crc_session {
 	unsigned njnew, njrefs;
 	uint64_t jaddr, jsize, jobject;
 	int jimage; /* index of the image a load just used, -1 */
+	bool jdrop; /* the call left nothing a replay must redo */
 	/* Replay (restore): the handles and the address the next call must produce. */
 	const uint64_t *force;
 	unsigned nforce;

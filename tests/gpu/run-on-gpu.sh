@@ -3,6 +3,8 @@
 # the libraries carried in .deps/gpu (scripts/gpu-carry.sh), runs the gpu-labelled tests, then the
 # benchmarks, and prints a short table last. Output files go to $OUT when set (the device tool).
 # PARTS=tests, PARTS=stress or PARTS=bench runs one part (each fits the device tool's 10 minutes a call).
+# PARTS=conformance runs tests/gpu/conformance.sh (NVIDIA's cuda-samples natively, under the layer and
+# checkpointed mid-run; CONF_PARTS splits it over several calls), never by default.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top"
@@ -58,6 +60,10 @@ ctest_rc=${ctest_rc:-0}
 if [[ $parts == *stress* ]]; then
 echo "== random-instant checkpoint/restart stress: PyTorch LM and cudart programs (issue 14)"
 CR_STRESS_LOGS=$out/stress-logs timeout 560 tests/gpu/cr-stress-gpu.sh build-gpu 2>&1 | tee "$out/cr-stress.txt" | grep -vE "^cr-stress: .*uninterrupted run"
+fi
+if [[ $parts == *conformance* ]]; then
+	echo "== conformance: programs nobody here wrote"
+	tests/gpu/conformance.sh build-gpu 2>&1 | tee "$out/conformance.txt" | grep -vE " rc 0 +[0-9]+ ms$"
 fi
 if [[ $parts == *bench* ]]; then
 echo "== benchmarks"
