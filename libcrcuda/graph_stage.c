@@ -76,6 +76,20 @@ bool crc_stage_wanted(const CUDA_MEMCPY3D *p)
 		     pageable(p->dstMemoryType, p->dstHost, p->dstDevice));
 }
 
+/* Page-locked memory, also while this thread captures in the global mode (which forbids allocating
+ * it): the application asked for a copy, not an allocation. */
+static CUresult stage_alloc(void **buf, size_t bytes)
+{
+	CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+	CUresult res = crc_hook_cuThreadExchangeStreamCaptureMode(&mode);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	res = crc_hook_cuMemAllocHost_v2(buf, bytes);
+	crc_hook_cuThreadExchangeStreamCaptureMode(&mode);
+	return res;
+}
+
 /* The stage of one host side (x, y, z, pointer, pitch, height of the copy's layout). */
 static struct stage *stage_of(const CUDA_MEMCPY3D *p, size_t x, size_t y, size_t z, const void *host,
 			      size_t pitch, size_t slice_rows)
@@ -102,7 +116,7 @@ static struct stage *stage_of(const CUDA_MEMCPY3D *p, size_t x, size_t y, size_t
 	if (s)
 		return s;
 	s = malloc(sizeof(*s));
-	if (!s || crc_hook_cuMemAllocHost_v2(&buf, span) != CUDA_SUCCESS) {
+	if (!s || stage_alloc(&buf, span) != CUDA_SUCCESS) {
 		free(s);
 		return NULL;
 	}
@@ -240,6 +254,9 @@ CUresult crc_stage_set_params(CUgraphExec exec, CUgraphNode node, const CUDA_MEM
 	CUresult res;
 
 	if (!n || !p)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* The driver's rule for executable graphs: 1D copies only. */
+	if (exec && ((n->copy.Height > 1 || n->copy.Depth > 1) || (p->Height > 1 || p->Depth > 1)))
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!same_shape(&n->copy, p)) {
 		pr_warn("a graph copy with pageable host memory cannot become one with another kind of memory "

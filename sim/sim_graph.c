@@ -1352,7 +1352,16 @@ NODE_SET_API(cuGraphMemcpyNodeSetParams, MEMCPY, true, proto_memcpy(&proto, p, e
 	     const CUDA_MEMCPY3D_v2 *p)
 NODE_SET_API(cuGraphMemsetNodeSetParams, MEMSET, true, proto_memset(&proto, p, en->set.ctx),
 	     const CUDA_MEMSET_NODE_PARAMS_v1 *p)
-EXEC_SET_API(cuGraphExecMemcpyNodeSetParams, MEMCPY, true, proto_memcpy(&proto, p, ctx),
+/* The driver moves only 1D copies in an executable graph. */
+static CUresult proto_exec_memcpy(struct CUgraphNode_st *proto, const struct CUgraphNode_st *en,
+				  const CUDA_MEMCPY3D *p, CUcontext ctx)
+{
+	if (p && (p->Height > 1 || p->Depth > 1 || en->copy.p.Height > 1 || en->copy.p.Depth > 1))
+		return CUDA_ERROR_INVALID_VALUE;
+	return proto_memcpy(proto, p, ctx);
+}
+
+EXEC_SET_API(cuGraphExecMemcpyNodeSetParams, MEMCPY, true, proto_exec_memcpy(&proto, en, p, ctx),
 	     const CUDA_MEMCPY3D_v2 *p, CUcontext ctx)
 EXEC_SET_API(cuGraphExecMemsetNodeSetParams, MEMSET, true, proto_memset(&proto, p, ctx),
 	     const CUDA_MEMSET_NODE_PARAMS_v1 *p, CUcontext ctx)

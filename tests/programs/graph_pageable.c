@@ -4,8 +4,9 @@
  * (a) An explicit graph: a 2D copy from a pitched pageable buffer (with x/y offsets) to the device, a
  *     kernel, a 2D copy back into another pitched pageable buffer whose padding must stay untouched,
  *     and a pageable-to-pageable copy; launched LAUNCHES times, the input rewritten between launches.
- *     The copy node reports its type and its own parameters; new parameters move it to other buffers,
- *     in the graph and in the executable graph.
+ *     A 1D copy of the first row into a pageable buffer is moved to a buffer on the stack in the
+ *     executable graph (the driver refuses that for 2D copies: so must the layer); the 2D input copy
+ *     is moved to another buffer in the graph. The copy nodes report their type and parameters.
  * (b) Stream capture of cuMemcpyHtoDAsync / cuMemcpyDtoHAsync with pageable memory around a kernel,
  *     replayed REPLAYS times, the input changed between replays.
  * The last lines are a checksum of every result and PASS. */
@@ -114,7 +115,8 @@ int main(void)
 	unsigned *in = malloc((ROWS + YOFF) * PITCH * sizeof(unsigned));
 	unsigned *in2 = malloc((ROWS + YOFF) * PITCH * sizeof(unsigned));
 	unsigned *out = malloc(ROWS * PITCH * sizeof(unsigned));
-	unsigned out2[ROWS * PITCH]; /* on the stack, as simpleCudaGraphs' result */
+	unsigned *row = malloc(COLS * sizeof(unsigned));
+	unsigned row2[COLS]; /* on the stack, as simpleCudaGraphs' result */
 	unsigned hh_src[COLS], hh_dst[COLS];
 	unsigned cap_in[N], cap_out[N];
 	CUcontext ctx;
@@ -123,7 +125,7 @@ int main(void)
 	CUdeviceptr dx;
 	CUstream s;
 	CUgraph g, cg;
-	CUgraphNode nin, nk, nout, nhh;
+	CUgraphNode nin, nk, nout, nrow, nhh;
 	CUgraphExec x, cx;
 	CUgraphNodeType type;
 	CUDA_MEMCPY3D p, got;
@@ -131,7 +133,7 @@ int main(void)
 	int n = N;
 	void *params[] = {&dx, &mul, &add, &n};
 
-	if (!in || !in2 || !out)
+	if (!in || !in2 || !out || !row)
 		return 1;
 	cu_test_init("graph_pageable");
 	ctx = cu_test_primary_context(NULL);
@@ -163,6 +165,14 @@ int main(void)
 			    .Height = 1,
 			    .Depth = 1};
 	CU_CHECK(cuGraphAddMemcpyNode(&nhh, g, &nout, 1, &p, ctx));
+	p = (CUDA_MEMCPY3D){.srcMemoryType = CU_MEMORYTYPE_DEVICE,
+			    .srcDevice = dx,
+			    .dstMemoryType = CU_MEMORYTYPE_HOST,
+			    .dstHost = row,
+			    .WidthInBytes = COLS * sizeof(unsigned),
+			    .Height = 1,
+			    .Depth = 1};
+	CU_CHECK(cuGraphAddMemcpyNode(&nrow, g, &nk, 1, &p, ctx));
 	CU_CHECK(cuGraphNodeGetType(nout, &type));
 	if (type != CU_GRAPH_NODE_TYPE_MEMCPY)
 		fail("node type", 0, type, CU_GRAPH_NODE_TYPE_MEMCPY);
@@ -180,22 +190,29 @@ int main(void)
 		CU_CHECK(cuStreamSynchronize(s));
 		model_launch(in, model_dev, mul, add);
 		check_out("out", out, model_dev);
-		for (unsigned i = 0; i < COLS; i++)
+		for (unsigned i = 0; i < COLS; i++) {
 			if (hh_dst[i] != hh_src[i])
 				fail("hh_dst", i, hh_dst[i], hh_src[i]);
+			if (row[i] != model_dev[i])
+				fail("row", i, row[i], model_dev[i]);
+		}
 		checksum_add(out, ROWS * PITCH);
 	}
-	/* The executable graph's copy moves to the stack buffer; the graph's input to in2. */
-	for (unsigned i = 0; i < ROWS * PITCH; i++)
-		out2[i] = PAD;
-	p = copy_2d_out(dx, out2);
-	CU_CHECK(cuGraphExecMemcpyNodeSetParams(x, nout, &p, ctx));
+	/* In the executable graph: the 1D copy moves to the stack buffer, the 2D one cannot move. */
+	p = copy_2d_out(dx, in2);
+	CU_EXPECT(cuGraphExecMemcpyNodeSetParams(x, nout, &p, ctx), CUDA_ERROR_INVALID_VALUE);
+	CU_CHECK(cuGraphMemcpyNodeGetParams(nrow, &p));
+	p.dstHost = row2;
+	CU_CHECK(cuGraphExecMemcpyNodeSetParams(x, nrow, &p, ctx));
 	fill_input(in, 100);
 	CU_CHECK(cuGraphLaunch(x, s));
 	CU_CHECK(cuStreamSynchronize(s));
 	model_launch(in, model_dev, mul, add);
-	check_out("out2", out2, model_dev);
-	checksum_add(out2, ROWS * PITCH);
+	check_out("out", out, model_dev);
+	for (unsigned i = 0; i < COLS; i++)
+		if (row2[i] != model_dev[i])
+			fail("row2", i, row2[i], model_dev[i]);
+	checksum_add(row2, COLS);
 	p = copy_2d_in(in2, dx);
 	CU_CHECK(cuGraphMemcpyNodeSetParams(nin, &p));
 	CU_CHECK(cuGraphMemcpyNodeGetParams(nin, &got));
@@ -236,6 +253,7 @@ int main(void)
 	free(in);
 	free(in2);
 	free(out);
+	free(row);
 	printf("graph_pageable: checksum %016llx\n", checksum);
 	cu_test_pass("graph_pageable");
 }
