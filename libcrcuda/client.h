@@ -174,6 +174,8 @@ void crc_launch_write(const struct crc_launch_pack *lp, struct crc_launch_req *r
 		      const CUlaunchAttribute *attrs);
 /* Some stream capture of this process may be running (hooks_graph.c): capture queries ask the daemon. */
 bool crc_capturing(void);
+/* hStream is capturing (active or invalidated): asks the daemon only while some capture may run. */
+bool crc_capturing_on(CUstream hStream);
 CUresult crc_capture_status(CUstream hStream, CUstreamCaptureStatus *status);
 CUresult crc_capture_info_remote(CUstream hStream, CUstreamCaptureStatus *status, cuuint64_t *id,
 				 CUgraph *graph, const CUgraphNode **deps, const CUgraphEdgeData **edges,

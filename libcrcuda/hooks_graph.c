@@ -162,13 +162,18 @@ CUresult crc_capture_info_remote(CUstream hStream, CUstreamCaptureStatus *status
 	return res;
 }
 
-/* A host function cannot be captured: the daemon cannot call into the application. */
-bool crc_capture_refuses_host_fn(CUstream hStream)
+bool crc_capturing_on(CUstream hStream)
 {
 	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
 
-	if (!crc_capturing() || crc_capture_status(hStream, &st) != CUDA_SUCCESS ||
-	    st == CU_STREAM_CAPTURE_STATUS_NONE)
+	return crc_capturing() && crc_capture_status(hStream, &st) == CUDA_SUCCESS &&
+	       st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/* A host function cannot be captured: the daemon cannot call into the application. */
+bool crc_capture_refuses_host_fn(CUstream hStream)
+{
+	if (!crc_capturing_on(hStream))
 		return false;
 	pr_warn("a host function on a capturing stream is not supported under crcuda yet");
 	return true;

@@ -31,18 +31,30 @@ CUresult crc_hook_cuMemFree_v2(CUdeviceptr dptr)
 	return crc_fwd_cuMemFree_v2(dptr);
 }
 
-/* Stream-ordered allocation, served from the same VA range: ordered by waiting for the stream. */
+/* Stream-ordered allocation, served from the same VA range: ordered by waiting for the stream. On a
+ * capturing stream (cuBLAS's workspace, PyTorch's private pools) it is the driver's: the graph's own
+ * memory (a mem alloc or free node), which waiting would invalidate. */
 CUresult crc_hook_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-	CUresult res = crc_fwd_cuStreamSynchronize(hStream);
+	CUresult res;
 
+	if (crc_capturing_on(hStream)) {
+		res = crc_fwd_cuMemAllocAsync(dptr, bytesize, hStream);
+		if (res == CUDA_SUCCESS && !crc_is_device_va(*dptr))
+			crc_device_range_keep(*dptr, bytesize);
+		return res;
+	}
+	res = crc_fwd_cuStreamSynchronize(hStream);
 	return res == CUDA_SUCCESS ? crc_fwd_cuMemAlloc_v2(dptr, bytesize) : res;
 }
 
 CUresult crc_hook_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
-	CUresult res = crc_fwd_cuStreamSynchronize(hStream);
+	CUresult res;
 
+	if (crc_capturing_on(hStream))
+		return crc_fwd_cuMemFreeAsync(dptr, hStream);
+	res = crc_fwd_cuStreamSynchronize(hStream);
 	return res == CUDA_SUCCESS ? crc_fwd_cuMemFree_v2(dptr) : res;
 }
 
@@ -226,10 +238,7 @@ static CUresult copy_async(uint64_t dst, uint64_t src, size_t bytes, CUstream st
 /* A copy with a pageable side on a capturing stream: the graph will run it later, in the daemon. */
 static bool captured_pageable(uint32_t dl, uint32_t sl, CUstream stream)
 {
-	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-
-	return (dl == CRC_LOC_INLINE || sl == CRC_LOC_INLINE) && !crc_client.tcp && crc_capturing() &&
-	       crc_capture_status(stream, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE;
+	return (dl == CRC_LOC_INLINE || sl == CRC_LOC_INLINE) && !crc_client.tcp && crc_capturing_on(stream);
 }
 
 /* Any direction, any memory. Pageable host sources go out in chunks (posted, several in flight, the

@@ -2,8 +2,9 @@
  * it, fills it from a persistent buffer (graph_affine, then graph_mix2: scratch * mix + persist), copies the
  * result to page-locked memory and frees the scratch (mem free node); launched 50 times, each launch checked
  * against a CPU model. Also the graph memory attributes (in use after a launch, none after the graph is gone
- * and trimmed) and cuGraphMemAllocNodeGetParams. The simulated device has no graph memory: it skips (77)
- * there. */
+ * and trimmed) and cuGraphMemAllocNodeGetParams. Then the same work captured from a stream, its scratch from
+ * cuMemAllocAsync / cuMemFreeAsync on the capturing stream (as cuBLAS takes its workspace), replayed.
+ * The simulated device has no graph memory: it skips (77) there. */
 #include <string.h>
 
 #include "cuda_test.h"
@@ -127,6 +128,34 @@ int main(void)
 		sum = sum * 31 + pinned[i];
 	CU_CHECK(cuGraphExecDestroy(x));
 	CU_CHECK(cuGraphDestroy(g));
+
+	/* Captured: stream-ordered scratch on the capturing stream becomes graph memory. */
+	CUgraph cg;
+	CUdeviceptr cscratch = 0;
+
+	CU_CHECK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+	CU_CHECK(cuMemAllocAsync(&cscratch, N * sizeof(unsigned), s));
+	CU_CHECK(cuMemsetD32Async(cscratch, 0, N, s));
+	CU_CHECK(cuLaunchKernel(affine, N / BLOCK, 1, 1, BLOCK, 1, 1, 0, s, pa, NULL));
+	void *pc[] = {&cscratch, &persist, &mix, &n};
+	CU_CHECK(cuLaunchKernel(mix2, N / BLOCK, 1, 1, BLOCK, 1, 1, 0, s, pc, NULL));
+	CU_CHECK(cuMemcpyDtoHAsync(pinned, cscratch, N * sizeof(unsigned), s));
+	CU_CHECK(cuMemFreeAsync(cscratch, s));
+	CU_CHECK(cuStreamEndCapture(s, &cg));
+	CU_CHECK(cuGraphInstantiateWithFlags(&x, cg, 0));
+	for (int l = 0; l < LAUNCHES; l++) {
+		CU_CHECK(cuGraphLaunch(x, s));
+		CU_CHECK(cuStreamSynchronize(s));
+		model_affine(model, mul, add);
+		if (memcmp(pinned, model, sizeof(model))) {
+			fprintf(stderr, "graph_mem: captured launch %d: wrong result\n", l);
+			return 1;
+		}
+	}
+	for (unsigned i = 0; i < N; i++)
+		sum = sum * 31 + pinned[i];
+	CU_CHECK(cuGraphExecDestroy(x));
+	CU_CHECK(cuGraphDestroy(cg));
 	CU_CHECK(cuCtxSynchronize());
 	CU_CHECK(cuDeviceGraphMemTrim(dev));
 	CU_CHECK(cuDeviceGetGraphMemAttribute(dev, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used));
