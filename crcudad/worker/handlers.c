@@ -466,6 +466,7 @@ CUresult crc_ctl_pin_register(struct crc_session *s, const uint8_t *args, size_t
 	struct crc_pin_reply *out;
 	struct crc_pin *p;
 	unsigned reg_flags = CU_MEMHOSTREGISTER_PORTABLE;
+	CUcontext prev, any = NULL;
 	int memfd = -1, nfds = 0;
 	char byte;
 	void *local;
@@ -495,12 +496,25 @@ CUresult crc_ctl_pin_register(struct crc_session *s, const uint8_t *args, size_t
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	/* Mapped whatever the flags: with unified addressing all page-locked memory is (the driver's
-	 * cuMemHostGetDevicePointer and pointer attributes answer for it). */
+	 * cuMemHostGetDevicePointer and pointer attributes answer for it). Registering needs a context:
+	 * a restored session whose program had made none yet (a checkpoint before its first kernel) has
+	 * none current, and any of the session's does (the registration is portable). */
 	reg_flags |= CU_MEMHOSTREGISTER_DEVICEMAP;
-	res = CALL(cuMemHostRegister_v2, local, r->bytes, reg_flags);
+	if (CALL(cuCtxGetCurrent, &prev) != CUDA_SUCCESS)
+		prev = NULL;
+	res = prev ? CUDA_SUCCESS : crc_session_primary_ctx(s, &any);
+	if (res == CUDA_SUCCESS && !prev)
+		res = CALL(cuCtxSetCurrent, any);
+	if (res == CUDA_SUCCESS)
+		res = CALL(cuMemHostRegister_v2, local, r->bytes, reg_flags);
 	if (res == CUDA_SUCCESS)
 		res = CALL(cuMemHostGetDevicePointer_v2, (CUdeviceptr *)&p->device_ptr, local, 0);
+	if (!prev)
+		CALL(cuCtxSetCurrent, NULL);
 	if (res != CUDA_SUCCESS) {
+		pr_warn("session %llu: cannot register the client's page-locked memory %#llx+%#llx: CUDA error %d",
+			(unsigned long long)s->id, (unsigned long long)r->client_addr,
+			(unsigned long long)r->bytes, (int)res);
 		munmap(local, r->bytes);
 		free(p);
 		return res;

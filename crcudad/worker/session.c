@@ -305,6 +305,15 @@ static CUresult primary_ctx(struct crc_session *s, uint32_t idx)
 	return res;
 }
 
+CUresult crc_session_primary_ctx(struct crc_session *s, CUcontext *ctx)
+{
+	CUresult res = primary_ctx(s, 1);
+
+	if (res == CUDA_SUCCESS)
+		*ctx = s->tables[CRC_HT_CTX].real[1].ptr;
+	return res;
+}
+
 CUresult crc_translate(struct crc_session *s, const struct crc_call_hdr *h, unsigned tag, uint64_t v,
 		       union crc_slot *out)
 {

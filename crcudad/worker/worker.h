@@ -289,6 +289,8 @@ void crc_control_start(int fd, bool tcp, const struct crc_peer *peer, const void
 void *crc_out(struct crc_session *s, size_t n);
 /* The real object behind a virtual handle of the given tag (0 is NULL; special stream values
  * honoured); CUDA_ERROR_INVALID_HANDLE if unknown. */
+/* The primary context of the client's first device, retained (for work that needs some context). */
+CUresult crc_session_primary_ctx(struct crc_session *s, CUcontext *ctx);
 CUresult crc_translate(struct crc_session *s, const struct crc_call_hdr *h, unsigned tag, uint64_t v,
 		       union crc_slot *out);
 /* Names a new object: the virtual handle the client will use. */
