@@ -183,7 +183,8 @@ static CUresult stage_graph(const CUDA_MEMCPY3D *p, CUcontext ctx, CUgraph *chil
 		res = crc_hook_cuGraphAddHostNode(&prev, *child, NULL, 0, &h);
 	}
 	if (res == CUDA_SUCCESS)
-		res = crc_hook_cuGraphAddMemcpyNode(&node, *child, prev ? &prev : NULL, prev ? 1 : 0, &q, ctx);
+		res =
+		    crc_hook_cuGraphAddMemcpyNode(&node, *child, prev ? &prev : NULL, prev ? 1 : 0, &q, ctx);
 	if (res == CUDA_SUCCESS && out) {
 		CUDA_HOST_NODE_PARAMS h = {.fn = stage_out, .userData = out};
 
@@ -259,8 +260,9 @@ CUresult crc_stage_set_params(CUgraphExec exec, CUgraphNode node, const CUDA_MEM
 	if (exec && ((n->copy.Height > 1 || n->copy.Depth > 1) || (p->Height > 1 || p->Depth > 1)))
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!same_shape(&n->copy, p)) {
-		pr_warn("a graph copy with pageable host memory cannot become one with another kind of memory "
-			"under crcuda: the node is a staged copy");
+		pr_warn(
+		    "a graph copy with pageable host memory cannot become one with another kind of memory "
+		    "under crcuda: the node is a staged copy");
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	res = stage_graph(p, ctx, &child);
@@ -308,7 +310,7 @@ CUresult crc_stage_capture(CUstream stream, uint64_t dst, uint64_t src, size_t b
 			   .WidthInBytes = bytes,
 			   .Height = 1,
 			   .Depth = 1},
-		     q;
+		      q;
 	struct stage *in, *out;
 	CUresult res = staged_copy(&p, &q, &in, &out);
 

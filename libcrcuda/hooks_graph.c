@@ -507,7 +507,8 @@ CUresult crc_hook_cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph,
 	if (!phGraphNode)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (crc_stage_wanted(copyParams))
-		return crc_stage_add_node(phGraphNode, hGraph, dependencies, numDependencies, copyParams, ctx);
+		return crc_stage_add_node(phGraphNode, hGraph, dependencies, numDependencies, copyParams,
+					  ctx);
 	return memcpy_node(CRC_CU_cuGraphAddMemcpyNode, phGraphNode, (uintptr_t)hGraph, 0, 0, dependencies,
 			   numDependencies, copyParams, ctx);
 }

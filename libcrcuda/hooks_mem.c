@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "crcuda/copy2d.h"
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
 #include "crcuda/sock.h"
@@ -93,7 +94,7 @@ void crc_device_range_keep(uint64_t base, size_t size)
 		return;
 	r = malloc(sizeof(*r));
 	p = mmap((void *)(uintptr_t)base, size, PROT_NONE,
-		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
 
 	if (p != MAP_FAILED && p != (void *)(uintptr_t)base) {
 		munmap(p, size);
@@ -340,6 +341,47 @@ static CUresult copy(uint64_t dst, uint64_t src, size_t bytes, CUstream stream, 
 	res = crc_call_wait(&c, NULL, NULL);
 	crc_call_end(&c);
 	return res;
+}
+
+/* 2D copies: row by row over copy() (crcuda/copy2d.h), so each row goes the way its memory needs. */
+struct copy2d_on {
+	CUstream stream;
+	bool async;
+};
+
+static CUresult copy2d_row(uint64_t dst, uint64_t src, size_t bytes, bool last, void *arg)
+{
+	const struct copy2d_on *on = arg;
+
+	return copy(dst, src, bytes, on->stream, on->async || !last);
+}
+
+static CUresult copy_2d(const CUDA_MEMCPY2D *p, CUstream stream, bool async)
+{
+	struct copy2d_on on = {stream, async};
+	CUresult res;
+
+	if (!__atomic_load_n(&crc_initialized, __ATOMIC_ACQUIRE))
+		return CUDA_ERROR_NOT_INITIALIZED;
+	res = crc_copy2d_rows(p, copy2d_row, &on);
+	if (res == CUDA_ERROR_NOT_SUPPORTED)
+		pr_warn("2D copies with CUDA arrays are not supported under crcuda yet");
+	return res;
+}
+
+CUresult crc_hook_cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
+{
+	return copy_2d(pCopy, NULL, false);
+}
+
+CUresult crc_hook_cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
+{
+	return copy_2d(pCopy, NULL, false);
+}
+
+CUresult crc_hook_cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
+{
+	return copy_2d(pCopy, hStream, true);
 }
 
 static CUresult check_copy(uint64_t dst, uint64_t src)

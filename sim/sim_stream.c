@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "crcuda/copy2d.h"
 #include "crcuda/log.h"
 #include "sim.h"
 
@@ -948,6 +949,39 @@ SIM_STREAM_API_PAIR(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_ptsz, dtod_async,
 		    (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream h), dst, src, bytes, h)
 SIM_STREAM_API_PAIR(cuMemcpyAsync, cuMemcpyAsync_ptsz, unified_async,
 		    (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream h), dst, src, bytes, h)
+
+/* 2D copies, row by row over the unified copy (crcuda/copy2d.h). */
+struct copy2d_on {
+	bool pt, async;
+	CUstream h;
+};
+
+static CUresult copy2d_row(uint64_t dst, uint64_t src, size_t bytes, bool last, void *arg)
+{
+	const struct copy2d_on *on = arg;
+
+	return memcpy_unified(on->pt, on->h, dst, src, bytes, on->async || !last);
+}
+
+static CUresult copy2d_sync(bool pt, const CUDA_MEMCPY2D *p)
+{
+	struct copy2d_on on = {pt, false, NULL};
+
+	return crc_copy2d_rows(p, copy2d_row, &on);
+}
+
+static CUresult copy2d_async(bool pt, const CUDA_MEMCPY2D *p, CUstream h)
+{
+	struct copy2d_on on = {pt, true, h};
+
+	return crc_copy2d_rows(p, copy2d_row, &on);
+}
+
+SIM_STREAM_API_PAIR(cuMemcpy2D_v2, cuMemcpy2D_v2_ptds, copy2d_sync, (const CUDA_MEMCPY2D *p), p)
+SIM_STREAM_API_PAIR(cuMemcpy2DUnaligned_v2, cuMemcpy2DUnaligned_v2_ptds, copy2d_sync,
+		    (const CUDA_MEMCPY2D *p), p)
+SIM_STREAM_API_PAIR(cuMemcpy2DAsync_v2, cuMemcpy2DAsync_v2_ptsz, copy2d_async,
+		    (const CUDA_MEMCPY2D *p, CUstream h), p, h)
 
 static CUresult memset_2d(bool pt, CUstream h, CUdeviceptr dst, size_t pitch, uint32_t value,
 			  unsigned elem_size, size_t width, size_t height, bool async)

@@ -512,7 +512,8 @@ CUresult crc_ctl_pin_register(struct crc_session *s, const uint8_t *args, size_t
 	if (!prev)
 		CALL(cuCtxSetCurrent, NULL);
 	if (res != CUDA_SUCCESS) {
-		pr_warn("session %llu: cannot register the client's page-locked memory %#llx+%#llx: CUDA error %d",
+		pr_warn("session %llu: cannot register the client's page-locked memory %#llx+%#llx: CUDA "
+			"error %d",
 			(unsigned long long)s->id, (unsigned long long)r->client_addr,
 			(unsigned long long)r->bytes, (int)res);
 		munmap(local, r->bytes);

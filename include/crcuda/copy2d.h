@@ -1,0 +1,43 @@
+/* A 2D copy (CUDA_MEMCPY2D) as 1D copies: one when both sides are contiguous, else one per row. Shared
+ * by the simulated device and libcrcuda, which both have a 1D copy of any memory to build it on. */
+#ifndef CRCUDA_COPY2D_H
+#define CRCUDA_COPY2D_H
+
+#include <cuda.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* row(dst, src, bytes, last, arg): one 1D copy; last is true for the final one (a synchronous 2D copy
+ * waits there). CUDA arrays are not handled here: CUDA_ERROR_NOT_SUPPORTED. */
+typedef CUresult (*crc_copy_row_fn)(uint64_t dst, uint64_t src, size_t bytes, bool last, void *arg);
+
+static inline uint64_t crc_copy2d_side(CUmemorytype type, const void *host, CUdeviceptr dev, size_t x, size_t y,
+				       size_t pitch)
+{
+	return (type == CU_MEMORYTYPE_HOST ? (uintptr_t)host : dev) + x + y * pitch;
+}
+
+static inline CUresult crc_copy2d_rows(const CUDA_MEMCPY2D *p, crc_copy_row_fn row, void *arg)
+{
+	uint64_t src, dst;
+	CUresult res = CUDA_SUCCESS;
+
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (p->srcMemoryType == CU_MEMORYTYPE_ARRAY || p->dstMemoryType == CU_MEMORYTYPE_ARRAY)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (p->Height > 1 && (p->srcPitch < p->WidthInBytes || p->dstPitch < p->WidthInBytes))
+		return CUDA_ERROR_INVALID_VALUE;
+	src = crc_copy2d_side(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, p->srcPitch);
+	dst = crc_copy2d_side(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, p->dstPitch);
+	if (!p->WidthInBytes || !p->Height)
+		return CUDA_SUCCESS;
+	if (p->Height == 1 || (p->srcPitch == p->WidthInBytes && p->dstPitch == p->WidthInBytes))
+		return row(dst, src, p->WidthInBytes * p->Height, true, arg);
+	for (size_t r = 0; r < p->Height && res == CUDA_SUCCESS; r++)
+		res = row(dst + r * p->dstPitch, src + r * p->srcPitch, p->WidthInBytes, r + 1 == p->Height, arg);
+	return res;
+}
+
+#endif
