@@ -12,8 +12,8 @@
  * waits there). CUDA arrays are not handled here: CUDA_ERROR_NOT_SUPPORTED. */
 typedef CUresult (*crc_copy_row_fn)(uint64_t dst, uint64_t src, size_t bytes, bool last, void *arg);
 
-static inline uint64_t crc_copy2d_side(CUmemorytype type, const void *host, CUdeviceptr dev, size_t x, size_t y,
-				       size_t pitch)
+static inline uint64_t crc_copy2d_side(CUmemorytype type, const void *host, CUdeviceptr dev, size_t x,
+				       size_t y, size_t pitch)
 {
 	return (type == CU_MEMORYTYPE_HOST ? (uintptr_t)host : dev) + x + y * pitch;
 }
@@ -29,14 +29,17 @@ static inline CUresult crc_copy2d_rows(const CUDA_MEMCPY2D *p, crc_copy_row_fn r
 		return CUDA_ERROR_NOT_SUPPORTED;
 	if (p->Height > 1 && (p->srcPitch < p->WidthInBytes || p->dstPitch < p->WidthInBytes))
 		return CUDA_ERROR_INVALID_VALUE;
-	src = crc_copy2d_side(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, p->srcPitch);
-	dst = crc_copy2d_side(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, p->dstPitch);
+	src =
+	    crc_copy2d_side(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, p->srcPitch);
+	dst =
+	    crc_copy2d_side(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, p->dstPitch);
 	if (!p->WidthInBytes || !p->Height)
 		return CUDA_SUCCESS;
 	if (p->Height == 1 || (p->srcPitch == p->WidthInBytes && p->dstPitch == p->WidthInBytes))
 		return row(dst, src, p->WidthInBytes * p->Height, true, arg);
 	for (size_t r = 0; r < p->Height && res == CUDA_SUCCESS; r++)
-		res = row(dst + r * p->dstPitch, src + r * p->srcPitch, p->WidthInBytes, r + 1 == p->Height, arg);
+		res = row(dst + r * p->dstPitch, src + r * p->srcPitch, p->WidthInBytes, r + 1 == p->Height,
+			  arg);
 	return res;
 }
 

@@ -9,12 +9,12 @@
 
 extern const unsigned char memset_fatbin[];
 
-#define W     100 /* bytes a row */
-#define H     37
+#define W      100 /* bytes a row */
+#define H      37
 #define HPITCH 128 /* the host buffers' pitch */
-#define XOFF  5
-#define YOFF  3
-#define PADB  0xa5
+#define XOFF   5
+#define YOFF   3
+#define PADB   0xa5
 
 static unsigned long long checksum = 0xcbf29ce484222325ull;
 
@@ -27,8 +27,8 @@ static void check_2d(const char *what, const unsigned char *got, size_t pitch, c
 			unsigned char w = in ? want[(r - YOFF) * want_pitch + (c - XOFF)] : PADB;
 
 			if (got[r * pitch + c] != w) {
-				fprintf(stderr, "memcpy2d: %s: byte (%zu, %zu) is %#x, want %#x\n", what, r, c,
-					got[r * pitch + c], w);
+				fprintf(stderr, "memcpy2d: %s: byte (%zu, %zu) is %#x, want %#x\n", what, r,
+					c, got[r * pitch + c], w);
 				exit(1);
 			}
 			checksum = (checksum ^ got[r * pitch + c]) * 0x100000001b3ull;
