@@ -97,6 +97,9 @@ bad_lines() {
 run_one() {
 	local mode=$1 s=$2 exe dir key t0 rc
 	exe=$(exe_of "$s") dir=$(dirname "$exe") key=$res/${s//\//__}
+	# A new run makes the later parts' results stale.
+	[ "$mode" = native ] && rm -f "$key.layer".*
+	rm -f "$key.cr" "$key.cr".*
 	t0=$(now_ms)
 	if [ "$mode" = native ]; then
 		(cd "$dir" && timeout "$limit" "$exe" </dev/null >"$key.$mode.out" 2>&1)
@@ -136,7 +139,7 @@ cr_one() {
 	exe=$(exe_of "$s") dir=$(dirname "$exe") ms=$(cat "$key.layer.ms")
 	RANDOM=$((seed + $(cksum <<<"$s" | cut -d' ' -f1) % 100000))
 	at=$((ms / 5 + (RANDOM * 32768 + RANDOM) % (ms * 3 / 5)))
-	rm -f "$key.cr".*
+	rm -f "$key.cr" "$key.cr".*
 	(cd "$dir" && exec setsid "$ctl" run --backend cuda --idle-exit 900 -- "$exe" </dev/null >"$key.cr.out" 2>&1) &
 	pid=$!
 	disown "$pid" 2>/dev/null
