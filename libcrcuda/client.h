@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "crcuda/uvm_advice.h"
 #include "crcuda/chan.h"
 #include "crcuda/cuda_api.h"
 #include "crcuda/cuda_api_sig.def"
@@ -43,8 +44,10 @@ struct crc_pinned {
 	size_t bytes;
 	unsigned flags;
 	uint64_t device_ptr;
-	int memfd; /* the region's memfd, kept open to register it again after a restore (and so CRIU
-		      restores it); -1 over TCP (plain memory), -2 the application's own memory */
+	int memfd;    /* the region's memfd, kept open to register it again after a restore (and so CRIU
+			 restores it); -1 over TCP (plain memory), -2 the application's own memory */
+	bool managed; /* cuMemAllocManaged: the pointer is the same here and on the device */
+	struct crc_uvm_advice advice; /* managed: what cuMemAdvise and prefetches said */
 	struct crc_pinned *next;
 };
 

@@ -27,8 +27,14 @@ CUresult crc_hook_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t W
 	return crc_fwd_cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
 }
 
+static CUresult managed_free(void *p);
+
 CUresult crc_hook_cuMemFree_v2(CUdeviceptr dptr)
 {
+	struct crc_pinned *pin = crc_pinned_find((void *)(uintptr_t)dptr, 1);
+
+	if (pin && pin->managed && pin->addr == dptr)
+		return managed_free((void *)(uintptr_t)dptr);
 	return crc_fwd_cuMemFree_v2(dptr);
 }
 
@@ -583,12 +589,12 @@ static struct crc_pinned *pinned_take(void *p)
 	return r;
 }
 
-CUresult crc_hook_cuMemFreeHost(void *p)
+static CUresult pinned_free(void *p, bool managed)
 {
 	struct crc_pinned *pin = pinned_take(p);
 	CUresult res = CUDA_SUCCESS;
 
-	if (!pin || pin->memfd == -2)
+	if (!pin || pin->memfd == -2 || pin->managed != managed)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!crc_client.tcp)
 		res = pin_unregister(pin->addr, pin->bytes);
@@ -596,6 +602,151 @@ CUresult crc_hook_cuMemFreeHost(void *p)
 	if (pin->memfd >= 0)
 		close(pin->memfd);
 	free(pin);
+	return res;
+}
+
+CUresult crc_hook_cuMemFreeHost(void *p)
+{
+	return pinned_free(p, false);
+}
+
+/* ---- managed memory ------------------------------------------------------------------------------- */
+/* Page-locked memory shared with the daemon at the same address in both processes: the program reads
+ * and writes it directly, kernels reach it through the mapping (as mapped page-locked memory), and a
+ * checkpoint carries it with the process's own memory. Nothing migrates: advice and prefetches are
+ * remembered for cuMemRangeGetAttribute, and cost nothing. */
+static CUresult managed_free(void *p)
+{
+	CUresult res = crc_fwd_cuCtxSynchronize();
+
+	return res == CUDA_SUCCESS ? pinned_free(p, true) : res;
+}
+
+CUresult crc_hook_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+	struct crc_pinned *pin;
+	void *p;
+	CUresult res;
+
+	if (!dptr || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (crc_client.tcp) {
+		pr_warn("managed memory is not supported with a remote GPU: the GPU cannot reach this host");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	res = pinned_alloc(&p, bytesize, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
+	if (res != CUDA_SUCCESS)
+		return res;
+	pin = crc_pinned_find(p, 1);
+	if (!pin || pin->device_ptr != (uintptr_t)p) {
+		pr_warn("managed memory of %zu bytes could not be placed at the same address in the daemon",
+			bytesize);
+		pinned_free(p, false);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	crc_uvm_advice_init(&pin->advice);
+	pin->managed = true;
+	*dptr = (uintptr_t)p;
+	return CUDA_SUCCESS;
+}
+
+/* The managed region holding [ptr, ptr + count), or NULL. */
+static struct crc_pinned *managed_find(CUdeviceptr ptr, size_t count)
+{
+	struct crc_pinned *pin = count ? crc_pinned_find((void *)(uintptr_t)ptr, count) : NULL;
+
+	return pin && pin->managed ? pin : NULL;
+}
+
+static CUresult managed_advise(CUdeviceptr ptr, size_t count, CUmem_advise advice, int device)
+{
+	struct crc_pinned *pin = managed_find(ptr, count);
+	CUresult res;
+
+	if (!pin)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&crc_client.pinned_lock);
+	res = crc_uvm_advise(&pin->advice, advice, device, (int)crc_client.info.dev_count);
+	pthread_mutex_unlock(&crc_client.pinned_lock);
+	return res;
+}
+
+CUresult crc_hook_cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUdevice device)
+{
+	return managed_advise(devPtr, count, advice, device);
+}
+
+CUresult crc_hook_cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
+				 CUmemLocation location)
+{
+	return managed_advise(devPtr, count, advice, crc_uvm_location(location));
+}
+
+/* Stream-ordered, and nothing to move: the stream must exist, the range be managed. */
+static CUresult managed_on_stream(CUdeviceptr ptr, size_t count, CUstream stream, int prefetch_to)
+{
+	struct crc_pinned *pin = managed_find(ptr, count);
+	CUresult res = crc_fwd_cuStreamQuery(stream);
+
+	if (res == CUDA_ERROR_NOT_READY)
+		res = CUDA_SUCCESS;
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (!pin)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (prefetch_to == -3)
+		return CUDA_SUCCESS;
+	pthread_mutex_lock(&crc_client.pinned_lock);
+	res = crc_uvm_prefetch(&pin->advice, prefetch_to, (int)crc_client.info.dev_count);
+	pthread_mutex_unlock(&crc_client.pinned_lock);
+	return res;
+}
+
+CUresult crc_hook_cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream)
+{
+	return managed_on_stream(devPtr, count, hStream, dstDevice == -3 ? CU_DEVICE_INVALID : dstDevice);
+}
+
+CUresult crc_hook_cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location,
+					unsigned int flags, CUstream hStream)
+{
+	int to = crc_uvm_location(location);
+
+	if (flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	return managed_on_stream(devPtr, count, hStream, to == -3 ? CU_DEVICE_INVALID : to);
+}
+
+CUresult crc_hook_cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length,
+					 unsigned int flags)
+{
+	if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST && flags != CU_MEM_ATTACH_SINGLE)
+		return CUDA_ERROR_INVALID_VALUE;
+	return managed_on_stream(dptr, length ? length : 1, hStream, -3);
+}
+
+CUresult crc_hook_cuMemRangeGetAttribute(void *data, size_t dataSize, CUmem_range_attribute attribute,
+					 CUdeviceptr devPtr, size_t count)
+{
+	struct crc_pinned *pin = managed_find(devPtr, count);
+	CUresult res;
+
+	if (!pin)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&crc_client.pinned_lock);
+	res = crc_uvm_range_attribute(&pin->advice, data, dataSize, attribute);
+	pthread_mutex_unlock(&crc_client.pinned_lock);
+	return res;
+}
+
+CUresult crc_hook_cuMemRangeGetAttributes(void **data, size_t *dataSizes, CUmem_range_attribute *attributes,
+					  size_t numAttributes, CUdeviceptr devPtr, size_t count)
+{
+	CUresult res =
+	    data && dataSizes && attributes && numAttributes ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+
+	for (size_t i = 0; i < numAttributes && res == CUDA_SUCCESS; i++)
+		res = crc_hook_cuMemRangeGetAttribute(data[i], dataSizes[i], attributes[i], devPtr, count);
 	return res;
 }
 
@@ -688,7 +839,7 @@ static CUresult host_pointer_attribute(void *data, CUpointer_attribute a, const 
 
 	switch (a) {
 	case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-		*(unsigned *)data = CU_MEMORYTYPE_HOST;
+		*(unsigned *)data = pin->managed ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_HOST_POINTER:
 		*(void **)data = (void *)(uintptr_t)ptr;
@@ -702,7 +853,7 @@ static CUresult host_pointer_attribute(void *data, CUpointer_attribute a, const 
 		*(CUcontext *)data = (CUcontext)(uintptr_t)crc_current_ctx();
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-		*(unsigned *)data = 0;
+		*(unsigned *)data = pin->managed;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_MAPPED:
 		*(unsigned *)data = 1;
@@ -724,7 +875,7 @@ static struct crc_pinned *local_pinned(CUdeviceptr ptr)
 {
 	struct crc_pinned *pin = crc_pinned_find((void *)(uintptr_t)ptr, 1);
 
-	return pin && pin->memfd < 0 ? pin : NULL;
+	return pin && (pin->memfd < 0 || pin->managed) ? pin : NULL;
 }
 
 CUresult crc_hook_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)

@@ -18,6 +18,7 @@
 #include <cuda.h>
 #include <cudaProfiler.h>
 
+#include "crcuda/uvm_advice.h"
 #include "crcuda/cuda_api_undef.h"
 
 #include "crcuda/modimage.h"
@@ -268,6 +269,7 @@ enum sim_range_kind {
 	SIM_RANGE_HOST_ALLOC,	   /* cuMemAllocHost / cuMemHostAlloc */
 	SIM_RANGE_HOST_REGISTERED, /* cuMemHostRegister */
 	SIM_RANGE_VMM,		   /* a cuMemMap mapping */
+	SIM_RANGE_MANAGED,	   /* cuMemAllocManaged: host memory the device reaches too */
 };
 struct sim_range {
 	uintptr_t base;
@@ -280,6 +282,7 @@ struct sim_range {
 	unsigned long long buffer_id;
 	struct sim_vmm_alloc *vmm;
 	size_t vmm_offset;
+	struct crc_uvm_advice advice; /* managed ranges */
 };
 CUresult sim_mem_init_device(struct sim_device *dev);
 /* Looks up the live range holding [ptr, ptr + bytes) and copies it to *out (may be NULL). */
@@ -342,5 +345,18 @@ CUresult sim_capture_check_legacy(struct CUctx_st *ctx);
 /* cuStreamDestroy of a stream taking part in a capture (invalidates it). */
 void sim_capture_stream_gone(struct CUstream_st *stream);
 void sim_capture_event_free(struct CUevent_st *event);
+
+/* An entry point and its per-thread-default-stream twin (_ptds/_ptsz): impl(pt, args...). */
+#define SIM_STREAM_API_PAIR(name, name_pt, impl, params, ...)                                                \
+	CUresult name params                                                                                 \
+	{                                                                                                    \
+		SIM_ENTER(name);                                                                             \
+		return impl(false, __VA_ARGS__);                                                             \
+	}                                                                                                    \
+	CUresult name_pt params                                                                              \
+	{                                                                                                    \
+		SIM_ENTER(name_pt);                                                                          \
+		return impl(true, __VA_ARGS__);                                                              \
+	}
 
 #endif

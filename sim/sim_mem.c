@@ -363,6 +363,8 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size
 	return res;
 }
 
+static CUresult host_range_take(void *p, enum sim_range_kind kind, struct sim_range *out);
+
 CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
 	struct sim_range r;
@@ -370,6 +372,12 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
 	SIM_ENTER(cuMemFree_v2);
 	if (!dptr)
 		return CUDA_SUCCESS;
+	if (sim_mem_find(dptr, 1, &r) && r.base == dptr && r.kind == SIM_RANGE_MANAGED) {
+		sim_ctx_wait_idle(r.ctx);
+		if (host_range_take((void *)(uintptr_t)dptr, SIM_RANGE_MANAGED, &r) == CUDA_SUCCESS)
+			munmap((void *)r.base, r.size);
+		return CUDA_SUCCESS;
+	}
 	if (!sim_mem_find(dptr, 1, &r) || r.base != dptr || r.kind != SIM_RANGE_DEVICE)
 		return CUDA_ERROR_INVALID_VALUE;
 	/* Like the driver, freeing waits for the context's work, which may still use the memory. */
@@ -411,17 +419,166 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr 
 
 /* ---- pinned host memory ---- */
 
+static CUresult host_alloc_kind(void **pp, size_t bytesize, unsigned flags, enum sim_range_kind kind);
+
 static CUresult host_alloc(void **pp, size_t bytesize, unsigned flags)
+{
+	if (flags & ~(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED))
+		return CUDA_ERROR_INVALID_VALUE;
+	return host_alloc_kind(pp, bytesize, flags, SIM_RANGE_HOST_ALLOC);
+}
+
+/* ---- managed memory: host memory the device reaches, as pinned memory is; the advice is kept ---- */
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+	SIM_ENTER(cuMemAllocManaged);
+	if (!dptr || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST))
+		return CUDA_ERROR_INVALID_VALUE;
+	return host_alloc_kind((void **)dptr, bytesize, flags, SIM_RANGE_MANAGED);
+}
+
+/* The managed range holding [ptr, ptr + count): fn applied to its advice under the lock. */
+static CUresult managed_apply(CUdeviceptr ptr, size_t count, CUresult (*fn)(struct crc_uvm_advice *, void *),
+			      void *arg)
+{
+	ssize_t i;
+	CUresult res = CUDA_ERROR_INVALID_VALUE;
+
+	pthread_mutex_lock(&mem_lock);
+	i = range_floor(ptr);
+	if (count && i >= 0 && ranges[i].kind == SIM_RANGE_MANAGED && ptr - ranges[i].base < ranges[i].size &&
+	    count <= ranges[i].size - (ptr - ranges[i].base))
+		res = fn(&ranges[i].advice, arg);
+	pthread_mutex_unlock(&mem_lock);
+	return res;
+}
+
+struct advise_arg {
+	CUmem_advise advice;
+	int device;
+};
+
+static CUresult advise_fn(struct crc_uvm_advice *a, void *arg)
+{
+	const struct advise_arg *x = arg;
+
+	return crc_uvm_advise(a, x->advice, x->device, sim_device_count);
+}
+
+static CUresult prefetch_fn(struct crc_uvm_advice *a, void *arg)
+{
+	return crc_uvm_prefetch(a, *(int *)arg, sim_device_count);
+}
+
+static CUresult attach_fn(struct crc_uvm_advice *a, void *arg)
+{
+	(void)a;
+	(void)arg;
+	return CUDA_SUCCESS;
+}
+
+struct range_attr_arg {
+	void *data;
+	size_t size;
+	CUmem_range_attribute attr;
+};
+
+static CUresult range_attr_fn(struct crc_uvm_advice *a, void *arg)
+{
+	const struct range_attr_arg *x = arg;
+
+	return crc_uvm_range_attribute(a, x->data, x->size, x->attr);
+}
+
+CUresult cuMemAdvise(CUdeviceptr ptr, size_t count, CUmem_advise advice, CUdevice device)
+{
+	struct advise_arg x = {advice, device};
+
+	SIM_ENTER(cuMemAdvise);
+	return managed_apply(ptr, count, advise_fn, &x);
+}
+
+CUresult cuMemAdvise_v2(CUdeviceptr ptr, size_t count, CUmem_advise advice, CUmemLocation location)
+{
+	struct advise_arg x = {advice, crc_uvm_location(location)};
+
+	SIM_ENTER(cuMemAdvise_v2);
+	return managed_apply(ptr, count, advise_fn, &x);
+}
+
+static CUresult prefetch(bool pt, CUdeviceptr ptr, size_t count, int device, CUstream h)
+{
+	struct CUstream_st *s;
+	CUresult res = sim_stream_resolve(h, pt, &s);
+
+	return res == CUDA_SUCCESS ? managed_apply(ptr, count, prefetch_fn, &device) : res;
+}
+
+static CUresult prefetch_v1(bool pt, CUdeviceptr ptr, size_t count, CUdevice device, CUstream h)
+{
+	return prefetch(pt, ptr, count, device, h);
+}
+
+static CUresult prefetch_v2(bool pt, CUdeviceptr ptr, size_t count, CUmemLocation location, unsigned flags,
+			    CUstream h)
+{
+	return flags ? CUDA_ERROR_INVALID_VALUE : prefetch(pt, ptr, count, crc_uvm_location(location), h);
+}
+
+static CUresult attach(bool pt, CUstream h, CUdeviceptr ptr, size_t length, unsigned flags)
+{
+	struct CUstream_st *s;
+	CUresult res = sim_stream_resolve(h, pt, &s);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST && flags != CU_MEM_ATTACH_SINGLE)
+		return CUDA_ERROR_INVALID_VALUE;
+	return managed_apply(ptr, length ? length : 1, attach_fn, NULL);
+}
+
+SIM_STREAM_API_PAIR(cuMemPrefetchAsync, cuMemPrefetchAsync_ptsz, prefetch_v1,
+		    (CUdeviceptr ptr, size_t count, CUdevice device, CUstream h), ptr, count, device, h)
+SIM_STREAM_API_PAIR(cuMemPrefetchAsync_v2, cuMemPrefetchAsync_v2_ptsz, prefetch_v2,
+		    (CUdeviceptr ptr, size_t count, CUmemLocation location, unsigned flags, CUstream h), ptr,
+		    count, location, flags, h)
+SIM_STREAM_API_PAIR(cuStreamAttachMemAsync, cuStreamAttachMemAsync_ptsz, attach,
+		    (CUstream h, CUdeviceptr ptr, size_t length, unsigned flags), h, ptr, length, flags)
+
+CUresult cuMemRangeGetAttribute(void *data, size_t size, CUmem_range_attribute attr, CUdeviceptr ptr,
+				size_t count)
+{
+	struct range_attr_arg x = {data, size, attr};
+
+	SIM_ENTER(cuMemRangeGetAttribute);
+	return managed_apply(ptr, count, range_attr_fn, &x);
+}
+
+CUresult cuMemRangeGetAttributes(void **data, size_t *sizes, CUmem_range_attribute *attrs, size_t n,
+				 CUdeviceptr ptr, size_t count)
+{
+	CUresult res = data && sizes && attrs && n ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+
+	SIM_ENTER(cuMemRangeGetAttributes);
+	for (size_t i = 0; i < n && res == CUDA_SUCCESS; i++) {
+		struct range_attr_arg x = {data[i], sizes[i], attrs[i]};
+
+		res = managed_apply(ptr, count, range_attr_fn, &x);
+	}
+	return res;
+}
+
+static CUresult host_alloc_kind(void **pp, size_t bytesize, unsigned flags, enum sim_range_kind kind)
 {
 	struct CUctx_st *ctx;
 	CUresult res;
 	size_t size = round_up(bytesize, SIM_PAGE);
-	struct sim_range r = {.size = size, .kind = SIM_RANGE_HOST_ALLOC, .flags = flags};
+	struct sim_range r = {.size = size, .requested = bytesize, .kind = kind, .flags = flags};
 	void *mem;
 
-	if (!pp || !bytesize ||
-	    (flags & ~(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED)))
+	if (!pp || !bytesize)
 		return CUDA_ERROR_INVALID_VALUE;
+	crc_uvm_advice_init(&r.advice);
 	res = sim_ctx_require(&ctx);
 	if (res != CUDA_SUCCESS)
 		return res;
@@ -570,6 +727,7 @@ static CUresult pointer_attribute(void *data, CUpointer_attribute attr, const st
 				  CUdeviceptr ptr)
 {
 	bool host = r->kind == SIM_RANGE_HOST_ALLOC || r->kind == SIM_RANGE_HOST_REGISTERED;
+	bool managed = r->kind == SIM_RANGE_MANAGED;
 	bool allocated = r->kind == SIM_RANGE_DEVICE || r->kind == SIM_RANGE_HOST_ALLOC;
 
 	switch (attr) {
@@ -583,7 +741,7 @@ static CUresult pointer_attribute(void *data, CUpointer_attribute attr, const st
 		*(CUdeviceptr *)data = ptr;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-		if (!host)
+		if (!host && !managed)
 			return CUDA_ERROR_INVALID_VALUE;
 		*(void **)data = (void *)(uintptr_t)ptr;
 		return CUDA_SUCCESS;
@@ -600,7 +758,7 @@ static CUresult pointer_attribute(void *data, CUpointer_attribute attr, const st
 		*(unsigned long long *)data = r->buffer_id;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-		*(int *)data = 0;
+		*(int *)data = managed;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
 	case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:

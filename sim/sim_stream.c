@@ -486,19 +486,6 @@ CUresult cuStreamDestroy_v2(CUstream h)
 	return CUDA_SUCCESS;
 }
 
-/* Defines an entry point and its per-thread-default-stream twin around impl(per_thread, ...). */
-#define SIM_STREAM_API_PAIR(name, name_pt, impl, params, ...)                                                \
-	CUresult name params                                                                                 \
-	{                                                                                                    \
-		SIM_ENTER(name);                                                                             \
-		return impl(false, __VA_ARGS__);                                                             \
-	}                                                                                                    \
-	CUresult name_pt params                                                                              \
-	{                                                                                                    \
-		SIM_ENTER(name_pt);                                                                          \
-		return impl(true, __VA_ARGS__);                                                              \
-	}
-
 static CUresult stream_synchronize(bool pt, CUstream h)
 {
 	struct CUstream_st *s;

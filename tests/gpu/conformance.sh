@@ -34,7 +34,8 @@ ctl=$build/crcudactl/crcudactl
 folders=(0_Introduction 2_Concepts_and_Techniques 3_CUDA_Features 4_CUDA_Libraries 6_Performance)
 res=$work/results
 mkdir -p "$res"
-now_ms() { date +%s%3N; }
+# shellcheck source=../lib/proc.sh
+. "$top/tests/lib/proc.sh"
 has_part() { [[ ",$parts," == *",$1,"* ]]; }
 
 # The samples: one per folder of the sources, with its executable where cmake built one.
@@ -127,12 +128,6 @@ for mode in native layer; do
 	done < <(samples)
 done
 
-gone() { [ ! -e "/proc/$1" ] || grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null; }
-wait_gone() { # PID SECONDS
-	local i
-	for ((i = 0; i < $2 * 20; i++)); do gone "$1" && return 0; sleep 0.05; done
-	return 1
-}
 # cr SAMPLE: checkpoint (kill) at a seeded instant, restore, run to the end; $res/SAMPLE.cr = verdict.
 cr_one() {
 	local s=$1 key=$res/${1//\//__} exe dir ms at pid id why="" bad ok=0 try

@@ -10,7 +10,9 @@
  * checksum does not depend on N. --graph runs each step as one launch of a CUDA graph captured once
  * (the step number then lives on the device; devices 1 only): the same checksum, and a checkpoint
  * must carry the graph. --ready-in-capture signals ready (and waits for --go-file) while that capture
- * is open, where a checkpoint must be refused and the program run on. */
+ * is open, where a checkpoint must be refused and the program run on. --managed allocates the chunks
+ * with cuMemAllocManaged, and after each step the CPU waits for it and rewrites one word of each
+ * chunk in place (a different checksum: the CPU's writes are part of the state). */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +28,7 @@ struct opts {
 	unsigned long mb;
 	unsigned chunks, steps, ready_at, pause_ms, seed, devices;
 	const char *ready_file, *go_file;
-	int verify, graph, ready_in_capture;
+	int verify, graph, ready_in_capture, managed;
 };
 
 static void parse(int argc, char **argv, struct opts *o)
@@ -41,6 +43,10 @@ static void parse(int argc, char **argv, struct opts *o)
 		}
 		if (!strcmp(a, "--graph")) {
 			o->graph = 1;
+			continue;
+		}
+		if (!strcmp(a, "--managed")) {
+			o->managed = 1;
 			continue;
 		}
 		if (!strcmp(a, "--ready-in-capture")) {
@@ -74,13 +80,14 @@ static void parse(int argc, char **argv, struct opts *o)
 	if (o->ready_at == ~0u)
 		o->ready_at = o->steps / 2;
 	if (o->chunks && o->mb && (o->mb << 20) % ((size_t)o->chunks * 4) == 0 && o->devices >= 1 &&
-	    o->devices <= 8 && (!o->graph || o->devices == 1) && (o->graph || !o->ready_in_capture))
+	    o->devices <= 8 && (!o->graph || o->devices == 1) && (o->graph || !o->ready_in_capture) &&
+	    !(o->managed && (o->graph || o->verify)))
 		return;
 usage:
 	fprintf(stderr,
 		"usage: state_app [--mb N] [--chunks N] [--steps N] [--ready-at STEP] [--pause-ms MS]\n"
 		"                 [--ready-file PATH] [--go-file PATH] [--seed N] [--devices N] [--verify]\n"
-		"                 [--graph]\n");
+		"                 [--graph] [--managed]\n");
 	exit(2);
 }
 
@@ -177,7 +184,10 @@ int main(int argc, char **argv)
 	for (unsigned c = 0; c < o.chunks; c++) {
 		struct per_dev *pd = &d[c % o.devices];
 		CU_CHECK(cuCtxSetCurrent(pd->ctx));
-		CU_CHECK(cuMemAlloc(&bufs[c], words * 4));
+		if (o.managed)
+			CU_CHECK(cuMemAllocManaged(&bufs[c], words * 4, CU_MEM_ATTACH_GLOBAL));
+		else
+			CU_CHECK(cuMemAlloc(&bufs[c], words * 4));
 		unsigned seed = o.seed + c;
 		void *p[] = {&bufs[c], &words, &seed};
 		CU_CHECK(cuLaunchKernel(pd->f_init, grid, 1, 1, block, 1, 1, 0, pd->stream, p, NULL));
@@ -200,6 +210,16 @@ int main(int argc, char **argv)
 			CU_CHECK(cuLaunchKernel(pd->f_step, grid, 1, 1, block, 1, 1, 0, pd->stream, p, NULL));
 		}
 	launched:
+		if (o.managed) {
+			/* The CPU's turn: it reads the step's result and writes it back changed. */
+			for (unsigned dv = 0; dv < o.devices; dv++)
+				CU_CHECK(cuStreamSynchronize(d[dv].stream));
+			for (unsigned c = 0; c < o.chunks; c++) {
+				unsigned *w = (unsigned *)(uintptr_t)bufs[c];
+
+				w[(step * 7919u) % words] = w[(step * 7919u) % words] * 31u + step;
+			}
+		}
 		if (step == o.ready_at) {
 			/* Some steps are left in flight on purpose: a checkpoint must drain them. */
 			signal_ready(&o, step);

@@ -101,13 +101,8 @@ cleanup() {
 	if [ "$keep" = 0 ] && ! [ -s "$tmp/failed" ]; then rm -rf "$tmp"; else echo "cr-stress: logs kept in $tmp" >&2; fi
 }
 trap cleanup EXIT
-now_ms() { date +%s%3N; }
-gone() { [ ! -e "/proc/$1" ] || grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null; }
-wait_gone() { # PID SECONDS
-	local i
-	for ((i = 0; i < $2 * 20; i++)); do gone "$1" && return 0; sleep 0.05; done
-	return 1
-}
+# shellcheck source=../lib/proc.sh
+. "$top/tests/lib/proc.sh"
 # The newest dump log under DIR's store ends where CRIU waits for a trap that never comes; its criu is
 # killed (by pid).
 criu_hung() {
