@@ -47,6 +47,7 @@ struct crc_pinned {
 	int memfd;    /* the region's memfd, kept open to register it again after a restore (and so CRIU
 			 restores it); -1 over TCP (plain memory), -2 the application's own memory */
 	bool managed; /* cuMemAllocManaged: the pointer is the same here and on the device */
+	uintptr_t registered_at;      /* cuMemHostRegister: the pointer registered (0: an allocation) */
 	struct crc_uvm_advice advice; /* managed: what cuMemAdvise and prefetches said */
 	struct crc_pinned *next;
 };

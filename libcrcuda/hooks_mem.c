@@ -4,6 +4,7 @@
  * it copies to and from it directly and asynchronously. */
 #define LOG_PREFIX "libcrcuda: "
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -579,7 +580,7 @@ static struct crc_pinned *pinned_take(void *p)
 
 	pthread_mutex_lock(&crc_client.pinned_lock);
 	for (struct crc_pinned **pp = &crc_client.pinned; *pp; pp = &(*pp)->next) {
-		if ((*pp)->addr == (uintptr_t)p) {
+		if ((*pp)->addr == (uintptr_t)p && !(*pp)->registered_at) {
 			r = *pp;
 			*pp = r->next;
 			break;
@@ -594,7 +595,7 @@ static CUresult pinned_free(void *p, bool managed)
 	struct crc_pinned *pin = pinned_take(p);
 	CUresult res = CUDA_SUCCESS;
 
-	if (!pin || pin->memfd == -2 || pin->managed != managed)
+	if (!pin || pin->registered_at || pin->managed != managed)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!crc_client.tcp)
 		res = pin_unregister(pin->addr, pin->bytes);
@@ -762,26 +763,115 @@ CUresult crc_hook_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsi
 	return CUDA_SUCCESS;
 }
 
-/* The application's own memory cannot be shared with the daemon: it stays pageable (copies go
- * through the records, synchronously), but is remembered so cuMemHostGetFlags and pointer
- * attributes answer as for registered memory. Mapping it into device space is not possible. */
+/* The application's own memory. Where it is private anonymous memory (the heap, an anonymous mapping),
+ * its pages are moved in place onto a memfd (same address, same bytes) that the daemon then maps and
+ * registers like cuMemAllocHost memory: kernels reach it mapped, copies go as from page-locked memory
+ * and CRIU carries it. Other memory (a file mapping, the stack, over TCP) stays where it is: copies
+ * take the pageable path, synchronously, and a mapping into device space is refused. The move copies
+ * the pages: a write by another thread to them during the call would be lost (programs register
+ * memory before they use it with the GPU). A process forked later shares those pages, not copies. */
+static bool pinned_overlaps(uintptr_t a, uintptr_t end)
+{
+	bool hit = false;
+
+	pthread_mutex_lock(&crc_client.pinned_lock);
+	for (struct crc_pinned *r = crc_client.pinned; r && !hit; r = r->next)
+		hit = a < r->addr + r->bytes && r->addr < end;
+	pthread_mutex_unlock(&crc_client.pinned_lock);
+	return hit;
+}
+
+/* [a, end) lies in private anonymous read-write mappings (the heap included, the stack not). */
+static bool private_anonymous(uintptr_t a, uintptr_t end)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	char line[512];
+	uintptr_t covered = a;
+
+	if (!f)
+		return false;
+	while (covered < end && fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi, off, inode;
+		char perms[8] = "", path[256] = "";
+
+		if (sscanf(line, "%lx-%lx %7s %lx %*s %lu %255s", &lo, &hi, perms, &off, &inode, path) < 5)
+			continue;
+		if (hi <= covered || lo > covered)
+			continue;
+		if (strcmp(perms, "rw-p") || inode || (path[0] && strcmp(path, "[heap]")))
+			break;
+		covered = hi;
+	}
+	fclose(f);
+	return covered >= end;
+}
+
+/* Moves [a, a + len) onto a new memfd in place; its fd, or -1 (nothing changed). */
+static int share_in_place(uintptr_t a, size_t len)
+{
+	int fd = memfd_create("crcuda-registered", MFD_CLOEXEC);
+	void *copy;
+
+	if (fd < 0)
+		return -1;
+	if (ftruncate(fd, (off_t)len) ||
+	    (copy = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+		close(fd);
+		return -1;
+	}
+	memcpy(copy, (void *)a, len);
+	munmap(copy, len);
+	/* MAP_FIXED replaces the pages in one step: the same bytes at the same address from here on. */
+	if (mmap((void *)a, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) != (void *)a) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
 CUresult crc_hook_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
 {
+	uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095,
+		  end = ((uintptr_t)p + bytesize + 4095) & ~(uintptr_t)4095;
 	struct crc_pinned *pin;
+	CUresult res = crc_ready();
+	int fd = -1;
 
-	if (!p || !bytesize)
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (!p || !bytesize || (uintptr_t)p + bytesize < (uintptr_t)p)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (Flags & CU_MEMHOSTREGISTER_DEVICEMAP)
-		return crc_not_supported(CRC_CU_cuMemHostRegister_v2);
-	if (crc_pinned_find(p, 1))
+	if (pinned_overlaps(a, end))
 		return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+	if (!crc_client.tcp && private_anonymous(a, end))
+		fd = share_in_place(a, end - a);
+	if (fd < 0 && (Flags & CU_MEMHOSTREGISTER_DEVICEMAP)) {
+		pr_warn("cuMemHostRegister: %p+%#zx cannot be shared with the daemon (not private anonymous "
+			"memory, or a remote GPU): it cannot be mapped into device space under crcuda",
+			p, bytesize);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
 	pin = calloc(1, sizeof(*pin));
-	if (!pin)
+	if (!pin) {
+		if (fd >= 0)
+			close(fd);
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	pin->addr = (uintptr_t)p;
-	pin->bytes = bytesize;
-	pin->flags = Flags;
-	pin->memfd = -2; /* registered, not ours: copies use the pageable path */
+	}
+	*pin = (struct crc_pinned){.addr = (uintptr_t)p, .bytes = bytesize, .flags = Flags, .memfd = -2};
+	if (fd >= 0) {
+		struct crc_pin_req req = {.client_addr = a, .bytes = end - a, .flags = Flags};
+		struct crc_pin_reply reply = {0};
+
+		res = pin_register(fd, &req, &reply);
+		if (res != CUDA_SUCCESS) {
+			close(fd);
+			free(pin);
+			return res;
+		}
+		*pin = (struct crc_pinned){
+		    .addr = a, .bytes = end - a, .flags = Flags, .device_ptr = reply.device_ptr, .memfd = fd};
+	}
+	pin->registered_at = (uintptr_t)p;
 	pthread_mutex_lock(&crc_client.pinned_lock);
 	pin->next = crc_client.pinned;
 	crc_client.pinned = pin;
@@ -791,20 +881,26 @@ CUresult crc_hook_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Fl
 
 CUresult crc_hook_cuMemHostUnregister(void *p)
 {
-	struct crc_pinned *pin = pinned_take(p);
+	struct crc_pinned *pin = NULL;
+	CUresult res = CUDA_SUCCESS;
 
+	pthread_mutex_lock(&crc_client.pinned_lock);
+	for (struct crc_pinned **pp = &crc_client.pinned; *pp; pp = &(*pp)->next)
+		if ((*pp)->registered_at && (*pp)->registered_at == (uintptr_t)p) {
+			pin = *pp;
+			*pp = pin->next;
+			break;
+		}
+	pthread_mutex_unlock(&crc_client.pinned_lock);
 	if (!pin)
 		return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
-	if (pin->memfd != -2) {
-		/* Memory of cuMemHostAlloc: not registered, put it back. */
-		pthread_mutex_lock(&crc_client.pinned_lock);
-		pin->next = crc_client.pinned;
-		crc_client.pinned = pin;
-		pthread_mutex_unlock(&crc_client.pinned_lock);
-		return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+	/* The pages stay on their memfd, where the program keeps using them. */
+	if (pin->memfd >= 0) {
+		res = pin_unregister(pin->addr, pin->bytes);
+		close(pin->memfd);
 	}
 	free(pin);
-	return CUDA_SUCCESS;
+	return res;
 }
 
 /* ---- pointer attributes ------------------------------------------------------------------------- */

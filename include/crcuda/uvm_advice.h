@@ -12,8 +12,8 @@
 
 struct crc_uvm_advice {
 	int read_mostly;
-	int preferred;	   /* a device ordinal, CU_DEVICE_CPU or CU_DEVICE_INVALID */
-	int last_prefetch; /* the same */
+	int preferred;	      /* a device ordinal, CU_DEVICE_CPU or CU_DEVICE_INVALID */
+	int last_prefetch;    /* the same */
 	uint32_t accessed_by; /* device ordinals (bit d), bit 31: the CPU */
 };
 
@@ -90,7 +90,7 @@ static inline CUresult crc_uvm_put_int(void *data, size_t size, int v)
 
 static inline int crc_uvm_location_type(int device)
 {
-	return device == CU_DEVICE_CPU	       ? CU_MEM_LOCATION_TYPE_HOST
+	return device == CU_DEVICE_CPU	     ? CU_MEM_LOCATION_TYPE_HOST
 	       : device == CU_DEVICE_INVALID ? CU_MEM_LOCATION_TYPE_INVALID
 					     : CU_MEM_LOCATION_TYPE_DEVICE;
 }

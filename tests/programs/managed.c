@@ -50,7 +50,8 @@ int main(void)
 	CHECK(is_managed == 1 && type == CU_MEMORYTYPE_DEVICE);
 	CU_CHECK(cuMemAdvise(m, N * sizeof(unsigned), CU_MEM_ADVISE_SET_READ_MOSTLY, on_device(dev)));
 	CU_CHECK(cuMemAdvise(m, N * sizeof(unsigned), CU_MEM_ADVISE_SET_PREFERRED_LOCATION, on_device(dev)));
-	CU_CHECK(cuMemRangeGetAttribute(&v, sizeof(v), CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, m, N * sizeof(unsigned)));
+	CU_CHECK(cuMemRangeGetAttribute(&v, sizeof(v), CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, m,
+					N * sizeof(unsigned)));
 	CHECK(v == 1);
 	CU_CHECK(cuMemRangeGetAttribute(&v, sizeof(v), CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION, m, 4096));
 	CHECK(v == (int)dev);
@@ -66,12 +67,15 @@ int main(void)
 			CU_CHECK(cuMemPrefetchAsync(m, N * sizeof(unsigned), on_device(dev), 0, s));
 		CU_CHECK(cuLaunchKernel(affine, N / BLOCK, 1, 1, BLOCK, 1, 1, 0, s, params, NULL));
 		if (l % 2)
-			CU_CHECK(cuMemPrefetchAsync(m, N * sizeof(unsigned), (CUmemLocation){.type = CU_MEM_LOCATION_TYPE_HOST}, 0, s));
+			CU_CHECK(cuMemPrefetchAsync(m, N * sizeof(unsigned),
+						    (CUmemLocation){.type = CU_MEM_LOCATION_TYPE_HOST}, 0,
+						    s));
 		CU_CHECK(cuStreamSynchronize(s));
 		for (unsigned i = 0; i < N; i++) {
 			model[i] = model[i] * mul + add + i;
 			if (x[i] != model[i]) {
-				fprintf(stderr, "managed: loop %d: x[%u] = %#x, want %#x\n", l, i, x[i], model[i]);
+				fprintf(stderr, "managed: loop %d: x[%u] = %#x, want %#x\n", l, i, x[i],
+					model[i]);
 				return 1;
 			}
 			x[i] ^= (unsigned)l; /* the CPU writes between kernels */
