@@ -8,12 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "client.h"
 #include "crcuda/copy2d.h"
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
+#include "crcuda/mempool.h"
 #include "crcuda/sock.h"
 
 /* ---- allocation ------------------------------------------------------------------------------------ */
@@ -29,31 +31,82 @@ CUresult crc_hook_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t W
 }
 
 static CUresult managed_free(void *p);
+static const struct crc_mempool_ops pool_ops;
 
 CUresult crc_hook_cuMemFree_v2(CUdeviceptr dptr)
 {
 	struct crc_pinned *pin = crc_pinned_find((void *)(uintptr_t)dptr, 1);
 
-	if (pin && pin->managed && pin->addr == dptr)
-		return managed_free((void *)(uintptr_t)dptr);
-	return crc_fwd_cuMemFree_v2(dptr);
-}
-
-/* Stream-ordered allocation, served from the same VA range: ordered by waiting for the stream. On a
- * capturing stream (cuBLAS's workspace, PyTorch's private pools) it is the driver's: the graph's own
- * memory (a mem alloc or free node), which waiting would invalidate. */
-CUresult crc_hook_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
-{
 	CUresult res;
 
-	if (crc_capturing_on(hStream)) {
-		res = crc_fwd_cuMemAllocAsync(dptr, bytesize, hStream);
-		if (res == CUDA_SUCCESS && !crc_is_device_va(*dptr))
-			crc_device_range_keep(*dptr, bytesize);
+	if (pin && pin->managed && pin->addr == dptr)
+		return managed_free((void *)(uintptr_t)dptr);
+	/* A stream-ordered allocation leaves its pool's books too. */
+	res = crc_mempool_free(dptr, NULL, &pool_ops);
+	return res == CUDA_ERROR_NOT_FOUND ? crc_fwd_cuMemFree_v2(dptr) : res;
+}
+
+/* ---- stream-ordered allocation and memory pools --------------------------------------------------- */
+/* Served from the same VA range as cuMemAlloc, ordered by waiting for the stream; the pools are
+ * bookkeeping here (crcuda/mempool.h). On a capturing stream (cuBLAS's workspace, PyTorch's private
+ * pools) an allocation is the driver's: the graph's own memory (a mem alloc or free node), which
+ * waiting would invalidate. */
+static CUresult pool_alloc(CUdeviceptr *p, size_t bytes, CUstream stream)
+{
+	CUresult res = crc_fwd_cuStreamSynchronize(stream);
+
+	return res == CUDA_SUCCESS ? crc_fwd_cuMemAlloc_v2(p, bytes) : res;
+}
+
+static CUresult pool_free(CUdeviceptr p, CUstream stream)
+{
+	CUresult res = crc_fwd_cuStreamSynchronize(stream);
+
+	return res == CUDA_SUCCESS ? crc_fwd_cuMemFree_v2(p) : res;
+}
+
+static int pool_devices(void)
+{
+	return (int)crc_client.info.dev_count;
+}
+
+static CUresult pool_device(CUdevice *dev)
+{
+	return crc_ctx_device(0, dev);
+}
+
+static const struct crc_mempool_ops pool_ops = {pool_alloc, pool_free, pool_devices, pool_device};
+
+static CUresult captured_alloc(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+	CUresult res = crc_fwd_cuMemAllocAsync(dptr, bytesize, hStream);
+
+	if (res == CUDA_SUCCESS && !crc_is_device_va(*dptr))
+		crc_device_range_keep(*dptr, bytesize);
+	return res;
+}
+
+CUresult crc_hook_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+	CUresult res = crc_ready();
+
+	if (res != CUDA_SUCCESS)
 		return res;
-	}
-	res = crc_fwd_cuStreamSynchronize(hStream);
-	return res == CUDA_SUCCESS ? crc_fwd_cuMemAlloc_v2(dptr, bytesize) : res;
+	if (crc_capturing_on(hStream))
+		return captured_alloc(dptr, bytesize, hStream);
+	return crc_mempool_alloc(dptr, bytesize, NULL, hStream, &pool_ops);
+}
+
+CUresult crc_hook_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+					  CUstream hStream)
+{
+	CUresult res = crc_ready();
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (crc_capturing_on(hStream))
+		return captured_alloc(dptr, bytesize, hStream);
+	return crc_mempool_alloc(dptr, bytesize, pool, hStream, &pool_ops);
 }
 
 CUresult crc_hook_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
@@ -62,8 +115,93 @@ CUresult crc_hook_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 
 	if (crc_capturing_on(hStream))
 		return crc_fwd_cuMemFreeAsync(dptr, hStream);
-	res = crc_fwd_cuStreamSynchronize(hStream);
-	return res == CUDA_SUCCESS ? crc_fwd_cuMemFree_v2(dptr) : res;
+	res = crc_mempool_free(dptr, hStream, &pool_ops);
+	return res == CUDA_ERROR_NOT_FOUND ? pool_free(dptr, hStream) : res;
+}
+
+CUresult crc_hook_cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
+{
+	CUresult res = crc_ready();
+
+	return res == CUDA_SUCCESS ? crc_mempool_device_default(pool_out, dev, &pool_ops) : res;
+}
+
+CUresult crc_hook_cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+	CUresult res = crc_ready();
+
+	return res == CUDA_SUCCESS ? crc_mempool_device_get(pool, dev, &pool_ops) : res;
+}
+
+CUresult crc_hook_cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
+{
+	CUresult res = crc_ready();
+
+	return res == CUDA_SUCCESS ? crc_mempool_device_set(dev, pool, &pool_ops) : res;
+}
+
+CUresult crc_hook_cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location,
+					 CUmemAllocationType type)
+{
+	CUresult res = crc_ready();
+
+	return res == CUDA_SUCCESS ? crc_mempool_location_get(pool_out, location, type, false, &pool_ops)
+				   : res;
+}
+
+CUresult crc_hook_cuMemGetMemPool(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type)
+{
+	CUresult res = crc_ready();
+
+	return res == CUDA_SUCCESS ? crc_mempool_location_get(pool_out, location, type, true, &pool_ops)
+				   : res;
+}
+
+CUresult crc_hook_cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool)
+{
+	CUresult res = crc_ready();
+
+	return res == CUDA_SUCCESS ? crc_mempool_location_set(location, type, pool, &pool_ops) : res;
+}
+
+CUresult crc_hook_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
+{
+	CUresult res = crc_ready();
+
+	return res == CUDA_SUCCESS ? crc_mempool_create(pool, poolProps, &pool_ops) : res;
+}
+
+CUresult crc_hook_cuMemPoolDestroy(CUmemoryPool pool)
+{
+	return crc_mempool_destroy(pool);
+}
+
+CUresult crc_hook_cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+	return crc_mempool_set_attribute(pool, attr, value);
+}
+
+CUresult crc_hook_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+	return crc_mempool_get_attribute(pool, attr, value);
+}
+
+CUresult crc_hook_cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
+{
+	CUresult res = crc_ready();
+
+	return res == CUDA_SUCCESS ? crc_mempool_set_access(pool, map, count, &pool_ops) : res;
+}
+
+CUresult crc_hook_cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool, CUmemLocation *location)
+{
+	return crc_mempool_get_access(flags, memPool, location);
+}
+
+CUresult crc_hook_cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
+{
+	(void)minBytesToKeep;
+	return crc_mempool_trim(pool);
 }
 
 /* The application's reservations outside the session range (at hints it chose): device memory,
@@ -819,7 +957,12 @@ static int share_in_place(uintptr_t a, size_t len)
 		close(fd);
 		return -1;
 	}
-	memcpy(copy, (void *)a, len);
+	/* Whole pages, past the ends of the program's objects: read by the kernel, which no checker of the
+	 * program's own accesses (ASan's redzones) mistakes for a read of them. */
+	struct iovec to = {copy, len}, from = {(void *)a, len};
+
+	if (process_vm_readv(getpid(), &to, 1, &from, 1, 0) != (ssize_t)len)
+		memcpy(copy, (void *)a, len);
 	munmap(copy, len);
 	/* MAP_FIXED replaces the pages in one step: the same bytes at the same address from here on. */
 	if (mmap((void *)a, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) != (void *)a) {

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "crcuda/log.h"
+#include "crcuda/mempool.h"
 #include "sim.h"
 
 #define SIM_PAGE	    4096ull
@@ -365,9 +366,24 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size
 
 static CUresult host_range_take(void *p, enum sim_range_kind kind, struct sim_range *out);
 
+static const struct crc_mempool_ops pool_ops;
+
+/* cuMemFree of device memory (stream-ordered allocations' books are the caller's). */
+static CUresult device_free(CUdeviceptr dptr)
+{
+	struct sim_range r;
+
+	if (!sim_mem_find(dptr, 1, &r) || r.base != dptr || r.kind != SIM_RANGE_DEVICE)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* Like the driver, freeing waits for the context's work, which may still use the memory. */
+	sim_ctx_wait_idle(r.ctx);
+	return sim_mem_free_device(dptr, SIM_RANGE_DEVICE);
+}
+
 CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
 	struct sim_range r;
+	CUresult res;
 
 	SIM_ENTER(cuMemFree_v2);
 	if (!dptr)
@@ -378,11 +394,8 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
 			munmap((void *)r.base, r.size);
 		return CUDA_SUCCESS;
 	}
-	if (!sim_mem_find(dptr, 1, &r) || r.base != dptr || r.kind != SIM_RANGE_DEVICE)
-		return CUDA_ERROR_INVALID_VALUE;
-	/* Like the driver, freeing waits for the context's work, which may still use the memory. */
-	sim_ctx_wait_idle(r.ctx);
-	return sim_mem_free_device(dptr, SIM_RANGE_DEVICE);
+	res = crc_mempool_free(dptr, NULL, &pool_ops);
+	return res == CUDA_ERROR_NOT_FOUND ? device_free(dptr) : res;
 }
 
 CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
@@ -1232,4 +1245,126 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
 		*prop = alloc->prop;
 	pthread_mutex_unlock(&mem_lock);
 	return alloc ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---- stream-ordered allocation and memory pools: bookkeeping over the arena (crcuda/mempool.h) ---- */
+static CUresult pool_alloc(CUdeviceptr *p, size_t bytes, CUstream stream)
+{
+	CUresult res = cuStreamSynchronize(stream);
+
+	return res == CUDA_SUCCESS ? cuMemAlloc_v2(p, bytes) : res;
+}
+
+static CUresult pool_free(CUdeviceptr p, CUstream stream)
+{
+	CUresult res = cuStreamSynchronize(stream);
+
+	return res == CUDA_SUCCESS ? device_free(p) : res;
+}
+
+static int pool_devices(void)
+{
+	return sim_device_count;
+}
+
+static const struct crc_mempool_ops pool_ops = {pool_alloc, pool_free, pool_devices, cuCtxGetDevice};
+
+CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream h)
+{
+	SIM_ENTER(cuMemAllocAsync);
+	return crc_mempool_alloc(dptr, bytesize, NULL, h, &pool_ops);
+}
+
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream h)
+{
+	SIM_ENTER(cuMemAllocFromPoolAsync);
+	return crc_mempool_alloc(dptr, bytesize, pool, h, &pool_ops);
+}
+
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream h)
+{
+	CUresult res;
+
+	SIM_ENTER(cuMemFreeAsync);
+	res = crc_mempool_free(dptr, h, &pool_ops);
+	return res == CUDA_ERROR_NOT_FOUND ? pool_free(dptr, h) : res;
+}
+
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
+{
+	SIM_ENTER(cuDeviceGetDefaultMemPool);
+	return crc_mempool_device_default(pool_out, dev, &pool_ops);
+}
+
+CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+	SIM_ENTER(cuDeviceGetMemPool);
+	return crc_mempool_device_get(pool, dev, &pool_ops);
+}
+
+CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
+{
+	SIM_ENTER(cuDeviceSetMemPool);
+	return crc_mempool_device_set(dev, pool, &pool_ops);
+}
+
+CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type)
+{
+	SIM_ENTER(cuMemGetDefaultMemPool);
+	return crc_mempool_location_get(pool_out, location, type, false, &pool_ops);
+}
+
+CUresult cuMemGetMemPool(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type)
+{
+	SIM_ENTER(cuMemGetMemPool);
+	return crc_mempool_location_get(pool_out, location, type, true, &pool_ops);
+}
+
+CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool)
+{
+	SIM_ENTER(cuMemSetMemPool);
+	return crc_mempool_location_set(location, type, pool, &pool_ops);
+}
+
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+	SIM_ENTER(cuMemPoolCreate);
+	return crc_mempool_create(pool, props, &pool_ops);
+}
+
+CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+	SIM_ENTER(cuMemPoolDestroy);
+	return crc_mempool_destroy(pool);
+}
+
+CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+	SIM_ENTER(cuMemPoolSetAttribute);
+	return crc_mempool_set_attribute(pool, attr, value);
+}
+
+CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+	SIM_ENTER(cuMemPoolGetAttribute);
+	return crc_mempool_get_attribute(pool, attr, value);
+}
+
+CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
+{
+	SIM_ENTER(cuMemPoolSetAccess);
+	return crc_mempool_set_access(pool, map, count, &pool_ops);
+}
+
+CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool pool, CUmemLocation *location)
+{
+	SIM_ENTER(cuMemPoolGetAccess);
+	return crc_mempool_get_access(flags, pool, location);
+}
+
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)
+{
+	SIM_ENTER(cuMemPoolTrimTo);
+	(void)keep;
+	return crc_mempool_trim(pool);
 }

@@ -12,7 +12,9 @@
  * must carry the graph. --ready-in-capture signals ready (and waits for --go-file) while that capture
  * is open, where a checkpoint must be refused and the program run on. --managed allocates the chunks
  * with cuMemAllocManaged, and after each step the CPU waits for it and rewrites one word of each
- * chunk in place (a different checksum: the CPU's writes are part of the state). */
+ * chunk in place (a different checksum: the CPU's writes are part of the state). --registered makes
+ * chunk 0 the program's own heap memory, registered (cuMemHostRegister, DEVICEMAP): kernels work on it
+ * through its device pointer (the same checksum). */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +30,7 @@ struct opts {
 	unsigned long mb;
 	unsigned chunks, steps, ready_at, pause_ms, seed, devices;
 	const char *ready_file, *go_file;
-	int verify, graph, ready_in_capture, managed;
+	int verify, graph, ready_in_capture, managed, registered;
 };
 
 static void parse(int argc, char **argv, struct opts *o)
@@ -43,6 +45,10 @@ static void parse(int argc, char **argv, struct opts *o)
 		}
 		if (!strcmp(a, "--graph")) {
 			o->graph = 1;
+			continue;
+		}
+		if (!strcmp(a, "--registered")) {
+			o->registered = 1;
 			continue;
 		}
 		if (!strcmp(a, "--managed")) {
@@ -87,7 +93,7 @@ usage:
 	fprintf(stderr,
 		"usage: state_app [--mb N] [--chunks N] [--steps N] [--ready-at STEP] [--pause-ms MS]\n"
 		"                 [--ready-file PATH] [--go-file PATH] [--seed N] [--devices N] [--verify]\n"
-		"                 [--graph] [--managed]\n");
+		"                 [--graph] [--managed] [--registered]\n");
 	exit(2);
 }
 
@@ -184,9 +190,15 @@ int main(int argc, char **argv)
 	for (unsigned c = 0; c < o.chunks; c++) {
 		struct per_dev *pd = &d[c % o.devices];
 		CU_CHECK(cuCtxSetCurrent(pd->ctx));
-		if (o.managed)
+		if (o.managed) {
 			CU_CHECK(cuMemAllocManaged(&bufs[c], words * 4, CU_MEM_ATTACH_GLOBAL));
-		else
+		} else if (o.registered && c == 0) {
+			void *host = malloc(words * 4);
+
+			CHECK(host);
+			CU_CHECK(cuMemHostRegister(host, words * 4, CU_MEMHOSTREGISTER_DEVICEMAP));
+			CU_CHECK(cuMemHostGetDevicePointer(&bufs[c], host, 0));
+		} else
 			CU_CHECK(cuMemAlloc(&bufs[c], words * 4));
 		unsigned seed = o.seed + c;
 		void *p[] = {&bufs[c], &words, &seed};
