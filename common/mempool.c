@@ -28,7 +28,7 @@ struct live {
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static struct pool *pools;		  /* every record */
+static struct pool *pools;		   /* every record */
 static struct pool *defaults[MAX_DEVICES]; /* made on first use */
 static struct pool *current[MAX_DEVICES];
 static struct live *lives;
@@ -149,7 +149,8 @@ CUresult crc_mempool_location_set(const CUmemLocation *loc, CUmemAllocationType 
 	return res == CUDA_SUCCESS ? crc_mempool_device_set(dev, pool, ops) : res;
 }
 
-CUresult crc_mempool_create(CUmemoryPool *pool, const CUmemPoolProps *props, const struct crc_mempool_ops *ops)
+CUresult crc_mempool_create(CUmemoryPool *pool, const CUmemPoolProps *props,
+			    const struct crc_mempool_ops *ops)
 {
 	struct pool *p;
 
@@ -159,9 +160,10 @@ CUresult crc_mempool_create(CUmemoryPool *pool, const CUmemPoolProps *props, con
 	if (!device_ok(props->location.id, ops))
 		return CUDA_ERROR_INVALID_DEVICE;
 	if (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE) {
-		pr_warn("memory pools that can be exported (handle types %#x) are not supported under crcuda: "
-			"sharing them needs IPC between processes",
-			(unsigned)props->handleTypes);
+		pr_warn(
+		    "memory pools that can be exported (handle types %#x) are not supported under crcuda: "
+		    "sharing them needs IPC between processes",
+		    (unsigned)props->handleTypes);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	pthread_mutex_lock(&lock);
@@ -279,14 +281,15 @@ CUresult crc_mempool_set_access(CUmemoryPool h, const CUmemAccessDesc *map, size
 	if (!map && count)
 		return CUDA_ERROR_INVALID_VALUE;
 	for (size_t i = 0; i < count; i++)
-		if (map[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || !device_ok(map[i].location.id, ops) ||
-		    map[i].flags > CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+		if (map[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+		    !device_ok(map[i].location.id, ops) || map[i].flags > CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
 			return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&lock);
 	p = pool_of(h);
 	for (size_t i = 0; p && i < count; i++)
 		/* The pool's own device keeps read-write access. */
-		if (map[i].location.id == p->props.location.id && map[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+		if (map[i].location.id == p->props.location.id &&
+		    map[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
 			p = NULL;
 	for (size_t i = 0; p && i < count; i++)
 		p->access[map[i].location.id] = (unsigned char)map[i].flags;
@@ -301,7 +304,8 @@ CUresult crc_mempool_get_access(CUmemAccess_flags *flags, CUmemoryPool h, const 
 	struct pool *p;
 	CUresult res = CUDA_SUCCESS;
 
-	if (!flags || !loc || loc->type != CU_MEM_LOCATION_TYPE_DEVICE || loc->id < 0 || loc->id >= MAX_DEVICES)
+	if (!flags || !loc || loc->type != CU_MEM_LOCATION_TYPE_DEVICE || loc->id < 0 ||
+	    loc->id >= MAX_DEVICES)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&lock);
 	p = pool_of(h);

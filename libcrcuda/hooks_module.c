@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "crcuda/occupancy.h"
+#include "hooks.h"
 #include "crcuda/log.h"
 #include "crcuda/modimage.h"
 
@@ -420,4 +422,39 @@ CUresult crc_hook_cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunctio
 						     const CUlaunchConfig *config)
 {
 	return occupancy_with_config(CRC_CU_cuOccupancyMaxPotentialClusterSize, clusterSize, func, config);
+}
+
+/* ---- the potential block size: searched here over the daemon's answers (crcuda/occupancy.h) ---- */
+static CUresult occ_max_blocks(int *blocks, CUfunction f, int block_size, size_t smem, unsigned flags)
+{
+	return crc_fwd_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, f, block_size, smem,
+									    flags);
+}
+
+static CUresult occ_dev_attr(int *v, CUdevice_attribute a)
+{
+	CUdevice dev;
+	CUresult res = crc_ctx_device(0, &dev);
+
+	return res == CUDA_SUCCESS ? crc_local_cuDeviceGetAttribute(v, a, dev) : res;
+}
+
+static const struct crc_occupancy_query occ_query = {occ_max_blocks, crc_local_cuFuncGetAttribute,
+						     occ_dev_attr};
+
+CUresult crc_hook_cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfunction func,
+						   CUoccupancyB2DSize blockSizeToDynamicSMemSize,
+						   size_t dynamicSMemSize, int blockSizeLimit)
+{
+	return crc_occupancy_block_size(minGridSize, blockSize, func, blockSizeToDynamicSMemSize,
+					dynamicSMemSize, blockSizeLimit, CU_OCCUPANCY_DEFAULT, &occ_query);
+}
+
+CUresult crc_hook_cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockSize, CUfunction func,
+							    CUoccupancyB2DSize blockSizeToDynamicSMemSize,
+							    size_t dynamicSMemSize, int blockSizeLimit,
+							    unsigned int flags)
+{
+	return crc_occupancy_block_size(minGridSize, blockSize, func, blockSizeToDynamicSMemSize,
+					dynamicSMemSize, blockSizeLimit, flags, &occ_query);
 }

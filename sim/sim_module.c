@@ -16,6 +16,7 @@
 
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
+#include "crcuda/occupancy.h"
 #include "sim.h"
 
 #define SIM_TARGET_SM		   90
@@ -1130,4 +1131,76 @@ CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void 
 {
 	SIM_ENTER(cuLaunchKernelEx_ptsz);
 	return launch_kernel_ex(true, "cuLaunchKernelEx_ptsz", config, f, kernel_params, extra);
+}
+
+/* ---- occupancy: threads, blocks and shared memory per multiprocessor (registers are not simulated) ---- */
+static CUresult max_active_blocks(int *blocks, CUfunction f, int block_size, size_t smem, unsigned flags)
+{
+	int sm_threads = 0, sm_blocks = 0, sm_smem = 0, func_max = 0;
+	CUresult res;
+
+	if (!blocks || block_size <= 0 || (flags & ~(unsigned)CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!f || f->magic != SIM_MAGIC_FUNC)
+		return CUDA_ERROR_INVALID_HANDLE;
+	res = function_attribute(&func_max, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f->max_dynamic_shared,
+				 f->carveout);
+	if (res == CUDA_SUCCESS)
+		res =
+		    cuDeviceGetAttribute(&sm_threads, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, 0);
+	if (res == CUDA_SUCCESS)
+		res = cuDeviceGetAttribute(&sm_blocks, CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, 0);
+	if (res == CUDA_SUCCESS)
+		res = cuDeviceGetAttribute(&sm_smem, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
+					   0);
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (block_size > func_max || smem > (size_t)sm_smem) {
+		*blocks = 0;
+		return CUDA_SUCCESS;
+	}
+	*blocks = sm_threads / block_size < sm_blocks ? sm_threads / block_size : sm_blocks;
+	if (smem && (size_t)*blocks > (size_t)sm_smem / smem)
+		*blocks = (int)((size_t)sm_smem / smem);
+	return CUDA_SUCCESS;
+}
+
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, CUfunction f, int block_size, size_t smem)
+{
+	SIM_ENTER(cuOccupancyMaxActiveBlocksPerMultiprocessor);
+	return max_active_blocks(blocks, f, block_size, smem, 0);
+}
+
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *blocks, CUfunction f, int block_size,
+							      size_t smem, unsigned int flags)
+{
+	SIM_ENTER(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags);
+	return max_active_blocks(blocks, f, block_size, smem, flags);
+}
+
+static CUresult current_device_attr(int *v, CUdevice_attribute a)
+{
+	CUdevice dev;
+	CUresult res = cuCtxGetDevice(&dev);
+
+	return res == CUDA_SUCCESS ? cuDeviceGetAttribute(v, a, dev) : res;
+}
+
+static const struct crc_occupancy_query occupancy_query = {max_active_blocks, cuFuncGetAttribute,
+							   current_device_attr};
+
+CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block_size, CUfunction f,
+					  CUoccupancyB2DSize smem_of, size_t smem, int limit)
+{
+	SIM_ENTER(cuOccupancyMaxPotentialBlockSize);
+	return crc_occupancy_block_size(min_grid, block_size, f, smem_of, smem, limit, 0, &occupancy_query);
+}
+
+CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *min_grid, int *block_size, CUfunction f,
+						   CUoccupancyB2DSize smem_of, size_t smem, int limit,
+						   unsigned int flags)
+{
+	SIM_ENTER(cuOccupancyMaxPotentialBlockSizeWithFlags);
+	return crc_occupancy_block_size(min_grid, block_size, f, smem_of, smem, limit, flags,
+					&occupancy_query);
 }

@@ -28,7 +28,8 @@ CUresult crc_mempool_location_get(CUmemoryPool *pool, const CUmemLocation *loc, 
 				  bool current, const struct crc_mempool_ops *ops);
 CUresult crc_mempool_location_set(const CUmemLocation *loc, CUmemAllocationType type, CUmemoryPool pool,
 				  const struct crc_mempool_ops *ops);
-CUresult crc_mempool_create(CUmemoryPool *pool, const CUmemPoolProps *props, const struct crc_mempool_ops *ops);
+CUresult crc_mempool_create(CUmemoryPool *pool, const CUmemPoolProps *props,
+			    const struct crc_mempool_ops *ops);
 CUresult crc_mempool_destroy(CUmemoryPool pool);
 CUresult crc_mempool_set_attribute(CUmemoryPool pool, CUmemPool_attribute attr, const void *value);
 CUresult crc_mempool_get_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
