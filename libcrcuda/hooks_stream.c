@@ -183,3 +183,25 @@ CUresult crc_hook_cuStreamAddCallback(CUstream hStream, CUstreamCallback callbac
 	callback(hStream, res, userData);
 	return CUDA_SUCCESS;
 }
+
+/* ---- stream attributes: set in the daemon (and journaled, so a restore sets them again) ---------- */
+_Static_assert(sizeof(CUstreamAttrValue) <= CRC_STREAM_ATTR_VALUE_BYTES, "crc_stream_attr_req holds a value");
+
+CUresult crc_hook_cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value)
+{
+	struct crc_stream_attr_req r = {.stream = (uintptr_t)hStream, .attr = (uint32_t)attr};
+
+	if (!value)
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(r.value, value, sizeof(*value));
+	return crc_rpc(CRC_CU_cuStreamSetAttribute, &r, sizeof(r), NULL, 0);
+}
+
+CUresult crc_hook_cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out)
+{
+	struct crc_stream_attr_req r = {.stream = (uintptr_t)hStream, .attr = (uint32_t)attr};
+
+	if (!value_out)
+		return CUDA_ERROR_INVALID_VALUE;
+	return crc_rpc(CRC_CU_cuStreamGetAttribute, &r, sizeof(r), value_out, sizeof(*value_out));
+}

@@ -149,6 +149,9 @@ struct CUstream_st {
 	 * lock; `capturing` mirrors capture != NULL for stream_submit's fast path. */
 	struct sim_stream_capture *capture;
 	atomic_bool capturing;
+	/* cuStreamSetAttribute: the values set (bit a of attrs_set: attrs[a]), guarded by lock. */
+	CUstreamAttrValue attrs[12];
+	unsigned attrs_set;
 };
 
 struct CUevent_st {

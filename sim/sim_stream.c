@@ -1088,3 +1088,56 @@ SIM_STREAM_API_PAIR(cuMemsetD2D16Async, cuMemsetD2D16Async_ptsz, d2d16_async,
 SIM_STREAM_API_PAIR(cuMemsetD2D32Async, cuMemsetD2D32Async_ptsz, d2d32_async,
 		    (CUdeviceptr dst, size_t pitch, unsigned int v, size_t w, size_t hgt, CUstream h), dst,
 		    pitch, v, w, hgt, h)
+
+/* ---- stream attributes: kept and answered; none changes how the simulated device runs ---- */
+static bool stream_attr_ok(CUstreamAttrID attr)
+{
+	return attr == CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW ||
+	       attr == CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY || attr == CU_LAUNCH_ATTRIBUTE_PRIORITY ||
+	       attr == CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP || attr == CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN;
+}
+
+static CUresult stream_set_attr(bool pt, CUstream h, CUstreamAttrID attr, const CUstreamAttrValue *v)
+{
+	struct CUstream_st *s;
+	CUresult res = sim_stream_resolve(h, pt, &s);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (!v || !stream_attr_ok(attr))
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&s->lock);
+	s->attrs[attr] = *v;
+	s->attrs_set |= 1u << attr;
+	if (attr == CU_LAUNCH_ATTRIBUTE_PRIORITY)
+		s->priority = v->priority;
+	pthread_mutex_unlock(&s->lock);
+	return CUDA_SUCCESS;
+}
+
+static CUresult stream_get_attr(bool pt, CUstream h, CUstreamAttrID attr, CUstreamAttrValue *v)
+{
+	struct CUstream_st *s;
+	CUresult res = sim_stream_resolve(h, pt, &s);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (!v || !stream_attr_ok(attr))
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&s->lock);
+	if (s->attrs_set >> attr & 1)
+		*v = s->attrs[attr];
+	else
+		memset(v, 0, sizeof(*v));
+	if (attr == CU_LAUNCH_ATTRIBUTE_PRIORITY)
+		v->priority = s->priority;
+	if (attr == CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY && !(s->attrs_set >> attr & 1))
+		v->syncPolicy = CU_SYNC_POLICY_AUTO;
+	pthread_mutex_unlock(&s->lock);
+	return CUDA_SUCCESS;
+}
+
+SIM_STREAM_API_PAIR(cuStreamSetAttribute, cuStreamSetAttribute_ptsz, stream_set_attr,
+		    (CUstream h, CUstreamAttrID attr, const CUstreamAttrValue *v), h, attr, v)
+SIM_STREAM_API_PAIR(cuStreamGetAttribute, cuStreamGetAttribute_ptsz, stream_get_attr,
+		    (CUstream h, CUstreamAttrID attr, CUstreamAttrValue *v), h, attr, v)

@@ -77,7 +77,8 @@ int crc_store_session_create(struct crc_store *st, const char *name, uint64_t *o
  * Payload layouts are defined by the components that write them (later issues). */
 enum crc_jrec_type {
 	CRC_JREC_CONTEXT_CREATE = 1, /* device ordinal, flags */
-	CRC_JREC_CONTEXT_SET = 2,    /* a limit, cache config or shared-memory setting */
+	CRC_JREC_CONTEXT_SET = 2,    /* a setting replayed as made: a context's limit, cache or shared-
+					memory configuration, a stream's attribute */
 	CRC_JREC_MODULE_LOAD = 3,    /* image by content hash (crc_store_blob_put), module handle */
 	CRC_JREC_MODULE_UNLOAD = 4,
 	CRC_JREC_FUNCTION_GET = 5, /* module handle, mangled name, function handle */

@@ -1118,3 +1118,31 @@ CUresult crc_raw_vmm_access(struct crc_session *s, const struct crc_call_hdr *h,
 			d[i].location.id = crc_dev_backend(s, d[i].location.id);
 	return CALL(cuMemSetAccess, w[0], w[1], d, w[2]);
 }
+
+/* Stream attributes (crc_stream_attr_req). A set is journaled (CONTEXT_SET): a restore sets it again. */
+CUresult crc_raw_stream_attr(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+			     size_t len)
+{
+	struct crc_stream_attr_req r;
+	CUstreamAttrValue v, *out;
+	union crc_slot st;
+	CUresult res;
+
+	if (len < sizeof(r))
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(&r, args, sizeof(r));
+	memcpy(&v, r.value, sizeof(v));
+	res = crc_translate(s, h, CRC_HT_STREAM, r.stream, &st);
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (s->msg->op == CRC_CU_cuStreamSetAttribute)
+		return CALL(cuStreamSetAttribute, st.ptr, (CUstreamAttrID)r.attr, &v);
+	res = CALL(cuStreamGetAttribute, st.ptr, (CUstreamAttrID)r.attr, &v);
+	if (res == CUDA_SUCCESS) {
+		out = crc_out(s, sizeof(*out));
+		if (!out)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		*out = v;
+	}
+	return res;
+}

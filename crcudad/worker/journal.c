@@ -215,6 +215,7 @@ static uint32_t record_type(struct crc_session *s, int op)
 	case CRC_CU_cuCtxSetFlags:
 	case CRC_CU_cuDevicePrimaryCtxSetFlags:
 	case CRC_CU_cuDevicePrimaryCtxSetFlags_v2:
+	case CRC_CU_cuStreamSetAttribute:
 		return CRC_JREC_CONTEXT_SET;
 	case CRC_CU_cuFuncSetAttribute:
 	case CRC_CU_cuFuncSetCacheConfig:

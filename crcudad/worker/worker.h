@@ -408,6 +408,8 @@ typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h,
 	X(cuGraphAddMemAllocNode, graph_memalloc)                                                            \
 	X(cuGraphMemAllocNodeGetParams, graph_memalloc_get)                                                  \
 	X(cuDeviceGetGraphMemAttribute, graph_mem_attr)                                                      \
+	X(cuStreamSetAttribute, stream_attr)                                                                 \
+	X(cuStreamGetAttribute, stream_attr)                                                                 \
 	X(cuDeviceSetGraphMemAttribute, graph_mem_attr)                                                      \
 	X(cuGraphAddNode, graph_cond)                                                                        \
 	X(cuGraphKernelNodeGetAttribute, knode_attr)                                                         \

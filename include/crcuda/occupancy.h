@@ -15,9 +15,9 @@ struct crc_occupancy_query {
 	CUresult (*dev_attr)(int *v, CUdevice_attribute a); /* of the current context's device */
 };
 
-static inline CUresult crc_occupancy_block_size(int *min_grid, int *block_size, CUfunction f, CUoccupancyB2DSize smem_of,
-						size_t smem, int limit, unsigned flags,
-						const struct crc_occupancy_query *q)
+static inline CUresult crc_occupancy_block_size(int *min_grid, int *block_size, CUfunction f,
+						CUoccupancyB2DSize smem_of, size_t smem, int limit,
+						unsigned flags, const struct crc_occupancy_query *q)
 {
 	int func_max = 0, dev_max = 0, warp = 0, sms = 0, sm_threads = 0, best = 0, best_blocks = 0, most = 0;
 	CUresult res;
@@ -28,7 +28,8 @@ static inline CUresult crc_occupancy_block_size(int *min_grid, int *block_size, 
 	    (res = q->dev_attr(&dev_max, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)) != CUDA_SUCCESS ||
 	    (res = q->dev_attr(&warp, CU_DEVICE_ATTRIBUTE_WARP_SIZE)) != CUDA_SUCCESS ||
 	    (res = q->dev_attr(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)) != CUDA_SUCCESS ||
-	    (res = q->dev_attr(&sm_threads, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)) != CUDA_SUCCESS)
+	    (res = q->dev_attr(&sm_threads, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)) !=
+		CUDA_SUCCESS)
 		return res;
 	int max = func_max < dev_max ? func_max : dev_max;
 

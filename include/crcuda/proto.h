@@ -504,6 +504,16 @@ struct crc_graph_mem_attr {
 	uint64_t value;
 };
 
+/* cuStreamSetAttribute / cuStreamGetAttribute: the stream, the attribute and its value (a
+ * CUstreamAttrValue, whose pointer members are device addresses); the reply of a get is the value. */
+#define CRC_STREAM_ATTR_VALUE_BYTES 64
+struct crc_stream_attr_req {
+	uint64_t stream;
+	uint32_t attr;
+	uint32_t pad;
+	uint8_t value[CRC_STREAM_ATTR_VALUE_BYTES];
+};
+
 /* Conditional nodes (cuGraphAddNode of CU_GRAPH_NODE_TYPE_CONDITIONAL): crc_call_hdr +
  * crc_graph_node_req + deps + crc_graph_cond_wire; reply: the node's handle, then `size` graph
  * handles (the bodies, which the node owns). */

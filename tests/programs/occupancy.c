@@ -33,18 +33,20 @@ int main(void)
 	for (int size = 32; size <= 1024; size *= 2)
 		for (size_t smem = 0; smem <= 16384; smem += 8192) {
 			CU_CHECK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, affine, size, smem));
-			printf("occupancy: block %d smem %zu: %d blocks per multiprocessor\n", size, smem, blocks);
+			printf("occupancy: block %d smem %zu: %d blocks per multiprocessor\n", size, smem,
+			       blocks);
 		}
 	CU_CHECK(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, affine, 256, 0,
-								     CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE));
+								      CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE));
 	printf("occupancy: block 256, caching override disabled: %d\n", blocks);
 	CU_CHECK(cuOccupancyMaxPotentialBlockSize(&grid, &block, affine, NULL, 0, 0));
 	printf("occupancy: potential block size %d, min grid %d\n", block, grid);
 	CU_CHECK(cuOccupancyMaxPotentialBlockSize(&grid, &block, affine, NULL, 8192, 256));
 	printf("occupancy: limited to 256, 8 KiB: block size %d, min grid %d\n", block, grid);
-	CU_CHECK(cuOccupancyMaxPotentialBlockSizeWithFlags(&grid, &block, affine, smem_for, 0, 0, CU_OCCUPANCY_DEFAULT));
-	printf("occupancy: with a shared memory callback: block size %d, min grid %d (callback called: %s)\n", block,
-	       grid, callback_calls ? "yes" : "no");
+	CU_CHECK(cuOccupancyMaxPotentialBlockSizeWithFlags(&grid, &block, affine, smem_for, 0, 0,
+							   CU_OCCUPANCY_DEFAULT));
+	printf("occupancy: with a shared memory callback: block size %d, min grid %d (callback called: %s)\n",
+	       block, grid, callback_calls ? "yes" : "no");
 	CHECK(block > 0 && grid > 0);
 
 	/* The size found works. */
