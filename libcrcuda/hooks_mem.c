@@ -313,6 +313,29 @@ CUresult crc_hook_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 	return res;
 }
 
+/* The reply is the properties in the request's layout (crc_vmm_create_req), device ordinals the client's. */
+CUresult crc_hook_cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
+							 CUmemGenericAllocationHandle handle)
+{
+	uint64_t h = handle;
+	struct crc_vmm_create_req r;
+	CUresult res;
+
+	if (!prop)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = crc_rpc(CRC_CU_cuMemGetAllocationPropertiesFromHandle, &h, sizeof(h), &r, sizeof(r));
+	if (res != CUDA_SUCCESS)
+		return res;
+	*prop = (CUmemAllocationProp){
+	    .type = (CUmemAllocationType)r.type,
+	    .requestedHandleTypes = (CUmemAllocationHandleType)r.handle_types,
+	    .location = {.type = (CUmemLocationType)r.location_type, .id = r.location_id}};
+	prop->allocFlags.compressionType = r.compression;
+	prop->allocFlags.gpuDirectRDMACapable = r.gpu_direct_rdma;
+	prop->allocFlags.usage = r.usage_pad[0];
+	return CUDA_SUCCESS;
+}
+
 CUresult crc_hook_cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 {
 	uint64_t a = (uintptr_t)addr, h;

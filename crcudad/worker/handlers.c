@@ -395,6 +395,39 @@ CUresult crc_raw_vmm_create(struct crc_session *s, const struct crc_call_hdr *h,
 	return res == CUDA_SUCCESS ? reply_mem_handle(s, mh, r->size) : res;
 }
 
+CUresult crc_raw_vmm_props(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+			   size_t len)
+{
+	CUmemAllocationProp prop = {0};
+	struct crc_vmm_create_req *out;
+	union crc_slot mh;
+	uint64_t v;
+	CUresult res;
+
+	if (len < sizeof(v))
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(&v, args, sizeof(v));
+	res = crc_translate(s, h, CRC_HT_MEMHANDLE, v, &mh);
+	if (res == CUDA_SUCCESS)
+		res =
+		    CALL(cuMemGetAllocationPropertiesFromHandle, &prop, (CUmemGenericAllocationHandle)mh.u64);
+	if (res != CUDA_SUCCESS)
+		return res;
+	out = crc_out(s, sizeof(*out));
+	if (!out)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*out = (struct crc_vmm_create_req){.type = prop.type,
+					   .location_type = prop.location.type,
+					   .location_id = prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE
+							      ? crc_dev_client(s, prop.location.id)
+							      : prop.location.id,
+					   .handle_types = prop.requestedHandleTypes,
+					   .compression = prop.allocFlags.compressionType,
+					   .gpu_direct_rdma = prop.allocFlags.gpuDirectRDMACapable,
+					   .usage_pad = {(uint8_t)prop.allocFlags.usage}};
+	return CUDA_SUCCESS;
+}
+
 CUresult crc_raw_vmm_retain(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
 			    size_t len)
 {

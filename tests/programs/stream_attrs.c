@@ -35,16 +35,17 @@ int main(void)
 	CU_CHECK(cuStreamSetAttribute(s, CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, &v));
 	CU_CHECK(cuStreamGetAttribute(s, CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, &got));
 	CHECK(got.accessPolicyWindow.base_ptr == v.accessPolicyWindow.base_ptr);
-	printf("stream_attrs: window %zu bytes, hit ratio %.2f, hit %d, miss %d\n", got.accessPolicyWindow.num_bytes,
-	       got.accessPolicyWindow.hitRatio, (int)got.accessPolicyWindow.hitProp,
-	       (int)got.accessPolicyWindow.missProp);
+	printf("stream_attrs: window %zu bytes, hit ratio %.2f, hit %d, miss %d\n",
+	       got.accessPolicyWindow.num_bytes, got.accessPolicyWindow.hitRatio,
+	       (int)got.accessPolicyWindow.hitProp, (int)got.accessPolicyWindow.missProp);
 	v.syncPolicy = CU_SYNC_POLICY_SPIN;
 	CU_CHECK(cuStreamSetAttribute(s, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &v));
 	CU_CHECK(cuStreamGetAttribute(s, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &got));
 	printf("stream_attrs: synchronisation policy %d\n", (int)got.syncPolicy);
 	CU_CHECK(cuStreamGetAttribute(s, CU_LAUNCH_ATTRIBUTE_PRIORITY, &got));
 	printf("stream_attrs: priority %d\n", got.priority);
-	CU_CHECK(cuStreamGetAttribute(CU_STREAM_PER_THREAD, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &got));
+	CU_CHECK(
+	    cuStreamGetAttribute(CU_STREAM_PER_THREAD, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &got));
 	printf("stream_attrs: per-thread stream's synchronisation policy %d\n", (int)got.syncPolicy);
 	CU_EXPECT(cuStreamSetAttribute(s, CU_LAUNCH_ATTRIBUTE_COOPERATIVE, &v), CUDA_ERROR_INVALID_VALUE);
 

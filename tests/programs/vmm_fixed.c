@@ -61,6 +61,12 @@ int main(void)
 
 	CU_CHECK(cuMemCreate(&h1, chunk, &prop, 0));
 	CU_CHECK(cuMemCreate(&h2, chunk, &prop, 0));
+	/* The handle's properties are what it was made with. */
+	CUmemAllocationProp back;
+	memset(&back, 0xff, sizeof(back));
+	CU_CHECK(cuMemGetAllocationPropertiesFromHandle(&back, h2));
+	CHECK(back.type == prop.type && back.location.type == prop.location.type &&
+	      back.location.id == prop.location.id && back.requestedHandleTypes == prop.requestedHandleTypes);
 	CU_CHECK(cuMemMap(base, chunk, 0, h1, 0));
 	CU_CHECK(cuMemMap(base + chunk, chunk, 0, h2, 0));
 	access.location = prop.location;
