@@ -74,28 +74,27 @@ static struct pool *default_of(CUdevice dev)
 	return defaults[dev];
 }
 
-CUresult crc_mempool_device_default(CUmemoryPool *pool, CUdevice dev, const struct crc_mempool_ops *ops)
+/* A device's default pool, or (cur) its current one. */
+static CUresult device_pool(CUmemoryPool *pool, CUdevice dev, bool cur, const struct crc_mempool_ops *ops)
 {
 	if (!pool)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!device_ok(dev, ops))
 		return CUDA_ERROR_INVALID_DEVICE;
 	pthread_mutex_lock(&lock);
-	*pool = (CUmemoryPool)default_of(dev);
+	*pool = (CUmemoryPool)(cur && current[dev] ? current[dev] : default_of(dev));
 	pthread_mutex_unlock(&lock);
 	return *pool ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
+CUresult crc_mempool_device_default(CUmemoryPool *pool, CUdevice dev, const struct crc_mempool_ops *ops)
+{
+	return device_pool(pool, dev, false, ops);
+}
+
 CUresult crc_mempool_device_get(CUmemoryPool *pool, CUdevice dev, const struct crc_mempool_ops *ops)
 {
-	if (!pool)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!device_ok(dev, ops))
-		return CUDA_ERROR_INVALID_DEVICE;
-	pthread_mutex_lock(&lock);
-	*pool = (CUmemoryPool)(current[dev] ? current[dev] : default_of(dev));
-	pthread_mutex_unlock(&lock);
-	return *pool ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+	return device_pool(pool, dev, true, ops);
 }
 
 CUresult crc_mempool_device_set(CUdevice dev, CUmemoryPool h, const struct crc_mempool_ops *ops)
@@ -137,7 +136,7 @@ CUresult crc_mempool_location_get(CUmemoryPool *pool, const CUmemLocation *loc, 
 
 	if (res != CUDA_SUCCESS)
 		return res;
-	return cur ? crc_mempool_device_get(pool, dev, ops) : crc_mempool_device_default(pool, dev, ops);
+	return device_pool(pool, dev, cur, ops);
 }
 
 CUresult crc_mempool_location_set(const CUmemLocation *loc, CUmemAllocationType type, CUmemoryPool pool,

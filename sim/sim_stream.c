@@ -1097,16 +1097,26 @@ static bool stream_attr_ok(CUstreamAttrID attr)
 	       attr == CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP || attr == CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN;
 }
 
-static CUresult stream_set_attr(bool pt, CUstream h, CUstreamAttrID attr, const CUstreamAttrValue *v)
+/* The stream of an attribute call, locked; its error otherwise. */
+static CUresult attr_stream(bool pt, CUstream h, CUstreamAttrID attr, const void *v, struct CUstream_st **s)
 {
-	struct CUstream_st *s;
-	CUresult res = sim_stream_resolve(h, pt, &s);
+	CUresult res = sim_stream_resolve(h, pt, s);
 
 	if (res != CUDA_SUCCESS)
 		return res;
 	if (!v || !stream_attr_ok(attr))
 		return CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&s->lock);
+	pthread_mutex_lock(&(*s)->lock);
+	return CUDA_SUCCESS;
+}
+
+static CUresult stream_set_attr(bool pt, CUstream h, CUstreamAttrID attr, const CUstreamAttrValue *v)
+{
+	struct CUstream_st *s;
+	CUresult res = attr_stream(pt, h, attr, v, &s);
+
+	if (res != CUDA_SUCCESS)
+		return res;
 	s->attrs[attr] = *v;
 	s->attrs_set |= 1u << attr;
 	if (attr == CU_LAUNCH_ATTRIBUTE_PRIORITY)
@@ -1118,13 +1128,10 @@ static CUresult stream_set_attr(bool pt, CUstream h, CUstreamAttrID attr, const 
 static CUresult stream_get_attr(bool pt, CUstream h, CUstreamAttrID attr, CUstreamAttrValue *v)
 {
 	struct CUstream_st *s;
-	CUresult res = sim_stream_resolve(h, pt, &s);
+	CUresult res = attr_stream(pt, h, attr, v, &s);
 
 	if (res != CUDA_SUCCESS)
 		return res;
-	if (!v || !stream_attr_ok(attr))
-		return CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&s->lock);
 	if (s->attrs_set >> attr & 1)
 		*v = s->attrs[attr];
 	else
