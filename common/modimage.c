@@ -5,11 +5,15 @@
 #include "crcuda/modimage.h"
 
 #include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <lz4.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zstd.h>
 
 #include "crcuda/errno.h"
@@ -1393,4 +1397,35 @@ const struct crc_global *crc_modinfo_global(const struct crc_modinfo *mi, const 
 		if (!strcmp(mi->globals[i].name, name))
 			return &mi->globals[i];
 	return NULL;
+}
+
+int crc_modimage_read_file(const char *path, void **out, size_t *len)
+{
+	struct stat st;
+	uint8_t *buf = NULL;
+	size_t done = 0;
+	int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+
+	if (fd < 0)
+		return CRC_ENOTFOUND;
+	if (fstat(fd, &st) || st.st_size <= 0 || !(buf = malloc((size_t)st.st_size + 1)))
+		goto fail;
+	while (done < (size_t)st.st_size) {
+		ssize_t got = read(fd, buf + done, (size_t)st.st_size - done);
+
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			goto fail;
+		done += (size_t)got;
+	}
+	buf[done] = '\0';
+	close(fd);
+	*out = buf;
+	*len = done + 1;
+	return 0;
+fail:
+	free(buf);
+	close(fd);
+	return CRC_EIO;
 }

@@ -11,6 +11,7 @@
 #include "client.h"
 #include "crcuda/occupancy.h"
 #include "hooks.h"
+#include "crcuda/errno.h"
 #include "crcuda/log.h"
 #include "crcuda/modimage.h"
 
@@ -70,27 +71,16 @@ static CUresult load_image(uint16_t op, const void *image, uint64_t *handle)
 
 static CUresult load_file(uint16_t op, const char *path, uint64_t *handle)
 {
-	struct stat st;
 	CUresult res;
+	size_t len;
 	void *buf;
-	int fd;
+	int rc;
 
 	if (!path || !handle)
 		return CUDA_ERROR_INVALID_VALUE;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return CUDA_ERROR_FILE_NOT_FOUND;
-	if (fstat(fd, &st) || !(buf = malloc((size_t)st.st_size + 1))) {
-		close(fd);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	if (read(fd, buf, (size_t)st.st_size) != st.st_size) {
-		free(buf);
-		close(fd);
-		return CUDA_ERROR_FILE_NOT_FOUND;
-	}
-	close(fd);
-	((char *)buf)[st.st_size] = 0; /* PTX files need their NUL */
+	rc = crc_modimage_read_file(path, &buf, &len);
+	if (rc)
+		return rc == CRC_ENOTFOUND ? CUDA_ERROR_FILE_NOT_FOUND : CUDA_ERROR_OUT_OF_MEMORY;
 	res = load_image(op, buf, handle);
 	free(buf);
 	return res;

@@ -53,41 +53,13 @@ static CUresult parse_image(const void *image, size_t len, struct crc_modinfo *i
 /* The whole file in a malloc'd buffer. */
 static CUresult read_file(const char *path, void **out, size_t *len)
 {
-	struct stat st;
-	uint8_t *buf = NULL;
-	size_t done = 0;
-	int fd;
+	int rc = path ? crc_modimage_read_file(path, out, len) : CRC_EINVAL;
 
-	if (!path)
-		return CUDA_ERROR_INVALID_VALUE;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	if (rc == CRC_ENOTFOUND)
 		return CUDA_ERROR_FILE_NOT_FOUND;
-	if (fstat(fd, &st) || st.st_size <= 0)
-		goto fail;
-	buf = malloc((size_t)st.st_size + 1);
-	if (!buf)
-		goto fail;
-	while (done < (size_t)st.st_size) {
-		ssize_t got = read(fd, buf + done, (size_t)st.st_size - done);
-
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got <= 0)
-			goto fail;
-		done += (size_t)got;
-	}
-	buf[done] = '\0'; /* PTX files need not end in NUL */
-	close(fd);
-	*out = buf;
-	*len = done + 1;
-	return CUDA_SUCCESS;
-
-fail:
-	pr_perror("cannot read module file %s", path);
-	free(buf);
-	close(fd);
-	return CUDA_ERROR_INVALID_IMAGE;
+	if (rc)
+		pr_err("cannot read module file %s: %s", path ? path : "(null)", crc_strerror(rc));
+	return rc == CRC_EINVAL ? CUDA_ERROR_INVALID_VALUE : rc ? CUDA_ERROR_INVALID_IMAGE : CUDA_SUCCESS;
 }
 
 /* ---- modules ---- */
@@ -1203,4 +1175,140 @@ CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *min_grid, int *block_siz
 	SIM_ENTER(cuOccupancyMaxPotentialBlockSizeWithFlags);
 	return crc_occupancy_block_size(min_grid, block_size, f, smem_of, smem, limit, flags,
 					&occupancy_query);
+}
+
+/* ---- the JIT linker: one input, which is already what the simulated device loads ---- */
+struct sim_link {
+	uint32_t magic;
+	unsigned nopts;
+	CUjit_option opts[32];
+	void **values;
+	void *image;
+	size_t size;
+	int inputs;
+	char name[128];
+};
+#define SIM_MAGIC_LINK 0x6c696e6bu
+
+CUresult cuLinkCreate_v2(unsigned int n, CUjit_option *options, void **values, CUlinkState *out)
+{
+	struct sim_link *l;
+
+	SIM_ENTER(cuLinkCreate_v2);
+	if (!out || n > 32 || (n && (!options || !values)))
+		return CUDA_ERROR_INVALID_VALUE;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*l = (struct sim_link){.magic = SIM_MAGIC_LINK, .nopts = n, .values = values};
+	if (n)
+		memcpy(l->opts, options, n * sizeof(*options));
+	*out = (CUlinkState)l;
+	return CUDA_SUCCESS;
+}
+
+static struct sim_link *sim_link_of(CUlinkState s)
+{
+	struct sim_link *l = (struct sim_link *)s;
+
+	return l && l->magic == SIM_MAGIC_LINK ? l : NULL;
+}
+
+CUresult cuLinkAddData_v2(CUlinkState s, CUjitInputType type, void *data, size_t size, const char *name,
+			  unsigned int n, CUjit_option *options, void **values)
+{
+	struct sim_link *l = sim_link_of(s);
+
+	SIM_ENTER(cuLinkAddData_v2);
+	(void)n, (void)options, (void)values;
+	if (!l || !data || !size || type >= CU_JIT_NUM_INPUT_TYPES)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (l->inputs++) {
+		pr_warn("the simulated device links one input: %s is one too many",
+			name ? name : "(unnamed)");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	l->image = malloc(size);
+	if (!l->image)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	memcpy(l->image, data, size);
+	l->size = size;
+	snprintf(l->name, sizeof(l->name), "%s", name ? name : "");
+	return CUDA_SUCCESS;
+}
+
+CUresult cuLinkAddFile_v2(CUlinkState s, CUjitInputType type, const char *path, unsigned int n,
+			  CUjit_option *options, void **values)
+{
+	void *buf;
+	size_t len;
+	CUresult res = read_file(path, &buf, &len);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	res = cuLinkAddData_v2(s, type, buf, type == CU_JIT_INPUT_PTX ? len : len - 1, path, n, options,
+			       values);
+	free(buf);
+	return res;
+}
+
+CUresult cuLinkComplete(CUlinkState s, void **out, size_t *size)
+{
+	struct sim_link *l = sim_link_of(s);
+	char log[160];
+
+	SIM_ENTER(cuLinkComplete);
+	if (!l || !out || !size || !l->image)
+		return CUDA_ERROR_INVALID_VALUE;
+	snprintf(log, sizeof(log), "sim: linked %s (%zu bytes)", l->name[0] ? l->name : "an image", l->size);
+	for (unsigned i = 0; i < l->nopts; i++) {
+		if (l->opts[i] == CU_JIT_WALL_TIME) {
+			float zero = 0;
+
+			memcpy(&l->values[i], &zero, sizeof(zero));
+		}
+		if (l->opts[i] != CU_JIT_INFO_LOG_BUFFER || !l->values[i])
+			continue;
+		for (unsigned j = 0; j < l->nopts; j++) {
+			size_t cap = (uintptr_t)l->values[j];
+
+			if (l->opts[j] != CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES || !cap)
+				continue;
+			snprintf(l->values[i], cap, "%s", log);
+			l->values[j] = (void *)(uintptr_t)((strlen(log) < cap ? strlen(log) : cap - 1) + 1);
+		}
+	}
+	*out = l->image;
+	*size = l->size;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuLinkDestroy(CUlinkState s)
+{
+	struct sim_link *l = sim_link_of(s);
+
+	SIM_ENTER(cuLinkDestroy);
+	if (!l)
+		return CUDA_ERROR_INVALID_VALUE;
+	free(l->image);
+	l->magic = 0;
+	free(l);
+	return CUDA_SUCCESS;
+}
+
+CUresult cuLinkCreate(unsigned int n, CUjit_option *options, void **values, CUlinkState *out)
+{
+	return cuLinkCreate_v2(n, options, values, out);
+}
+
+CUresult cuLinkAddData(CUlinkState s, CUjitInputType type, void *data, size_t size, const char *name,
+		       unsigned int n, CUjit_option *options, void **values)
+{
+	return cuLinkAddData_v2(s, type, data, size, name, n, options, values);
+}
+
+CUresult cuLinkAddFile(CUlinkState s, CUjitInputType type, const char *path, unsigned int n,
+		       CUjit_option *options, void **values)
+{
+	return cuLinkAddFile_v2(s, type, path, n, options, values);
 }

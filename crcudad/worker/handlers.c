@@ -3,6 +3,7 @@
  * the cleanup of a finished session. */
 #define LOG_PREFIX "crcudad: "
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -1177,5 +1178,120 @@ CUresult crc_raw_stream_attr(struct crc_session *s, const struct crc_call_hdr *h
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		*out = v;
 	}
+	return res;
+}
+
+/* ---- the JIT linker: one whole link per request (crc_link_req), answered with logs and image ---- */
+#define LINK_LOG_MAX (1u << 20)
+
+static size_t link_pad8(size_t n)
+{
+	return (n + 7) & ~(size_t)7;
+}
+
+CUresult crc_raw_link(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args, size_t len)
+{
+	struct crc_link_req q;
+	CUjit_option opts[40];
+	void *vals[40];
+	size_t info_cap = 0, err_cap = 0, off = sizeof(q), image_len = 0;
+	char *info = NULL, *err = NULL;
+	unsigned n = 0, wall = ~0u, threads = ~0u, info_size = ~0u, err_size = ~0u;
+	struct crc_link_reply *r;
+	CUlinkState state = NULL;
+	void *image = NULL;
+	CUresult res;
+	uint8_t *o;
+
+	(void)h;
+	if (len < sizeof(q))
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(&q, args, sizeof(q));
+	if (q.nopts > 32 || len - off < q.nopts * sizeof(struct crc_link_opt))
+		return CUDA_ERROR_INVALID_VALUE;
+	for (unsigned i = 0; i < q.nopts; i++, off += sizeof(struct crc_link_opt)) {
+		struct crc_link_opt op;
+
+		memcpy(&op, args + off, sizeof(op));
+		opts[n] = (CUjit_option)op.option;
+		vals[n] = (void *)(uintptr_t)op.value;
+		if (op.option == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES)
+			info_cap = op.value < LINK_LOG_MAX ? op.value : LINK_LOG_MAX, info_size = n;
+		else if (op.option == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES)
+			err_cap = op.value < LINK_LOG_MAX ? op.value : LINK_LOG_MAX, err_size = n;
+		else if (op.option == CU_JIT_WALL_TIME)
+			wall = n;
+		else if (op.option == CU_JIT_THREADS_PER_BLOCK)
+			threads = n;
+		n++;
+	}
+	info = calloc(1, info_cap + 1);
+	err = calloc(1, err_cap + 1);
+	if (!info || !err) {
+		res = CUDA_ERROR_OUT_OF_MEMORY;
+		goto out;
+	}
+	/* The log buffers are this process's; their sizes as the application gave them (capped). */
+	for (unsigned i = 0; i < n; i++) {
+		if (opts[i] == CU_JIT_INFO_LOG_BUFFER)
+			vals[i] = info;
+		else if (opts[i] == CU_JIT_ERROR_LOG_BUFFER)
+			vals[i] = err;
+		else if (i == info_size)
+			vals[i] = (void *)(uintptr_t)info_cap;
+		else if (i == err_size)
+			vals[i] = (void *)(uintptr_t)err_cap;
+	}
+	res = CALL(cuLinkCreate_v2, n, opts, vals, &state);
+	for (unsigned k = 0; res == CUDA_SUCCESS && k < q.ninputs; k++) {
+		struct crc_link_input in;
+		char name[256];
+
+		if (len - off < sizeof(in)) {
+			res = CUDA_ERROR_INVALID_VALUE;
+			break;
+		}
+		memcpy(&in, args + off, sizeof(in));
+		off += sizeof(in);
+		if (len - off < link_pad8(in.name_len) || len - off - link_pad8(in.name_len) < in.size) {
+			res = CUDA_ERROR_INVALID_VALUE;
+			break;
+		}
+		snprintf(name, sizeof(name), "%.*s", (int)in.name_len, (const char *)args + off);
+		off += link_pad8(in.name_len);
+		res = CALL(cuLinkAddData_v2, state, (CUjitInputType)in.type, (void *)(args + off), in.size,
+			   name, 0, NULL, NULL);
+		off += link_pad8(in.size);
+	}
+	if (res == CUDA_SUCCESS)
+		res = CALL(cuLinkComplete, state, &image, &image_len);
+	info[info_cap] = err[err_cap] = '\0';
+	o = crc_out(s, sizeof(*r) + link_pad8(strlen(info)) + link_pad8(strlen(err)) + link_pad8(image_len));
+	if (!o) {
+		res = CUDA_ERROR_OUT_OF_MEMORY;
+		goto out;
+	}
+	r = (struct crc_link_reply *)o;
+	*r = (struct crc_link_reply){.result = res,
+				     .info_len = strlen(info),
+				     .error_len = strlen(err),
+				     .image_len = res == CUDA_SUCCESS ? image_len : 0};
+	if (wall != ~0u)
+		memcpy(&r->wall_time, &vals[wall], sizeof(r->wall_time));
+	if (threads != ~0u)
+		r->threads_per_block = (uint32_t)(uintptr_t)vals[threads];
+	o += sizeof(*r);
+	memcpy(o, info, r->info_len);
+	o += link_pad8(r->info_len);
+	memcpy(o, err, r->error_len);
+	o += link_pad8(r->error_len);
+	if (r->image_len)
+		memcpy(o, image, r->image_len);
+	res = CUDA_SUCCESS; /* the link's result travels in the reply, with its logs */
+out:
+	if (state)
+		CALL(cuLinkDestroy, state);
+	free(info);
+	free(err);
 	return res;
 }

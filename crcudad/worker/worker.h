@@ -410,6 +410,7 @@ typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h,
 	X(cuDeviceGetGraphMemAttribute, graph_mem_attr)                                                      \
 	X(cuStreamSetAttribute, stream_attr)                                                                 \
 	X(cuMemGetAllocationPropertiesFromHandle, vmm_props)                                                 \
+	X(cuLinkComplete, link)                                                                              \
 	X(cuStreamGetAttribute, stream_attr)                                                                 \
 	X(cuDeviceSetGraphMemAttribute, graph_mem_attr)                                                      \
 	X(cuGraphAddNode, graph_cond)                                                                        \

@@ -56,6 +56,10 @@ int crc_modimage_identify(const void *image, struct crc_modimage_kind *out);
  * wrapper's array and fatbins) must point inside the buffer too. PTX must be NUL-terminated inside it. */
 int crc_modimage_identify_buf(const void *buf, size_t len, struct crc_modimage_kind *out);
 
+/* A module file (cuModuleLoad, cuLinkAddFile) read whole into a malloc'd buffer with a NUL after it
+ * (PTX files need not end in one); *len counts the NUL. 0, CRC_ENOTFOUND (cannot open) or CRC_EIO. */
+int crc_modimage_read_file(const char *path, void **buf, size_t *len);
+
 /* ---- fatbin containers ---- */
 enum {
 	CRC_FATBIN_KIND_PTX = 1,

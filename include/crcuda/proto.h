@@ -504,6 +504,31 @@ struct crc_graph_mem_attr {
 	uint64_t value;
 };
 
+/* cuLinkComplete, the whole link in one request (the client collects cuLinkCreate/AddData/AddFile):
+ * crc_call_hdr + crc_link_req + nopts crc_link_opt (scalar options; the log buffers' sizes) + ninputs
+ * times (crc_link_input, name bytes, data bytes, each padded to 8). Reply: crc_link_reply, then the
+ * info log, the error log and the linked image (their lengths in the reply), each padded to 8. The
+ * call itself answers CUDA_SUCCESS; the link's result is the reply's. */
+struct crc_link_opt {
+	int32_t option;
+	int32_t pad;
+	uint64_t value;
+};
+struct crc_link_req {
+	uint32_t nopts, ninputs;
+};
+struct crc_link_input {
+	uint32_t type, name_len;
+	uint64_t size;
+};
+struct crc_link_reply {
+	int32_t result;
+	float wall_time;
+	uint32_t threads_per_block;
+	uint32_t pad;
+	uint64_t info_len, error_len, image_len;
+};
+
 /* cuStreamSetAttribute / cuStreamGetAttribute: the stream, the attribute and its value (a
  * CUstreamAttrValue, whose pointer members are device addresses); the reply of a get is the value. */
 #define CRC_STREAM_ATTR_VALUE_BYTES 64
