@@ -91,7 +91,8 @@ static struct link *link_of(CUlinkState state)
 }
 
 /* Keeps a copy of the input (the application may reuse its buffer before cuLinkComplete). */
-static CUresult add_input(struct link *l, CUjitInputType type, const void *data, size_t size, const char *name)
+static CUresult add_input(struct link *l, CUjitInputType type, const void *data, size_t size,
+			  const char *name)
 {
 	struct link_input *in;
 
@@ -100,8 +101,8 @@ static CUresult add_input(struct link *l, CUjitInputType type, const void *data,
 	if (l->ninputs == LINK_MAX_INPUT)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	in = &l->inputs[l->ninputs];
-	*in = (struct link_input){.type = type, .size = size, .data = malloc(size),
-				  .name = strdup(name ? name : "")};
+	*in = (struct link_input){
+	    .type = type, .size = size, .data = malloc(size), .name = strdup(name ? name : "")};
 	if (!in->data || !in->name) {
 		free(in->data);
 		free(in->name);
@@ -112,21 +113,23 @@ static CUresult add_input(struct link *l, CUjitInputType type, const void *data,
 	return CUDA_SUCCESS;
 }
 
-CUresult crc_hook_cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name,
-				   unsigned int numOptions, CUjit_option *options, void **optionValues)
+CUresult crc_hook_cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size,
+				   const char *name, unsigned int numOptions, CUjit_option *options,
+				   void **optionValues)
 {
 	(void)numOptions, (void)options, (void)optionValues; /* per-input options: the link's apply */
 	return add_input(link_of(state), type, data, size, name);
 }
 
-CUresult crc_hook_cuLinkAddData(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name,
-				unsigned int numOptions, CUjit_option *options, void **optionValues)
+CUresult crc_hook_cuLinkAddData(CUlinkState state, CUjitInputType type, void *data, size_t size,
+				const char *name, unsigned int numOptions, CUjit_option *options,
+				void **optionValues)
 {
 	return crc_hook_cuLinkAddData_v2(state, type, data, size, name, numOptions, options, optionValues);
 }
 
-CUresult crc_hook_cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions,
-				   CUjit_option *options, void **optionValues)
+CUresult crc_hook_cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path,
+				   unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
 	size_t len;
 	void *buf;
@@ -145,8 +148,8 @@ CUresult crc_hook_cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const
 	return res;
 }
 
-CUresult crc_hook_cuLinkAddFile(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions,
-				CUjit_option *options, void **optionValues)
+CUresult crc_hook_cuLinkAddFile(CUlinkState state, CUjitInputType type, const char *path,
+				unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
 	return crc_hook_cuLinkAddFile_v2(state, type, path, numOptions, options, optionValues);
 }
@@ -222,9 +225,11 @@ CUresult crc_hook_cuLinkComplete(CUlinkState state, void **cubinOut, size_t *siz
 	if (!l || !cubinOut || !sizeOut)
 		return CUDA_ERROR_INVALID_VALUE;
 	for (unsigned i = 0; i < l->ninputs; i++)
-		len += sizeof(struct crc_link_input) + pad8(strlen(l->inputs[i].name)) + pad8(l->inputs[i].size);
+		len +=
+		    sizeof(struct crc_link_input) + pad8(strlen(l->inputs[i].name)) + pad8(l->inputs[i].size);
 	if (len > crc_chan_max_payload(&crc_client.chan) - 64) {
-		pr_warn("cuLinkComplete: %zu bytes of inputs are more than one request carries under crcuda", len);
+		pr_warn("cuLinkComplete: %zu bytes of inputs are more than one request carries under crcuda",
+			len);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	res = crc_call_begin(&c, CRC_CU_cuLinkComplete, 0, len, &args);
@@ -234,7 +239,8 @@ CUresult crc_hook_cuLinkComplete(CUlinkState state, void **cubinOut, size_t *siz
 	*(struct crc_link_req *)w = (struct crc_link_req){.nopts = l->nopts, .ninputs = l->ninputs};
 	w += sizeof(struct crc_link_req);
 	for (unsigned i = 0; i < l->nopts; i++, w += sizeof(struct crc_link_opt))
-		*(struct crc_link_opt *)w = (struct crc_link_opt){.option = l->opts[i], .value = option_value(l, i)};
+		*(struct crc_link_opt *)w =
+		    (struct crc_link_opt){.option = l->opts[i], .value = option_value(l, i)};
 	for (unsigned i = 0; i < l->ninputs; i++) {
 		const struct link_input *in = &l->inputs[i];
 		size_t nl = strlen(in->name);

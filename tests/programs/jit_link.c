@@ -38,10 +38,14 @@ static void run_image(const void *image, int factor)
 int main(void)
 {
 	char info[8192], err[8192], path[] = "/tmp/jit_link.XXXXXX";
-	CUjit_option opts[6] = {CU_JIT_WALL_TIME,		    CU_JIT_INFO_LOG_BUFFER,
-				CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_ERROR_LOG_BUFFER,
-				CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_LOG_VERBOSE};
-	void *vals[6] = {NULL, info, (void *)(uintptr_t)sizeof(info), err, (void *)(uintptr_t)sizeof(err), (void *)1};
+	CUjit_option opts[6] = {CU_JIT_WALL_TIME,
+				CU_JIT_INFO_LOG_BUFFER,
+				CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+				CU_JIT_ERROR_LOG_BUFFER,
+				CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+				CU_JIT_LOG_VERBOSE};
+	void *vals[6] = {NULL,	   info, (void *)(uintptr_t)sizeof(info), err, (void *)(uintptr_t)sizeof(err),
+			 (void *)1};
 	size_t ptx_len = strlen((const char *)vector_add_ptx) + 1, size = 0;
 	CUlinkState link;
 	void *image = NULL;
@@ -51,8 +55,8 @@ int main(void)
 	cu_test_primary_context(NULL);
 	info[0] = err[0] = '\0';
 	CU_CHECK(cuLinkCreate(6, opts, vals, &link));
-	CU_CHECK(cuLinkAddData(link, CU_JIT_INPUT_PTX, (void *)vector_add_ptx, ptx_len, "vector_add.ptx", 0, NULL,
-			       NULL));
+	CU_CHECK(cuLinkAddData(link, CU_JIT_INPUT_PTX, (void *)vector_add_ptx, ptx_len, "vector_add.ptx", 0,
+			       NULL, NULL));
 	CU_CHECK(cuLinkComplete(link, &image, &size));
 	CHECK(image && size > 0);
 	printf("jit_link: linked an image, info log %s, error log %s\n", info[0] ? "written" : "empty",

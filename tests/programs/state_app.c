@@ -14,7 +14,9 @@
  * with cuMemAllocManaged, and after each step the CPU waits for it and rewrites one word of each
  * chunk in place (a different checksum: the CPU's writes are part of the state). --registered makes
  * chunk 0 the program's own heap memory, registered (cuMemHostRegister, DEVICEMAP): kernels work on it
- * through its device pointer (the same checksum). */
+ * through its device pointer (the same checksum). --pool takes the chunks from a memory pool of its own
+ * (cuMemAllocFromPoolAsync) on a stream with a synchronisation-policy attribute, and checks at the end
+ * that the pool's books and the attribute are still what they were (a restore must keep both). */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +32,7 @@ struct opts {
 	unsigned long mb;
 	unsigned chunks, steps, ready_at, pause_ms, seed, devices;
 	const char *ready_file, *go_file;
-	int verify, graph, ready_in_capture, managed, registered;
+	int verify, graph, ready_in_capture, managed, registered, pool;
 };
 
 static void parse(int argc, char **argv, struct opts *o)
@@ -45,6 +47,10 @@ static void parse(int argc, char **argv, struct opts *o)
 		}
 		if (!strcmp(a, "--graph")) {
 			o->graph = 1;
+			continue;
+		}
+		if (!strcmp(a, "--pool")) {
+			o->pool = 1;
 			continue;
 		}
 		if (!strcmp(a, "--registered")) {
@@ -87,13 +93,13 @@ static void parse(int argc, char **argv, struct opts *o)
 		o->ready_at = o->steps / 2;
 	if (o->chunks && o->mb && (o->mb << 20) % ((size_t)o->chunks * 4) == 0 && o->devices >= 1 &&
 	    o->devices <= 8 && (!o->graph || o->devices == 1) && (o->graph || !o->ready_in_capture) &&
-	    !(o->managed && (o->graph || o->verify)))
+	    !(o->managed && (o->graph || o->verify)) && !(o->pool && o->devices != 1))
 		return;
 usage:
 	fprintf(stderr,
 		"usage: state_app [--mb N] [--chunks N] [--steps N] [--ready-at STEP] [--pause-ms MS]\n"
 		"                 [--ready-file PATH] [--go-file PATH] [--seed N] [--devices N] [--verify]\n"
-		"                 [--graph] [--managed] [--registered]\n");
+		"                 [--graph] [--managed] [--registered] [--pool]\n");
 	exit(2);
 }
 
@@ -187,10 +193,22 @@ int main(int argc, char **argv)
 	CUdeviceptr *bufs = calloc(o.chunks, sizeof(*bufs));
 	CHECK(bufs);
 	unsigned grid = 264, block = 256;
+	CUmemoryPool pool = NULL;
+	if (o.pool) {
+		CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+					.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = d[0].dev}};
+		CUstreamAttrValue spin = {.syncPolicy = CU_SYNC_POLICY_SPIN};
+
+		CU_CHECK(cuMemPoolCreate(&pool, &props));
+		CU_CHECK(
+		    cuStreamSetAttribute(d[0].stream, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &spin));
+	}
 	for (unsigned c = 0; c < o.chunks; c++) {
 		struct per_dev *pd = &d[c % o.devices];
 		CU_CHECK(cuCtxSetCurrent(pd->ctx));
-		if (o.managed) {
+		if (o.pool) {
+			CU_CHECK(cuMemAllocFromPoolAsync(&bufs[c], words * 4, pool, pd->stream));
+		} else if (o.managed) {
 			CU_CHECK(cuMemAllocManaged(&bufs[c], words * 4, CU_MEM_ATTACH_GLOBAL));
 		} else if (o.registered && c == 0) {
 			void *host = malloc(words * 4);
@@ -259,6 +277,19 @@ int main(int argc, char **argv)
 		CU_CHECK(cuMemcpyDtoHAsync(&part, pd->dsum, sizeof(part), pd->stream));
 		CU_CHECK(cuStreamSynchronize(pd->stream));
 		total += part * (c + 1); /* chunk order matters */
+	}
+	if (o.pool) {
+		cuuint64_t used = 0;
+		CUstreamAttrValue v = {0};
+
+		CU_CHECK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
+		CU_CHECK(cuStreamGetAttribute(d[0].stream, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &v));
+		if (used != o.chunks * words * 4 || v.syncPolicy != CU_SYNC_POLICY_SPIN) {
+			fprintf(stderr,
+				"state_app: the pool has %llu bytes in use (want %llu), sync policy %d\n",
+				(unsigned long long)used, o.chunks * words * 4, (int)v.syncPolicy);
+			return 1;
+		}
 	}
 	printf("state_app: mb=%lu chunks=%u steps=%u checksum=%016llx\n", o.mb, o.chunks, o.steps, total);
 
