@@ -552,6 +552,29 @@ CUresult crc_hook_cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStrea
 	return copy_2d(pCopy, hStream, true);
 }
 
+static CUresult copy_3d(const CUDA_MEMCPY3D *p, CUstream stream, bool async)
+{
+	struct copy2d_on on = {stream, async};
+	CUresult res;
+
+	if (!__atomic_load_n(&crc_initialized, __ATOMIC_ACQUIRE))
+		return CUDA_ERROR_NOT_INITIALIZED;
+	res = crc_copy3d_rows(p, copy2d_row, &on);
+	if (res == CUDA_ERROR_NOT_SUPPORTED)
+		pr_warn("3D copies with CUDA arrays are not supported under crcuda yet");
+	return res;
+}
+
+CUresult crc_hook_cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
+{
+	return copy_3d(pCopy, NULL, false);
+}
+
+CUresult crc_hook_cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
+{
+	return copy_3d(pCopy, hStream, true);
+}
+
 static CUresult check_copy(uint64_t dst, uint64_t src)
 {
 	if (!__atomic_load_n(&crc_initialized, __ATOMIC_ACQUIRE))

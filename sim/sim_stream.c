@@ -964,6 +964,23 @@ static CUresult copy2d_async(bool pt, const CUDA_MEMCPY2D *p, CUstream h)
 	return crc_copy2d_rows(p, copy2d_row, &on);
 }
 
+static CUresult copy3d_sync(bool pt, const CUDA_MEMCPY3D *p)
+{
+	struct copy2d_on on = {pt, false, NULL};
+
+	return crc_copy3d_rows(p, copy2d_row, &on);
+}
+
+static CUresult copy3d_async(bool pt, const CUDA_MEMCPY3D *p, CUstream h)
+{
+	struct copy2d_on on = {pt, true, h};
+
+	return crc_copy3d_rows(p, copy2d_row, &on);
+}
+
+SIM_STREAM_API_PAIR(cuMemcpy3D_v2, cuMemcpy3D_v2_ptds, copy3d_sync, (const CUDA_MEMCPY3D *p), p)
+SIM_STREAM_API_PAIR(cuMemcpy3DAsync_v2, cuMemcpy3DAsync_v2_ptsz, copy3d_async,
+		    (const CUDA_MEMCPY3D *p, CUstream h), p, h)
 SIM_STREAM_API_PAIR(cuMemcpy2D_v2, cuMemcpy2D_v2_ptds, copy2d_sync, (const CUDA_MEMCPY2D *p), p)
 SIM_STREAM_API_PAIR(cuMemcpy2DUnaligned_v2, cuMemcpy2DUnaligned_v2_ptds, copy2d_sync,
 		    (const CUDA_MEMCPY2D *p), p)

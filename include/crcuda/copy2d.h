@@ -1,5 +1,6 @@
-/* A 2D copy (CUDA_MEMCPY2D) as 1D copies: one when both sides are contiguous, else one per row. Shared
- * by the simulated device and libcrcuda, which both have a 1D copy of any memory to build it on. */
+/* A 2D or 3D copy (CUDA_MEMCPY2D, CUDA_MEMCPY3D) as 1D copies: one when both sides are contiguous, else one
+ * per row. Shared by the simulated device and libcrcuda, which both have a 1D copy of any memory to build it
+ * on. */
 #ifndef CRCUDA_COPY2D_H
 #define CRCUDA_COPY2D_H
 
@@ -40,6 +41,41 @@ static inline CUresult crc_copy2d_rows(const CUDA_MEMCPY2D *p, crc_copy_row_fn r
 	for (size_t r = 0; r < p->Height && res == CUDA_SUCCESS; r++)
 		res = row(dst + r * p->dstPitch, src + r * p->srcPitch, p->WidthInBytes, r + 1 == p->Height,
 			  arg);
+	return res;
+}
+
+/* The same for a 3D copy (CUDA_MEMCPY3D): slices of rows, or one copy when both sides are contiguous. */
+static inline CUresult crc_copy3d_rows(const CUDA_MEMCPY3D *p, crc_copy_row_fn row, void *arg)
+{
+	uint64_t src, dst;
+	size_t sh, dh, depth, height;
+	CUresult res = CUDA_SUCCESS;
+
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (p->srcMemoryType == CU_MEMORYTYPE_ARRAY || p->dstMemoryType == CU_MEMORYTYPE_ARRAY)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	height = p->Height ? p->Height : 1;
+	depth = p->Depth ? p->Depth : 1;
+	sh = p->srcHeight ? p->srcHeight : height;
+	dh = p->dstHeight ? p->dstHeight : height;
+	if ((height > 1 || depth > 1) && (p->srcPitch < p->WidthInBytes || p->dstPitch < p->WidthInBytes))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (depth > 1 && (sh < height || dh < height))
+		return CUDA_ERROR_INVALID_VALUE;
+	src = crc_copy2d_side(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes,
+			      p->srcY + p->srcZ * sh, p->srcPitch);
+	dst = crc_copy2d_side(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes,
+			      p->dstY + p->dstZ * dh, p->dstPitch);
+	if (!p->WidthInBytes)
+		return CUDA_SUCCESS;
+	if ((height == 1 || (p->srcPitch == p->WidthInBytes && p->dstPitch == p->WidthInBytes)) &&
+	    (depth == 1 || (sh == height && dh == height)))
+		return row(dst, src, p->WidthInBytes * height * depth, true, arg);
+	for (size_t z = 0; z < depth && res == CUDA_SUCCESS; z++)
+		for (size_t r = 0; r < height && res == CUDA_SUCCESS; r++)
+			res = row(dst + (z * dh + r) * p->dstPitch, src + (z * sh + r) * p->srcPitch,
+				  p->WidthInBytes, z + 1 == depth && r + 1 == height, arg);
 	return res;
 }
 

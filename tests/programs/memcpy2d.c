@@ -1,6 +1,8 @@
 /* memcpy2d: 2D copies (cuMemcpy2D, cuMemcpy2DUnaligned, cuMemcpy2DAsync) between pitched device memory
- * (cuMemAllocPitch), pageable and page-locked host memory, with x/y offsets; each result compared with
- * a CPU model, the padding of every destination checked untouched. Prints a checksum and PASS. */
+ * (cuMemAllocPitch), pageable and page-locked host memory, with x/y offsets; then 3D copies
+ * (cuMemcpy3D, cuMemcpy3DAsync) of a box with x/y/z offsets between pageable memory and pitched device
+ * slices; each result compared with a CPU model, the padding of every destination checked untouched.
+ * Prints a checksum and PASS. */
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +116,66 @@ int main(void)
 	CU_CHECK(cuMemcpy2DAsync(&c, s));
 	CU_CHECK(cuStreamSynchronize(s));
 	check_2d("device to page-locked, async", pinned, HPITCH, src, W);
+
+	/* 3D: a box of D3 slices of H rows of W bytes, at (XOFF, YOFF, ZOFF) in pageable host volumes of
+	 * HPITCH-byte rows and SH-row slices, through device slices of DH rows. */
+	enum { D3 = 5, ZOFF = 2, SH = H + YOFF + 2, DH = H + 1 };
+	size_t vol = (size_t)(D3 + ZOFF) * SH * HPITCH, p3;
+	unsigned char *v_in = malloc(vol), *v_out = malloc(vol);
+	CUdeviceptr d3;
+
+	CHECK(v_in && v_out);
+	for (size_t i = 0; i < vol; i++)
+		v_in[i] = (unsigned char)(i * 2654435761u >> 13);
+	memset(v_out, PADB, vol);
+	CU_CHECK(cuMemAllocPitch(&d3, &p3, W, DH * D3, 4));
+	CUDA_MEMCPY3D c3 = {.srcXInBytes = XOFF,
+			    .srcY = YOFF,
+			    .srcZ = ZOFF,
+			    .srcMemoryType = CU_MEMORYTYPE_HOST,
+			    .srcHost = v_in,
+			    .srcPitch = HPITCH,
+			    .srcHeight = SH,
+			    .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+			    .dstDevice = d3,
+			    .dstPitch = p3,
+			    .dstHeight = DH,
+			    .WidthInBytes = W,
+			    .Height = H,
+			    .Depth = D3};
+	CU_CHECK(cuMemcpy3D(&c3));
+	c3 = (CUDA_MEMCPY3D){.srcMemoryType = CU_MEMORYTYPE_DEVICE,
+			     .srcDevice = d3,
+			     .srcPitch = p3,
+			     .srcHeight = DH,
+			     .dstXInBytes = XOFF,
+			     .dstY = YOFF,
+			     .dstZ = ZOFF,
+			     .dstMemoryType = CU_MEMORYTYPE_HOST,
+			     .dstHost = v_out,
+			     .dstPitch = HPITCH,
+			     .dstHeight = SH,
+			     .WidthInBytes = W,
+			     .Height = H,
+			     .Depth = D3};
+	CU_CHECK(cuMemcpy3DAsync(&c3, s));
+	CU_CHECK(cuStreamSynchronize(s));
+	for (size_t z = 0; z < D3 + ZOFF; z++)
+		for (size_t r = 0; r < SH; r++)
+			for (size_t x = 0; x < HPITCH; x++) {
+				size_t i = (z * SH + r) * HPITCH + x;
+				bool in = z >= ZOFF && r >= YOFF && r < YOFF + H && x >= XOFF && x < XOFF + W;
+
+				if (v_out[i] != (in ? v_in[i] : PADB)) {
+					fprintf(stderr, "memcpy2d: 3D byte (%zu, %zu, %zu) is %#x\n", z, r, x,
+						v_out[i]);
+					return 1;
+				}
+				checksum = (checksum ^ v_out[i]) * 0x100000001b3ull;
+			}
+	CU_CHECK(cuMemFree(d3));
+	free(v_in);
+	free(v_out);
 
 	/* a pitch smaller than the width is refused */
 	c.dstPitch = W - 1;
