@@ -10,11 +10,13 @@
  * checksum does not depend on N. --graph runs each step as one launch of a CUDA graph captured once
  * (the step number then lives on the device; devices 1 only): the same checksum, and a checkpoint
  * must carry the graph. --ready-in-capture signals ready (and waits for --go-file) while that capture
- * is open, where a checkpoint must be refused and the program run on. --managed allocates the chunks
- * with cuMemAllocManaged, and after each step the CPU waits for it and rewrites one word of each
- * chunk in place (a different checksum: the CPU's writes are part of the state). --registered makes
- * chunk 0 the program's own heap memory, registered (cuMemHostRegister, DEVICEMAP): kernels work on it
- * through its device pointer (the same checksum). --pool takes the chunks from a memory pool of its own
+ * is open, where a checkpoint must be refused and the program run on. --graph-pageable is --graph with
+ * the step number kept in the program's pageable memory and copied into the graph at each launch by a
+ * captured cuMemcpyHtoDAsync (a staged copy under the layer; the same checksum). --managed allocates the
+ * chunks with cuMemAllocManaged, and after each step the CPU waits for it and rewrites one word of each chunk
+ * in place (a different checksum: the CPU's writes are part of the state). --registered makes chunk 0 the
+ * program's own heap memory, registered (cuMemHostRegister, DEVICEMAP): kernels work on it through its device
+ * pointer (the same checksum). --pool takes the chunks from a memory pool of its own
  * (cuMemAllocFromPoolAsync) on a stream with a synchronisation-policy attribute, and checks at the end
  * that the pool's books and the attribute are still what they were (a restore must keep both). */
 #include <cuda.h>
@@ -32,7 +34,7 @@ struct opts {
 	unsigned long mb;
 	unsigned chunks, steps, ready_at, pause_ms, seed, devices;
 	const char *ready_file, *go_file;
-	int verify, graph, ready_in_capture, managed, registered, pool;
+	int verify, graph, graph_pageable, ready_in_capture, managed, registered, pool;
 };
 
 static void parse(int argc, char **argv, struct opts *o)
@@ -47,6 +49,10 @@ static void parse(int argc, char **argv, struct opts *o)
 		}
 		if (!strcmp(a, "--graph")) {
 			o->graph = 1;
+			continue;
+		}
+		if (!strcmp(a, "--graph-pageable")) {
+			o->graph = o->graph_pageable = 1;
 			continue;
 		}
 		if (!strcmp(a, "--pool")) {
@@ -99,7 +105,7 @@ usage:
 	fprintf(stderr,
 		"usage: state_app [--mb N] [--chunks N] [--steps N] [--ready-at STEP] [--pause-ms MS]\n"
 		"                 [--ready-file PATH] [--go-file PATH] [--seed N] [--devices N] [--verify]\n"
-		"                 [--graph] [--managed] [--registered] [--pool]\n");
+		"                 [--graph] [--graph-pageable] [--managed] [--registered] [--pool]\n");
 	exit(2);
 }
 
@@ -115,6 +121,9 @@ static void signal_ready(const struct opts *o, unsigned step)
 		exit(1);
 	}
 }
+
+/* --graph-pageable: the step number, in pageable memory, copied in by the graph at each launch. */
+static unsigned host_step;
 
 /* --graph: one step captured from the stream (a counter kernel, then each chunk's step), instantiated. */
 static CUgraphExec capture_step(const struct opts *o, CUmodule *mod, CUstream stream, CUdeviceptr *bufs,
@@ -133,7 +142,10 @@ static CUgraphExec capture_step(const struct opts *o, CUmodule *mod, CUstream st
 	CU_CHECK(cuStreamSynchronize(stream));
 	CU_CHECK(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
 	void *pc[] = {&dstep};
-	CU_CHECK(cuLaunchKernel(f_count, 1, 1, 1, 1, 1, 1, 0, stream, pc, NULL));
+	if (o->graph_pageable)
+		CU_CHECK(cuMemcpyHtoDAsync(dstep, &host_step, sizeof(host_step), stream));
+	else
+		CU_CHECK(cuLaunchKernel(f_count, 1, 1, 1, 1, 1, 1, 0, stream, pc, NULL));
 	/* --ready-in-capture: a test checkpoints it now, with the capture open. */
 	if (o->ready_in_capture) {
 		signal_ready(o, 0);
@@ -229,7 +241,11 @@ int main(int argc, char **argv)
 	while (step < o.steps) {
 		step++;
 		if (step_graph) {
+			host_step = step;
 			CU_CHECK(cuGraphLaunch(step_graph, d[0].stream));
+			/* The copy reads host_step when the graph runs: it must not change before. */
+			if (o.graph_pageable)
+				CU_CHECK(cuStreamSynchronize(d[0].stream));
 			goto launched;
 		}
 		for (unsigned c = 0; c < o.chunks; c++) {
