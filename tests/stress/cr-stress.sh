@@ -16,6 +16,9 @@
 #   --kill-percent P a checkpoint kills and restores with P% chance, else --leave-running (default 70)
 #   --programs       built-in programs: stress_drv stress_rt_static stress_rt_shared state_app
 #                    state_graph (state_app --graph: each step one launch of a captured CUDA graph)
+#                    state_graph_pageable (the same, the step number copied in from pageable memory)
+#                    state_managed (managed memory written by kernels and the CPU in turns)
+#                    state_pool (chunks from a memory pool of its own; its books checked at the end)
 #   --prog NAME CMD  another program (word-split CMD, run from the current directory); repeatable
 #   --ref-runs R     R uninterrupted runs of each program, which must agree (a nondeterministic program
 #                    cannot be compared bit for bit; default 1)
@@ -71,6 +74,9 @@ cmd[stress_rt_static]=${cmd[stress_rt_static]:-$st/stress_rt_static --steps 40 -
 cmd[stress_rt_shared]=${cmd[stress_rt_shared]:-$st/stress_rt_shared --steps 40 --sleep-ms 20}
 cmd[state_app]=${cmd[state_app]:-$build/tests/programs/state_app --mb 8 --chunks 4 --steps 400}
 cmd[state_graph]=${cmd[state_graph]:-$build/tests/programs/state_app --mb 8 --chunks 4 --steps 400 --graph}
+cmd[state_graph_pageable]=${cmd[state_graph_pageable]:-$build/tests/programs/state_app --mb 8 --chunks 4 --steps 300 --graph-pageable}
+cmd[state_managed]=${cmd[state_managed]:-$build/tests/programs/state_app --mb 8 --chunks 4 --steps 300 --managed}
+cmd[state_pool]=${cmd[state_pool]:-$build/tests/programs/state_app --mb 8 --chunks 4 --steps 400 --pool}
 for p in $programs; do
 	[ -n "${cmd[$p]:-}" ] || { echo "cr-stress: no program $p" >&2; exit 2; }
 done
