@@ -205,3 +205,47 @@ CUresult crc_hook_cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CU
 		return CUDA_ERROR_INVALID_VALUE;
 	return crc_rpc(CRC_CU_cuStreamGetAttribute, &r, sizeof(r), value_out, sizeof(*value_out));
 }
+
+/* ---- a batch of stream memory operations: each one in order, as the single-operation calls ---------- */
+/* A barrier or a flush of remote writes adds no order the daemon's sequence of calls on the stream does
+ * not already give on one GPU (GPUDirect RDMA writers are not supported under crcuda). */
+CUresult crc_hook_cuStreamBatchMemOp_v2(CUstream stream, unsigned int count,
+					CUstreamBatchMemOpParams *paramArray, unsigned int flags)
+{
+	CUresult res = count && paramArray && !flags ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+
+	for (unsigned i = 0; i < count && res == CUDA_SUCCESS; i++) {
+		const CUstreamBatchMemOpParams *o = &paramArray[i];
+
+		switch (o->operation) {
+		case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+			res = crc_fwd_cuStreamWaitValue32_v2(stream, o->waitValue.address, o->waitValue.value,
+							     o->waitValue.flags);
+			break;
+		case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+			res = crc_fwd_cuStreamWaitValue64_v2(stream, o->waitValue.address,
+							     o->waitValue.value64, o->waitValue.flags);
+			break;
+		case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+			res = crc_fwd_cuStreamWriteValue32_v2(stream, o->writeValue.address,
+							      o->writeValue.value, o->writeValue.flags);
+			break;
+		case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+			res = crc_fwd_cuStreamWriteValue64_v2(stream, o->writeValue.address,
+							      o->writeValue.value64, o->writeValue.flags);
+			break;
+		case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
+		case CU_STREAM_MEM_OP_BARRIER:
+			break;
+		default:
+			res = CUDA_ERROR_INVALID_VALUE;
+		}
+	}
+	return res;
+}
+
+CUresult crc_hook_cuStreamBatchMemOp(CUstream stream, unsigned int count,
+				     CUstreamBatchMemOpParams *paramArray, unsigned int flags)
+{
+	return crc_hook_cuStreamBatchMemOp_v2(stream, count, paramArray, flags);
+}

@@ -1165,3 +1165,135 @@ SIM_STREAM_API_PAIR(cuStreamSetAttribute, cuStreamSetAttribute_ptsz, stream_set_
 		    (CUstream h, CUstreamAttrID attr, const CUstreamAttrValue *v), h, attr, v)
 SIM_STREAM_API_PAIR(cuStreamGetAttribute, cuStreamGetAttribute_ptsz, stream_get_attr,
 		    (CUstream h, CUstreamAttrID attr, CUstreamAttrValue *v), h, attr, v)
+
+/* ---- stream memory operations: a wait or a write of a 32/64-bit word, in stream order ---- */
+struct memop {
+	bool write, wide;
+	uint64_t addr, value;
+	unsigned flags;
+};
+
+static bool memop_satisfied(const struct memop *m)
+{
+	uint64_t v = m->wide ? __atomic_load_n((uint64_t *)(uintptr_t)m->addr, __ATOMIC_ACQUIRE)
+			     : __atomic_load_n((uint32_t *)(uintptr_t)m->addr, __ATOMIC_ACQUIRE);
+	uint64_t want = m->value;
+
+	switch (m->flags & 0xf) {
+	case CU_STREAM_WAIT_VALUE_GEQ:
+		return m->wide ? (int64_t)(v - want) >= 0 : (int32_t)(uint32_t)(v - want) >= 0;
+	case CU_STREAM_WAIT_VALUE_EQ:
+		return v == want;
+	case CU_STREAM_WAIT_VALUE_AND:
+		return (v & want) != 0;
+	case CU_STREAM_WAIT_VALUE_NOR:
+		return m->wide ? ~(v | want) != 0 : (uint32_t) ~(v | want) != 0;
+	default:
+		return true;
+	}
+}
+
+static void CUDA_CB memop_run(void *arg)
+{
+	struct memop *m = arg;
+
+	if (m->write) {
+		if (m->wide)
+			__atomic_store_n((uint64_t *)(uintptr_t)m->addr, m->value, __ATOMIC_RELEASE);
+		else
+			__atomic_store_n((uint32_t *)(uintptr_t)m->addr, (uint32_t)m->value,
+					 __ATOMIC_RELEASE);
+	} else {
+		struct timespec ts = {0, 20000};
+
+		while (!memop_satisfied(m))
+			nanosleep(&ts, NULL);
+	}
+	free(m);
+}
+
+static CUresult memop_submit(bool pt, CUstream h, bool write, bool wide, CUdeviceptr addr, uint64_t value,
+			     unsigned flags)
+{
+	struct memop *m;
+	CUresult res;
+
+	if (!addr || addr % (wide ? 8 : 4) || sim_mem_check_any(addr, wide ? 8 : 4, write) != CUDA_SUCCESS)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!wide)
+		value &= 0xffffffffu; /* a 32-bit operation's value (a batch's union holds 64 bits) */
+	if (!write && (flags & 0xf) > CU_STREAM_WAIT_VALUE_NOR)
+		return CUDA_ERROR_INVALID_VALUE;
+	m = malloc(sizeof(*m));
+	if (!m)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*m = (struct memop){write, wide, addr, value, flags};
+	res = launch_host_func(pt, h, memop_run, m);
+	if (res != CUDA_SUCCESS)
+		free(m);
+	return res;
+}
+
+static CUresult wait32(bool pt, CUstream h, CUdeviceptr addr, cuuint32_t value, unsigned flags)
+{
+	return memop_submit(pt, h, false, false, addr, value, flags);
+}
+static CUresult wait64(bool pt, CUstream h, CUdeviceptr addr, cuuint64_t value, unsigned flags)
+{
+	return memop_submit(pt, h, false, true, addr, value, flags);
+}
+static CUresult write32(bool pt, CUstream h, CUdeviceptr addr, cuuint32_t value, unsigned flags)
+{
+	return memop_submit(pt, h, true, false, addr, value, flags);
+}
+static CUresult write64(bool pt, CUstream h, CUdeviceptr addr, cuuint64_t value, unsigned flags)
+{
+	return memop_submit(pt, h, true, true, addr, value, flags);
+}
+
+SIM_STREAM_API_PAIR(cuStreamWaitValue32_v2, cuStreamWaitValue32_v2_ptsz, wait32,
+		    (CUstream h, CUdeviceptr addr, cuuint32_t value, unsigned int flags), h, addr, value,
+		    flags)
+SIM_STREAM_API_PAIR(cuStreamWaitValue64_v2, cuStreamWaitValue64_v2_ptsz, wait64,
+		    (CUstream h, CUdeviceptr addr, cuuint64_t value, unsigned int flags), h, addr, value,
+		    flags)
+SIM_STREAM_API_PAIR(cuStreamWriteValue32_v2, cuStreamWriteValue32_v2_ptsz, write32,
+		    (CUstream h, CUdeviceptr addr, cuuint32_t value, unsigned int flags), h, addr, value,
+		    flags)
+SIM_STREAM_API_PAIR(cuStreamWriteValue64_v2, cuStreamWriteValue64_v2_ptsz, write64,
+		    (CUstream h, CUdeviceptr addr, cuuint64_t value, unsigned int flags), h, addr, value,
+		    flags)
+
+/* A batch: its operations in order (a barrier or a flush orders nothing more on one simulated device). */
+static CUresult batch_memop(bool pt, CUstream h, unsigned count, CUstreamBatchMemOpParams *ops,
+			    unsigned flags)
+{
+	CUresult res = count && ops && !flags ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+
+	for (unsigned i = 0; i < count && res == CUDA_SUCCESS; i++) {
+		const CUstreamBatchMemOpParams *o = &ops[i];
+
+		switch (o->operation) {
+		case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+		case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+			res = memop_submit(pt, h, false, o->operation == CU_STREAM_MEM_OP_WAIT_VALUE_64,
+					   o->waitValue.address, o->waitValue.value64, o->waitValue.flags);
+			break;
+		case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+		case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+			res = memop_submit(pt, h, true, o->operation == CU_STREAM_MEM_OP_WRITE_VALUE_64,
+					   o->writeValue.address, o->writeValue.value64, o->writeValue.flags);
+			break;
+		case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
+		case CU_STREAM_MEM_OP_BARRIER:
+			break;
+		default:
+			res = CUDA_ERROR_INVALID_VALUE;
+		}
+	}
+	return res;
+}
+
+SIM_STREAM_API_PAIR(cuStreamBatchMemOp_v2, cuStreamBatchMemOp_v2_ptsz, batch_memop,
+		    (CUstream h, unsigned int count, CUstreamBatchMemOpParams *ops, unsigned int flags), h,
+		    count, ops, flags)
