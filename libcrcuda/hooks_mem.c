@@ -565,6 +565,26 @@ static CUresult copy_3d(const CUDA_MEMCPY3D *p, CUstream stream, bool async)
 	return res;
 }
 
+CUresult crc_hook_cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+					CUmemcpyAttributes *attrs, size_t *attrIdxs, size_t numAttrs,
+					CUstream hStream)
+{
+	struct copy2d_on on = {hStream, true};
+
+	return crc_copy_batch(dsts, srcs, sizes, count, attrs, attrIdxs, numAttrs, hStream, copy2d_row, &on,
+			      NULL);
+}
+
+CUresult crc_hook_cuMemcpyBatchAsync(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+				     CUmemcpyAttributes *attrs, size_t *attrIdxs, size_t numAttrs,
+				     size_t *failIdx, CUstream hStream)
+{
+	struct copy2d_on on = {hStream, true};
+
+	return crc_copy_batch(dsts, srcs, sizes, count, attrs, attrIdxs, numAttrs, hStream, copy2d_row, &on,
+			      failIdx);
+}
+
 CUresult crc_hook_cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
 {
 	return copy_3d(pCopy, NULL, false);

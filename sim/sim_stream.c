@@ -978,6 +978,30 @@ static CUresult copy3d_async(bool pt, const CUDA_MEMCPY3D *p, CUstream h)
 	return crc_copy3d_rows(p, copy2d_row, &on);
 }
 
+static CUresult batch_v2(bool pt, CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+			 CUmemcpyAttributes *attrs, size_t *idxs, size_t nattrs, CUstream h)
+{
+	struct copy2d_on on = {pt, true, h};
+
+	return crc_copy_batch(dsts, srcs, sizes, count, attrs, idxs, nattrs, h, copy2d_row, &on, NULL);
+}
+
+static CUresult batch_v1(bool pt, CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+			 CUmemcpyAttributes *attrs, size_t *idxs, size_t nattrs, size_t *fail, CUstream h)
+{
+	struct copy2d_on on = {pt, true, h};
+
+	return crc_copy_batch(dsts, srcs, sizes, count, attrs, idxs, nattrs, h, copy2d_row, &on, fail);
+}
+
+SIM_STREAM_API_PAIR(cuMemcpyBatchAsync_v2, cuMemcpyBatchAsync_v2_ptsz, batch_v2,
+		    (CUdeviceptr * dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+		     CUmemcpyAttributes *attrs, size_t *idxs, size_t nattrs, CUstream h),
+		    dsts, srcs, sizes, count, attrs, idxs, nattrs, h)
+SIM_STREAM_API_PAIR(cuMemcpyBatchAsync, cuMemcpyBatchAsync_ptsz, batch_v1,
+		    (CUdeviceptr * dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+		     CUmemcpyAttributes *attrs, size_t *idxs, size_t nattrs, size_t *fail, CUstream h),
+		    dsts, srcs, sizes, count, attrs, idxs, nattrs, fail, h)
 SIM_STREAM_API_PAIR(cuMemcpy3D_v2, cuMemcpy3D_v2_ptds, copy3d_sync, (const CUDA_MEMCPY3D *p), p)
 SIM_STREAM_API_PAIR(cuMemcpy3DAsync_v2, cuMemcpy3DAsync_v2_ptsz, copy3d_async,
 		    (const CUDA_MEMCPY3D *p, CUstream h), p, h)

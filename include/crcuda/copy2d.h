@@ -44,6 +44,32 @@ static inline CUresult crc_copy2d_rows(const CUDA_MEMCPY2D *p, crc_copy_row_fn r
 	return res;
 }
 
+/* cuMemcpyBatchAsync: its checks, then each copy in order (the stream's caller makes them async).
+ * The attributes only permit more freedom than copies in order give, so they are checked, not used.
+ * *fail (when not NULL): the index of the copy that failed, or SIZE_MAX. */
+static inline CUresult crc_copy_batch(const CUdeviceptr *dsts, const CUdeviceptr *srcs, const size_t *sizes,
+				      size_t count, const CUmemcpyAttributes *attrs, const size_t *idxs,
+				      size_t nattrs, CUstream stream, crc_copy_row_fn row, void *arg,
+				      size_t *fail)
+{
+	CUresult res = CUDA_SUCCESS;
+
+	if (fail)
+		*fail = (size_t)-1;
+	if (!count || !dsts || !srcs || !sizes || !nattrs || !attrs || !idxs || idxs[0] || nattrs > count ||
+	    stream == CU_STREAM_LEGACY)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 1; i < nattrs; i++)
+		if (idxs[i] <= idxs[i - 1] || idxs[i] >= count)
+			return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; i < count && res == CUDA_SUCCESS; i++) {
+		res = sizes[i] ? row(dsts[i], srcs[i], sizes[i], true, arg) : CUDA_SUCCESS;
+		if (res != CUDA_SUCCESS && fail)
+			*fail = i;
+	}
+	return res;
+}
+
 /* The same for a 3D copy (CUDA_MEMCPY3D): slices of rows, or one copy when both sides are contiguous. */
 static inline CUresult crc_copy3d_rows(const CUDA_MEMCPY3D *p, crc_copy_row_fn row, void *arg)
 {

@@ -1,7 +1,8 @@
 /* memcpy2d: 2D copies (cuMemcpy2D, cuMemcpy2DUnaligned, cuMemcpy2DAsync) between pitched device memory
  * (cuMemAllocPitch), pageable and page-locked host memory, with x/y offsets; then 3D copies
  * (cuMemcpy3D, cuMemcpy3DAsync) of a box with x/y/z offsets between pageable memory and pitched device
- * slices; each result compared with a CPU model, the padding of every destination checked untouched.
+ * slices; then a batch (cuMemcpyBatchAsync: host to device, device to device, device to host); each
+ * result compared with a CPU model, the padding of every destination checked untouched.
  * Prints a checksum and PASS. */
 #include <stdbool.h>
 #include <stdlib.h>
@@ -176,6 +177,29 @@ int main(void)
 	CU_CHECK(cuMemFree(d3));
 	free(v_in);
 	free(v_out);
+
+	/* A batch of three copies on the stream, in order. */
+	{
+		static unsigned char b_in[4096], b_out[4096];
+		CUdeviceptr bd1, bd2, dsts[3], srcs[3];
+		size_t sizes[3] = {sizeof(b_in), sizeof(b_in), sizeof(b_in)}, idx = 0;
+		CUmemcpyAttributes attr = {.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM};
+
+		for (size_t i = 0; i < sizeof(b_in); i++)
+			b_in[i] = (unsigned char)(i * 37 + 11);
+		CU_CHECK(cuMemAlloc(&bd1, sizeof(b_in)));
+		CU_CHECK(cuMemAlloc(&bd2, sizeof(b_in)));
+		dsts[0] = bd1, srcs[0] = (uintptr_t)b_in;
+		dsts[1] = bd2, srcs[1] = bd1;
+		dsts[2] = (uintptr_t)b_out, srcs[2] = bd2;
+		CU_CHECK(cuMemcpyBatchAsync(dsts, srcs, sizes, 3, &attr, &idx, 1, s));
+		CU_CHECK(cuStreamSynchronize(s));
+		CHECK(!memcmp(b_in, b_out, sizeof(b_in)));
+		CU_EXPECT(cuMemcpyBatchAsync(dsts, srcs, sizes, 3, &attr, &idx, 0, s),
+			  CUDA_ERROR_INVALID_VALUE);
+		CU_CHECK(cuMemFree(bd1));
+		CU_CHECK(cuMemFree(bd2));
+	}
 
 	/* a pitch smaller than the width is refused */
 	c.dstPitch = W - 1;
