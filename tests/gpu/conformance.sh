@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # tests/gpu/conformance.sh BUILD [SAMPLES]: programs nobody here wrote, run three ways on the GPU
 # machine (issue 13): NVIDIA's cuda-samples (folders 0_Introduction, 2_Concepts_and_Techniques,
-# 3_CUDA_Features, 4_CUDA_Libraries, 6_Performance), built for the GPU at hand, each run
+# 3_CUDA_Features, 4_CUDA_Libraries, 6_Performance), built for the GPU at hand, and the Python apps of
+# tests/gpu/apps (CuPy, JAX, Triton: each prints digests of its results, and must print native's under
+# the layer and restored, when two native runs agree; missing modules skip), each run
 #   native  without crcuda;
 #   layer   under `crcudactl run`, every program against one long-lived crcudad;
 #   cr      for each that runs at least CONF_CR_MIN_MS under the layer: started again, checkpointed at
@@ -48,8 +50,17 @@ samples() {
 			[[ ${d##*/} =~ $only ]] && echo "$f/${d##*/}"
 		done
 	done
+	for d in "$top"/tests/gpu/apps/*.py; do
+		d=${d##*/}
+		[[ ${d%.py} =~ $only ]] && echo "apps/${d%.py}"
+	done
 }
-exe_of() { echo "$work/build/Samples/$1/${1##*/}"; }
+is_app() { [[ $1 == apps/* ]]; }
+exe_of() { if is_app "$1"; then echo "$top/tests/gpu/apps/${1#apps/}.py"; else echo "$work/build/Samples/$1/${1##*/}"; fi; }
+runnable() { if is_app "$1"; then [ -f "$(exe_of "$1")" ]; else [ -x "$(exe_of "$1")" ]; fi; }
+# The command of a sample (an app runs under Python) and the folder it runs in (its data files).
+cmd_of() { if is_app "$1"; then echo "${PYTHON:-python3} $(exe_of "$1")"; else exe_of "$1"; fi; }
+dir_of() { if is_app "$1"; then echo "$work"; else dirname "$(exe_of "$1")"; fi; }
 # What a sample's CMakeLists asks for beyond CUDA: the reason it was not built.
 needs_of() {
 	grep -ohE 'find_package\(([A-Za-z0-9_]+)' "$work/src/Samples/$1/CMakeLists.txt" 2>/dev/null |
@@ -94,23 +105,35 @@ bad_lines() {
 		blank_numbers | sort -u
 }
 
-# run MODE SAMPLE: one run, natively or under the layer; writes $res/SAMPLE.MODE.{out,rc,ms}.
+# run MODE SAMPLE: one run, natively or under the layer; writes $res/SAMPLE.MODE.{out,rc,ms}. An app's
+# stdout (its digests) and stderr go apart; natively it runs twice, and $res/SAMPLE.nondet says the two
+# outputs differ (then only its exit status is compared).
 run_one() {
-	local mode=$1 s=$2 exe dir key t0 rc
-	exe=$(exe_of "$s") dir=$(dirname "$exe") key=$res/${s//\//__}
+	local mode=$1 s=$2 dir key t0 rc err cmd
+	read -ra cmd <<<"$(cmd_of "$s")"
+	dir=$(dir_of "$s") key=$res/${s//\//__}
+	err=$key.$mode.out
+	is_app "$s" && err=$key.$mode.err
 	# A new run makes the later parts' results stale.
-	[ "$mode" = native ] && rm -f "$key.layer".*
+	[ "$mode" = native ] && rm -f "$key.layer".* "$key.nondet"
 	rm -f "$key.cr" "$key.cr".*
 	t0=$(now_ms)
 	if [ "$mode" = native ]; then
-		(cd "$dir" && timeout "$limit" "$exe" </dev/null >"$key.$mode.out" 2>&1)
+		(cd "$dir" && timeout "$limit" "${cmd[@]}" </dev/null >"$key.$mode.out" 2>>"$err")
 	else
-		(cd "$dir" && timeout "$limit" "$ctl" run --backend cuda --idle-exit 900 -- "$exe" </dev/null >"$key.$mode.out" 2>&1)
+		(cd "$dir" && timeout "$limit" "$ctl" run --backend cuda --idle-exit 900 -- "${cmd[@]}" </dev/null \
+			>"$key.$mode.out" 2>>"$err")
 	fi
 	rc=$?
 	echo $rc >"$key.$mode.rc"
 	echo $(($(now_ms) - t0)) >"$key.$mode.ms"
+	if [ "$mode" = native ] && is_app "$s" && [ $rc = 0 ]; then
+		(cd "$dir" && timeout "$limit" "${cmd[@]}" </dev/null >"$key.native2.out" 2>/dev/null)
+		cmp -s "$key.native.out" "$key.native2.out" || touch "$key.nondet"
+	fi
 }
+# An app's run under the layer or restored gave native's output (when native's is repeatable).
+same_as_native() { ! is_app "$1" || [ -e "$res/${1//\//__}.nondet" ] || cmp -s "$res/${1//\//__}.native.out" "$2"; }
 
 export CRCUDA_SOCKET=$work/crcudad.sock CRCUDA_STORE=$work/store CRCUDA_STORE_SYNC=0
 export CRCUDA_CRIU=${CRCUDA_CRIU:-$top/.deps/criu/bin/criu}
@@ -120,7 +143,7 @@ for mode in native layer; do
 	has_part "$mode" || continue
 	echo "== $mode runs"
 	while read -r s; do
-		[ -x "$(exe_of "$s")" ] || continue
+		runnable "$s" || continue
 		key=$res/${s//\//__}
 		if [ "$mode" = layer ] && [ "$(cat "$key.native.rc" 2>/dev/null)" != 0 ]; then continue; fi
 		run_one "$mode" "$s"
@@ -130,12 +153,14 @@ done
 
 # cr SAMPLE: checkpoint (kill) at a seeded instant, restore, run to the end; $res/SAMPLE.cr = verdict.
 cr_one() {
-	local s=$1 key=$res/${1//\//__} exe dir ms at pid id why="" bad ok=0 try
-	exe=$(exe_of "$s") dir=$(dirname "$exe") ms=$(cat "$key.layer.ms")
+	local s=$1 key=$res/${1//\//__} cmd dir ms at pid id why="" bad ok=0 try err
+	read -ra cmd <<<"$(cmd_of "$s")"
+	dir=$(dir_of "$s") ms=$(cat "$key.layer.ms") err=$key.cr.out
+	is_app "$s" && err=$key.cr.err
 	RANDOM=$((seed + $(cksum <<<"$s" | cut -d' ' -f1) % 100000))
 	at=$((ms / 5 + (RANDOM * 32768 + RANDOM) % (ms * 3 / 5)))
 	rm -f "$key.cr" "$key.cr".*
-	(cd "$dir" && exec setsid "$ctl" run --backend cuda --idle-exit 900 -- "$exe" </dev/null >"$key.cr.out" 2>&1) &
+	(cd "$dir" && exec setsid "$ctl" run --backend cuda --idle-exit 900 -- "${cmd[@]}" </dev/null >"$key.cr.out" 2>"$err") &
 	pid=$!
 	disown "$pid" 2>/dev/null
 	sleep "$(awk -v a="$at" 'BEGIN { printf "%.3f", a / 1000 }')"
@@ -167,7 +192,9 @@ cr_one() {
 			bad=$(comm -13 <(bad_lines "$key.native.out") <(bad_lines "$key.cr.out") | head -n 2 | tr '\n' ' ')
 			local want
 			want=$(verdict_ok "$key.native.out")
-			if [ -n "$bad" ]; then why="restored at ${at} ms: $bad"
+			if ! same_as_native "$s" "$key.cr.out"; then
+				why="restored at ${at} ms: output differs from native: $(diff "$key.native.out" "$key.cr.out" | grep '^>' | head -n 1)"
+			elif [ -n "$bad" ]; then why="restored at ${at} ms: $bad"
 			elif [ -n "$want" ] && ! blank_numbers <"$key.cr.out" | grep -qxF -- "$want"; then
 				why="restored at ${at} ms: no '$want' ($(tail -n 1 "$key.cr.out"))"
 			elif [ -z "$want" ]; then echo "PASS? restored at ${at} ms (no verdict line to compare)" >"$key.cr"; return
@@ -210,20 +237,23 @@ if has_part table; then
 		key=$res/${s//\//__}
 		n_total=$((n_total + 1))
 		nat=- lay=- cr=- secs=- note=""
-		if [ ! -x "$(exe_of "$s")" ]; then
+		if ! runnable "$s"; then
 			nat=skip note="not built: needs $(needs_of "$s")"
 			n_skip=$((n_skip + 1))
 		elif [ -f "$key.native.rc" ]; then
 			case $(cat "$key.native.rc") in
 			0) nat=pass n_native=$((n_native + 1)) ;;
 			2) nat=skip note="waived: $(grep -v '^ *$' "$key.native.out" | tail -n 1 | cut -c1-70)"; n_skip=$((n_skip + 1)) ;;
+			77) nat=skip note="$(tail -n 1 "$key.native.err" 2>/dev/null | cut -c1-70)"; n_skip=$((n_skip + 1)) ;;
 			124) nat=FAIL note="native run timed out (${limit} s)" ;;
 			*) nat=FAIL note="native: $(grep -v '^ *$' "$key.native.out" | tail -n 1 | cut -c1-70)" ;;
 			esac
 			secs=$(awk -v m="$(cat "$key.native.ms")" 'BEGIN { printf "%.1f", m / 1000 }')
 		fi
 		if [ "$nat" = pass ] && [ -f "$key.layer.rc" ]; then
-			if [ "$(cat "$key.layer.rc")" = 0 ]; then lay=pass n_layer=$((n_layer + 1))
+			if [ "$(cat "$key.layer.rc")" = 0 ] && ! same_as_native "$s" "$key.layer.out"; then
+				lay=FAIL note="layer: output differs from native: $(diff "$key.native.out" "$key.layer.out" | grep '^>' | head -n 1 | cut -c1-70)"
+			elif [ "$(cat "$key.layer.rc")" = 0 ]; then lay=pass n_layer=$((n_layer + 1))
 			else lay=FAIL note="layer rc $(cat "$key.layer.rc"): $(grep -v '^ *$' "$key.layer.out" | tail -n 1 | cut -c1-80)"; fi
 			secs="$secs/$(awk -v m="$(cat "$key.layer.ms")" 'BEGIN { printf "%.1f", m / 1000 }')"
 		fi
