@@ -63,6 +63,8 @@ struct crc_client {
 	size_t va_reserved_size;
 	pthread_mutex_t pinned_lock;
 	struct crc_pinned *pinned;
+	uint64_t rebinds; /* restored sessions bound (under pinned_lock): what the pinned list had then is
+			     registered with them */
 	/* TCP sessions: quiesce requests arrive on the socket (conn.c). */
 	struct crc_tcp_quiesce quiesce; /* the last one read */
 	bool quiesce_pending;		/* read, not answered yet (lock held) */
@@ -224,6 +226,10 @@ bool crc_stage_node_params(CUgraphNode node, CUDA_MEMCPY3D *p);
 CUresult crc_stage_set_params(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D *p, CUcontext ctx);
 CUresult crc_stage_capture(CUstream stream, uint64_t dst, uint64_t src, size_t bytes,
 			   CUresult (*copy)(uint64_t dst, uint64_t src, size_t bytes, CUstream stream));
+
+/* Registers a pinned region with the session again (conn.c): after a restore bound while the region
+ * was being registered (it was not in the list yet). */
+int crc_pin_reregister(struct crc_pinned *pin);
 
 /* Pinned host memory registered with the daemon: the region holding [p, p + n), or NULL. */
 struct crc_pinned *crc_pinned_find(const void *p, size_t n);

@@ -269,7 +269,7 @@ static int reregister(uint16_t op, const void *req, size_t len, int fd, void *ou
 }
 
 /* Sends a pinned region's memfd again to a new daemon session. */
-static int pin_reregister(struct crc_pinned *pin)
+int crc_pin_reregister(struct crc_pinned *pin)
 {
 	struct crc_pin_req req = {.client_addr = pin->addr, .bytes = pin->bytes, .flags = pin->flags};
 	int rc = reregister(CRC_OP_PIN_REGISTER, &req, sizeof(req), pin->memfd, &pin->device_ptr,
@@ -312,9 +312,10 @@ static int rebind(const struct crc_sock_notice *n, int memfd)
 	watch_start();
 	crc_client.info.session_id = n->session_id;
 	pthread_mutex_lock(&crc_client.pinned_lock);
+	crc_client.rebinds++;
 	for (struct crc_pinned *p = crc_client.pinned; p && !rc; p = p->next)
 		if (p->memfd >= 0 && !crc_client.tcp)
-			rc = pin_reregister(p);
+			rc = crc_pin_reregister(p);
 	pthread_mutex_unlock(&crc_client.pinned_lock);
 	if (!rc && !crc_client.tcp && crc_hostfn_memfd() >= 0)
 		rc = hostfn_reregister();

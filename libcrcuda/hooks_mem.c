@@ -4,6 +4,7 @@
  * it copies to and from it directly and asynchronously. */
 #define LOG_PREFIX "libcrcuda: "
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -699,8 +700,64 @@ static void *pin_align_addresses(int fd, void *p, size_t size, struct crc_pin_re
 	return p;
 }
 
+/* The rebinds so far: a registration made before a restore bound is the old session's only. */
+static uint64_t pin_generation(void)
+{
+	uint64_t g;
+
+	pthread_mutex_lock(&crc_client.pinned_lock);
+	g = crc_client.rebinds;
+	pthread_mutex_unlock(&crc_client.pinned_lock);
+	return g;
+}
+
+/* Lists a region registered in generation gen. A restore bound since then (the process was
+ * checkpointed between the registration and here) did not see it in the list: it is registered with
+ * the restored session now. Once listed, a later rebind registers it itself. */
+static CUresult pin_insert(struct crc_pinned *pin, uint64_t gen)
+{
+	bool stale;
+
+	pthread_mutex_lock(&crc_client.pinned_lock);
+	pin->next = crc_client.pinned;
+	crc_client.pinned = pin;
+	stale = gen != crc_client.rebinds;
+	pthread_mutex_unlock(&crc_client.pinned_lock);
+	if (stale && pin->memfd >= 0 && !crc_client.tcp && crc_pin_reregister(pin))
+		return CUDA_ERROR_UNKNOWN;
+	return CUDA_SUCCESS;
+}
+
+/* Unregisters a region taken off the list in generation gen: a restore bound since then never had it. */
+static CUresult pin_forget(const struct crc_pinned *pin, uint64_t gen)
+{
+	CUresult res = pin_unregister(pin->addr, pin->bytes);
+
+	return res == CUDA_ERROR_INVALID_VALUE && pin_generation() != gen ? CUDA_SUCCESS : res;
+}
+
+/* Tests (CRCUDA_TEST_PIN_PAUSE=DIR): the allocation stops between its registration and its listing,
+ * DIR/ready made, until DIR/go exists, so that a test checkpoints the process right there. */
+static void test_pin_pause(void)
+{
+	const char *dir = getenv("CRCUDA_TEST_PIN_PAUSE");
+	char path[512];
+	int fd;
+
+	if (!dir || !*dir)
+		return;
+	snprintf(path, sizeof(path), "%s/ready", dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	if (fd >= 0)
+		close(fd);
+	snprintf(path, sizeof(path), "%s/go", dir);
+	while (access(path, F_OK))
+		usleep(10000);
+}
+
 static CUresult pinned_alloc(void **pp, size_t bytes, unsigned flags)
 {
+	uint64_t gen = pin_generation();
 	struct crc_pinned *pin;
 	struct crc_pin_req req = {.bytes = bytes, .flags = flags};
 	struct crc_pin_reply reply = {0};
@@ -749,12 +806,11 @@ static CUresult pinned_alloc(void **pp, size_t bytes, unsigned flags)
 	pin->flags = flags;
 	pin->device_ptr = reply.device_ptr;
 	pin->memfd = fd; /* kept: a restored session gets it again (REBIND) */
-	pthread_mutex_lock(&crc_client.pinned_lock);
-	pin->next = crc_client.pinned;
-	crc_client.pinned = pin;
-	pthread_mutex_unlock(&crc_client.pinned_lock);
-	*pp = p;
-	return CUDA_SUCCESS;
+	test_pin_pause();
+	res = pin_insert(pin, gen);
+	if (res == CUDA_SUCCESS)
+		*pp = p;
+	return res;
 fail_map:
 	munmap(p, size);
 	free(pin);
@@ -778,13 +834,15 @@ CUresult crc_hook_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 	return pinned_alloc(pp, bytesize, Flags);
 }
 
-static struct crc_pinned *pinned_take(void *p)
+/* Takes the allocation (not a registration) at p off the list, managed or not as asked. */
+static struct crc_pinned *pinned_take(void *p, bool managed, uint64_t *gen)
 {
 	struct crc_pinned *r = NULL;
 
 	pthread_mutex_lock(&crc_client.pinned_lock);
+	*gen = crc_client.rebinds;
 	for (struct crc_pinned **pp = &crc_client.pinned; *pp; pp = &(*pp)->next) {
-		if ((*pp)->addr == (uintptr_t)p && !(*pp)->registered_at) {
+		if ((*pp)->addr == (uintptr_t)p && !(*pp)->registered_at && (*pp)->managed == managed) {
 			r = *pp;
 			*pp = r->next;
 			break;
@@ -796,13 +854,14 @@ static struct crc_pinned *pinned_take(void *p)
 
 static CUresult pinned_free(void *p, bool managed)
 {
-	struct crc_pinned *pin = pinned_take(p);
+	uint64_t gen;
+	struct crc_pinned *pin = pinned_take(p, managed, &gen);
 	CUresult res = CUDA_SUCCESS;
 
-	if (!pin || pin->registered_at || pin->managed != managed)
+	if (!pin)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!crc_client.tcp)
-		res = pin_unregister(pin->addr, pin->bytes);
+		res = pin_forget(pin, gen);
 	munmap(p, pin->bytes);
 	if (pin->memfd >= 0)
 		close(pin->memfd);
@@ -1044,6 +1103,7 @@ CUresult crc_hook_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Fl
 		  end = ((uintptr_t)p + bytesize + 4095) & ~(uintptr_t)4095;
 	struct crc_pinned *pin;
 	CUresult res = crc_ready();
+	uint64_t gen = pin_generation();
 	int fd = -1;
 
 	if (res != CUDA_SUCCESS)
@@ -1081,19 +1141,17 @@ CUresult crc_hook_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Fl
 		    .addr = a, .bytes = end - a, .flags = Flags, .device_ptr = reply.device_ptr, .memfd = fd};
 	}
 	pin->registered_at = (uintptr_t)p;
-	pthread_mutex_lock(&crc_client.pinned_lock);
-	pin->next = crc_client.pinned;
-	crc_client.pinned = pin;
-	pthread_mutex_unlock(&crc_client.pinned_lock);
-	return CUDA_SUCCESS;
+	return pin_insert(pin, gen);
 }
 
 CUresult crc_hook_cuMemHostUnregister(void *p)
 {
 	struct crc_pinned *pin = NULL;
 	CUresult res = CUDA_SUCCESS;
+	uint64_t gen;
 
 	pthread_mutex_lock(&crc_client.pinned_lock);
+	gen = crc_client.rebinds;
 	for (struct crc_pinned **pp = &crc_client.pinned; *pp; pp = &(*pp)->next)
 		if ((*pp)->registered_at && (*pp)->registered_at == (uintptr_t)p) {
 			pin = *pp;
@@ -1105,7 +1163,7 @@ CUresult crc_hook_cuMemHostUnregister(void *p)
 		return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
 	/* The pages stay on their memfd, where the program keeps using them. */
 	if (pin->memfd >= 0) {
-		res = pin_unregister(pin->addr, pin->bytes);
+		res = pin_forget(pin, gen);
 		close(pin->memfd);
 	}
 	free(pin);

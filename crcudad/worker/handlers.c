@@ -511,6 +511,16 @@ CUresult crc_ctl_pin_register(struct crc_session *s, const uint8_t *args, size_t
 	/* The client sent the memfd on the socket before this record. */
 	if (crc_sock_recv_fds(s->fd, &byte, 1, &memfd, 1, &nfds) || nfds != 1)
 		return CUDA_ERROR_INVALID_VALUE;
+	/* Registered already (the client registers again what a restore may not have seen): the same. */
+	for (p = s->pins; p; p = p->next)
+		if (p->client_addr == r->client_addr && p->bytes == r->bytes) {
+			close(memfd);
+			out = crc_out(s, sizeof(*out));
+			if (!out)
+				return CUDA_ERROR_OUT_OF_MEMORY;
+			out->device_ptr = p->device_ptr;
+			return CUDA_SUCCESS;
+		}
 	/* At the client's own address where it is free here: then the device pointer of the memory (UVA)
 	 * is the client's pointer, as natively, and kernels can use it. */
 	local = mmap((void *)(uintptr_t)r->client_addr, r->bytes, PROT_READ | PROT_WRITE,

@@ -32,6 +32,9 @@
 #       capture        a checkpoint while the program has a stream capture open (state_app --graph
 #                      --ready-in-capture): refused, saying why, and the program runs on to the
 #                      uninterrupted checksum (a synchronise in the quiesce would invalidate the capture)
+#       pin-race       a checkpoint inside cuMemAllocHost, between the region's registration with the
+#                      daemon and its listing in the client (CRCUDA_TEST_PIN_PAUSE): the restored
+#                      session gets the region (the program's copy into it and cuMemFreeHost work)
 #       kill9-ctl|kill9-criu|kill9-daemon
 #                      kill -9 of crcudactl, criu or the daemon at each step of a checkpoint and of a
 #                      restore: the previous checkpoint still restores and verifies
@@ -253,6 +256,17 @@ capture)
 	echo "$out" | grep -q "capturing a stream into a CUDA graph" || fail "the refusal does not say why: $out"
 	gone "$app" && fail "the program did not run on after the refused checkpoint"
 	finish "$app" "after a checkpoint refused during a capture"
+	;;
+pin-race)
+	# The checkpoint falls inside cuMemAllocHost, between the region's registration with the daemon
+	# and its listing in the client: the restored session must still get it (the copy into it and
+	# cuMemFreeHost then work).
+	mkdir -p "$tmp/pin-race"
+	CRCUDA_TEST_PIN_PAUSE=$tmp/pin-race start_app pin-race --pinned-ready
+	id=$(checkpoint "$app")
+	wait_for 30 gone "$app" || fail "the program still runs after the checkpoint"
+	pid=$(restore "$id")
+	finish "$pid" "checkpoint inside cuMemAllocHost, restored"
 	;;
 restore-twice)
 	start_app again

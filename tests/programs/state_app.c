@@ -18,7 +18,10 @@
  * program's own heap memory, registered (cuMemHostRegister, DEVICEMAP): kernels work on it through its device
  * pointer (the same checksum). --pool takes the chunks from a memory pool of its own
  * (cuMemAllocFromPoolAsync) on a stream with a synchronisation-policy attribute, and checks at the end
- * that the pool's books and the attribute are still what they were (a restore must keep both). */
+ * that the pool's books and the attribute are still what they were (a restore must keep both).
+ * --pinned-ready: at the ready step it allocates page-locked memory, copies chunk 0's first words into
+ * it and frees it (the same checksum); the ready signal is then the layer's, from inside the allocation
+ * (CRCUDA_TEST_PIN_PAUSE), so that a test checkpoints between its registration and its listing. */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +37,7 @@ struct opts {
 	unsigned long mb;
 	unsigned chunks, steps, ready_at, pause_ms, seed, devices;
 	const char *ready_file, *go_file;
-	int verify, graph, graph_pageable, ready_in_capture, managed, registered, pool;
+	int verify, graph, graph_pageable, ready_in_capture, managed, registered, pool, pinned_ready;
 };
 
 static void parse(int argc, char **argv, struct opts *o)
@@ -53,6 +56,10 @@ static void parse(int argc, char **argv, struct opts *o)
 		}
 		if (!strcmp(a, "--graph-pageable")) {
 			o->graph = o->graph_pageable = 1;
+			continue;
+		}
+		if (!strcmp(a, "--pinned-ready")) {
+			o->pinned_ready = 1;
 			continue;
 		}
 		if (!strcmp(a, "--pool")) {
@@ -105,7 +112,8 @@ usage:
 	fprintf(stderr,
 		"usage: state_app [--mb N] [--chunks N] [--steps N] [--ready-at STEP] [--pause-ms MS]\n"
 		"                 [--ready-file PATH] [--go-file PATH] [--seed N] [--devices N] [--verify]\n"
-		"                 [--graph] [--graph-pageable] [--managed] [--registered] [--pool]\n");
+		"                 [--graph] [--graph-pageable] [--managed] [--registered] [--pool]\n"
+		"                 [--pinned-ready]\n");
 	exit(2);
 }
 
@@ -266,7 +274,17 @@ int main(int argc, char **argv)
 				w[(step * 7919u) % words] = w[(step * 7919u) % words] * 31u + step;
 			}
 		}
-		if (step == o.ready_at) {
+		if (step == o.ready_at && o.pinned_ready) {
+			unsigned *pin, first[16];
+
+			CU_CHECK(cuMemAllocHost((void **)&pin, 1 << 20));
+			CU_CHECK(cuStreamSynchronize(d[0].stream));
+			CU_CHECK(cuMemcpyDtoHAsync(pin, bufs[0], sizeof(first), d[0].stream));
+			CU_CHECK(cuMemcpyDtoH(first, bufs[0], sizeof(first)));
+			CU_CHECK(cuStreamSynchronize(d[0].stream));
+			CHECK(!memcmp(pin, first, sizeof(first)));
+			CU_CHECK(cuMemFreeHost(pin));
+		} else if (step == o.ready_at) {
 			/* Some steps are left in flight on purpose: a checkpoint must drain them. */
 			signal_ready(&o, step);
 			if (o.pause_ms) {
