@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "crcuda/memops.h"
 #include "crcuda/log.h"
 
 CUresult crc_hook_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
@@ -207,41 +208,24 @@ CUresult crc_hook_cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CU
 }
 
 /* ---- a batch of stream memory operations: each one in order, as the single-operation calls ---------- */
-/* A barrier or a flush of remote writes adds no order the daemon's sequence of calls on the stream does
- * not already give on one GPU (GPUDirect RDMA writers are not supported under crcuda). */
+static CUresult memop_wait(void *stream, bool wide, CUdeviceptr addr, cuuint64_t value, unsigned flags)
+{
+	return wide ? crc_fwd_cuStreamWaitValue64_v2(stream, addr, value, flags)
+		    : crc_fwd_cuStreamWaitValue32_v2(stream, addr, (cuuint32_t)value, flags);
+}
+
+static CUresult memop_write(void *stream, bool wide, CUdeviceptr addr, cuuint64_t value, unsigned flags)
+{
+	return wide ? crc_fwd_cuStreamWriteValue64_v2(stream, addr, value, flags)
+		    : crc_fwd_cuStreamWriteValue32_v2(stream, addr, (cuuint32_t)value, flags);
+}
+
+static const struct crc_memop_fns memop_fns = {memop_wait, memop_write};
+
 CUresult crc_hook_cuStreamBatchMemOp_v2(CUstream stream, unsigned int count,
 					CUstreamBatchMemOpParams *paramArray, unsigned int flags)
 {
-	CUresult res = count && paramArray && !flags ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-
-	for (unsigned i = 0; i < count && res == CUDA_SUCCESS; i++) {
-		const CUstreamBatchMemOpParams *o = &paramArray[i];
-
-		switch (o->operation) {
-		case CU_STREAM_MEM_OP_WAIT_VALUE_32:
-			res = crc_fwd_cuStreamWaitValue32_v2(stream, o->waitValue.address, o->waitValue.value,
-							     o->waitValue.flags);
-			break;
-		case CU_STREAM_MEM_OP_WAIT_VALUE_64:
-			res = crc_fwd_cuStreamWaitValue64_v2(stream, o->waitValue.address,
-							     o->waitValue.value64, o->waitValue.flags);
-			break;
-		case CU_STREAM_MEM_OP_WRITE_VALUE_32:
-			res = crc_fwd_cuStreamWriteValue32_v2(stream, o->writeValue.address,
-							      o->writeValue.value, o->writeValue.flags);
-			break;
-		case CU_STREAM_MEM_OP_WRITE_VALUE_64:
-			res = crc_fwd_cuStreamWriteValue64_v2(stream, o->writeValue.address,
-							      o->writeValue.value64, o->writeValue.flags);
-			break;
-		case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
-		case CU_STREAM_MEM_OP_BARRIER:
-			break;
-		default:
-			res = CUDA_ERROR_INVALID_VALUE;
-		}
-	}
-	return res;
+	return crc_batch_memops(count, paramArray, flags, &memop_fns, stream);
 }
 
 CUresult crc_hook_cuStreamBatchMemOp(CUstream stream, unsigned int count,

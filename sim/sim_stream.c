@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "crcuda/copy2d.h"
+#include "crcuda/memops.h"
 #include "crcuda/log.h"
 #include "sim.h"
 
@@ -1288,34 +1289,34 @@ SIM_STREAM_API_PAIR(cuStreamWriteValue64_v2, cuStreamWriteValue64_v2_ptsz, write
 		    (CUstream h, CUdeviceptr addr, cuuint64_t value, unsigned int flags), h, addr, value,
 		    flags)
 
-/* A batch: its operations in order (a barrier or a flush orders nothing more on one simulated device). */
+/* A batch: its operations in order (crcuda/memops.h). */
+struct memop_on {
+	bool pt;
+	CUstream h;
+};
+
+static CUresult memop_wait(void *ctx, bool wide, CUdeviceptr addr, cuuint64_t value, unsigned flags)
+{
+	const struct memop_on *on = ctx;
+
+	return memop_submit(on->pt, on->h, false, wide, addr, value, flags);
+}
+
+static CUresult memop_write(void *ctx, bool wide, CUdeviceptr addr, cuuint64_t value, unsigned flags)
+{
+	const struct memop_on *on = ctx;
+
+	return memop_submit(on->pt, on->h, true, wide, addr, value, flags);
+}
+
+static const struct crc_memop_fns memop_fns = {memop_wait, memop_write};
+
 static CUresult batch_memop(bool pt, CUstream h, unsigned count, CUstreamBatchMemOpParams *ops,
 			    unsigned flags)
 {
-	CUresult res = count && ops && !flags ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	struct memop_on on = {pt, h};
 
-	for (unsigned i = 0; i < count && res == CUDA_SUCCESS; i++) {
-		const CUstreamBatchMemOpParams *o = &ops[i];
-
-		switch (o->operation) {
-		case CU_STREAM_MEM_OP_WAIT_VALUE_32:
-		case CU_STREAM_MEM_OP_WAIT_VALUE_64:
-			res = memop_submit(pt, h, false, o->operation == CU_STREAM_MEM_OP_WAIT_VALUE_64,
-					   o->waitValue.address, o->waitValue.value64, o->waitValue.flags);
-			break;
-		case CU_STREAM_MEM_OP_WRITE_VALUE_32:
-		case CU_STREAM_MEM_OP_WRITE_VALUE_64:
-			res = memop_submit(pt, h, true, o->operation == CU_STREAM_MEM_OP_WRITE_VALUE_64,
-					   o->writeValue.address, o->writeValue.value64, o->writeValue.flags);
-			break;
-		case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
-		case CU_STREAM_MEM_OP_BARRIER:
-			break;
-		default:
-			res = CUDA_ERROR_INVALID_VALUE;
-		}
-	}
-	return res;
+	return crc_batch_memops(count, ops, flags, &memop_fns, &on);
 }
 
 SIM_STREAM_API_PAIR(cuStreamBatchMemOp_v2, cuStreamBatchMemOp_v2_ptsz, batch_memop,
