@@ -1218,6 +1218,14 @@ static CUresult host_pointer_attribute(void *data, CUpointer_attribute a, const 
 	case CU_POINTER_ATTRIBUTE_IS_MANAGED:
 		*(unsigned *)data = pin->managed;
 		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: {
+		CUdevice dev;
+
+		if (crc_ctx_device(0, &dev) != CUDA_SUCCESS)
+			return CUDA_ERROR_INVALID_VALUE;
+		*(int *)data = dev;
+		return CUDA_SUCCESS;
+	}
 	case CU_POINTER_ATTRIBUTE_MAPPED:
 		*(unsigned *)data = 1;
 		return CUDA_SUCCESS;

@@ -31,7 +31,8 @@ static inline CUresult crc_batch_memops(unsigned count, const CUstreamBatchMemOp
 		case CU_STREAM_MEM_OP_WRITE_VALUE_32:
 		case CU_STREAM_MEM_OP_WRITE_VALUE_64:
 			res = fns->write(ctx, wide, o->writeValue.address,
-					 wide ? o->writeValue.value64 : o->writeValue.value, o->writeValue.flags);
+					 wide ? o->writeValue.value64 : o->writeValue.value,
+					 o->writeValue.flags);
 			break;
 		case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
 		case CU_STREAM_MEM_OP_BARRIER:

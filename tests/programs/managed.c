@@ -48,6 +48,9 @@ int main(void)
 	CU_CHECK(cuPointerGetAttribute(&is_managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, m));
 	CU_CHECK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, m + 64));
 	CHECK(is_managed == 1 && type == CU_MEMORYTYPE_DEVICE);
+	int ordinal = -1;
+	CU_CHECK(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, m));
+	CHECK(ordinal == (int)dev);
 	CU_CHECK(cuMemAdvise(m, N * sizeof(unsigned), CU_MEM_ADVISE_SET_READ_MOSTLY, on_device(dev)));
 	CU_CHECK(cuMemAdvise(m, N * sizeof(unsigned), CU_MEM_ADVISE_SET_PREFERRED_LOCATION, on_device(dev)));
 	CU_CHECK(cuMemRangeGetAttribute(&v, sizeof(v), CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, m,
