@@ -93,6 +93,19 @@ static CUresult node_req(struct crc_session *s, const struct crc_call_hdr *h, co
 	return CUDA_SUCCESS;
 }
 
+/* node_req, then the fixed part that follows the dependencies (size bytes) copied into wire. */
+static CUresult node_req_wire(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+			      size_t len, struct node_req *nr, void *wire, size_t size)
+{
+	CUresult res = node_req(s, h, args, len, nr);
+
+	if (res == CUDA_SUCCESS && nr->rest_len < size)
+		res = CUDA_ERROR_INVALID_VALUE;
+	if (res == CUDA_SUCCESS)
+		memcpy(wire, nr->rest, size);
+	return res;
+}
+
 /* A new node's handle in the reply. */
 static CUresult reply_node(struct crc_session *s, CUgraphNode node)
 {
@@ -210,13 +223,10 @@ CUresult crc_raw_graph_memcpy(struct crc_session *s, const struct crc_call_hdr *
 {
 	struct node_req nr;
 	CUgraphNodeParams p = {.type = CU_GRAPH_NODE_TYPE_MEMCPY};
-	CUresult res = node_req(s, h, args, len, &nr);
+	CUresult res = node_req_wire(s, h, args, len, &nr, &p.memcpy.copyParams, sizeof(p.memcpy.copyParams));
 
-	if (res == CUDA_SUCCESS && nr.rest_len < sizeof(p.memcpy.copyParams))
-		res = CUDA_ERROR_INVALID_VALUE;
 	if (res != CUDA_SUCCESS)
 		goto out;
-	memcpy(&p.memcpy.copyParams, nr.rest, sizeof(p.memcpy.copyParams));
 	p.memcpy.copyCtx = nr.ctx;
 	if (p.memcpy.copyParams.srcMemoryType == CU_MEMORYTYPE_ARRAY ||
 	    p.memcpy.copyParams.dstMemoryType == CU_MEMORYTYPE_ARRAY) {
@@ -257,22 +267,19 @@ CUresult crc_raw_graph_memcpy_get(struct crc_session *s, const struct crc_call_h
 CUresult crc_raw_graph_host(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
 			    size_t len)
 {
-	const struct crc_hostfn_req *r;
+	struct crc_hostfn_req r;
 	CUDA_HOST_NODE_PARAMS hp;
 	CUgraphNodeParams p = {.type = CU_GRAPH_NODE_TYPE_HOST};
 	struct node_req nr;
-	CUresult res = node_req(s, h, args, len, &nr);
+	CUresult res = node_req_wire(s, h, args, len, &nr, &r, sizeof(r));
 
-	if (res == CUDA_SUCCESS && nr.rest_len < sizeof(*r))
-		res = CUDA_ERROR_INVALID_VALUE;
 	if (res != CUDA_SUCCESS)
 		goto out;
-	r = (const void *)nr.rest;
-	if (!r->fn || s->tcp) {
-		res = r->fn ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
+	if (!r.fn || s->tcp) {
+		res = r.fn ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
 		goto out;
 	}
-	res = crc_hostfn_node_params(s, r->fn, r->data, &hp);
+	res = crc_hostfn_node_params(s, r.fn, r.data, &hp);
 	if (res != CUDA_SUCCESS)
 		goto out;
 	p.host.fn = hp.fn;
@@ -323,13 +330,10 @@ CUresult crc_raw_graph_memalloc(struct crc_session *s, const struct crc_call_hdr
 	CUgraphNode node = NULL;
 	struct node_req nr;
 	uint64_t *out;
-	CUresult res = node_req(s, h, args, len, &nr);
+	CUresult res = node_req_wire(s, h, args, len, &nr, &w, sizeof(w));
 
-	if (res == CUDA_SUCCESS && nr.rest_len < sizeof(w))
-		res = CUDA_ERROR_INVALID_VALUE;
 	if (res != CUDA_SUCCESS)
 		goto out;
-	memcpy(&w, nr.rest, sizeof(w));
 	if (w.ndescs > 64 || nr.rest_len - sizeof(w) < w.ndescs * sizeof(*descs)) {
 		res = CUDA_ERROR_INVALID_VALUE;
 		goto out;
@@ -425,13 +429,10 @@ CUresult crc_raw_graph_cond(struct crc_session *s, const struct crc_call_hdr *h,
 	union crc_slot ctx;
 	struct node_req nr;
 	uint64_t *out;
-	CUresult res = node_req(s, h, args, len, &nr);
+	CUresult res = node_req_wire(s, h, args, len, &nr, &w, sizeof(w));
 
-	if (res == CUDA_SUCCESS && nr.rest_len < sizeof(w))
-		res = CUDA_ERROR_INVALID_VALUE;
 	if (res != CUDA_SUCCESS)
 		goto out;
-	memcpy(&w, nr.rest, sizeof(w));
 	if (!w.size || w.size > CRC_COND_BODIES_MAX) {
 		res = CUDA_ERROR_INVALID_VALUE;
 		goto out;
