@@ -216,6 +216,8 @@ void crc_primary_state(CUdevice dev, unsigned *flags, int *active);
 /* The device of the current context, or of ctx when not 0. */
 CUresult crc_ctx_device(uint64_t ctx, CUdevice *dev);
 
+/* A copy with a CUDA array on one side or both (hooks_array.c). */
+CUresult crc_array_copy3d(const CUDA_MEMCPY3D *p, CUstream stream, bool async);
 /* Where a host or device address lives, as the daemon must see it: CRC_LOC_* (hooks_mem.c). */
 uint32_t crc_locate(uint64_t addr, size_t bytes);
 /* Graph copies with pageable host memory, staged through page-locked memory (graph_stage.c). */

@@ -532,9 +532,12 @@ static CUresult copy_2d(const CUDA_MEMCPY2D *p, CUstream stream, bool async)
 
 	if (!__atomic_load_n(&crc_initialized, __ATOMIC_ACQUIRE))
 		return CUDA_ERROR_NOT_INITIALIZED;
+	if (p && (p->srcMemoryType == CU_MEMORYTYPE_ARRAY || p->dstMemoryType == CU_MEMORYTYPE_ARRAY)) {
+		CUDA_MEMCPY3D p3 = crc_copy2d_as_3d(p);
+
+		return crc_array_copy3d(&p3, stream, async);
+	}
 	res = crc_copy2d_rows(p, copy2d_row, &on);
-	if (res == CUDA_ERROR_NOT_SUPPORTED)
-		pr_warn("2D copies with CUDA arrays are not supported under crcuda yet");
 	return res;
 }
 
@@ -560,9 +563,9 @@ static CUresult copy_3d(const CUDA_MEMCPY3D *p, CUstream stream, bool async)
 
 	if (!__atomic_load_n(&crc_initialized, __ATOMIC_ACQUIRE))
 		return CUDA_ERROR_NOT_INITIALIZED;
+	if (crc_copy3d_has_array(p))
+		return crc_array_copy3d(p, stream, async);
 	res = crc_copy3d_rows(p, copy2d_row, &on);
-	if (res == CUDA_ERROR_NOT_SUPPORTED)
-		pr_warn("3D copies with CUDA arrays are not supported under crcuda yet");
 	return res;
 }
 

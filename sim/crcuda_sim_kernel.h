@@ -27,6 +27,16 @@ struct crcuda_sim_dim3 {
 	unsigned x, y, z;
 };
 
+/* What a texture or surface object reads and writes: element (x, y, z) is at
+ * base + z * rows * pitch + y * pitch + x * elem_bytes. Arrays, linear and pitched memory alike. */
+struct crcuda_sim_resource {
+	unsigned char *base;
+	size_t pitch, rows;
+	size_t width, height, depth; /* elements, rows, slices (1 when the resource has fewer dimensions) */
+	size_t elem_bytes;
+	int normalized; /* a texture with normalized coordinates */
+};
+
 struct crcuda_sim_block {
 	int abi_version;
 	const char *kernel_name; /* mangled */
@@ -45,6 +55,8 @@ struct crcuda_sim_block {
 	/* A device-side fault (a failed assert: 710, an illegal address: 700, a trap: 719...): as on a GPU,
 	 * the error is sticky: every later call of the process fails with it. The block should return. */
 	void (*trap)(int error);
+	/* The memory a texture or surface object names (0), or -1 for no such object. */
+	int (*resource)(unsigned long long object, struct crcuda_sim_resource *out);
 };
 
 typedef void crcuda_sim_kernel_fn(const struct crcuda_sim_block *blk);
@@ -80,6 +92,18 @@ static inline int crcuda_sim__next_thread(struct crcuda_sim_dim3 *t, const struc
 #define CRCUDA_SIM_GLOBAL_X(blk, t) ((blk)->block_idx.x * (blk)->block_dim.x + (t).x)
 #define CRCUDA_SIM_GLOBAL_Y(blk, t) ((blk)->block_idx.y * (blk)->block_dim.y + (t).y)
 #define CRCUDA_SIM_GLOBAL_Z(blk, t) ((blk)->block_idx.z * (blk)->block_dim.z + (t).z)
+
+/* The element at integer coordinates of a resource, clamped to its edges (a point-sampled texture
+ * fetch with the clamp address mode, or a surface access), as a pointer to type. */
+#define CRCUDA_SIM_ELEM(res, type, x, y, z)                                                                  \
+	((type *)((res)->base + crcuda_sim__clamp((z), (res)->depth) * (res)->rows * (res)->pitch +          \
+		  crcuda_sim__clamp((y), (res)->height) * (res)->pitch +                                     \
+		  crcuda_sim__clamp((x), (res)->width) * (res)->elem_bytes))
+
+static inline size_t crcuda_sim__clamp(long long v, size_t n)
+{
+	return v < 0 ? 0 : (size_t)v >= n ? n - 1 : (size_t)v;
+}
 
 /* Linear thread index within the block. */
 #define CRCUDA_SIM_THREAD_RANK(blk, t) (((t).z * (blk)->block_dim.y + (t).y) * (blk)->block_dim.x + (t).x)

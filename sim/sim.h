@@ -349,6 +349,14 @@ CUresult sim_capture_check_legacy(struct CUctx_st *ctx);
 void sim_capture_stream_gone(struct CUstream_st *stream);
 void sim_capture_event_free(struct CUevent_st *event);
 
+/* A 3D copy, arrays on either side included (sim_array.c resolves them to their memory). */
+CUresult sim_copy3d(bool pt, const CUDA_MEMCPY3D *p, CUstream h, bool async);
+/* sim_array.c: p with each array side as the device memory that holds it (checked against its box). */
+CUresult sim_array_resolve(const CUDA_MEMCPY3D *in, CUDA_MEMCPY3D *out);
+/* crcuda_sim_block.resource. */
+struct crcuda_sim_resource;
+int sim_resource(unsigned long long object, struct crcuda_sim_resource *out);
+
 /* An entry point and its per-thread-default-stream twin (_ptds/_ptsz): impl(pt, args...). */
 #define SIM_STREAM_API_PAIR(name, name_pt, impl, params, ...)                                                \
 	CUresult name params                                                                                 \

@@ -67,6 +67,7 @@ static void run_kernel(struct sim_op *op)
 	    .global = host_kernel_global,
 	    .sim_private = op->kernel.func,
 	    .trap = sim_trap,
+	    .resource = sim_resource,
 	};
 	void *shared = op->kernel.shared_bytes ? malloc(op->kernel.shared_bytes) : NULL;
 
@@ -951,32 +952,47 @@ static CUresult copy2d_row(uint64_t dst, uint64_t src, size_t bytes, bool last, 
 	return memcpy_unified(on->pt, on->h, dst, src, bytes, on->async || !last);
 }
 
+CUresult sim_copy3d(bool pt, const CUDA_MEMCPY3D *p, CUstream h, bool async)
+{
+	struct copy2d_on on = {pt, async, h};
+	CUDA_MEMCPY3D linear;
+	CUresult res;
+
+	if (!crc_copy3d_has_array(p))
+		return crc_copy3d_rows(p, copy2d_row, &on);
+	res = sim_array_resolve(p, &linear);
+	return res == CUDA_SUCCESS ? crc_copy3d_rows(&linear, copy2d_row, &on) : res;
+}
+
+static CUresult copy2d(bool pt, const CUDA_MEMCPY2D *p, CUstream h, bool async)
+{
+	struct copy2d_on on = {pt, async, h};
+	CUDA_MEMCPY3D p3;
+
+	if (!p || (p->srcMemoryType != CU_MEMORYTYPE_ARRAY && p->dstMemoryType != CU_MEMORYTYPE_ARRAY))
+		return crc_copy2d_rows(p, copy2d_row, &on);
+	p3 = crc_copy2d_as_3d(p);
+	return sim_copy3d(pt, &p3, h, async);
+}
+
 static CUresult copy2d_sync(bool pt, const CUDA_MEMCPY2D *p)
 {
-	struct copy2d_on on = {pt, false, NULL};
-
-	return crc_copy2d_rows(p, copy2d_row, &on);
+	return copy2d(pt, p, NULL, false);
 }
 
 static CUresult copy2d_async(bool pt, const CUDA_MEMCPY2D *p, CUstream h)
 {
-	struct copy2d_on on = {pt, true, h};
-
-	return crc_copy2d_rows(p, copy2d_row, &on);
+	return copy2d(pt, p, h, true);
 }
 
 static CUresult copy3d_sync(bool pt, const CUDA_MEMCPY3D *p)
 {
-	struct copy2d_on on = {pt, false, NULL};
-
-	return crc_copy3d_rows(p, copy2d_row, &on);
+	return sim_copy3d(pt, p, NULL, false);
 }
 
 static CUresult copy3d_async(bool pt, const CUDA_MEMCPY3D *p, CUstream h)
 {
-	struct copy2d_on on = {pt, true, h};
-
-	return crc_copy3d_rows(p, copy2d_row, &on);
+	return sim_copy3d(pt, p, h, true);
 }
 
 static CUresult batch_v2(bool pt, CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,

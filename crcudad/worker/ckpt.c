@@ -756,6 +756,8 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 		    copy_regions(s, s->ckpt, d >= 0 ? dctx[d] : ctx, gsrc, gidx, gn, &secs, why, sizeof(why));
 		stats.copy_seconds += secs;
 	}
+	if (!rc)
+		rc = crc_arrays_ckpt(s, s->ckpt, why, sizeof(why));
 	if (rc)
 		goto fail;
 		/* What restore needs besides the journal. */
@@ -827,6 +829,14 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 	rc = crc_ckpt_meta_set(s->ckpt, "crcuda.graphs", graphs);
 	if (rc)
 		goto fail;
+	{
+		char *objs = crc_texobjs_describe(s);
+
+		rc = objs ? crc_ckpt_meta_set(s->ckpt, "crcuda.texobjects", objs) : CRC_ENOMEM;
+		free(objs);
+		if (rc)
+			goto fail;
+	}
 #undef META
 	free(src);
 	free(idx);

@@ -74,7 +74,8 @@ int crc_journal_mark_dead(struct crc_jrec_item *r, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		const struct crc_jrec_call *c = r[i].v.call;
 		bool destroys = r[i].type == CRC_JREC_MODULE_UNLOAD || r[i].type == CRC_JREC_STREAM_DESTROY ||
-				r[i].type == CRC_JREC_EVENT_DESTROY || r[i].type == CRC_JREC_CONTEXT_DESTROY;
+				r[i].type == CRC_JREC_EVENT_DESTROY ||
+				r[i].type == CRC_JREC_CONTEXT_DESTROY || r[i].type == CRC_JREC_OBJECT_DESTROY;
 
 		for (size_t j = i; destroys && c->object && j-- > 0;) {
 			if (!r[j].skip && has_handle(&r[j].v, c->object)) {
@@ -201,6 +202,9 @@ static uint32_t record_type(struct crc_session *s, int op)
 	case CRC_CU_cuEventDestroy:
 	case CRC_CU_cuEventDestroy_v2:
 		return CRC_JREC_EVENT_DESTROY;
+	case CRC_CU_cuArrayDestroy:
+	case CRC_CU_cuMipmappedArrayDestroy:
+		return CRC_JREC_OBJECT_DESTROY;
 	case CRC_CU_cuCtxCreate:
 	case CRC_CU_cuCtxCreate_v2:
 	case CRC_CU_cuCtxCreate_v3:
@@ -316,7 +320,7 @@ void crc_journal_end(struct crc_session *s, int op, const struct crc_call_hdr *h
 	 * address the same way. */
 	if ((type == CRC_JREC_MODULE_UNLOAD || type == CRC_JREC_STREAM_DESTROY ||
 	     type == CRC_JREC_EVENT_DESTROY || type == CRC_JREC_CONTEXT_DESTROY ||
-	     type == CRC_JREC_VMM_RELEASE) &&
+	     type == CRC_JREC_OBJECT_DESTROY || type == CRC_JREC_VMM_RELEASE) &&
 	    len >= 8)
 		memcpy(&c->object, args, 8);
 	/* cuMemFree passes the address alone; unreserve, map and unmap pass address and size. */

@@ -98,6 +98,7 @@ static struct op ops[CRC_CU_COUNT];
 	X(cuCtxDestroy, 0)                                                                                   \
 	X(cuMemPoolDestroy, 0)                                                                               \
 	X(cuArrayDestroy, 0)                                                                                 \
+	X(cuMipmappedArrayDestroy, 0)                                                                        \
 	X(cuGraphDestroy, 0)                                                                                 \
 	X(cuGraphExecDestroy, 0)                                                                             \
 	X(cuGraphDestroyNode, 0)
@@ -885,6 +886,7 @@ static void session_dealloc(struct crc_session *s)
 		free(s->tables[t].real);
 	crc_journal_free(s);
 	crc_graph_free(s);
+	crc_texobjs_free(s);
 	crc_hostfn_free(s);
 	free(s->store_dir);
 	free(s->ptstreams);

@@ -138,6 +138,7 @@ struct crc_session {
 	struct crc_gexec *gexecs;	    /* executable graphs and their shadows (graph.c) */
 	struct crc_hostfn_page *hostfn;	    /* the client's, for host functions (hostfn.c) */
 	struct crc_hostfn_arg *hostfn_args; /* what host nodes run */
+	struct crc_texobj *texobjs;	    /* live texture and surface objects (arrays.c) */
 	/* The reply being built and module images being assembled. */
 	uint8_t *out;
 	size_t out_len, out_cap;
@@ -412,6 +413,14 @@ typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h,
 	X(cuMemGetAllocationPropertiesFromHandle, vmm_props)                                                 \
 	X(cuLinkComplete, link)                                                                              \
 	X(cuStreamGetAttribute, stream_attr)                                                                 \
+	X(cuMemcpy3D_v2, array_copy)                                                                         \
+	X(cuMemcpy3DAsync_v2, array_copy)                                                                    \
+	X(cuTexObjectCreate, texobj)                                                                         \
+	X(cuTexObjectDestroy, texobj)                                                                        \
+	X(cuTexObjectGetResourceDesc, texobj)                                                                \
+	X(cuSurfObjectCreate, texobj)                                                                        \
+	X(cuSurfObjectDestroy, texobj)                                                                       \
+	X(cuSurfObjectGetResourceDesc, texobj)                                                               \
 	X(cuDeviceSetGraphMemAttribute, graph_mem_attr)                                                      \
 	X(cuGraphAddNode, graph_cond)                                                                        \
 	X(cuGraphKernelNodeGetAttribute, knode_attr)                                                         \
@@ -421,6 +430,16 @@ typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h,
 #define CRC_DECL_RAW(sym, fn) crc_raw_fn crc_raw_##fn;
 CRC_RAW_HANDLERS(CRC_DECL_RAW)
 #undef CRC_DECL_RAW
+
+/* CUDA arrays, texture and surface objects (arrays.c). A checkpoint adds a region per array (and
+ * mipmap level) with its contents, and describes the objects in its metadata (NULL: why); a restore
+ * uploads the contents and makes the objects again with the values the application holds. */
+int crc_arrays_ckpt(struct crc_session *s, struct crc_ckpt *ck, char *why, size_t why_len);
+char *crc_texobjs_describe(struct crc_session *s);
+int crc_arrays_restore(struct crc_session *s, struct crc_store *st, const struct crc_manifest *mf, char *why,
+		       size_t why_len);
+int crc_texobjs_restore(struct crc_session *s, const char *desc, char *why, size_t why_len);
+void crc_texobjs_free(struct crc_session *s);
 
 /* Control ops. */
 CUresult crc_ctl_pin_register(struct crc_session *s, const uint8_t *args, size_t len);

@@ -105,4 +105,58 @@ static inline CUresult crc_copy3d_rows(const CUDA_MEMCPY3D *p, crc_copy_row_fn r
 	return res;
 }
 
+/* A 2D copy as the 3D copy of one slice. */
+static inline CUDA_MEMCPY3D crc_copy2d_as_3d(const CUDA_MEMCPY2D *p)
+{
+	return (CUDA_MEMCPY3D){.srcXInBytes = p->srcXInBytes,
+			       .srcY = p->srcY,
+			       .srcMemoryType = p->srcMemoryType,
+			       .srcHost = p->srcHost,
+			       .srcDevice = p->srcDevice,
+			       .srcArray = p->srcArray,
+			       .srcPitch = p->srcPitch,
+			       .dstXInBytes = p->dstXInBytes,
+			       .dstY = p->dstY,
+			       .dstMemoryType = p->dstMemoryType,
+			       .dstHost = p->dstHost,
+			       .dstDevice = p->dstDevice,
+			       .dstArray = p->dstArray,
+			       .dstPitch = p->dstPitch,
+			       .WidthInBytes = p->WidthInBytes,
+			       .Height = p->Height,
+			       .Depth = 1};
+}
+
+static inline bool crc_copy3d_has_array(const CUDA_MEMCPY3D *p)
+{
+	return p && (p->srcMemoryType == CU_MEMORYTYPE_ARRAY || p->dstMemoryType == CU_MEMORYTYPE_ARRAY);
+}
+
+/* One end of a 1D copy with an array (cuMemcpyHtoA, AtoH, AtoD, DtoA, AtoA): its memory, and a byte
+ * offset into the array's first row. */
+struct crc_copy_end {
+	CUmemorytype type;
+	void *host;
+	CUdeviceptr dev;
+	CUarray array;
+	size_t offset;
+};
+
+static inline CUDA_MEMCPY3D crc_copy3d_1d(struct crc_copy_end dst, struct crc_copy_end src, size_t bytes)
+{
+	return (CUDA_MEMCPY3D){.srcXInBytes = src.type == CU_MEMORYTYPE_ARRAY ? src.offset : 0,
+			       .srcMemoryType = src.type,
+			       .srcHost = src.host,
+			       .srcDevice = src.dev + (src.type == CU_MEMORYTYPE_DEVICE ? src.offset : 0),
+			       .srcArray = src.array,
+			       .dstXInBytes = dst.type == CU_MEMORYTYPE_ARRAY ? dst.offset : 0,
+			       .dstMemoryType = dst.type,
+			       .dstHost = dst.host,
+			       .dstDevice = dst.dev + (dst.type == CU_MEMORYTYPE_DEVICE ? dst.offset : 0),
+			       .dstArray = dst.array,
+			       .WidthInBytes = bytes,
+			       .Height = 1,
+			       .Depth = 1};
+}
+
 #endif

@@ -252,7 +252,8 @@ struct crc_ctl_restore_wire {
 	X(GRAPH, CUgraph)                                                                                    \
 	X(GRAPHNODE, CUgraphNode)                                                                            \
 	X(GRAPHEXEC, CUgraphExec)                                                                            \
-	X(USEROBJECT, CUuserObject)
+	X(USEROBJECT, CUuserObject)                                                                          \
+	X(MIPMAP, CUmipmappedArray)
 
 enum crc_handle_tag {
 	CRC_HT_NONE = 0,
@@ -356,6 +357,7 @@ enum crc_copy_loc {
 	CRC_LOC_DEVICE = 1, /* a device address */
 	CRC_LOC_INLINE,	    /* pageable host memory: bytes travel in the records */
 	CRC_LOC_PINNED,	    /* a registered pinned region: the daemon translates the client address */
+	CRC_LOC_ARRAY,	    /* a CUDA array (virtual handle): array copies only */
 };
 
 /* cuMemcpy*: request = crc_call_hdr + crc_copy_req (+ bytes for an INLINE source). A large copy is
@@ -537,6 +539,35 @@ struct crc_stream_attr_req {
 	uint32_t attr;
 	uint32_t pad;
 	uint8_t value[CRC_STREAM_ATTR_VALUE_BYTES];
+};
+
+/* A copy with a CUDA array on one side or both (cuMemcpy2D/3D and the *toA/Ato* calls): the box of a
+ * CUDA_MEMCPY3D, each side a CRC_LOC_*: an array (virtual handle), device memory, a pinned region, or
+ * INLINE: the bytes travel packed (rows of `width` bytes, `height` rows a slice) after the request
+ * (source) or in the reply (destination). Request op: cuMemcpy3D_v2, or cuMemcpy3DAsync_v2 (async). */
+struct crc_array_side {
+	uint64_t addr;	      /* array handle, or device/host address of the box's origin row */
+	uint64_t x, y, z;     /* the box's origin: x in bytes (arrays, and the other sides' pitch) */
+	uint64_t pitch, rows; /* bytes a row and rows a slice (not arrays) */
+	uint32_t loc, pad;
+};
+struct crc_array_copy_req {
+	struct crc_array_side src, dst;
+	uint64_t width, height, depth; /* bytes, rows, slices */
+	uint64_t stream;
+};
+
+/* cuTexObjectCreate / cuSurfObjectCreate and their destroy and get: the resource, texture and view
+ * descriptions as cuda.h lays them out, array handles virtual; the reply of a create is the object's
+ * value, which is the driver's own (it travels into kernels, so it cannot be virtual), and of a get
+ * the resource description. */
+#define CRC_TEX_RES_BYTES  160
+#define CRC_TEX_DESC_BYTES 128
+#define CRC_TEX_VIEW_BYTES 128
+struct crc_texobj_req {
+	uint64_t value; /* destroy and get: the object */
+	uint32_t has_view, pad;
+	uint8_t res[CRC_TEX_RES_BYTES], tex[CRC_TEX_DESC_BYTES], view[CRC_TEX_VIEW_BYTES];
 };
 
 /* Conditional nodes (cuGraphAddNode of CU_GRAPH_NODE_TYPE_CONDITIONAL): crc_call_hdr +

@@ -104,14 +104,14 @@ static void check_entry_points(void)
 {
 	void *pfn = (void *)1;
 	CUdriverProcAddressQueryResult status;
-	CUarray array;
-	CUDA_ARRAY_DESCRIPTOR desc = {
-	    .Width = 16, .Height = 16, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
+	int dump_flags = 0;
+	size_t dump_size = sizeof(dump_flags);
 	const void *table = NULL;
 	const CUuuid some_id = {{0}};
 
 	/* Unimplemented: NOT_SUPPORTED (and a log line naming it). */
-	CU_EXPECT(cuArrayCreate(&array, &desc), CUDA_ERROR_NOT_SUPPORTED);
+	CU_EXPECT(cuCoredumpGetAttributeGlobal(CU_COREDUMP_ENABLE_ON_EXCEPTION, &dump_flags, &dump_size),
+		  CUDA_ERROR_NOT_SUPPORTED);
 	CU_EXPECT(cuGetExportTable(&table, &some_id), CUDA_ERROR_NOT_SUPPORTED);
 
 	/* cudart's probe: empty symbol, SUCCESS with NULL. */

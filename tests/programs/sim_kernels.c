@@ -469,3 +469,114 @@ CRCUDA_SIM_KERNEL(graph_mix2)
 			dst[i] = dst[i] * mul + src[i];
 	}
 }
+
+/* state_app.cu: texture and surface objects, point-sampled at element centres: one element each. */
+static int sim_resource_of(const struct crcuda_sim_block *blk, unsigned long long obj,
+			   struct crcuda_sim_resource *res)
+{
+	if (blk->resource(obj, res)) {
+		blk->trap(700); /* an object that does not exist: an illegal access */
+		return -1;
+	}
+	return 0;
+}
+
+/* extern "C" tex_sample2d(unsigned *out, cudaTextureObject_t tex, int w, int h) */
+CRCUDA_SIM_KERNEL(tex_sample2d)
+{
+	unsigned *out = CRCUDA_SIM_PARAM(blk, 0, unsigned *);
+	int w = CRCUDA_SIM_PARAM(blk, 2, int), h = CRCUDA_SIM_PARAM(blk, 3, int);
+	struct crcuda_sim_resource res;
+
+	if (sim_resource_of(blk, CRCUDA_SIM_PARAM(blk, 1, unsigned long long), &res))
+		return;
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, t)
+	{
+		int x = (int)CRCUDA_SIM_GLOBAL_X(blk, t), y = (int)blk->block_idx.y;
+
+		if (x < w && y < h)
+			out[y * w + x] = *CRCUDA_SIM_ELEM(&res, unsigned, x, y, 0);
+	}
+}
+
+/* extern "C" tex_sample_layered(unsigned *out, cudaTextureObject_t tex, int w, int h) */
+CRCUDA_SIM_KERNEL(tex_sample_layered)
+{
+	unsigned *out = CRCUDA_SIM_PARAM(blk, 0, unsigned *);
+	int w = CRCUDA_SIM_PARAM(blk, 2, int), h = CRCUDA_SIM_PARAM(blk, 3, int);
+	struct crcuda_sim_resource res;
+
+	if (sim_resource_of(blk, CRCUDA_SIM_PARAM(blk, 1, unsigned long long), &res))
+		return;
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, t)
+	{
+		int x = (int)CRCUDA_SIM_GLOBAL_X(blk, t), y = (int)blk->block_idx.y,
+		    layer = (int)blk->block_idx.z;
+
+		if (x < w && y < h)
+			out[(layer * h + y) * w + x] = *CRCUDA_SIM_ELEM(&res, unsigned, x, y, layer);
+	}
+}
+
+/* extern "C" tex_fetch1d(unsigned *out, cudaTextureObject_t tex, int n) */
+CRCUDA_SIM_KERNEL(tex_fetch1d)
+{
+	unsigned *out = CRCUDA_SIM_PARAM(blk, 0, unsigned *);
+	int n = CRCUDA_SIM_PARAM(blk, 2, int);
+	struct crcuda_sim_resource res;
+
+	if (sim_resource_of(blk, CRCUDA_SIM_PARAM(blk, 1, unsigned long long), &res))
+		return;
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, t)
+	{
+		int i = (int)CRCUDA_SIM_GLOBAL_X(blk, t);
+
+		if (i < n)
+			out[i] = *CRCUDA_SIM_ELEM(&res, unsigned, i, 0, 0);
+	}
+}
+
+/* extern "C" surf_step(cudaSurfaceObject_t surf, int w, int h, unsigned step) */
+CRCUDA_SIM_KERNEL(surf_step)
+{
+	int w = CRCUDA_SIM_PARAM(blk, 1, int), h = CRCUDA_SIM_PARAM(blk, 2, int);
+	unsigned step = CRCUDA_SIM_PARAM(blk, 3, unsigned);
+	struct crcuda_sim_resource res;
+
+	if (sim_resource_of(blk, CRCUDA_SIM_PARAM(blk, 0, unsigned long long), &res))
+		return;
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, t)
+	{
+		int x = (int)CRCUDA_SIM_GLOBAL_X(blk, t), y = (int)blk->block_idx.y;
+
+		if (x < w && y < h) {
+			unsigned *e = CRCUDA_SIM_ELEM(&res, unsigned, x, y, 0);
+
+			*e = *e * 1664525u + step + (unsigned)x;
+		}
+	}
+}
+
+/* extern "C" state_step_tex(unsigned *x, unsigned long long n, unsigned step, cudaTextureObject_t tex,
+ * int w, int h) */
+CRCUDA_SIM_KERNEL(state_step_tex)
+{
+	unsigned *x = CRCUDA_SIM_PARAM(blk, 0, unsigned *);
+	unsigned long long n = CRCUDA_SIM_PARAM(blk, 1, unsigned long long);
+	unsigned step = CRCUDA_SIM_PARAM(blk, 2, unsigned);
+	int w = CRCUDA_SIM_PARAM(blk, 4, int), h = CRCUDA_SIM_PARAM(blk, 5, int);
+	unsigned long long stride = (unsigned long long)blk->grid_dim.x * blk->block_dim.x;
+	struct crcuda_sim_resource res;
+
+	if (sim_resource_of(blk, CRCUDA_SIM_PARAM(blk, 3, unsigned long long), &res))
+		return;
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, t)
+	{
+		for (unsigned long long i = CRCUDA_SIM_GLOBAL_X(blk, t); i < n; i += stride) {
+			unsigned e = (unsigned)(i % (unsigned long long)(w * h));
+
+			x[i] = x[i] * 1664525u + 1013904223u + step +
+			       *CRCUDA_SIM_ELEM(&res, unsigned, e % (unsigned)w, e / (unsigned)w, 0);
+		}
+	}
+}

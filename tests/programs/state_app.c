@@ -21,7 +21,11 @@
  * that the pool's books and the attribute are still what they were (a restore must keep both).
  * --pinned-ready: at the ready step it allocates page-locked memory, copies chunk 0's first words into
  * it and frees it (the same checksum); the ready signal is then the layer's, from inside the allocation
- * (CRCUDA_TEST_PIN_PAUSE), so that a test checkpoints between its registration and its listing. */
+ * (CRCUDA_TEST_PIN_PAUSE), so that a test checkpoints between its registration and its listing.
+ * --texture: each step also reads a CUDA array through a texture object (every word mixed with an
+ * element) and rewrites the array through a surface object, and the array joins the checksum (a
+ * different one); a texture object made and destroyed first leaves a hole below the live objects'
+ * values. A restore must bring back the array's contents and both objects at their values. */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +41,7 @@ struct opts {
 	unsigned long mb;
 	unsigned chunks, steps, ready_at, pause_ms, seed, devices;
 	const char *ready_file, *go_file;
-	int verify, graph, graph_pageable, ready_in_capture, managed, registered, pool, pinned_ready;
+	int verify, graph, graph_pageable, ready_in_capture, managed, registered, pool, pinned_ready, texture;
 };
 
 static void parse(int argc, char **argv, struct opts *o)
@@ -48,6 +52,10 @@ static void parse(int argc, char **argv, struct opts *o)
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--verify")) {
 			o->verify = 1;
+			continue;
+		}
+		if (!strcmp(a, "--texture")) {
+			o->texture = 1;
 			continue;
 		}
 		if (!strcmp(a, "--graph")) {
@@ -106,14 +114,16 @@ static void parse(int argc, char **argv, struct opts *o)
 		o->ready_at = o->steps / 2;
 	if (o->chunks && o->mb && (o->mb << 20) % ((size_t)o->chunks * 4) == 0 && o->devices >= 1 &&
 	    o->devices <= 8 && (!o->graph || o->devices == 1) && (o->graph || !o->ready_in_capture) &&
-	    !(o->managed && (o->graph || o->verify)) && !(o->pool && o->devices != 1))
+	    !(o->managed && (o->graph || o->verify)) && !(o->pool && o->devices != 1) &&
+	    !(o->texture && (o->graph || o->verify || o->devices != 1)))
 		return;
 usage:
-	fprintf(stderr,
-		"usage: state_app [--mb N] [--chunks N] [--steps N] [--ready-at STEP] [--pause-ms MS]\n"
-		"                 [--ready-file PATH] [--go-file PATH] [--seed N] [--devices N] [--verify]\n"
-		"                 [--graph] [--graph-pageable] [--managed] [--registered] [--pool]\n"
-		"                 [--pinned-ready]\n");
+	fprintf(
+	    stderr,
+	    "usage: state_app [--mb N] [--chunks N] [--steps N] [--ready-at STEP] [--pause-ms MS]\n"
+	    "                 [--ready-file PATH] [--go-file PATH] [--seed N] [--devices N] [--verify]\n"
+	    "                 [--graph] [--graph-pageable] [--managed] [--registered] [--pool] [--texture]\n"
+	    "                 [--pinned-ready]\n");
 	exit(2);
 }
 
@@ -170,6 +180,88 @@ static CUgraphExec capture_step(const struct opts *o, CUmodule *mod, CUstream st
 	CU_CHECK(cuGraphInstantiateWithFlags(&exec, graph, 0));
 	CU_CHECK(cuGraphDestroy(graph)); /* the executable graph lives on alone */
 	return exec;
+}
+
+/* --texture: a CUDA array, a texture and a surface object on it. */
+#define TEX_W 64
+#define TEX_H 16
+struct texture {
+	CUarray array;
+	CUtexObject tex;
+	CUsurfObject surf;
+	CUfunction f_step, f_surf;
+	int w, h;
+};
+
+static void texture_setup(struct texture *t, CUmodule mod, unsigned seed)
+{
+	CUDA_ARRAY3D_DESCRIPTOR d = {.Width = TEX_W,
+				     .Height = TEX_H,
+				     .Format = CU_AD_FORMAT_UNSIGNED_INT32,
+				     .NumChannels = 1,
+				     .Flags = CUDA_ARRAY3D_SURFACE_LDST};
+	CUDA_TEXTURE_DESC td = {.addressMode = {CU_TR_ADDRESS_MODE_CLAMP, CU_TR_ADDRESS_MODE_CLAMP},
+				.filterMode = CU_TR_FILTER_MODE_POINT,
+				.flags = CU_TRSF_READ_AS_INTEGER};
+	CUDA_RESOURCE_DESC r = {.resType = CU_RESOURCE_TYPE_ARRAY};
+	unsigned init[TEX_W * TEX_H];
+	CUtexObject hole;
+
+	t->w = TEX_W;
+	t->h = TEX_H;
+	for (unsigned i = 0; i < TEX_W * TEX_H; i++)
+		init[i] = i * 2246822519u ^ seed;
+	CU_CHECK(cuModuleGetFunction(&t->f_step, mod, "state_step_tex"));
+	CU_CHECK(cuModuleGetFunction(&t->f_surf, mod, "surf_step"));
+	CU_CHECK(cuArray3DCreate(&t->array, &d));
+	CUDA_MEMCPY2D in = {.srcMemoryType = CU_MEMORYTYPE_HOST,
+			    .srcHost = init,
+			    .srcPitch = TEX_W * 4,
+			    .dstMemoryType = CU_MEMORYTYPE_ARRAY,
+			    .dstArray = t->array,
+			    .WidthInBytes = TEX_W * 4,
+			    .Height = TEX_H};
+	CU_CHECK(cuMemcpy2D(&in));
+	r.res.array.hArray = t->array;
+	CU_CHECK(cuTexObjectCreate(&hole, &r, &td, NULL));
+	CU_CHECK(cuTexObjectCreate(&t->tex, &r, &td, NULL));
+	CU_CHECK(cuTexObjectDestroy(hole));
+	CU_CHECK(cuSurfObjectCreate(&t->surf, &r));
+}
+
+static void texture_step(struct texture *t, CUstream stream, unsigned step)
+{
+	void *p[] = {&t->surf, &t->w, &t->h, &step};
+
+	CU_CHECK(cuLaunchKernel(t->f_surf, 1, TEX_H, 1, TEX_W, 1, 1, 0, stream, p, NULL));
+}
+
+/* The array's words (checked to be what the objects name), as the checksum kernel sums a chunk. */
+static unsigned long long texture_sum(struct texture *t)
+{
+	unsigned words[TEX_W * TEX_H];
+	unsigned long long s = 0;
+	CUDA_RESOURCE_DESC r;
+
+	CU_CHECK(cuCtxSynchronize());
+	CUDA_MEMCPY2D out = {.srcMemoryType = CU_MEMORYTYPE_ARRAY,
+			     .srcArray = t->array,
+			     .dstMemoryType = CU_MEMORYTYPE_HOST,
+			     .dstHost = words,
+			     .dstPitch = TEX_W * 4,
+			     .WidthInBytes = TEX_W * 4,
+			     .Height = TEX_H};
+	CU_CHECK(cuMemcpy2D(&out));
+	CU_CHECK(cuTexObjectGetResourceDesc(&r, t->tex));
+	CHECK(r.resType == CU_RESOURCE_TYPE_ARRAY && r.res.array.hArray == t->array);
+	CU_CHECK(cuSurfObjectGetResourceDesc(&r, t->surf));
+	CHECK(r.res.array.hArray == t->array);
+	for (unsigned i = 0; i < TEX_W * TEX_H; i++)
+		s += words[i] ^ i;
+	CU_CHECK(cuTexObjectDestroy(t->tex));
+	CU_CHECK(cuSurfObjectDestroy(t->surf));
+	CU_CHECK(cuArrayDestroy(t->array));
+	return s;
 }
 
 int main(int argc, char **argv)
@@ -242,6 +334,9 @@ int main(int argc, char **argv)
 		void *p[] = {&bufs[c], &words, &seed};
 		CU_CHECK(cuLaunchKernel(pd->f_init, grid, 1, 1, block, 1, 1, 0, pd->stream, p, NULL));
 	}
+	struct texture tx = {0};
+	if (o.texture)
+		texture_setup(&tx, d[0].mod, o.seed);
 	unsigned step = 0; /* host state: restored by CRIU, not by the layer */
 	CUgraphExec step_graph = NULL;
 	if (o.graph)
@@ -259,10 +354,14 @@ int main(int argc, char **argv)
 		for (unsigned c = 0; c < o.chunks; c++) {
 			struct per_dev *pd = &d[c % o.devices];
 			void *p[] = {&bufs[c], &words, &step};
+			void *pt[] = {&bufs[c], &words, &step, &tx.tex, &tx.w, &tx.h};
 			if (o.devices > 1)
 				CU_CHECK(cuCtxSetCurrent(pd->ctx));
-			CU_CHECK(cuLaunchKernel(pd->f_step, grid, 1, 1, block, 1, 1, 0, pd->stream, p, NULL));
+			CU_CHECK(cuLaunchKernel(o.texture ? tx.f_step : pd->f_step, grid, 1, 1, block, 1, 1,
+						0, pd->stream, o.texture ? pt : p, NULL));
 		}
+		if (o.texture)
+			texture_step(&tx, d[0].stream, step);
 	launched:
 		if (o.managed) {
 			/* The CPU's turn: it reads the step's result and writes it back changed. */
@@ -312,6 +411,8 @@ int main(int argc, char **argv)
 		CU_CHECK(cuStreamSynchronize(pd->stream));
 		total += part * (c + 1); /* chunk order matters */
 	}
+	if (o.texture)
+		total += texture_sum(&tx) * (o.chunks + 1);
 	if (o.pool) {
 		cuuint64_t used = 0;
 		CUstreamAttrValue v = {0};

@@ -1,0 +1,531 @@
+/* CUDA arrays, mipmapped arrays, texture and surface objects on the simulated device.
+ *
+ * An array is device memory laid out in rows of Width elements, Height rows a slice (layers and cubemap
+ * faces are slices), no padding: a copy with an array is the same copy with that memory on its side,
+ * and a kernel reaches an object's elements through crcuda_sim_block.resource. Texture and surface
+ * objects are small integers (1 up, the lowest free first), as a GPU's are. */
+#define LOG_PREFIX "sim: "
+#include <stdlib.h>
+#include <string.h>
+
+#include "crcuda/array_fmt.h"
+#include "crcuda/copy2d.h"
+#include "crcuda/log.h"
+#include "sim.h"
+
+#define LEVELS_MAX 16
+
+struct CUarray_st {
+	CUDA_ARRAY3D_DESCRIPTOR desc;
+	struct crc_array_box box;
+	CUdeviceptr base;
+	struct CUmipmappedArray_st *owner; /* a level of it (destroyed with it) */
+	struct CUarray_st *next;
+};
+
+struct CUmipmappedArray_st {
+	unsigned levels;
+	struct CUarray_st *level[LEVELS_MAX];
+	struct CUmipmappedArray_st *next;
+};
+
+static pthread_mutex_t array_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct CUarray_st *arrays;
+static struct CUmipmappedArray_st *mipmaps;
+
+static bool array_live(CUarray a)
+{
+	bool live = false;
+
+	pthread_mutex_lock(&array_lock);
+	for (struct CUarray_st *p = arrays; p && !live; p = p->next)
+		live = p == a;
+	pthread_mutex_unlock(&array_lock);
+	return live;
+}
+
+static CUresult array_make(const CUDA_ARRAY3D_DESCRIPTOR *d, struct CUmipmappedArray_st *owner,
+			   struct CUarray_st **out)
+{
+	struct CUarray_st *a;
+	struct CUctx_st *ctx;
+	CUresult res;
+
+	if (!out || !d)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = sim_ctx_require(&ctx);
+	if (res != CUDA_SUCCESS)
+		return res;
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	a->desc = *d;
+	a->owner = owner;
+	if (crc_array_box_of(d, &a->box) || (d->Depth && !d->Height) ||
+	    (d->Flags & (CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING))) {
+		free(a);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	/* Storage is device memory no pointer names, like a module's globals. */
+	res = sim_mem_alloc_device(ctx, a->box.row_bytes * a->box.rows * a->box.slices, SIM_RANGE_GLOBAL,
+				   &a->base);
+	if (res != CUDA_SUCCESS) {
+		free(a);
+		return res;
+	}
+	pthread_mutex_lock(&array_lock);
+	a->next = arrays;
+	arrays = a;
+	pthread_mutex_unlock(&array_lock);
+	*out = a;
+	return CUDA_SUCCESS;
+}
+
+static void array_unmake(struct CUarray_st *a)
+{
+	pthread_mutex_lock(&array_lock);
+	for (struct CUarray_st **p = &arrays; *p; p = &(*p)->next)
+		if (*p == a) {
+			*p = a->next;
+			break;
+		}
+	pthread_mutex_unlock(&array_lock);
+	sim_mem_free_device(a->base, SIM_RANGE_GLOBAL);
+	free(a);
+}
+
+CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
+{
+	SIM_ENTER(cuArray3DCreate_v2);
+	return array_make(pAllocateArray, NULL, pHandle);
+}
+
+CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *p)
+{
+	CUDA_ARRAY3D_DESCRIPTOR d;
+
+	SIM_ENTER(cuArrayCreate_v2);
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	d = (CUDA_ARRAY3D_DESCRIPTOR){
+	    .Width = p->Width, .Height = p->Height, .Format = p->Format, .NumChannels = p->NumChannels};
+	return array_make(&d, NULL, pHandle);
+}
+
+CUresult cuArrayDestroy(CUarray hArray)
+{
+	SIM_ENTER(cuArrayDestroy);
+	if (!array_live(hArray) || hArray->owner)
+		return CUDA_ERROR_INVALID_HANDLE;
+	array_unmake(hArray);
+	return CUDA_SUCCESS;
+}
+
+CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CUarray hArray)
+{
+	SIM_ENTER(cuArray3DGetDescriptor_v2);
+	if (!pArrayDescriptor)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!array_live(hArray))
+		return CUDA_ERROR_INVALID_HANDLE;
+	*pArrayDescriptor = hArray->desc;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray)
+{
+	SIM_ENTER(cuArrayGetDescriptor_v2);
+	if (!pArrayDescriptor)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!array_live(hArray))
+		return CUDA_ERROR_INVALID_HANDLE;
+	*pArrayDescriptor = (CUDA_ARRAY_DESCRIPTOR){.Width = hArray->desc.Width,
+						    .Height = hArray->desc.Height,
+						    .Format = hArray->desc.Format,
+						    .NumChannels = hArray->desc.NumChannels};
+	return CUDA_SUCCESS;
+}
+
+CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pDesc,
+				unsigned int numMipmapLevels)
+{
+	struct CUmipmappedArray_st *m;
+	CUresult res = CUDA_SUCCESS;
+
+	SIM_ENTER(cuMipmappedArrayCreate);
+	if (!pHandle || !pDesc || !numMipmapLevels || numMipmapLevels > LEVELS_MAX)
+		return CUDA_ERROR_INVALID_VALUE;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	for (unsigned l = 0; l < numMipmapLevels && res == CUDA_SUCCESS; l++) {
+		CUDA_ARRAY3D_DESCRIPTOR d = *pDesc;
+
+		d.Width = pDesc->Width >> l ? pDesc->Width >> l : 1;
+		d.Height = pDesc->Height ? (pDesc->Height >> l ? pDesc->Height >> l : 1) : 0;
+		if (!(pDesc->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)))
+			d.Depth = pDesc->Depth ? (pDesc->Depth >> l ? pDesc->Depth >> l : 1) : 0;
+		res = array_make(&d, m, &m->level[l]);
+		if (res == CUDA_SUCCESS)
+			m->levels++;
+	}
+	if (res != CUDA_SUCCESS) {
+		for (unsigned l = 0; l < m->levels; l++)
+			array_unmake(m->level[l]);
+		free(m);
+		return res;
+	}
+	pthread_mutex_lock(&array_lock);
+	m->next = mipmaps;
+	mipmaps = m;
+	pthread_mutex_unlock(&array_lock);
+	*pHandle = m;
+	return CUDA_SUCCESS;
+}
+
+static struct CUmipmappedArray_st **mipmap_find(CUmipmappedArray m)
+{
+	for (struct CUmipmappedArray_st **p = &mipmaps; *p; p = &(*p)->next)
+		if (*p == m)
+			return p;
+	return NULL;
+}
+
+CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray, unsigned int level)
+{
+	CUresult res = CUDA_SUCCESS;
+
+	SIM_ENTER(cuMipmappedArrayGetLevel);
+	if (!pLevelArray)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&array_lock);
+	if (!mipmap_find(hMipmappedArray))
+		res = CUDA_ERROR_INVALID_HANDLE;
+	else if (level >= hMipmappedArray->levels)
+		res = CUDA_ERROR_INVALID_VALUE;
+	else
+		*pLevelArray = hMipmappedArray->level[level];
+	pthread_mutex_unlock(&array_lock);
+	return res;
+}
+
+CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
+{
+	struct CUmipmappedArray_st **p;
+
+	SIM_ENTER(cuMipmappedArrayDestroy);
+	pthread_mutex_lock(&array_lock);
+	p = mipmap_find(hMipmappedArray);
+	if (p)
+		*p = hMipmappedArray->next;
+	pthread_mutex_unlock(&array_lock);
+	if (!p)
+		return CUDA_ERROR_INVALID_HANDLE;
+	for (unsigned l = 0; l < hMipmappedArray->levels; l++)
+		array_unmake(hMipmappedArray->level[l]);
+	free(hMipmappedArray);
+	return CUDA_SUCCESS;
+}
+
+/* ---- copies: each array side becomes its memory ------------------------------------------------------ */
+static CUresult array_side(CUmemorytype *type, CUarray array, CUdeviceptr *dev, size_t *pitch, size_t *height)
+{
+	if (*type != CU_MEMORYTYPE_ARRAY)
+		return CUDA_SUCCESS;
+	if (!array_live(array))
+		return CUDA_ERROR_INVALID_HANDLE;
+	*type = CU_MEMORYTYPE_DEVICE;
+	*dev = array->base;
+	*pitch = array->box.row_bytes;
+	*height = array->box.rows;
+	return CUDA_SUCCESS;
+}
+
+CUresult sim_array_resolve(const CUDA_MEMCPY3D *in, CUDA_MEMCPY3D *out)
+{
+	CUresult res;
+
+	*out = *in;
+	res = array_side(&out->srcMemoryType, in->srcArray, &out->srcDevice, &out->srcPitch, &out->srcHeight);
+	if (res == CUDA_SUCCESS)
+		res = array_side(&out->dstMemoryType, in->dstArray, &out->dstDevice, &out->dstPitch,
+				 &out->dstHeight);
+	/* A box beyond an array's edge. */
+	if (res == CUDA_SUCCESS && in->srcMemoryType == CU_MEMORYTYPE_ARRAY &&
+	    (in->srcXInBytes + in->WidthInBytes > in->srcArray->box.row_bytes ||
+	     in->srcY + (in->Height ? in->Height : 1) > in->srcArray->box.rows ||
+	     in->srcZ + (in->Depth ? in->Depth : 1) > in->srcArray->box.slices))
+		res = CUDA_ERROR_INVALID_VALUE;
+	if (res == CUDA_SUCCESS && in->dstMemoryType == CU_MEMORYTYPE_ARRAY &&
+	    (in->dstXInBytes + in->WidthInBytes > in->dstArray->box.row_bytes ||
+	     in->dstY + (in->Height ? in->Height : 1) > in->dstArray->box.rows ||
+	     in->dstZ + (in->Depth ? in->Depth : 1) > in->dstArray->box.slices))
+		res = CUDA_ERROR_INVALID_VALUE;
+	return res;
+}
+
+/* cuMemcpyHtoA and its kin: 3D copies of one row. */
+static CUresult copy_1d(bool pt, struct crc_copy_end dst, struct crc_copy_end src, size_t bytes, CUstream h,
+			bool async)
+{
+	CUDA_MEMCPY3D p = crc_copy3d_1d(dst, src, bytes);
+
+	return sim_copy3d(pt, &p, h, async);
+}
+
+#define END_ARRAY(a, off) ((struct crc_copy_end){.type = CU_MEMORYTYPE_ARRAY, .array = (a), .offset = (off)})
+#define END_HOST(p)	  ((struct crc_copy_end){.type = CU_MEMORYTYPE_HOST, .host = (void *)(uintptr_t)(p)})
+#define END_DEVICE(d)	  ((struct crc_copy_end){.type = CU_MEMORYTYPE_DEVICE, .dev = (d)})
+
+static CUresult htoa(bool pt, CUarray a, size_t off, const void *src, size_t n, CUstream h, bool async)
+{
+	return copy_1d(pt, END_ARRAY(a, off), END_HOST(src), n, h, async);
+}
+static CUresult atoh(bool pt, void *dst, CUarray a, size_t off, size_t n, CUstream h, bool async)
+{
+	return copy_1d(pt, END_HOST(dst), END_ARRAY(a, off), n, h, async);
+}
+static CUresult htoa_sync(bool pt, CUarray a, size_t off, const void *src, size_t n)
+{
+	return htoa(pt, a, off, src, n, NULL, false);
+}
+static CUresult htoa_async(bool pt, CUarray a, size_t off, const void *src, size_t n, CUstream h)
+{
+	return htoa(pt, a, off, src, n, h, true);
+}
+static CUresult atoh_sync(bool pt, void *dst, CUarray a, size_t off, size_t n)
+{
+	return atoh(pt, dst, a, off, n, NULL, false);
+}
+static CUresult atoh_async(bool pt, void *dst, CUarray a, size_t off, size_t n, CUstream h)
+{
+	return atoh(pt, dst, a, off, n, h, true);
+}
+static CUresult atod(bool pt, CUdeviceptr dst, CUarray a, size_t off, size_t n)
+{
+	return copy_1d(pt, END_DEVICE(dst), END_ARRAY(a, off), n, NULL, false);
+}
+static CUresult dtoa(bool pt, CUarray a, size_t off, CUdeviceptr src, size_t n)
+{
+	return copy_1d(pt, END_ARRAY(a, off), END_DEVICE(src), n, NULL, false);
+}
+static CUresult atoa(bool pt, CUarray dst, size_t doff, CUarray src, size_t soff, size_t n)
+{
+	return copy_1d(pt, END_ARRAY(dst, doff), END_ARRAY(src, soff), n, NULL, false);
+}
+
+SIM_STREAM_API_PAIR(cuMemcpyHtoA_v2, cuMemcpyHtoA_v2_ptds, htoa_sync,
+		    (CUarray a, size_t off, const void *src, size_t n), a, off, src, n)
+SIM_STREAM_API_PAIR(cuMemcpyHtoAAsync_v2, cuMemcpyHtoAAsync_v2_ptsz, htoa_async,
+		    (CUarray a, size_t off, const void *src, size_t n, CUstream h), a, off, src, n, h)
+SIM_STREAM_API_PAIR(cuMemcpyAtoH_v2, cuMemcpyAtoH_v2_ptds, atoh_sync,
+		    (void *dst, CUarray a, size_t off, size_t n), dst, a, off, n)
+SIM_STREAM_API_PAIR(cuMemcpyAtoHAsync_v2, cuMemcpyAtoHAsync_v2_ptsz, atoh_async,
+		    (void *dst, CUarray a, size_t off, size_t n, CUstream h), dst, a, off, n, h)
+SIM_STREAM_API_PAIR(cuMemcpyAtoD_v2, cuMemcpyAtoD_v2_ptds, atod,
+		    (CUdeviceptr dst, CUarray a, size_t off, size_t n), dst, a, off, n)
+SIM_STREAM_API_PAIR(cuMemcpyDtoA_v2, cuMemcpyDtoA_v2_ptds, dtoa,
+		    (CUarray a, size_t off, CUdeviceptr src, size_t n), a, off, src, n)
+SIM_STREAM_API_PAIR(cuMemcpyAtoA_v2, cuMemcpyAtoA_v2_ptds, atoa,
+		    (CUarray dst, size_t doff, CUarray src, size_t soff, size_t n), dst, doff, src, soff, n)
+
+/* ---- texture and surface objects ------------------------------------------------------------------- */
+struct sim_texobj {
+	bool live, surface, has_view;
+	CUDA_RESOURCE_DESC res;
+	CUDA_TEXTURE_DESC tex;
+	CUDA_RESOURCE_VIEW_DESC view;
+};
+
+#define TEXOBJS_MAX 4096
+static struct sim_texobj texobjs[TEXOBJS_MAX]; /* value v is texobjs[v - 1], under array_lock */
+
+static CUresult resource_check(const CUDA_RESOURCE_DESC *r, bool surface)
+{
+	switch (r->resType) {
+	case CU_RESOURCE_TYPE_ARRAY:
+		return array_live(r->res.array.hArray) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+	case CU_RESOURCE_TYPE_MIPMAPPED_ARRAY: {
+		bool ok;
+
+		pthread_mutex_lock(&array_lock);
+		ok = mipmap_find(r->res.mipmap.hMipmappedArray) != NULL;
+		pthread_mutex_unlock(&array_lock);
+		return surface ? CUDA_ERROR_INVALID_VALUE : ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+	}
+	case CU_RESOURCE_TYPE_LINEAR:
+	case CU_RESOURCE_TYPE_PITCH2D:
+		return surface ? CUDA_ERROR_INVALID_VALUE
+		       : crc_array_elem_bytes(r->res.linear.format, r->res.linear.numChannels)
+			   ? CUDA_SUCCESS
+			   : CUDA_ERROR_INVALID_VALUE;
+	}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult object_create(unsigned long long *out, const CUDA_RESOURCE_DESC *res,
+			      const CUDA_TEXTURE_DESC *tex, const CUDA_RESOURCE_VIEW_DESC *view, bool surface)
+{
+	CUresult rc;
+
+	if (!out || !res || (!surface && !tex))
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = resource_check(res, surface);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	pthread_mutex_lock(&array_lock);
+	rc = CUDA_ERROR_OUT_OF_MEMORY;
+	for (unsigned i = 0; i < TEXOBJS_MAX; i++) {
+		struct sim_texobj *o = &texobjs[i];
+
+		if (o->live)
+			continue;
+		*o = (struct sim_texobj){
+		    .live = true, .surface = surface, .has_view = view != NULL, .res = *res};
+		if (tex)
+			o->tex = *tex;
+		if (view)
+			o->view = *view;
+		*out = i + 1;
+		rc = CUDA_SUCCESS;
+		break;
+	}
+	pthread_mutex_unlock(&array_lock);
+	return rc;
+}
+
+static struct sim_texobj *object_get(unsigned long long v, bool surface)
+{
+	struct sim_texobj *o = v && v <= TEXOBJS_MAX ? &texobjs[v - 1] : NULL;
+
+	return o && o->live && o->surface == surface ? o : NULL;
+}
+
+static CUresult object_destroy(unsigned long long v, bool surface)
+{
+	struct sim_texobj *o;
+
+	pthread_mutex_lock(&array_lock);
+	o = object_get(v, surface);
+	if (o)
+		o->live = false;
+	pthread_mutex_unlock(&array_lock);
+	return o ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult object_desc(unsigned long long v, bool surface, CUDA_RESOURCE_DESC *res,
+			    CUDA_TEXTURE_DESC *tex, CUDA_RESOURCE_VIEW_DESC *view)
+{
+	struct sim_texobj *o;
+	CUresult rc = CUDA_SUCCESS;
+
+	pthread_mutex_lock(&array_lock);
+	o = object_get(v, surface);
+	if (!o || (view && !o->has_view))
+		rc = CUDA_ERROR_INVALID_VALUE;
+	else if (res)
+		*res = o->res;
+	else if (tex)
+		*tex = o->tex;
+	else if (view)
+		*view = o->view;
+	pthread_mutex_unlock(&array_lock);
+	return rc;
+}
+
+CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc,
+			   const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc)
+{
+	SIM_ENTER(cuTexObjectCreate);
+	return object_create(pTexObject, pResDesc, pTexDesc, pResViewDesc, false);
+}
+
+CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC *pResDesc)
+{
+	SIM_ENTER(cuSurfObjectCreate);
+	return object_create(pSurfObject, pResDesc, NULL, NULL, true);
+}
+
+CUresult cuTexObjectDestroy(CUtexObject texObject)
+{
+	SIM_ENTER(cuTexObjectDestroy);
+	return object_destroy(texObject, false);
+}
+
+CUresult cuSurfObjectDestroy(CUsurfObject surfObject)
+{
+	SIM_ENTER(cuSurfObjectDestroy);
+	return object_destroy(surfObject, true);
+}
+
+CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUtexObject texObject)
+{
+	SIM_ENTER(cuTexObjectGetResourceDesc);
+	return pResDesc ? object_desc(texObject, false, pResDesc, NULL, NULL) : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUsurfObject surfObject)
+{
+	SIM_ENTER(cuSurfObjectGetResourceDesc);
+	return pResDesc ? object_desc(surfObject, true, pResDesc, NULL, NULL) : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC *pTexDesc, CUtexObject texObject)
+{
+	SIM_ENTER(cuTexObjectGetTextureDesc);
+	return pTexDesc ? object_desc(texObject, false, NULL, pTexDesc, NULL) : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *pResViewDesc, CUtexObject texObject)
+{
+	SIM_ENTER(cuTexObjectGetResourceViewDesc);
+	return pResViewDesc ? object_desc(texObject, false, NULL, NULL, pResViewDesc)
+			    : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* crcuda_sim_block.resource: level 0 of a mipmapped array. */
+int sim_resource(unsigned long long object, struct crcuda_sim_resource *out)
+{
+	struct sim_texobj *o;
+	int rc = -1;
+
+	pthread_mutex_lock(&array_lock);
+	o = object && object <= TEXOBJS_MAX && texobjs[object - 1].live ? &texobjs[object - 1] : NULL;
+	if (o) {
+		const CUDA_RESOURCE_DESC *r = &o->res;
+		const struct CUarray_st *a = r->resType == CU_RESOURCE_TYPE_ARRAY ? r->res.array.hArray
+					     : r->resType == CU_RESOURCE_TYPE_MIPMAPPED_ARRAY
+						 ? r->res.mipmap.hMipmappedArray->level[0]
+						 : NULL;
+
+		*out = (struct crcuda_sim_resource){
+		    .normalized = !o->surface && (o->tex.flags & CU_TRSF_NORMALIZED_COORDINATES)};
+		if (a) {
+			out->base = (unsigned char *)(uintptr_t)a->base;
+			out->elem_bytes = crc_array_elem_bytes(a->desc.Format, a->desc.NumChannels);
+			out->width = a->desc.Width;
+			out->height = a->box.rows;
+			out->depth = a->box.slices;
+			out->pitch = a->box.row_bytes;
+			out->rows = a->box.rows;
+		} else if (r->resType == CU_RESOURCE_TYPE_LINEAR) {
+			out->base = (unsigned char *)(uintptr_t)r->res.linear.devPtr;
+			out->elem_bytes =
+			    crc_array_elem_bytes(r->res.linear.format, r->res.linear.numChannels);
+			out->width = r->res.linear.sizeInBytes / out->elem_bytes;
+			out->height = out->depth = out->rows = 1;
+			out->pitch = r->res.linear.sizeInBytes;
+		} else {
+			out->base = (unsigned char *)(uintptr_t)r->res.pitch2D.devPtr;
+			out->elem_bytes =
+			    crc_array_elem_bytes(r->res.pitch2D.format, r->res.pitch2D.numChannels);
+			out->width = r->res.pitch2D.width;
+			out->height = out->rows = r->res.pitch2D.height;
+			out->depth = 1;
+			out->pitch = r->res.pitch2D.pitchInBytes;
+		}
+		rc = 0;
+	}
+	pthread_mutex_unlock(&array_lock);
+	return rc;
+}
