@@ -12,13 +12,14 @@
 static const char *type_name(uint32_t type)
 {
 	static const char *const names[] = {
-	    [1] = "CONTEXT_CREATE",   [2] = "CONTEXT_SET",     [3] = "MODULE_LOAD",    [4] = "MODULE_UNLOAD",
-	    [5] = "FUNCTION_GET",     [6] = "GLOBAL_GET",      [7] = "MEM_ALLOC",      [8] = "MEM_FREE",
-	    [9] = "STREAM_CREATE",    [10] = "STREAM_DESTROY", [11] = "EVENT_CREATE",  [12] = "EVENT_DESTROY",
-	    [13] = "LAUNCH_STATS",    [14] = "MEM_RESERVE",    [15] = "MEM_UNRESERVE", [16] = "VMM_CREATE",
-	    [17] = "VMM_RELEASE",     [18] = "VMM_MAP",	       [19] = "VMM_UNMAP",     [20] = "VMM_ACCESS",
-	    [21] = "CONTEXT_DESTROY", [22] = "FUNCTION_SET",   [23] = "OBJECT_CREATE",
-	    [24] = "OBJECT_DESTROY",
+	    [1] = "CONTEXT_CREATE",  [2] = "CONTEXT_SET",    [3] = "MODULE_LOAD",
+	    [4] = "MODULE_UNLOAD",   [5] = "FUNCTION_GET",   [6] = "GLOBAL_GET",
+	    [7] = "MEM_ALLOC",	     [8] = "MEM_FREE",	     [9] = "STREAM_CREATE",
+	    [10] = "STREAM_DESTROY", [11] = "EVENT_CREATE",  [12] = "EVENT_DESTROY",
+	    [13] = "LAUNCH_STATS",   [14] = "MEM_RESERVE",   [15] = "MEM_UNRESERVE",
+	    [16] = "VMM_CREATE",     [17] = "VMM_RELEASE",   [18] = "VMM_MAP",
+	    [19] = "VMM_UNMAP",	     [20] = "VMM_ACCESS",    [21] = "CONTEXT_DESTROY",
+	    [22] = "FUNCTION_SET",   [23] = "OBJECT_CREATE", [24] = "OBJECT_DESTROY",
 	};
 	return type < sizeof(names) / sizeof(names[0]) && names[type] ? names[type] : "UNKNOWN";
 }

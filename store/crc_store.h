@@ -98,8 +98,8 @@ enum crc_jrec_type {
 	CRC_JREC_VMM_UNMAP = 19,
 	CRC_JREC_VMM_ACCESS = 20, /* cuMemSetAccess */
 	CRC_JREC_CONTEXT_DESTROY = 21,
-	CRC_JREC_FUNCTION_SET = 22,  /* function/kernel attributes and cache configuration */
-	CRC_JREC_OBJECT_CREATE = 23, /* any other call that created a handle */
+	CRC_JREC_FUNCTION_SET = 22,   /* function/kernel attributes and cache configuration */
+	CRC_JREC_OBJECT_CREATE = 23,  /* any other call that created a handle */
 	CRC_JREC_OBJECT_DESTROY = 24, /* a destroy of such a handle (arrays) */
 	CRC_JREC_TYPE_END
 };
