@@ -117,8 +117,26 @@ static CUresult reply_node(struct crc_session *s, CUgraphNode node)
 	return CUDA_SUCCESS;
 }
 
+/* An executable graph cannot be read back from the driver: each one keeps a clone of the graph it was
+ * instantiated from (its shadow), which a checkpoint describes and a restore instantiates again. */
+struct crc_gexec {
+	CUgraphExec exec;
+	CUgraph shadow;
+	uint64_t flags;
+	bool modified; /* changed after instantiation (exec update, node params): the shadow no longer says */
+	/* Rebuilt by a restore from its shadow, whose nodes the driver takes for it: the application's node
+	 * handles (of the graph it was instantiated from) and the shadow's node each names. */
+	uint64_t *map_vh;
+	CUgraphNode *map_node;
+	size_t nmap;
+	struct crc_gexec *next;
+};
+static struct crc_gexec *gexec_find(struct crc_session *s, CUgraphExec exec);
+static CUgraphNode shadow_node(struct crc_gexec *x, CUgraphNode node);
+static CUgraphNode exec_target(struct crc_session *s, struct crc_gexec *x, CUgraphNode node);
+
 /* What a node request does with its parameters, by the op: add a node (its handle in the reply), set
- * a node's parameters, or an executable graph's node's (which the checkpoint then cannot describe). */
+ * a node's parameters, or an executable graph's node's (and its shadow's). */
 static CUresult node_apply(struct crc_session *s, const struct node_req *nr, CUgraphNodeParams *p)
 {
 	CUgraphNode node = NULL;
@@ -134,11 +152,19 @@ static CUresult node_apply(struct crc_session *s, const struct node_req *nr, CUg
 	case CRC_CU_cuGraphMemcpyNodeSetParams:
 	case CRC_CU_cuGraphHostNodeSetParams:
 		return CALL(cuGraphNodeSetParams, nr->node, p);
-	default:
-		res = CALL(cuGraphExecNodeSetParams, nr->exec, nr->node, p);
-		if (res == CUDA_SUCCESS)
-			crc_graph_exec_modified(s, nr->exec);
+	default: {
+		struct crc_gexec *x = gexec_find(s, nr->exec);
+		CUgraphNode target = exec_target(s, x, nr->node), sn;
+
+		res = CALL(cuGraphExecNodeSetParams, nr->exec, target, p);
+		if (res != CUDA_SUCCESS || !x || x->modified)
+			return res;
+		/* The shadow's node gets the same parameters (see crc_graph_exec_changed). */
+		sn = x->nmap ? target : shadow_node(x, nr->node);
+		if (!sn || CALL(cuGraphNodeSetParams, sn, p) != CUDA_SUCCESS)
+			x->modified = true;
 		return res;
+	}
 	}
 }
 
@@ -527,15 +553,6 @@ CUresult crc_raw_capture_info(struct crc_session *s, const struct crc_call_hdr *
 }
 
 /* ---- executable graphs ---------------------------------------------------------------------------- */
-/* An executable graph cannot be read back from the driver: each one keeps a clone of the graph it was
- * instantiated from (its shadow), which a checkpoint describes and a restore instantiates again. */
-struct crc_gexec {
-	CUgraphExec exec;
-	CUgraph shadow;
-	uint64_t flags;
-	bool modified; /* changed after instantiation (exec update, node params): the shadow no longer says */
-	struct crc_gexec *next;
-};
 
 static CUresult gexec_add(struct crc_session *s, CUgraphExec exec, CUgraph shadow, uint64_t flags)
 {
@@ -570,11 +587,114 @@ CUresult crc_ovr_cuGraphInstantiateWithFlags(struct crc_session *s, void *const 
 	return CUDA_SUCCESS;
 }
 
-void crc_graph_exec_modified(struct crc_session *s, void *exec)
+static struct crc_gexec *gexec_find(struct crc_session *s, CUgraphExec exec)
 {
 	for (struct crc_gexec *x = s->gexecs; x; x = x->next)
 		if (x->exec == exec)
-			x->modified = true;
+			return x;
+	return NULL;
+}
+
+void crc_graph_exec_modified(struct crc_session *s, void *exec)
+{
+	struct crc_gexec *x = gexec_find(s, exec);
+
+	if (x)
+		x->modified = true;
+}
+
+/* The shadow's node for a node of the graph an executable graph was made from (NULL: none). */
+static CUgraphNode shadow_node(struct crc_gexec *x, CUgraphNode node)
+{
+	CUgraphNode sn = NULL;
+
+	if (!x->shadow || CALL(cuGraphNodeFindInClone, &sn, node, x->shadow) != CUDA_SUCCESS)
+		return NULL;
+	return sn;
+}
+
+/* The node an executable graph's driver object takes for the application's node. */
+static CUgraphNode exec_target(struct crc_session *s, struct crc_gexec *x, CUgraphNode node)
+{
+	uint64_t vh;
+
+	if (!x || !x->nmap || !(vh = crc_find_handle(s, CRC_HT_GRAPHNODE, node)))
+		return node;
+	for (size_t i = 0; i < x->nmap; i++)
+		if (x->map_vh[i] == vh)
+			return x->map_node[i];
+	return node;
+}
+
+static void gexec_map_free(struct crc_gexec *x)
+{
+	free(x->map_vh);
+	free(x->map_node);
+	x->map_vh = NULL;
+	x->map_node = NULL;
+	x->nmap = 0;
+}
+
+void crc_graph_exec_remap(struct crc_session *s, int op, void *const *argv)
+{
+	struct crc_gexec *x;
+
+	if (op == CRC_CU_cuGraphExecUpdate || !(x = gexec_find(s, *(CUgraphExec *)argv[0])))
+		return;
+	*(CUgraphNode *)argv[1] = exec_target(s, x, *(CUgraphNode *)argv[1]);
+}
+
+/* A change the driver made to an executable graph, made to its shadow too, so that a checkpoint still
+ * describes it: an update replaces the shadow by a clone of the new graph; a node's new parameters go
+ * to the shadow's node. What cannot be mirrored (a node disabled) marks it modified, and a checkpoint
+ * then refuses, saying so. */
+void crc_graph_exec_changed(struct crc_session *s, int op, void *const *argv)
+{
+	struct crc_gexec *x = gexec_find(s, *(CUgraphExec *)argv[0]);
+	CUgraphNode sn;
+	CUgraph clone;
+	CUresult res = CUDA_ERROR_NOT_SUPPORTED;
+
+	if (!x || x->modified)
+		return;
+	if (op == CRC_CU_cuGraphExecUpdate) {
+		if (x->shadow && CALL(cuGraphClone, &clone, *(CUgraph *)argv[1]) == CUDA_SUCCESS) {
+			CALL(cuGraphDestroy, x->shadow);
+			x->shadow = clone;
+			gexec_map_free(x); /* its nodes are the new graph's now */
+			return;
+		}
+		x->modified = true;
+		return;
+	}
+	/* A restored one's node was remapped to the shadow's already (crc_graph_exec_remap). */
+	sn = x->nmap ? *(CUgraphNode *)argv[1] : shadow_node(x, *(CUgraphNode *)argv[1]);
+	if (sn) {
+		switch (op) {
+		case CRC_CU_cuGraphExecMemsetNodeSetParams:
+			res = CALL(cuGraphMemsetNodeSetParams, sn, (const CUDA_MEMSET_NODE_PARAMS *)argv[2]);
+			break;
+		case CRC_CU_cuGraphExecEventRecordNodeSetEvent:
+			res = CALL(cuGraphEventRecordNodeSetEvent, sn, *(CUevent *)argv[2]);
+			break;
+		case CRC_CU_cuGraphExecEventWaitNodeSetEvent:
+			res = CALL(cuGraphEventWaitNodeSetEvent, sn, *(CUevent *)argv[2]);
+			break;
+		case CRC_CU_cuGraphExecChildGraphNodeSetParams: {
+			CUgraphNodeParams p = {.type = CU_GRAPH_NODE_TYPE_GRAPH};
+
+			p.graph.graph = *(CUgraph *)argv[2];
+			res = CALL(cuGraphNodeSetParams, sn, &p);
+			break;
+		}
+		case CRC_CU_cuGraphNodeSetEnabled:
+			/* Enabled is how the shadow instantiates; a disabled node it cannot say. */
+			res = *(unsigned *)argv[2] ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
+			break;
+		}
+	}
+	if (res != CUDA_SUCCESS)
+		x->modified = true;
 }
 
 void crc_graph_free(struct crc_session *s)
@@ -583,6 +703,7 @@ void crc_graph_free(struct crc_session *s)
 		struct crc_gexec *x = s->gexecs;
 
 		s->gexecs = x->next;
+		gexec_map_free(x);
 		free(x);
 	}
 }
@@ -602,6 +723,7 @@ CUresult crc_ovr_cuGraphExecDestroy(struct crc_session *s, void *const *argv)
 			*pp = x->next;
 			if (x->shadow)
 				CALL(cuGraphDestroy, x->shadow);
+			gexec_map_free(x);
 			free(x);
 			break;
 		}
@@ -622,18 +744,20 @@ static void gexec_prune(struct crc_session *s)
 		*pp = x->next;
 		if (x->shadow)
 			CALL(cuGraphDestroy, x->shadow);
+		gexec_map_free(x);
 		free(x);
 	}
 }
 
 /* ---- graph descriptions (checkpoint) ------------------------------------------------------------------ */
+
 /* A graph, as a checkpoint keeps it: u32 nodes, u32 edges; per node u32 type, u32 payload bytes, u64 the
  * client's handle of the node (0: none), payload; per edge u32 from, u32 to (node indices). Payloads:
  * kernel: a crc_launch_req (func: a FUNC or KERNEL handle) and its parameters; memcpy: CUDA_MEMCPY3D
  * with the client's host addresses; memset: CUDA_MEMSET_NODE_PARAMS; event record/wait: the event's
  * handle; child graph: a graph description; empty: nothing. Kernel payloads end with the node's
  * attributes: u32 count, then per attribute u32 id, u32 0, CUkernelNodeAttrValue. */
-#define GRAPH_DESC_VERSION 2 /* 2: kernel nodes carry their attributes */
+#define GRAPH_DESC_VERSION 3 /* 2: kernel nodes carry their attributes; 3: execs their node map */
 
 struct gbuf {
 	uint8_t *p;
@@ -944,6 +1068,51 @@ static char *hex_of(const struct gbuf *b)
 	return h;
 }
 
+/* After an executable graph's shadow: u32 n, then for each of the shadow's top-level nodes (in
+ * cuGraphGetNodes order, as described) the application's handle of the node it stands for, 0 if none:
+ * a restore instantiates the shadow, and later calls naming the application's nodes go to its nodes. */
+static int describe_exec_map(struct crc_session *s, struct crc_gexec *x, struct gbuf *b, char *why,
+			     size_t len)
+{
+	const struct crc_htable *t = &s->tables[CRC_HT_GRAPHNODE];
+	CUgraphNode *nodes;
+	uint64_t *origin;
+	size_t n = 0;
+
+	if (CALL(cuGraphGetNodes, x->shadow, NULL, &n) != CUDA_SUCCESS) {
+		snprintf(why, len, "cannot list a graph's nodes and edges");
+		return -1;
+	}
+	nodes = calloc(n + 1, sizeof(*nodes));
+	origin = calloc(n + 1, sizeof(*origin));
+	if (!nodes || !origin || CALL(cuGraphGetNodes, x->shadow, nodes, &n) != CUDA_SUCCESS) {
+		free(nodes);
+		free(origin);
+		snprintf(why, len, "cannot list a graph's nodes and edges");
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++)
+		for (size_t k = 0; x->nmap && k < x->nmap; k++)
+			if (x->map_node[k] == nodes[i])
+				origin[i] = x->map_vh[k];
+	/* Never restored: the nodes of the graph it came from, which the driver knows it cloned. */
+	for (uint32_t v = 1; !x->nmap && v <= t->n; v++) {
+		CUgraphNode sn = NULL;
+
+		if (!t->real[v].ptr ||
+		    CALL(cuGraphNodeFindInClone, &sn, t->real[v].ptr, x->shadow) != CUDA_SUCCESS)
+			continue;
+		for (size_t i = 0; i < n; i++)
+			if (nodes[i] == sn)
+				origin[i] = crc_vhandle(CRC_HT_GRAPHNODE, v);
+	}
+	gbuf_u32(b, (uint32_t)n);
+	gbuf_put(b, origin, n * sizeof(*origin));
+	free(nodes);
+	free(origin);
+	return 0;
+}
+
 /* The session's graphs and executable graphs, described (NULL and why: what cannot be). Format: u32
  * version (1), u32 graphs, u32 execs; per graph u64 handle + description; per exec u64 handle, u64
  * flags, description of its shadow. Hex, as metadata is text. */
@@ -970,17 +1139,18 @@ char *crc_graph_describe(struct crc_session *s, char *why, size_t len)
 	}
 	for (struct crc_gexec *x = s->gexecs; x; x = x->next) {
 		if (x->modified || !x->shadow) {
-			snprintf(why, len, "%s",
-				 x->modified
-				     ? "an executable graph was changed after it was instantiated (exec "
-				       "update or node parameters): checkpointing it is not supported yet"
-				     : "an executable graph holds graph memory nodes: checkpointing it is "
-				       "not supported yet");
+			snprintf(
+			    why, len, "%s",
+			    x->modified
+				? "an executable graph had a node disabled (cuGraphNodeSetEnabled) or a "
+				  "change its shadow could not take: checkpointing it is not supported yet"
+				: "an executable graph holds graph memory nodes: checkpointing it is "
+				  "not supported yet");
 			goto out;
 		}
 		gbuf_u64(&b, crc_find_handle(s, CRC_HT_GRAPHEXEC, x->exec));
 		gbuf_u64(&b, x->flags);
-		if (describe_graph(s, x->shadow, &b, why, len, 0))
+		if (describe_graph(s, x->shadow, &b, why, len, 0) || describe_exec_map(s, x, &b, why, len))
 			goto out;
 		nexecs++;
 	}
@@ -1040,7 +1210,8 @@ static uint64_t grd_u64(struct grd *r)
 	return v;
 }
 
-static CUresult rebuild_graph(struct crc_session *s, struct grd *r, CUgraph *out, int depth);
+static CUresult rebuild_graph(struct crc_session *s, struct grd *r, CUgraph *out, int depth,
+			      CUgraphNode **keep, uint32_t *nkeep);
 
 static CUresult rebuild_node(struct crc_session *s, struct grd *r, CUgraph g, CUgraphNode *node, int depth)
 {
@@ -1133,7 +1304,7 @@ static CUresult rebuild_node(struct crc_session *s, struct grd *r, CUgraph g, CU
 	case CU_GRAPH_NODE_TYPE_GRAPH: {
 		CUgraph child = NULL;
 
-		res = rebuild_graph(s, &pl, &child, depth + 1);
+		res = rebuild_graph(s, &pl, &child, depth + 1, NULL, NULL);
 		if (res == CUDA_SUCCESS)
 			res = CALL(cuGraphAddChildGraphNode, node, g, NULL, 0, child);
 		if (child)
@@ -1160,7 +1331,9 @@ static CUresult rebuild_node(struct crc_session *s, struct grd *r, CUgraph g, CU
 	return res;
 }
 
-static CUresult rebuild_graph(struct crc_session *s, struct grd *r, CUgraph *out, int depth)
+/* keep (may be NULL): the graph's nodes in description order, *nkeep of them, for the caller to free. */
+static CUresult rebuild_graph(struct crc_session *s, struct grd *r, CUgraph *out, int depth,
+			      CUgraphNode **keep, uint32_t *nkeep)
 {
 	uint32_t n = grd_u32(r), ne = grd_u32(r);
 	CUgraphNode *nodes;
@@ -1181,6 +1354,11 @@ static CUresult rebuild_graph(struct crc_session *s, struct grd *r, CUgraph *out
 			  ? CUDA_ERROR_INVALID_VALUE
 			  : CALL(cuGraphAddDependencies, *out, &nodes[fi], &nodes[ti], 1);
 	}
+	if (res == CUDA_SUCCESS && keep) {
+		*keep = nodes;
+		*nkeep = n;
+		nodes = NULL;
+	}
 	free(nodes);
 	if (res != CUDA_SUCCESS && *out) {
 		CALL(cuGraphDestroy, *out);
@@ -1194,7 +1372,7 @@ int crc_graph_restore(struct crc_session *s, const char *hex, char *why, size_t 
 	size_t hl = hex ? strlen(hex) : 0;
 	uint8_t *bin;
 	struct grd r;
-	uint32_t ngraphs, nexecs;
+	uint32_t ngraphs, nexecs, version;
 	CUresult res = CUDA_SUCCESS;
 
 	if (!hl)
@@ -1216,7 +1394,8 @@ int crc_graph_restore(struct crc_session *s, const char *hex, char *why, size_t 
 		bin[i] = (uint8_t)v;
 	}
 	r = (struct grd){.p = bin, .n = hl / 2};
-	if (grd_u32(&r) != GRAPH_DESC_VERSION) {
+	version = grd_u32(&r);
+	if (version != GRAPH_DESC_VERSION && version != 2) {
 		free(bin);
 		snprintf(why, len, "the checkpoint's graph description has an unknown version");
 		return -1;
@@ -1227,7 +1406,7 @@ int crc_graph_restore(struct crc_session *s, const char *hex, char *why, size_t 
 		uint64_t vh = grd_u64(&r);
 		CUgraph g = NULL;
 
-		res = rebuild_graph(s, &r, &g, 0);
+		res = rebuild_graph(s, &r, &g, 0, NULL, NULL);
 		if (res == CUDA_SUCCESS)
 			crc_register_at(s, vh, (union crc_slot){.ptr = g});
 	}
@@ -1235,12 +1414,35 @@ int crc_graph_restore(struct crc_session *s, const char *hex, char *why, size_t 
 		uint64_t vh = grd_u64(&r), flags = grd_u64(&r);
 		CUgraph shadow = NULL;
 		CUgraphExec exec = NULL;
+		CUgraphNode *nodes = NULL;
+		uint32_t n = 0;
 
-		res = rebuild_graph(s, &r, &shadow, 0);
+		res = rebuild_graph(s, &r, &shadow, 0, &nodes, &n);
 		if (res == CUDA_SUCCESS)
 			res = CALL(cuGraphInstantiateWithFlags, &exec, shadow, flags);
 		if (res == CUDA_SUCCESS)
 			res = gexec_add(s, exec, shadow, flags);
+		/* Version 3: which node of the shadow each application node handle names. */
+		if (res == CUDA_SUCCESS && version >= 3) {
+			struct crc_gexec *x = gexec_find(s, exec);
+			uint32_t m = grd_u32(&r);
+
+			x->map_vh = calloc(m + 1, sizeof(*x->map_vh));
+			x->map_node = calloc(m + 1, sizeof(*x->map_node));
+			if (!x->map_vh || !x->map_node)
+				res = CUDA_ERROR_OUT_OF_MEMORY;
+			for (uint32_t k = 0; res == CUDA_SUCCESS && k < m; k++) {
+				uint64_t vh = grd_u64(&r);
+
+				if (!vh || k >= n)
+					continue;
+				x->map_vh[x->nmap] = vh;
+				x->map_node[x->nmap++] = nodes[k];
+			}
+			if (m != n)
+				r.bad = true;
+		}
+		free(nodes);
 		if (res == CUDA_SUCCESS)
 			crc_register_at(s, vh, (union crc_slot){.ptr = exec});
 	}

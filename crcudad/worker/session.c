@@ -560,9 +560,12 @@ static CUresult exec_generic(struct crc_session *s, int id, const struct crc_cal
 			goto out;
 		argv[i] = arrays[i];
 	}
+	/* A restored executable graph takes its shadow's nodes for the application's. */
+	if (o->changes_exec || s->msg->op == CRC_CU_cuGraphNodeGetEnabled)
+		crc_graph_exec_remap(s, s->msg->op, argv);
 	res = o->override ? o->override(s, argv) : o->exec(argv);
 	if (res == CUDA_SUCCESS && o->changes_exec)
-		crc_graph_exec_modified(s, slots[0].ptr);
+		crc_graph_exec_changed(s, s->msg->op, argv);
 	if (res == CUDA_SUCCESS && o->forget_arg1) {
 		uint64_t v;
 

@@ -359,6 +359,11 @@ char *crc_graph_describe(struct crc_session *s, char *why, size_t len);
 int crc_graph_restore(struct crc_session *s, const char *desc, char *why, size_t len);
 /* An executable graph changed after instantiation (its shadow no longer describes it). */
 void crc_graph_exec_modified(struct crc_session *s, void *exec);
+/* A generic call (op, its arguments as the driver took them) changed an executable graph: mirrored
+ * onto its shadow, or marked modified. */
+void crc_graph_exec_changed(struct crc_session *s, int op, void *const *argv);
+/* Before such a call (argv[0] an executable graph, argv[1] a node): the node the driver takes for it. */
+void crc_graph_exec_remap(struct crc_session *s, int op, void *const *argv);
 void crc_graph_free(struct crc_session *s);
 /* Host functions (hostfn.c): node parameters that run the application's fn(data) in the client, and
  * back (false: not such a node). */

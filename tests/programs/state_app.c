@@ -22,6 +22,11 @@
  * --pinned-ready: at the ready step it allocates page-locked memory, copies chunk 0's first words into
  * it and frees it (the same checksum); the ready signal is then the layer's, from inside the allocation
  * (CRCUDA_TEST_PIN_PAUSE), so that a test checkpoints between its registration and its listing.
+ * --graph-params: each step is one launch of a graph made once of one state_step node a chunk, whose
+ * step parameter is set in the executable graph first (cuGraphExecKernelNodeSetParams); right before
+ * the ready step the executable graph is updated (cuGraphExecUpdate) from a second graph of the same
+ * shape, whose nodes the later steps name (the same checksum). A restore must rebuild the executable
+ * graph as it was changed, and take the application's node handles for its nodes.
  * --texture: each step also reads a CUDA array through a texture object (every word mixed with an
  * element) and rewrites the array through a surface object, and the array joins the checksum (a
  * different one); a texture object made and destroyed first leaves a hole below the live objects'
@@ -42,6 +47,7 @@ struct opts {
 	unsigned chunks, steps, ready_at, pause_ms, seed, devices;
 	const char *ready_file, *go_file;
 	int verify, graph, graph_pageable, ready_in_capture, managed, registered, pool, pinned_ready, texture;
+	int graph_params;
 };
 
 static void parse(int argc, char **argv, struct opts *o)
@@ -52,6 +58,10 @@ static void parse(int argc, char **argv, struct opts *o)
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--verify")) {
 			o->verify = 1;
+			continue;
+		}
+		if (!strcmp(a, "--graph-params")) {
+			o->graph_params = 1;
 			continue;
 		}
 		if (!strcmp(a, "--texture")) {
@@ -115,15 +125,16 @@ static void parse(int argc, char **argv, struct opts *o)
 	if (o->chunks && o->mb && (o->mb << 20) % ((size_t)o->chunks * 4) == 0 && o->devices >= 1 &&
 	    o->devices <= 8 && (!o->graph || o->devices == 1) && (o->graph || !o->ready_in_capture) &&
 	    !(o->managed && (o->graph || o->verify)) && !(o->pool && o->devices != 1) &&
-	    !(o->texture && (o->graph || o->verify || o->devices != 1)))
+	    !(o->texture && (o->graph || o->verify || o->devices != 1)) &&
+	    !(o->graph_params && (o->graph || o->texture || o->managed || o->devices != 1)))
 		return;
 usage:
-	fprintf(
-	    stderr,
-	    "usage: state_app [--mb N] [--chunks N] [--steps N] [--ready-at STEP] [--pause-ms MS]\n"
-	    "                 [--ready-file PATH] [--go-file PATH] [--seed N] [--devices N] [--verify]\n"
-	    "                 [--graph] [--graph-pageable] [--managed] [--registered] [--pool] [--texture]\n"
-	    "                 [--pinned-ready]\n");
+	fprintf(stderr,
+		"usage: state_app [--mb N] [--chunks N] [--steps N] [--ready-at STEP] [--pause-ms MS]\n"
+		"                 [--ready-file PATH] [--go-file PATH] [--seed N] [--devices N] [--verify]\n"
+		"                 [--graph] [--graph-pageable] [--managed] [--registered] [--pool] "
+		"[--texture] [--graph-params]\n"
+		"                 [--pinned-ready]\n");
 	exit(2);
 }
 
@@ -180,6 +191,52 @@ static CUgraphExec capture_step(const struct opts *o, CUmodule *mod, CUstream st
 	CU_CHECK(cuGraphInstantiateWithFlags(&exec, graph, 0));
 	CU_CHECK(cuGraphDestroy(graph)); /* the executable graph lives on alone */
 	return exec;
+}
+
+/* --graph-params: a graph of one state_step node a chunk (step 0), its nodes in nodes[]. */
+#define PARAM_CHUNKS_MAX 64
+static CUgraph param_graph(CUfunction f, CUdeviceptr *bufs, unsigned chunks, unsigned long long *words,
+			   unsigned grid, unsigned block, CUgraphNode *nodes)
+{
+	unsigned zero = 0;
+	CUgraph g;
+
+	CHECK(chunks <= PARAM_CHUNKS_MAX);
+	CU_CHECK(cuGraphCreate(&g, 0));
+	for (unsigned c = 0; c < chunks; c++) {
+		void *p[] = {&bufs[c], words, &zero};
+		CUDA_KERNEL_NODE_PARAMS kp = {.func = f,
+					      .gridDimX = grid,
+					      .gridDimY = 1,
+					      .gridDimZ = 1,
+					      .blockDimX = block,
+					      .blockDimY = 1,
+					      .blockDimZ = 1,
+					      .kernelParams = p};
+
+		CU_CHECK(cuGraphAddKernelNode(&nodes[c], g, c ? &nodes[c - 1] : NULL, c ? 1 : 0, &kp));
+	}
+	return g;
+}
+
+/* Sets every node's step in the executable graph. */
+static void param_graph_step(CUgraphExec exec, CUfunction f, CUdeviceptr *bufs, unsigned chunks,
+			     unsigned long long *words, unsigned grid, unsigned block, CUgraphNode *nodes,
+			     unsigned step)
+{
+	for (unsigned c = 0; c < chunks; c++) {
+		void *p[] = {&bufs[c], words, &step};
+		CUDA_KERNEL_NODE_PARAMS kp = {.func = f,
+					      .gridDimX = grid,
+					      .gridDimY = 1,
+					      .gridDimZ = 1,
+					      .blockDimX = block,
+					      .blockDimY = 1,
+					      .blockDimZ = 1,
+					      .kernelParams = p};
+
+		CU_CHECK(cuGraphExecKernelNodeSetParams(exec, nodes[c], &kp));
+	}
 }
 
 /* --texture: a CUDA array, a texture and a surface object on it. */
@@ -339,10 +396,34 @@ int main(int argc, char **argv)
 		texture_setup(&tx, d[0].mod, o.seed);
 	unsigned step = 0; /* host state: restored by CRIU, not by the layer */
 	CUgraphExec step_graph = NULL;
+	CUgraph pgraph = NULL;
+	CUgraphNode pnodes[PARAM_CHUNKS_MAX];
+	if (o.graph_params) {
+		pgraph = param_graph(d[0].f_step, bufs, o.chunks, &words, grid, block, pnodes);
+		CU_CHECK(cuGraphInstantiateWithFlags(&step_graph, pgraph, 0));
+	}
 	if (o.graph)
 		step_graph = capture_step(&o, &d[0].mod, d[0].stream, bufs, o.chunks, words, grid, block);
 	while (step < o.steps) {
 		step++;
+		if (o.graph_params) {
+			if (step == o.ready_at) {
+				/* The update: a second graph of the same shape, whose nodes name the exec's
+				 * now. */
+				CUgraph g2 =
+				    param_graph(d[0].f_step, bufs, o.chunks, &words, grid, block, pnodes);
+				CUgraphExecUpdateResultInfo info;
+
+				CU_CHECK(cuGraphExecUpdate(step_graph, g2, &info));
+				CHECK(info.result == CU_GRAPH_EXEC_UPDATE_SUCCESS);
+				CU_CHECK(cuGraphDestroy(pgraph));
+				pgraph = g2;
+			}
+			param_graph_step(step_graph, d[0].f_step, bufs, o.chunks, &words, grid, block, pnodes,
+					 step);
+			CU_CHECK(cuGraphLaunch(step_graph, d[0].stream));
+			goto launched;
+		}
 		if (step_graph) {
 			host_step = step;
 			CU_CHECK(cuGraphLaunch(step_graph, d[0].stream));
@@ -448,6 +529,8 @@ int main(int argc, char **argv)
 	}
 	if (step_graph)
 		CU_CHECK(cuGraphExecDestroy(step_graph));
+	if (pgraph)
+		CU_CHECK(cuGraphDestroy(pgraph));
 	for (unsigned c = 0; c < o.chunks; c++) {
 		CU_CHECK(cuCtxSetCurrent(d[c % o.devices].ctx));
 		CU_CHECK(cuMemFree(bufs[c]));

@@ -19,6 +19,7 @@
 #                    state_graph_pageable (the same, the step number copied in from pageable memory)
 #                    state_managed (managed memory written by kernels and the CPU in turns)
 #                    state_pool (chunks from a memory pool of its own; its books checked at the end)
+#                    state_graph_params (a graph's node parameters set every step; updated halfway)
 #                    state_texture (a CUDA array read by a texture and rewritten by a surface each step)
 #   --prog NAME CMD  another program (word-split CMD, run from the current directory); repeatable
 #   --ref-runs R     R uninterrupted runs of each program, which must agree (a nondeterministic program
@@ -78,6 +79,7 @@ cmd[state_graph]=${cmd[state_graph]:-$build/tests/programs/state_app --mb 8 --ch
 cmd[state_graph_pageable]=${cmd[state_graph_pageable]:-$build/tests/programs/state_app --mb 8 --chunks 4 --steps 300 --graph-pageable}
 cmd[state_managed]=${cmd[state_managed]:-$build/tests/programs/state_app --mb 8 --chunks 4 --steps 300 --managed}
 cmd[state_pool]=${cmd[state_pool]:-$build/tests/programs/state_app --mb 8 --chunks 4 --steps 400 --pool}
+cmd[state_graph_params]=${cmd[state_graph_params]:-$build/tests/programs/state_app --mb 8 --chunks 4 --steps 400 --graph-params}
 cmd[state_texture]=${cmd[state_texture]:-$build/tests/programs/state_app --mb 8 --chunks 4 --steps 400 --texture}
 for p in $programs; do
 	[ -n "${cmd[$p]:-}" ] || { echo "cr-stress: no program $p" >&2; exit 2; }
