@@ -1029,10 +1029,11 @@ CUresult crc_hook_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsi
 	return CUDA_SUCCESS;
 }
 
-/* The application's own memory. Where it is private anonymous memory (the heap, an anonymous mapping),
- * its pages are moved in place onto a memfd (same address, same bytes) that the daemon then maps and
- * registers like cuMemAllocHost memory: kernels reach it mapped, copies go as from page-locked memory
- * and CRIU carries it. Other memory (a file mapping, the stack, over TCP) stays where it is: copies
+/* The application's own memory. Where it is private writable memory (the heap, an anonymous mapping, a
+ * library's static data), its pages are moved in place onto a memfd (same address, same bytes) that the
+ * daemon then maps and registers like cuMemAllocHost memory: kernels reach it mapped, copies go as from
+ * page-locked memory and CRIU carries it. Other memory (a shared mapping, the stack, over TCP) stays
+ * where it is: copies
  * take the pageable path, synchronously, and a mapping into device space is refused. The move copies
  * the pages: a write by another thread to them during the call would be lost (programs register
  * memory before they use it with the GPU). A process forked later shares those pages, not copies. */
@@ -1047,8 +1048,8 @@ static bool pinned_overlaps(uintptr_t a, uintptr_t end)
 	return hit;
 }
 
-/* [a, end) lies in private anonymous read-write mappings (the heap included, the stack not). */
-static bool private_anonymous(uintptr_t a, uintptr_t end)
+/* [a, end) lies in private read-write mappings (the heap included, the stack not). */
+static bool private_writable(uintptr_t a, uintptr_t end)
 {
 	FILE *f = fopen("/proc/self/maps", "re");
 	char line[512];
@@ -1064,7 +1065,10 @@ static bool private_anonymous(uintptr_t a, uintptr_t end)
 			continue;
 		if (hi <= covered || lo > covered)
 			continue;
-		if (strcmp(perms, "rw-p") || inode || (path[0] && strcmp(path, "[heap]")))
+		/* Private writable memory: anonymous, the heap, or a file's copy-on-write data (a library's
+		 * static buffers, which NPP registers); not the stack, nor a device's memory. */
+		if (strcmp(perms, "rw-p") || (path[0] == '[' && strcmp(path, "[heap]")) ||
+		    (inode && !strncmp(path, "/dev/", 5)))
 			break;
 		covered = hi;
 	}
@@ -1115,10 +1119,10 @@ CUresult crc_hook_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Fl
 		return CUDA_ERROR_INVALID_VALUE;
 	if (pinned_overlaps(a, end))
 		return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
-	if (!crc_client.tcp && private_anonymous(a, end))
+	if (!crc_client.tcp && private_writable(a, end))
 		fd = share_in_place(a, end - a);
 	if (fd < 0 && (Flags & CU_MEMHOSTREGISTER_DEVICEMAP)) {
-		pr_warn("cuMemHostRegister: %p+%#zx cannot be shared with the daemon (not private anonymous "
+		pr_warn("cuMemHostRegister: %p+%#zx cannot be shared with the daemon (not private writable "
 			"memory, or a remote GPU): it cannot be mapped into device space under crcuda",
 			p, bytesize);
 		return CUDA_ERROR_NOT_SUPPORTED;

@@ -3,7 +3,9 @@
  * DEVICEMAP. A kernel updates the buffer through its device pointer while the CPU reads it after each
  * step; async copies from and to registered memory; the heap data on the same pages and the buffer's
  * contents from before the registration stay; unregistering leaves the memory usable; flags and double
- * registration answer as the driver does. Prints a checksum and PASS. */
+ * registration answer as the driver does. Then the program's static data (an initialized array: a
+ * private file mapping, as a library's static buffer that NPP registers), DEVICEMAP, stepped by a kernel
+ * through its device pointer. Prints a checksum and PASS. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -15,6 +17,9 @@ extern const unsigned char graph_basic_fatbin[];
 #define N     4096
 #define BLOCK 128
 #define STEPS 20
+
+/* Initialized, so in .data (the executable's private file mapping), on whole pages of its own. */
+static unsigned static_data[N] __attribute__((aligned(4096))) = {1};
 
 int main(void)
 {
@@ -82,6 +87,19 @@ int main(void)
 	CU_CHECK(cuMemcpyDtoH(y, d, N * sizeof(unsigned)));
 	CHECK(!memcmp(x, y, N * sizeof(unsigned)));
 	munmap(y, N * sizeof(unsigned));
+
+	/* Static data, registered and stepped by a kernel through its device pointer. */
+	for (unsigned i = 0; i < N; i++)
+		model[i] = static_data[i] = i * 2654435761u + static_data[i];
+	CU_CHECK(cuMemHostRegister(static_data, sizeof(static_data), CU_MEMHOSTREGISTER_DEVICEMAP));
+	CU_CHECK(cuMemHostGetDevicePointer(&dx, static_data, 0));
+	CU_CHECK(cuLaunchKernel(affine, N / BLOCK, 1, 1, BLOCK, 1, 1, 0, s, params, NULL));
+	CU_CHECK(cuStreamSynchronize(s));
+	for (unsigned i = 0; i < N; i++) {
+		CHECK(static_data[i] == model[i] * mul + add + i);
+		sum = (sum ^ static_data[i]) * 0x100000001b3ull;
+	}
+	CU_CHECK(cuMemHostUnregister(static_data));
 	free(heap);
 	CU_CHECK(cuMemFree(d));
 	CU_CHECK(cuStreamDestroy(s));
