@@ -529,3 +529,95 @@ int sim_resource(unsigned long long object, struct crcuda_sim_resource *out)
 	pthread_mutex_unlock(&array_lock);
 	return rc;
 }
+
+/* ---- tensor maps ------------------------------------------------------------------------------------ */
+/* The simulated device's encoding: the arguments, checked as the driver checks them, packed in order
+ * into the map's 16 words (no kernel of the simulated device reads one). */
+static CUresult tmap_check(cuuint32_t rank, void *address, const cuuint64_t *dims, const cuuint64_t *strides,
+			   const cuuint32_t *element_strides)
+{
+	if (rank < 1 || rank > 5 || ((uintptr_t)address & 15) || !dims || !element_strides ||
+	    (rank > 1 && !strides))
+		return CUDA_ERROR_INVALID_VALUE;
+	for (cuuint32_t i = 0; i < rank; i++)
+		if (!dims[i] || dims[i] > (1ull << 32) || !element_strides[i] || element_strides[i] > 8 ||
+		    (i + 1 < rank && (strides[i] & 15 || strides[i] >= (1ull << 40))))
+			return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_SUCCESS;
+}
+
+static void tmap_pack(CUtensorMap *m, unsigned kind, CUtensorMapDataType type, cuuint32_t rank, void *address,
+		      const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *box,
+		      const cuuint32_t *element_strides, uint64_t flags)
+{
+	memset(m, 0, sizeof(*m));
+	m->opaque[0] = (uintptr_t)address;
+	m->opaque[1] = (uint64_t)kind << 56 | (uint64_t)type << 32 | rank;
+	for (cuuint32_t i = 0; i < rank; i++) {
+		m->opaque[2 + i] = dims[i];
+		m->opaque[7 + i] = (uint64_t)(box ? box[i] : 0) << 32 | element_strides[i];
+		if (i + 1 < rank)
+			m->opaque[12 + i] = strides[i] >> 4;
+	}
+	m->opaque[15] ^= flags;
+}
+
+CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType,
+				cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim,
+				const cuuint64_t *globalStrides, const cuuint32_t *boxDim,
+				const cuuint32_t *elementStrides, CUtensorMapInterleave interleave,
+				CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion,
+				CUtensorMapFloatOOBfill oobFill)
+{
+	CUresult res;
+
+	SIM_ENTER_NOINIT(cuTensorMapEncodeTiled);
+	if (!tensorMap || !boxDim)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = tmap_check(tensorRank, globalAddress, globalDim, globalStrides, elementStrides);
+	for (cuuint32_t i = 0; res == CUDA_SUCCESS && i < tensorRank; i++)
+		if (!boxDim[i] || boxDim[i] > 256)
+			res = CUDA_ERROR_INVALID_VALUE;
+	if (res == CUDA_SUCCESS)
+		tmap_pack(tensorMap, 1, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides,
+			  boxDim, elementStrides,
+			  (uint64_t)interleave << 24 | (uint64_t)swizzle << 16 | (uint64_t)l2Promotion << 8 |
+			      (uint64_t)oobFill);
+	return res;
+}
+
+CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType,
+				 cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim,
+				 const cuuint64_t *globalStrides, const int *pixelBoxLowerCorner,
+				 const int *pixelBoxUpperCorner, cuuint32_t channelsPerPixel,
+				 cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides,
+				 CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,
+				 CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
+{
+	CUresult res;
+	uint64_t corners = 0;
+
+	SIM_ENTER_NOINIT(cuTensorMapEncodeIm2col);
+	if (!tensorMap || tensorRank < 3 || !pixelBoxLowerCorner || !pixelBoxUpperCorner)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = tmap_check(tensorRank, globalAddress, globalDim, globalStrides, elementStrides);
+	for (cuuint32_t i = 0; i + 2 < tensorRank; i++)
+		corners = corners * 131 + (uint64_t)(pixelBoxLowerCorner[i] + 256) * 521 +
+			  (uint64_t)(pixelBoxUpperCorner[i] + 256);
+	if (res == CUDA_SUCCESS)
+		tmap_pack(tensorMap, 2, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides,
+			  NULL, elementStrides,
+			  corners << 40 ^ (uint64_t)channelsPerPixel << 28 ^ (uint64_t)pixelsPerColumn << 16 ^
+			      (uint64_t)interleave << 12 ^ (uint64_t)swizzle << 8 ^
+			      (uint64_t)l2Promotion << 4 ^ (uint64_t)oobFill);
+	return res;
+}
+
+CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *globalAddress)
+{
+	SIM_ENTER_NOINIT(cuTensorMapReplaceAddress);
+	if (!tensorMap || ((uintptr_t)globalAddress & 15))
+		return CUDA_ERROR_INVALID_VALUE;
+	tensorMap->opaque[0] = (uintptr_t)globalAddress;
+	return CUDA_SUCCESS;
+}

@@ -426,6 +426,10 @@ typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h,
 	X(cuSurfObjectCreate, texobj)                                                                        \
 	X(cuSurfObjectDestroy, texobj)                                                                       \
 	X(cuSurfObjectGetResourceDesc, texobj)                                                               \
+	X(cuTensorMapEncodeTiled, tmap)                                                                      \
+	X(cuTensorMapEncodeIm2col, tmap)                                                                     \
+	X(cuTensorMapEncodeIm2colWide, tmap)                                                                 \
+	X(cuTensorMapReplaceAddress, tmap)                                                                   \
 	X(cuDeviceSetGraphMemAttribute, graph_mem_attr)                                                      \
 	X(cuGraphAddNode, graph_cond)                                                                        \
 	X(cuGraphKernelNodeGetAttribute, knode_attr)                                                         \

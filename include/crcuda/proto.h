@@ -570,6 +570,23 @@ struct crc_texobj_req {
 	uint8_t res[CRC_TEX_RES_BYTES], tex[CRC_TEX_DESC_BYTES], view[CRC_TEX_VIEW_BYTES];
 };
 
+/* cuTensorMapEncodeTiled / Im2col / Im2colWide and cuTensorMapReplaceAddress: every argument, the
+ * arrays at their largest (rank 5); the reply is the 128-byte CUtensorMap, which the driver computes
+ * on the host (it names a device address, the same in the daemon). */
+#define CRC_TMAP_RANK_MAX 5
+#define CRC_TMAP_BYTES	  128
+struct crc_tmap_req {
+	uint8_t map[CRC_TMAP_BYTES]; /* cuTensorMapReplaceAddress: the map to change */
+	uint64_t global_address;
+	uint64_t global_dim[CRC_TMAP_RANK_MAX], global_strides[CRC_TMAP_RANK_MAX];
+	uint32_t box_dim[CRC_TMAP_RANK_MAX], element_strides[CRC_TMAP_RANK_MAX];
+	int32_t lower_corner[CRC_TMAP_RANK_MAX], upper_corner[CRC_TMAP_RANK_MAX]; /* im2col */
+	uint32_t data_type, rank, interleave, swizzle, l2_promotion, oob_fill;
+	uint32_t channels_per_pixel, pixels_per_column;
+	int32_t lower_width, upper_width; /* im2col wide */
+	uint32_t wide_mode, pad;
+};
+
 /* Conditional nodes (cuGraphAddNode of CU_GRAPH_NODE_TYPE_CONDITIONAL): crc_call_hdr +
  * crc_graph_node_req + deps + crc_graph_cond_wire; reply: the node's handle, then `size` graph
  * handles (the bodies, which the node owns). */
