@@ -216,6 +216,8 @@ void crc_primary_state(CUdevice dev, unsigned *flags, int *active);
 /* The device of the current context, or of ctx when not 0. */
 CUresult crc_ctx_device(uint64_t ctx, CUdevice *dev);
 
+/* Each function of a module, named (hooks_module.c; the tools' module table's slot 7). */
+int crc_module_functions(CUmodule module, void (*fn)(void *arg, CUfunction f, const char *name), void *arg);
 /* A copy with a CUDA array on one side or both (hooks_array.c). */
 CUresult crc_array_copy3d(const CUDA_MEMCPY3D *p, CUstream stream, bool async);
 /* Where a host or device address lives, as the daemon must see it: CRC_LOC_* (hooks_mem.c). */

@@ -47,6 +47,7 @@ enum table_id {
 	T_CHECKS,    /* CONTEXT_CHECKS */
 	T_INTEGRITY, /* INTEGRITY_CHECK */
 	T_CTX,	     /* 21318c60, cuBLASLt's context table */
+	T_MODULE,    /* 6e163fbe, the tools' module and function table (cuFFT) */
 	T_COUNT,
 };
 
@@ -54,7 +55,7 @@ static const char *const table_name[T_COUNT] = {
     [T_CUDART] = "CUDART_INTERFACE", [T_HOOKS] = "TOOLS_RUNTIME_CALLBACK_HOOKS",
     [T_TLS] = "TOOLS_TLS",	     [T_CLS] = "CONTEXT_LOCAL_STORAGE",
     [T_CHECKS] = "CONTEXT_CHECKS",   [T_INTEGRITY] = "INTEGRITY_CHECK",
-    [T_CTX] = "CONTEXT_21318c60",
+    [T_CTX] = "CONTEXT_21318c60",    [T_MODULE] = "MODULE_6e163fbe",
 };
 
 /* UUID bytes in memory order, as cudart passes them. */
@@ -73,6 +74,8 @@ static const CUuuid table_uuid[T_COUNT] = {
 		      0xe1, 0xf2}},
     [T_CTX] = {{0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8,
 		0xf2}},
+    [T_MODULE] = {{0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d, 0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99,
+		   0x1e}},
 };
 
 /* New in CUDA 13, three slots, none called; cudart 13 works when it is refused (measured), and a
@@ -89,6 +92,7 @@ static const CUuuid refused_f8cff951 = {
 #define CHECKS_WORDS	17
 #define INTEGRITY_WORDS 3
 #define CTX_WORDS	95
+#define MODULE_WORDS	99
 
 static const void *tbl_cudart[CUDART_WORDS];
 static const void *tbl_hooks[HOOKS_WORDS];
@@ -97,6 +101,7 @@ static const void *tbl_cls[CLS_WORDS];
 static const void *tbl_checks[CHECKS_WORDS];
 static const void *tbl_integrity[INTEGRITY_WORDS];
 static const void *tbl_ctx[CTX_WORDS];
+static const void *tbl_module[MODULE_WORDS];
 
 /* ---- Stubs for the slots crcuda does not implement ------------------------------------------- */
 
@@ -136,6 +141,7 @@ SEQ20(STUB_DEF, T_TLS)
 SEQ20(STUB_DEF, T_CHECKS)
 SEQ20(STUB_DEF, T_INTEGRITY)
 SEQ100(STUB_DEF, T_CTX)
+SEQ100(STUB_DEF, T_MODULE)
 
 static const void *const stubs_cudart[] = {SEQ20(STUB_REF, T_CUDART)};
 static const void *const stubs_hooks[] = {SEQ20(STUB_REF, T_HOOKS)};
@@ -143,6 +149,7 @@ static const void *const stubs_tls[] = {SEQ20(STUB_REF, T_TLS)};
 static const void *const stubs_checks[] = {SEQ20(STUB_REF, T_CHECKS)};
 static const void *const stubs_integrity[] = {SEQ20(STUB_REF, T_INTEGRITY)};
 static const void *const stubs_ctx[] = {SEQ100(STUB_REF, T_CTX)};
+static const void *const stubs_module[] = {SEQ100(STUB_REF, T_MODULE)};
 
 /* ---- CUDART_INTERFACE ------------------------------------------------------------------------ */
 
@@ -850,6 +857,22 @@ static CUresult integrity_check(unsigned version, uint64_t unix_seconds, uint64_
 	return CUDA_SUCCESS;
 }
 
+/* ---- 6e163fbe: modules and functions ---------------------------------------------------------- */
+
+/* Slot 7: calls fn(arg, function, name) for each function of module and returns how many there were
+ * (not a CUresult; measured on the H100: 2 for a module of two kernels, with ctx the current context or
+ * NULL). cuFFT finds its kernels this way. */
+static int module_iterate_functions(CUcontext ctx, CUmodule module,
+				    void (*fn)(void *arg, CUfunction f, const char *name), void *arg)
+{
+	const struct crc_export_env *env = env_get();
+
+	(void)ctx;
+	if (!env || !env->module_functions || !fn)
+		return -1;
+	return env->module_functions(module, fn, arg);
+}
+
 /* ---- Building the tables and serving them ---------------------------------------------------- */
 
 static void fill(const void **tbl, size_t words, const void *const *stubs, size_t nstubs)
@@ -892,15 +915,19 @@ static void tables_build(void)
 	tbl_ctx[4] = (const void *)ctx_get_id;
 	tbl_ctx[39] = (const void *)ctx_stream_id;
 	tbl_ctx[51] = (const void *)ctx_stream_resolve;
+
+	fill(tbl_module, MODULE_WORDS, stubs_module, ARRAY_SIZE(stubs_module));
+	tbl_module[7] = (const void *)module_iterate_functions;
 }
 
 _Static_assert(sizeof(stubs_cudart) / sizeof(stubs_cudart[0]) >= CUDART_WORDS, "stubs");
 _Static_assert(sizeof(stubs_checks) / sizeof(stubs_checks[0]) >= CHECKS_WORDS, "stubs");
 _Static_assert(sizeof(stubs_ctx) / sizeof(stubs_ctx[0]) >= CTX_WORDS, "stubs");
+_Static_assert(sizeof(stubs_module) / sizeof(stubs_module[0]) >= MODULE_WORDS, "stubs");
 
 static const void **const table_of[T_COUNT] = {
     [T_CUDART] = tbl_cudart, [T_HOOKS] = tbl_hooks,	    [T_TLS] = tbl_tls, [T_CLS] = tbl_cls,
-    [T_CHECKS] = tbl_checks, [T_INTEGRITY] = tbl_integrity, [T_CTX] = tbl_ctx,
+    [T_CHECKS] = tbl_checks, [T_INTEGRITY] = tbl_integrity, [T_CTX] = tbl_ctx, [T_MODULE] = tbl_module,
 };
 
 /* UUIDs already refused, so each is logged once. */

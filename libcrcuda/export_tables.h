@@ -42,6 +42,10 @@ struct crc_export_env {
 	 * (NULL: the current context), the per-thread one for 0 when per_thread. cuBLASLt's 21318c60
 	 * slot 51. */
 	CUresult (*stream_id)(CUcontext ctx, CUstream stream, int per_thread, unsigned long long *id);
+	/* Calls fn(arg, function, name) for each function of module, as cuModuleGetFunction would name
+	 * it; the number of functions, or -1. The 6e163fbe table's slot 7, which cuFFT calls. */
+	int (*module_functions)(CUmodule module, void (*fn)(void *arg, CUfunction f, const char *name),
+				void *arg);
 };
 
 /* Sets the callbacks (copied). Call once, before the application can reach cuGetExportTable; a

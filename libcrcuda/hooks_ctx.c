@@ -129,6 +129,7 @@ CUresult crc_hook_cuInit(unsigned int Flags)
 		    .device_count = env_device_count,
 		    .device_identity = env_device_identity,
 		    .stream_id = env_stream_id,
+		    .module_functions = crc_module_functions,
 		};
 		crc_export_tables_init(&env);
 #endif

@@ -213,6 +213,85 @@ CUresult crc_hook_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 			    (uint64_t *)pFunc);
 }
 
+/* ---- a module's functions --------------------------------------------------------------------- */
+/* Each function of the module, named, as cuModuleGetFunction gives it (journaled like any other
+ * lookup): fn(arg, function, name); the number of functions, or -1 with *err. keep: the names outlive
+ * the call (a caller of the tools' table may keep the pointers it is given; a few per module). */
+static int each_function(CUmodule module, void (*fn)(void *arg, CUfunction f, const char *name), void *arg,
+			 unsigned max, bool keep, CUresult *err)
+{
+	uint64_t m = (uintptr_t)module;
+	const struct crc_module_functions_reply *r;
+	struct crc_call c;
+	char *names = NULL;
+	uint32_t count = 0;
+	CUresult res;
+	void *q;
+
+	res = crc_call_begin(&c, CRC_CU_cuModuleEnumerateFunctions, 0, sizeof(m), &q);
+	if (res != CUDA_SUCCESS)
+		goto out;
+	memcpy(q, &m, sizeof(m));
+	res = crc_call_wait(&c, NULL, NULL);
+	r = c.reply;
+	if (res == CUDA_SUCCESS && (c.reply_len < sizeof(*r) || c.reply_len - sizeof(*r) < r->bytes))
+		res = CUDA_ERROR_UNKNOWN;
+	if (res == CUDA_SUCCESS) {
+		names = malloc(r->bytes ? r->bytes : 1);
+		count = r->count;
+		if (names)
+			memcpy(names, r + 1, r->bytes);
+		else
+			res = CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	crc_call_end(&c);
+	for (uint32_t i = 0, off = 0; res == CUDA_SUCCESS && i < count && i < max; i++) {
+		uint64_t f = 0;
+		const char *name = names + off;
+
+		res = get_function(CRC_CU_cuModuleGetFunction, m, name, &f);
+		if (res == CUDA_SUCCESS)
+			fn(arg, (CUfunction)(uintptr_t)f, name);
+		off += (uint32_t)strlen(name) + 1;
+	}
+	if (!keep)
+		free(names);
+out:
+	*err = res;
+	return res == CUDA_SUCCESS ? (int)count : -1;
+}
+
+int crc_module_functions(CUmodule module, void (*fn)(void *arg, CUfunction f, const char *name), void *arg)
+{
+	CUresult err;
+
+	return each_function(module, fn, arg, UINT32_MAX, true, &err);
+}
+
+struct enum_into {
+	CUfunction *out;
+	unsigned n;
+};
+
+static void enum_put(void *arg, CUfunction f, const char *name)
+{
+	struct enum_into *e = arg;
+
+	(void)name;
+	e->out[e->n++] = f;
+}
+
+CUresult crc_hook_cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions, CUmodule mod)
+{
+	struct enum_into e = {functions, 0};
+	CUresult err;
+
+	if (!functions)
+		return CUDA_ERROR_INVALID_VALUE;
+	each_function(mod, enum_put, &e, numFunctions, false, &err);
+	return err;
+}
+
 /* Attribute setters: forwarded, and the cached attributes follow. */
 CUresult crc_hook_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 {

@@ -951,6 +951,93 @@ CUresult crc_raw_getfn(struct crc_session *s, const struct crc_call_hdr *h, cons
 	return CUDA_SUCCESS;
 }
 
+/* The names of a module's functions (struct crc_module_functions_reply): through the driver's tools
+ * table where it has one (the real driver counts functions that lazy loading has not loaded yet, which
+ * cuModuleGetFunctionCount does not), else cuModuleEnumerateFunctions. */
+static const CUuuid tools_module_table = {
+    {0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d, 0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e}};
+
+struct names_out {
+	struct crc_session *s;
+	size_t reply_off;
+	bool oom;
+};
+
+static void name_put(void *arg, CUfunction f, const char *name)
+{
+	struct names_out *o = arg;
+	size_t n = name ? strlen(name) + 1 : 0;
+	struct crc_module_functions_reply *r;
+	char *p;
+
+	(void)f;
+	if (!n || o->oom)
+		return;
+	/* Names are packed, not 8-byte items: the reply grows by hand. */
+	p = crc_out(o->s, n);
+	if (!p) {
+		o->oom = true;
+		return;
+	}
+	r = (struct crc_module_functions_reply *)(o->s->out + o->reply_off);
+	memmove(o->s->out + o->reply_off + sizeof(*r) + r->bytes, name, n);
+	r->bytes += (uint32_t)n;
+	r->count++;
+	o->s->out_len = o->reply_off + sizeof(*r) + crc_align8(r->bytes);
+}
+
+CUresult crc_raw_module_functions(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+				  size_t len)
+{
+	struct names_out o = {.s = s};
+	const void **table = NULL;
+	union crc_slot mod;
+	uint64_t vh;
+	CUresult res;
+
+	if (len < sizeof(vh))
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(&vh, args, sizeof(vh));
+	res = crc_translate(s, h, CRC_HT_MODULE, vh, &mod);
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (!crc_out(s, sizeof(struct crc_module_functions_reply)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	o.reply_off = 0;
+	if (CALL(cuGetExportTable, (const void **)&table, &tools_module_table) == CUDA_SUCCESS && table &&
+	    (uintptr_t)table[0] > 7 * sizeof(void *)) {
+		int (*each)(CUcontext, CUmodule, void (*)(void *, CUfunction, const char *), void *) =
+		    (int (*)(CUcontext, CUmodule, void (*)(void *, CUfunction, const char *),
+			     void *))table[7];
+		CUcontext ctx = NULL;
+
+		CALL(cuCtxGetCurrent, &ctx);
+		if (each(ctx, mod.ptr, name_put, &o) < 0)
+			return CUDA_ERROR_INVALID_HANDLE;
+	} else {
+		unsigned n = 0;
+		CUfunction *fs;
+
+		res = CALL(cuModuleGetFunctionCount, &n, mod.ptr);
+		if (res != CUDA_SUCCESS)
+			return res;
+		fs = calloc(n ? n : 1, sizeof(*fs));
+		if (!fs)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		res = CALL(cuModuleEnumerateFunctions, fs, n, mod.ptr);
+		for (unsigned i = 0; res == CUDA_SUCCESS && i < n; i++) {
+			const char *name = NULL;
+
+			if (CALL(cuFuncGetName, &name, fs[i]) == CUDA_SUCCESS)
+				name_put(&o, fs[i], name);
+		}
+		free(fs);
+		if (res != CUDA_SUCCESS)
+			return res;
+	}
+	return o.oom ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+}
+
 /* ---- launches ----------------------------------------------------------------------------------- */
 /* The CUlaunchConfig a launch request describes (cuLaunchKernelEx, occupancy with a configuration). */
 static CUlaunchConfig launch_config(const struct crc_launch_req *r, CUstream stream, CUlaunchAttribute *attrs)

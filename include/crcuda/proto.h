@@ -587,6 +587,12 @@ struct crc_tmap_req {
 	uint32_t wide_mode, pad;
 };
 
+/* The names of a module's functions (cuModuleEnumerateFunctions, and the tools' module table that
+ * cuFFT iterates): request uint64_t module; reply this, then `bytes` of NUL-terminated names. */
+struct crc_module_functions_reply {
+	uint32_t count, bytes;
+};
+
 /* Conditional nodes (cuGraphAddNode of CU_GRAPH_NODE_TYPE_CONDITIONAL): crc_call_hdr +
  * crc_graph_node_req + deps + crc_graph_cond_wire; reply: the node's handle, then `size` graph
  * handles (the bodies, which the node owns). */

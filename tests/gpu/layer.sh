@@ -50,7 +50,7 @@ if [ "$only" = all ] || [ "$only" = programs ] || [ "$only" = graphs ]; then
 		fi
 	done
 fi
-[ "$only" = all ] || [ "$only" = programs ] && for p in vector_add streams_events memset device_globals many_launches pinned_async vmm_fixed library_kernel memcpy2d managed host_register mempool occupancy stream_attrs jit_link stream_memops textures tensormap; do
+[ "$only" = all ] || [ "$only" = programs ] && for p in vector_add streams_events memset device_globals many_launches pinned_async vmm_fixed library_kernel memcpy2d managed host_register mempool occupancy stream_attrs jit_link stream_memops textures tensormap module_functions; do
 	if under_layer "$build/tests/programs/$p" >"$tmp/$p.log" 2>&1; then result PASS "layer_$p"
 	else
 		result FAIL "layer_$p" "$(tail -3 "$tmp/$p.log" | tr '\n' ' ')"
