@@ -1049,7 +1049,7 @@ static bool pinned_overlaps(uintptr_t a, uintptr_t end)
 }
 
 /* [a, end) lies in private read-write mappings (the heap included, the stack not). */
-static bool private_writable(uintptr_t a, uintptr_t end)
+static bool private_writable(uintptr_t a, uintptr_t end, char *what, size_t what_len)
 {
 	FILE *f = fopen("/proc/self/maps", "re");
 	char line[512];
@@ -1068,11 +1068,16 @@ static bool private_writable(uintptr_t a, uintptr_t end)
 		/* Private writable memory: anonymous, the heap, or a file's copy-on-write data (a library's
 		 * static buffers, which NPP registers); not the stack, nor a device's memory. */
 		if (strcmp(perms, "rw-p") || (path[0] == '[' && strcmp(path, "[heap]")) ||
-		    (inode && !strncmp(path, "/dev/", 5)))
+		    (inode && !strncmp(path, "/dev/", 5))) {
+			snprintf(what, what_len, "%lx-%lx %s %s", lo, hi, perms,
+				 path[0] ? path : "(anonymous)");
 			break;
+		}
 		covered = hi;
 	}
 	fclose(f);
+	if (covered < end && !what[0])
+		snprintf(what, what_len, "%#lx: not mapped", (unsigned long)covered);
 	return covered >= end;
 }
 
@@ -1119,12 +1124,17 @@ CUresult crc_hook_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Fl
 		return CUDA_ERROR_INVALID_VALUE;
 	if (pinned_overlaps(a, end))
 		return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
-	if (!crc_client.tcp && private_writable(a, end))
+	char what[320] = "";
+
+	if (!crc_client.tcp && private_writable(a, end, what, sizeof(what)))
 		fd = share_in_place(a, end - a);
 	if (fd < 0 && (Flags & CU_MEMHOSTREGISTER_DEVICEMAP)) {
-		pr_warn("cuMemHostRegister: %p+%#zx cannot be shared with the daemon (not private writable "
-			"memory, or a remote GPU): it cannot be mapped into device space under crcuda",
-			p, bytesize);
+		pr_warn("cuMemHostRegister: %p+%#zx cannot be shared with the daemon (%s): it cannot be "
+			"mapped into device space under crcuda",
+			p, bytesize,
+			crc_client.tcp ? "a remote GPU"
+			: what[0]      ? what
+				       : "cannot move its pages");
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	pin = calloc(1, sizeof(*pin));

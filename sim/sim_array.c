@@ -546,6 +546,31 @@ static CUresult tmap_check(cuuint32_t rank, void *address, const cuuint64_t *dim
 	return CUDA_SUCCESS;
 }
 
+static unsigned tmap_elem_bytes(CUtensorMapDataType t)
+{
+	switch (t) {
+	case CU_TENSOR_MAP_DATA_TYPE_UINT8:
+		return 1;
+	case CU_TENSOR_MAP_DATA_TYPE_UINT16:
+	case CU_TENSOR_MAP_DATA_TYPE_FLOAT16:
+	case CU_TENSOR_MAP_DATA_TYPE_BFLOAT16:
+		return 2;
+	case CU_TENSOR_MAP_DATA_TYPE_UINT32:
+	case CU_TENSOR_MAP_DATA_TYPE_INT32:
+	case CU_TENSOR_MAP_DATA_TYPE_FLOAT32:
+	case CU_TENSOR_MAP_DATA_TYPE_FLOAT32_FTZ:
+	case CU_TENSOR_MAP_DATA_TYPE_TFLOAT32:
+	case CU_TENSOR_MAP_DATA_TYPE_TFLOAT32_FTZ:
+		return 4;
+	case CU_TENSOR_MAP_DATA_TYPE_INT64:
+	case CU_TENSOR_MAP_DATA_TYPE_UINT64:
+	case CU_TENSOR_MAP_DATA_TYPE_FLOAT64:
+		return 8;
+	default:
+		return 0; /* packed sub-byte types: not checked */
+	}
+}
+
 static void tmap_pack(CUtensorMap *m, unsigned kind, CUtensorMapDataType type, cuuint32_t rank, void *address,
 		      const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *box,
 		      const cuuint32_t *element_strides, uint64_t flags)
@@ -578,6 +603,13 @@ CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tens
 	for (cuuint32_t i = 0; res == CUDA_SUCCESS && i < tensorRank; i++)
 		if (!boxDim[i] || boxDim[i] > 256)
 			res = CUDA_ERROR_INVALID_VALUE;
+	/* The inner box is whole 16-byte units, within the swizzle's span (as the driver checks). */
+	if (res == CUDA_SUCCESS && interleave == CU_TENSOR_MAP_INTERLEAVE_NONE &&
+	    tmap_elem_bytes(tensorDataType) &&
+	    (boxDim[0] * tmap_elem_bytes(tensorDataType) % 16 ||
+	     (swizzle != CU_TENSOR_MAP_SWIZZLE_NONE &&
+	      boxDim[0] * tmap_elem_bytes(tensorDataType) > (swizzle <= 3 ? 16u << swizzle : 128u))))
+		res = CUDA_ERROR_INVALID_VALUE;
 	if (res == CUDA_SUCCESS)
 		tmap_pack(tensorMap, 1, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides,
 			  boxDim, elementStrides,

@@ -841,6 +841,10 @@ bool crc_session_serve_one(struct crc_session *s, int timeout_ms)
 			s->deferred = CUDA_SUCCESS;
 		}
 	}
+	/* Which call failed, for a daemon run with -v: an application's own error message rarely says. */
+	if (res != CUDA_SUCCESS && m->op < CRC_CU_COUNT)
+		pr_debug("session %llu: %s: CUDA error %d", (unsigned long long)s->id,
+			 crc_cu_table[m->op].sym, (int)res);
 	if (m->flags & CRC_MSG_NOREPLY) {
 		if (res != CUDA_SUCCESS && s->deferred == CUDA_SUCCESS)
 			s->deferred = res;
