@@ -5,6 +5,8 @@
 #define LOG_PREFIX "libcrcuda: "
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1048,7 +1050,7 @@ static bool pinned_overlaps(uintptr_t a, uintptr_t end)
 	return hit;
 }
 
-/* [a, end) lies in private read-write mappings (the heap included, the stack not). */
+/* [a, end) lies in private read-write mappings (the heap and the stack included). */
 static bool private_writable(uintptr_t a, uintptr_t end, char *what, size_t what_len)
 {
 	FILE *f = fopen("/proc/self/maps", "re");
@@ -1065,9 +1067,11 @@ static bool private_writable(uintptr_t a, uintptr_t end, char *what, size_t what
 			continue;
 		if (hi <= covered || lo > covered)
 			continue;
-		/* Private writable memory: anonymous, the heap, or a file's copy-on-write data (a library's
-		 * static buffers, which NPP registers); not the stack, nor a device's memory. */
-		if (strcmp(perms, "rw-p") || (path[0] == '[' && strcmp(path, "[heap]")) ||
+		/* Private writable memory: anonymous, the heap, the stack, or a file's copy-on-write data (a
+		 * library's static buffers and stack variables, which NPP registers); not a device's memory.
+		 */
+		if (strcmp(perms, "rw-p") ||
+		    (path[0] == '[' && strcmp(path, "[heap]") && strcmp(path, "[stack]")) ||
 		    (inode && !strncmp(path, "/dev/", 5))) {
 			snprintf(what, what_len, "%lx-%lx %s %s", lo, hi, perms,
 				 path[0] ? path : "(anonymous)");
@@ -1109,6 +1113,62 @@ static int share_in_place(uintptr_t a, size_t len)
 	return fd;
 }
 
+/* share_in_place from another thread while this one waits without touching its stack: the pages may
+ * hold this thread's own stack (a registered local variable), where a write between the copy and the
+ * remap would be lost. The wait is a loop in registers. */
+struct mover {
+	uintptr_t a;
+	size_t len;
+	int fd;
+	atomic_int ready, done;
+};
+
+static void *mover_main(void *arg)
+{
+	struct mover *m = arg;
+
+	while (!atomic_load_explicit(&m->ready, memory_order_acquire))
+		;
+	m->fd = share_in_place(m->a, m->len);
+	atomic_store_explicit(&m->done, 1, memory_order_release);
+	return NULL;
+}
+
+static void wait_without_stack(atomic_int *flag)
+{
+#if defined(__x86_64__)
+	__asm__ volatile("1: pause\n\tcmpl $0, (%0)\n\tje 1b" : : "r"(flag) : "memory", "cc");
+#elif defined(__aarch64__)
+	__asm__ volatile("1: yield\n\tldar w9, [%0]\n\tcbz w9, 1b" : : "r"(flag) : "memory", "w9");
+#else
+	while (!atomic_load_explicit(flag, memory_order_acquire))
+		;
+#endif
+}
+
+static int share_in_place_safely(uintptr_t a, size_t len)
+{
+	struct mover *m = calloc(1, sizeof(*m));
+	pthread_t t;
+	int fd;
+
+	if (!m)
+		return -1;
+	m->a = a;
+	m->len = len;
+	m->fd = -1;
+	if (pthread_create(&t, NULL, mover_main, m)) {
+		free(m);
+		return -1;
+	}
+	atomic_store_explicit(&m->ready, 1, memory_order_release);
+	wait_without_stack(&m->done);
+	pthread_join(t, NULL);
+	fd = m->fd;
+	free(m);
+	return fd;
+}
+
 CUresult crc_hook_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
 {
 	uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095,
@@ -1127,7 +1187,7 @@ CUresult crc_hook_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Fl
 	char what[320] = "";
 
 	if (!crc_client.tcp && private_writable(a, end, what, sizeof(what)))
-		fd = share_in_place(a, end - a);
+		fd = share_in_place_safely(a, end - a);
 	if (fd < 0 && (Flags & CU_MEMHOSTREGISTER_DEVICEMAP)) {
 		pr_warn("cuMemHostRegister: %p+%#zx cannot be shared with the daemon (%s): it cannot be "
 			"mapped into device space under crcuda",

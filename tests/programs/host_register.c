@@ -5,7 +5,8 @@
  * contents from before the registration stay; unregistering leaves the memory usable; flags and double
  * registration answer as the driver does. Then the program's static data (an initialized array: a
  * private file mapping, as a library's static buffer that NPP registers), DEVICEMAP, stepped by a kernel
- * through its device pointer. Prints a checksum and PASS. */
+ * through its device pointer; and a variable on the stack (as NPP registers one). Prints a checksum and
+ * PASS. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -100,6 +101,25 @@ int main(void)
 		sum = (sum ^ static_data[i]) * 0x100000001b3ull;
 	}
 	CU_CHECK(cuMemHostUnregister(static_data));
+
+	/* A variable on this thread's stack, as NPP registers one: a kernel writes it through its device
+	 * pointer while the program's own frames live on the same page. */
+	{
+		volatile unsigned local[4] = {5, 6, 7, 8};
+		CUdeviceptr dl;
+		int four = 4;
+		void *lp[] = {&dl, &mul, &add, &four};
+
+		CU_CHECK(cuMemHostRegister((void *)local, sizeof(local), CU_MEMHOSTREGISTER_DEVICEMAP));
+		CU_CHECK(cuMemHostGetDevicePointer(&dl, (void *)local, 0));
+		CU_CHECK(cuLaunchKernel(affine, 1, 1, 1, BLOCK, 1, 1, 0, s, lp, NULL));
+		CU_CHECK(cuStreamSynchronize(s));
+		for (unsigned i = 0; i < 4; i++) {
+			CHECK(local[i] == (5 + i) * mul + add + i);
+			sum = (sum ^ local[i]) * 0x100000001b3ull;
+		}
+		CU_CHECK(cuMemHostUnregister((void *)local));
+	}
 	free(heap);
 	CU_CHECK(cuMemFree(d));
 	CU_CHECK(cuStreamDestroy(s));
