@@ -195,6 +195,18 @@ static CUgraphExec capture_step(const struct opts *o, CUmodule *mod, CUstream st
 
 /* --graph-params: a graph of one state_step node a chunk (step 0), its nodes in nodes[]. */
 #define PARAM_CHUNKS_MAX 64
+static CUDA_KERNEL_NODE_PARAMS step_node(CUfunction f, unsigned grid, unsigned block, void **params)
+{
+	return (CUDA_KERNEL_NODE_PARAMS){.func = f,
+					 .gridDimX = grid,
+					 .gridDimY = 1,
+					 .gridDimZ = 1,
+					 .blockDimX = block,
+					 .blockDimY = 1,
+					 .blockDimZ = 1,
+					 .kernelParams = params};
+}
+
 static CUgraph param_graph(CUfunction f, CUdeviceptr *bufs, unsigned chunks, unsigned long long *words,
 			   unsigned grid, unsigned block, CUgraphNode *nodes)
 {
@@ -205,14 +217,7 @@ static CUgraph param_graph(CUfunction f, CUdeviceptr *bufs, unsigned chunks, uns
 	CU_CHECK(cuGraphCreate(&g, 0));
 	for (unsigned c = 0; c < chunks; c++) {
 		void *p[] = {&bufs[c], words, &zero};
-		CUDA_KERNEL_NODE_PARAMS kp = {.func = f,
-					      .gridDimX = grid,
-					      .gridDimY = 1,
-					      .gridDimZ = 1,
-					      .blockDimX = block,
-					      .blockDimY = 1,
-					      .blockDimZ = 1,
-					      .kernelParams = p};
+		CUDA_KERNEL_NODE_PARAMS kp = step_node(f, grid, block, p);
 
 		CU_CHECK(cuGraphAddKernelNode(&nodes[c], g, c ? &nodes[c - 1] : NULL, c ? 1 : 0, &kp));
 	}
@@ -226,14 +231,7 @@ static void param_graph_step(CUgraphExec exec, CUfunction f, CUdeviceptr *bufs, 
 {
 	for (unsigned c = 0; c < chunks; c++) {
 		void *p[] = {&bufs[c], words, &step};
-		CUDA_KERNEL_NODE_PARAMS kp = {.func = f,
-					      .gridDimX = grid,
-					      .gridDimY = 1,
-					      .gridDimZ = 1,
-					      .blockDimX = block,
-					      .blockDimY = 1,
-					      .blockDimZ = 1,
-					      .kernelParams = p};
+		CUDA_KERNEL_NODE_PARAMS kp = step_node(f, grid, block, p);
 
 		CU_CHECK(cuGraphExecKernelNodeSetParams(exec, nodes[c], &kp));
 	}
