@@ -105,7 +105,7 @@ struct CUgraphNode_st {
 	unsigned long long id;
 	/* Clones and executable graphs: the node this one was copied from, and (executable graphs) the
 	 * node of the graph of the latest cuGraphExecUpdate; 0 if none. */
-	unsigned long long origin_id, update_id;
+	unsigned long long origin_id;
 	struct node_vec deps, outs;
 	bool disabled; /* executable graphs: cuGraphNodeSetEnabled(0) */
 	size_t index;  /* scratch for the algorithms below */
@@ -954,7 +954,7 @@ static struct CUgraphNode_st *find_copy(struct CUgraph_st *g, unsigned long long
 	for (size_t i = 0; i < g->nodes.n; i++) {
 		struct CUgraphNode_st *n = g->nodes.v[i];
 
-		if (n->origin_id == id || n->update_id == id)
+		if (n->origin_id == id)
 			return n;
 	}
 	if (recurse) {
@@ -1876,15 +1876,13 @@ static bool graphs_match(struct CUgraph_st *a, struct CUgraph_st *b, CUgraphExec
 }
 
 /* a (matching b) takes copies of b's parameters; false when out of memory (a partly updated). */
-static bool graph_update(struct CUgraph_st *a, struct CUgraph_st *b, bool top)
+static bool graph_update(struct CUgraph_st *a, struct CUgraph_st *b)
 {
 	for (size_t i = 0; i < a->nodes.n; i++) {
 		struct CUgraphNode_st *na = a->nodes.v[i], *nb = b->nodes.v[i], tmp;
 
-		if (top)
-			na->update_id = nb->id;
 		if (na->type == CU_GRAPH_NODE_TYPE_GRAPH) {
-			if (!graph_update(na->child, nb->child, false))
+			if (!graph_update(na->child, nb->child))
 				return false;
 			continue;
 		}
@@ -1907,7 +1905,7 @@ static CUresult exec_update(CUgraphExec x, CUgraph g, CUgraphExecUpdateResultInf
 		res = CUDA_ERROR_INVALID_VALUE;
 	} else if (!graphs_match(x->graph, g, info)) {
 		res = CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
-	} else if (!graph_update(x->graph, g, true)) {
+	} else if (!graph_update(x->graph, g)) {
 		info->result = CU_GRAPH_EXEC_UPDATE_ERROR;
 		res = CUDA_ERROR_OUT_OF_MEMORY;
 	}
@@ -1946,7 +1944,7 @@ static CUresult exec_child_update(struct CUgraphNode_st *en, CUgraph child)
 
 	if (!graph_valid(child) || !graphs_match(en->child, child, &info))
 		res = CUDA_ERROR_INVALID_VALUE;
-	else if (!graph_update(en->child, child, false))
+	else if (!graph_update(en->child, child))
 		res = CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_unlock(&graph_lock);
 	return res;

@@ -117,22 +117,29 @@ static CUresult reply_node(struct crc_session *s, CUgraphNode node)
 	return CUDA_SUCCESS;
 }
 
+/* Application node handles, each with a node of the session's own. */
+struct node_map {
+	uint64_t *vh;
+	CUgraphNode *node;
+	size_t n;
+};
+
 /* An executable graph cannot be read back from the driver: each one keeps a clone of the graph it was
  * instantiated from (its shadow), which a checkpoint describes and a restore instantiates again. */
 struct crc_gexec {
 	CUgraphExec exec;
 	CUgraph shadow;
 	uint64_t flags;
-	bool modified; /* changed after instantiation (exec update, node params): the shadow no longer says */
-	/* Rebuilt by a restore from its shadow, whose nodes the driver takes for it: the application's node
-	 * handles (of the graph it was instantiated from) and the shadow's node each names. */
-	uint64_t *map_vh;
-	CUgraphNode *map_node;
-	size_t nmap;
+	bool modified; /* changed in a way the shadow cannot say (a node disabled) */
+	/* The application names an executable graph's nodes by the nodes of the graph it was instantiated
+	 * from, also after an update. drv: for one a restore rebuilt from its shadow, the shadow's node the
+	 * driver takes for each application node. sh: the shadow's node for each, once the shadow is no
+	 * clone of that graph (after a restore or an update); until then cuGraphNodeFindInClone says. */
+	struct node_map drv, sh;
 	struct crc_gexec *next;
 };
 static struct crc_gexec *gexec_find(struct crc_session *s, CUgraphExec exec);
-static CUgraphNode shadow_node(struct crc_gexec *x, CUgraphNode node);
+static CUgraphNode shadow_target(struct crc_session *s, struct crc_gexec *x, CUgraphNode node);
 static CUgraphNode exec_target(struct crc_session *s, struct crc_gexec *x, CUgraphNode node);
 
 /* What a node request does with its parameters, by the op: add a node (its handle in the reply), set
@@ -154,13 +161,13 @@ static CUresult node_apply(struct crc_session *s, const struct node_req *nr, CUg
 		return CALL(cuGraphNodeSetParams, nr->node, p);
 	default: {
 		struct crc_gexec *x = gexec_find(s, nr->exec);
-		CUgraphNode target = exec_target(s, x, nr->node), sn;
+		CUgraphNode sn;
 
-		res = CALL(cuGraphExecNodeSetParams, nr->exec, target, p);
+		res = CALL(cuGraphExecNodeSetParams, nr->exec, exec_target(s, x, nr->node), p);
 		if (res != CUDA_SUCCESS || !x || x->modified)
 			return res;
 		/* The shadow's node gets the same parameters (see crc_graph_exec_changed). */
-		sn = x->nmap ? target : shadow_node(x, nr->node);
+		sn = shadow_target(s, x, nr->node);
 		if (!sn || CALL(cuGraphNodeSetParams, sn, p) != CUDA_SUCCESS)
 			x->modified = true;
 		return res;
@@ -603,11 +610,53 @@ void crc_graph_exec_modified(struct crc_session *s, void *exec)
 		x->modified = true;
 }
 
-/* The shadow's node for a node of the graph an executable graph was made from (NULL: none). */
-static CUgraphNode shadow_node(struct crc_gexec *x, CUgraphNode node)
+static CUgraphNode map_lookup(struct crc_session *s, const struct node_map *m, CUgraphNode node)
+{
+	uint64_t vh = crc_find_handle(s, CRC_HT_GRAPHNODE, node);
+
+	for (size_t i = 0; vh && i < m->n; i++)
+		if (m->vh[i] == vh)
+			return m->node[i];
+	return NULL;
+}
+
+static int map_add(struct node_map *m, uint64_t vh, CUgraphNode node)
+{
+	uint64_t *v = realloc(m->vh, (m->n + 1) * sizeof(*v));
+	CUgraphNode *n;
+
+	if (!v)
+		return -1;
+	m->vh = v;
+	n = realloc(m->node, (m->n + 1) * sizeof(*n));
+	if (!n)
+		return -1;
+	m->node = n;
+	m->vh[m->n] = vh;
+	m->node[m->n++] = node;
+	return 0;
+}
+
+static void map_free(struct node_map *m)
+{
+	free(m->vh);
+	free(m->node);
+	*m = (struct node_map){0};
+}
+
+static void gexec_map_free(struct crc_gexec *x)
+{
+	map_free(&x->drv);
+	map_free(&x->sh);
+}
+
+/* The shadow's node standing for an application node (NULL: none). */
+static CUgraphNode shadow_target(struct crc_session *s, struct crc_gexec *x, CUgraphNode node)
 {
 	CUgraphNode sn = NULL;
 
+	if (x->sh.n)
+		return map_lookup(s, &x->sh, node);
 	if (!x->shadow || CALL(cuGraphNodeFindInClone, &sn, node, x->shadow) != CUDA_SUCCESS)
 		return NULL;
 	return sn;
@@ -616,59 +665,117 @@ static CUgraphNode shadow_node(struct crc_gexec *x, CUgraphNode node)
 /* The node an executable graph's driver object takes for the application's node. */
 static CUgraphNode exec_target(struct crc_session *s, struct crc_gexec *x, CUgraphNode node)
 {
-	uint64_t vh;
+	CUgraphNode t = x && x->drv.n ? map_lookup(s, &x->drv, node) : NULL;
 
-	if (!x || !x->nmap || !(vh = crc_find_handle(s, CRC_HT_GRAPHNODE, node)))
-		return node;
-	for (size_t i = 0; i < x->nmap; i++)
-		if (x->map_vh[i] == vh)
-			return x->map_node[i];
-	return node;
+	return t ? t : node;
 }
 
-static void gexec_map_free(struct crc_gexec *x)
+/* Each application node handle with its shadow node (sh, or found in the clone), as fn(vh, node). */
+static int each_shadow_node(struct crc_session *s, struct crc_gexec *x,
+			    int (*fn)(void *arg, uint64_t vh, CUgraphNode sn), void *arg)
 {
-	free(x->map_vh);
-	free(x->map_node);
-	x->map_vh = NULL;
-	x->map_node = NULL;
-	x->nmap = 0;
+	const struct crc_htable *t = &s->tables[CRC_HT_GRAPHNODE];
+	int rc = 0;
+
+	for (size_t i = 0; i < x->sh.n && !rc; i++)
+		rc = fn(arg, x->sh.vh[i], x->sh.node[i]);
+	for (uint32_t v = 1; !x->sh.n && v <= t->n && !rc; v++) {
+		CUgraphNode sn = NULL;
+
+		if (t->real[v].ptr &&
+		    CALL(cuGraphNodeFindInClone, &sn, t->real[v].ptr, x->shadow) == CUDA_SUCCESS)
+			rc = fn(arg, crc_vhandle(CRC_HT_GRAPHNODE, v), sn);
+	}
+	return rc;
 }
 
 void crc_graph_exec_remap(struct crc_session *s, int op, void *const *argv)
 {
 	struct crc_gexec *x;
 
+	s->exec_app_node = NULL;
 	if (op == CRC_CU_cuGraphExecUpdate || !(x = gexec_find(s, *(CUgraphExec *)argv[0])))
 		return;
+	s->exec_app_node = *(CUgraphNode *)argv[1];
 	*(CUgraphNode *)argv[1] = exec_target(s, x, *(CUgraphNode *)argv[1]);
 }
 
+/* An update pairs the old shadow's nodes with the new graph's in the order the driver lists them,
+ * which for graphs built or captured the same way is the order of creation (the driver's own pairing,
+ * which an update of graphs of the same topology follows). */
+struct repair {
+	CUgraphNode *old, *new_;
+	size_t n;
+	CUgraph clone;
+	struct node_map sh;
+};
+
+static int repair_one(void *arg, uint64_t vh, CUgraphNode sn)
+{
+	struct repair *r = arg;
+	CUgraphNode cn = NULL;
+
+	for (size_t k = 0; k < r->n; k++)
+		if (r->old[k] == sn)
+			return CALL(cuGraphNodeFindInClone, &cn, r->new_[k], r->clone) != CUDA_SUCCESS ||
+			       map_add(&r->sh, vh, cn);
+	return -1;
+}
+
+static int graph_nodes(CUgraph g, CUgraphNode **out, size_t *n)
+{
+	*n = 0;
+	*out = NULL;
+	if (CALL(cuGraphGetNodes, g, NULL, n) != CUDA_SUCCESS || !(*out = calloc(*n + 1, sizeof(**out))))
+		return -1;
+	return CALL(cuGraphGetNodes, g, *out, n) == CUDA_SUCCESS ? 0 : -1;
+}
+
+static int exec_updated(struct crc_session *s, struct crc_gexec *x, CUgraph g)
+{
+	struct repair r = {0};
+	size_t n2 = 0;
+	int rc = -1;
+
+	if (!x->shadow || graph_nodes(x->shadow, &r.old, &r.n) || graph_nodes(g, &r.new_, &n2) || n2 != r.n ||
+	    CALL(cuGraphClone, &r.clone, g) != CUDA_SUCCESS)
+		goto out;
+	rc = each_shadow_node(s, x, repair_one, &r);
+	if (!rc) {
+		CALL(cuGraphDestroy, x->shadow);
+		x->shadow = r.clone;
+		map_free(&x->sh);
+		x->sh = r.sh;
+		r.clone = NULL;
+		r.sh = (struct node_map){0};
+	}
+out:
+	if (r.clone)
+		CALL(cuGraphDestroy, r.clone);
+	map_free(&r.sh);
+	free(r.old);
+	free(r.new_);
+	return rc;
+}
+
 /* A change the driver made to an executable graph, made to its shadow too, so that a checkpoint still
- * describes it: an update replaces the shadow by a clone of the new graph; a node's new parameters go
- * to the shadow's node. What cannot be mirrored (a node disabled) marks it modified, and a checkpoint
- * then refuses, saying so. */
+ * describes it: an update replaces the shadow by a clone of the new graph (the application's nodes
+ * paired with the clone's); a node's new parameters go to the shadow's node. What cannot be mirrored (a
+ * node disabled) marks it modified, and a checkpoint then refuses, saying so. */
 void crc_graph_exec_changed(struct crc_session *s, int op, void *const *argv)
 {
 	struct crc_gexec *x = gexec_find(s, *(CUgraphExec *)argv[0]);
 	CUgraphNode sn;
-	CUgraph clone;
 	CUresult res = CUDA_ERROR_NOT_SUPPORTED;
 
 	if (!x || x->modified)
 		return;
 	if (op == CRC_CU_cuGraphExecUpdate) {
-		if (x->shadow && CALL(cuGraphClone, &clone, *(CUgraph *)argv[1]) == CUDA_SUCCESS) {
-			CALL(cuGraphDestroy, x->shadow);
-			x->shadow = clone;
-			gexec_map_free(x); /* its nodes are the new graph's now */
-			return;
-		}
-		x->modified = true;
+		if (exec_updated(s, x, *(CUgraph *)argv[1]))
+			x->modified = true;
 		return;
 	}
-	/* A restored one's node was remapped to the shadow's already (crc_graph_exec_remap). */
-	sn = x->nmap ? *(CUgraphNode *)argv[1] : shadow_node(x, *(CUgraphNode *)argv[1]);
+	sn = s->exec_app_node ? shadow_target(s, x, s->exec_app_node) : NULL;
 	if (sn) {
 		switch (op) {
 		case CRC_CU_cuGraphExecMemsetNodeSetParams:
@@ -1068,48 +1175,40 @@ static char *hex_of(const struct gbuf *b)
 	return h;
 }
 
+struct origin_of {
+	CUgraphNode *nodes;
+	uint64_t *origin;
+	size_t n;
+};
+
+static int origin_one(void *arg, uint64_t vh, CUgraphNode sn)
+{
+	struct origin_of *o = arg;
+
+	for (size_t i = 0; i < o->n; i++)
+		if (o->nodes[i] == sn)
+			o->origin[i] = vh;
+	return 0;
+}
+
 /* After an executable graph's shadow: u32 n, then for each of the shadow's top-level nodes (in
  * cuGraphGetNodes order, as described) the application's handle of the node it stands for, 0 if none:
  * a restore instantiates the shadow, and later calls naming the application's nodes go to its nodes. */
 static int describe_exec_map(struct crc_session *s, struct crc_gexec *x, struct gbuf *b, char *why,
 			     size_t len)
 {
-	const struct crc_htable *t = &s->tables[CRC_HT_GRAPHNODE];
-	CUgraphNode *nodes;
-	uint64_t *origin;
-	size_t n = 0;
+	struct origin_of o = {0};
 
-	if (CALL(cuGraphGetNodes, x->shadow, NULL, &n) != CUDA_SUCCESS) {
+	if (graph_nodes(x->shadow, &o.nodes, &o.n) || !(o.origin = calloc(o.n + 1, sizeof(*o.origin)))) {
+		free(o.nodes);
 		snprintf(why, len, "cannot list a graph's nodes and edges");
 		return -1;
 	}
-	nodes = calloc(n + 1, sizeof(*nodes));
-	origin = calloc(n + 1, sizeof(*origin));
-	if (!nodes || !origin || CALL(cuGraphGetNodes, x->shadow, nodes, &n) != CUDA_SUCCESS) {
-		free(nodes);
-		free(origin);
-		snprintf(why, len, "cannot list a graph's nodes and edges");
-		return -1;
-	}
-	for (size_t i = 0; i < n; i++)
-		for (size_t k = 0; x->nmap && k < x->nmap; k++)
-			if (x->map_node[k] == nodes[i])
-				origin[i] = x->map_vh[k];
-	/* Never restored: the nodes of the graph it came from, which the driver knows it cloned. */
-	for (uint32_t v = 1; !x->nmap && v <= t->n; v++) {
-		CUgraphNode sn = NULL;
-
-		if (!t->real[v].ptr ||
-		    CALL(cuGraphNodeFindInClone, &sn, t->real[v].ptr, x->shadow) != CUDA_SUCCESS)
-			continue;
-		for (size_t i = 0; i < n; i++)
-			if (nodes[i] == sn)
-				origin[i] = crc_vhandle(CRC_HT_GRAPHNODE, v);
-	}
-	gbuf_u32(b, (uint32_t)n);
-	gbuf_put(b, origin, n * sizeof(*origin));
-	free(nodes);
-	free(origin);
+	each_shadow_node(s, x, origin_one, &o);
+	gbuf_u32(b, (uint32_t)o.n);
+	gbuf_put(b, o.origin, o.n * sizeof(*o.origin));
+	free(o.nodes);
+	free(o.origin);
 	return 0;
 }
 
@@ -1427,17 +1526,12 @@ int crc_graph_restore(struct crc_session *s, const char *hex, char *why, size_t 
 			struct crc_gexec *x = gexec_find(s, exec);
 			uint32_t m = grd_u32(&r);
 
-			x->map_vh = calloc(m + 1, sizeof(*x->map_vh));
-			x->map_node = calloc(m + 1, sizeof(*x->map_node));
-			if (!x->map_vh || !x->map_node)
-				res = CUDA_ERROR_OUT_OF_MEMORY;
 			for (uint32_t k = 0; res == CUDA_SUCCESS && k < m; k++) {
 				uint64_t vh = grd_u64(&r);
 
-				if (!vh || k >= n)
-					continue;
-				x->map_vh[x->nmap] = vh;
-				x->map_node[x->nmap++] = nodes[k];
+				if (vh && k < n &&
+				    (map_add(&x->drv, vh, nodes[k]) || map_add(&x->sh, vh, nodes[k])))
+					res = CUDA_ERROR_OUT_OF_MEMORY;
 			}
 			if (m != n)
 				r.bad = true;

@@ -139,6 +139,7 @@ struct crc_session {
 	struct crc_hostfn_page *hostfn;	    /* the client's, for host functions (hostfn.c) */
 	struct crc_hostfn_arg *hostfn_args; /* what host nodes run */
 	struct crc_texobj *texobjs;	    /* live texture and surface objects (arrays.c) */
+	void *exec_app_node;		    /* the node an exec node call named, before graph.c remapped it */
 	/* The reply being built and module images being assembled. */
 	uint8_t *out;
 	size_t out_len, out_cap;

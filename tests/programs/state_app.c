@@ -25,8 +25,9 @@
  * --graph-params: each step is one launch of a graph made once of one state_step node a chunk, whose
  * step parameter is set in the executable graph first (cuGraphExecKernelNodeSetParams); right before
  * the ready step the executable graph is updated (cuGraphExecUpdate) from a second graph of the same
- * shape, whose nodes the later steps name (the same checksum). A restore must rebuild the executable
- * graph as it was changed, and take the application's node handles for its nodes.
+ * shape, destroyed right after; the later steps still name the first graph's nodes, as the driver
+ * wants (the same checksum). A restore must rebuild the executable graph as it was changed, and take
+ * the application's node handles for its nodes.
  * --texture: each step also reads a CUDA array through a texture object (every word mixed with an
  * element) and rewrites the array through a surface object, and the array joins the checksum (a
  * different one); a texture object made and destroyed first leaves a hole below the live objects'
@@ -406,16 +407,16 @@ int main(int argc, char **argv)
 		step++;
 		if (o.graph_params) {
 			if (step == o.ready_at) {
-				/* The update: a second graph of the same shape, whose nodes name the exec's
-				 * now. */
+				/* The update: a second graph of the same shape. The executable graph's nodes
+				 * are still named by the first graph's (the driver refuses the second's). */
+				CUgraphNode g2nodes[PARAM_CHUNKS_MAX];
 				CUgraph g2 =
-				    param_graph(d[0].f_step, bufs, o.chunks, &words, grid, block, pnodes);
+				    param_graph(d[0].f_step, bufs, o.chunks, &words, grid, block, g2nodes);
 				CUgraphExecUpdateResultInfo info;
 
 				CU_CHECK(cuGraphExecUpdate(step_graph, g2, &info));
 				CHECK(info.result == CU_GRAPH_EXEC_UPDATE_SUCCESS);
-				CU_CHECK(cuGraphDestroy(pgraph));
-				pgraph = g2;
+				CU_CHECK(cuGraphDestroy(g2));
 			}
 			param_graph_step(step_graph, d[0].f_step, bufs, o.chunks, &words, grid, block, pnodes,
 					 step);
