@@ -426,8 +426,10 @@ static CUresult copy(uint64_t dst, uint64_t src, size_t bytes, CUstream stream, 
 		return CUDA_SUCCESS;
 	if (async && captured_pageable(dl, sl, stream))
 		return crc_stage_capture(stream, dst, src, bytes, copy_async);
-	if (dl == CRC_LOC_INLINE && sl == CRC_LOC_INLINE) {
-		/* Host to host: after the stream's earlier work, which may write the source. */
+	if (dl != CRC_LOC_DEVICE && sl != CRC_LOC_DEVICE && (dl == CRC_LOC_INLINE || sl == CRC_LOC_INLINE)) {
+		/* Host to host (page-locked memory is mapped here too: unified addressing lets a program name
+		 * it as a device pointer, as XLA does): after the stream's earlier work, which may write the
+		 * source. */
 		res = async ? crc_fwd_cuStreamSynchronize(stream) : crc_fwd_cuCtxSynchronize();
 		if (res == CUDA_SUCCESS)
 			memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes);
@@ -601,16 +603,16 @@ CUresult crc_hook_cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStrea
 	return copy_3d(pCopy, hStream, true);
 }
 
-static CUresult check_copy(uint64_t dst, uint64_t src)
+static CUresult check_copy(uint64_t dst, uint64_t src, size_t n)
 {
 	if (!__atomic_load_n(&crc_initialized, __ATOMIC_ACQUIRE))
 		return CUDA_ERROR_NOT_INITIALIZED;
-	return dst && src ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	return (dst && src) || !n ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 #define COPY(dst, src, n, stream, async)                                                                     \
 	do {                                                                                                 \
-		CUresult check_ = check_copy((uintptr_t)(dst), (uintptr_t)(src));                            \
+		CUresult check_ = check_copy((uintptr_t)(dst), (uintptr_t)(src), (n));                       \
 		return check_ != CUDA_SUCCESS                                                                \
 			   ? check_                                                                          \
 			   : copy((uintptr_t)(dst), (uintptr_t)(src), (n), (stream), (async));               \

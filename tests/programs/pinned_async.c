@@ -1,6 +1,7 @@
 /* pinned_async: cuMemAllocHost, cuMemHostAlloc(DEVICEMAP) and cuMemHostRegister buffers used with async
  * copies and kernels on two streams, a kernel touching mapped host memory directly, pointer
- * attributes, and cuMemcpyAsync inferring directions from the addresses (unified addressing). */
+ * attributes, cuMemcpyAsync inferring directions from the addresses (unified addressing), and
+ * page-locked memory as the source of a device-to-host copy. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,6 +73,20 @@ int main(void)
 	CU_CHECK(cuMemcpyAsync((CUdeviceptr)(uintptr_t)out, din, bytes, up));
 	CU_CHECK(cuStreamSynchronize(up));
 	CHECK(!memcmp(out, in, bytes));
+
+	/* Page-locked memory named as the device side of a copy into pageable memory (unified addressing;
+	 * XLA does this), and a copy of nothing with no buffers. */
+	{
+		unsigned *pageable = malloc(bytes);
+
+		CHECK(pageable);
+		CU_CHECK(cuMemcpyDtoHAsync(pageable, (CUdeviceptr)(uintptr_t)in, bytes, up));
+		CU_CHECK(cuStreamSynchronize(up));
+		CHECK(!memcmp(pageable, in, bytes));
+		CU_CHECK(cuMemcpyDtoH(pageable, (CUdeviceptr)(uintptr_t)in, 64));
+		CU_CHECK(cuMemcpyDtoHAsync(NULL, 0, 0, up));
+		free(pageable);
+	}
 
 	/* Zero-copy: the kernel updates mapped host memory through its device pointer. */
 	for (int i = 0; i < N; i++)
