@@ -378,6 +378,9 @@ int crc_texobjs_restore(struct crc_session *s, const char *desc, char *why, size
 	for (size_t i = 0; i < nheld; i++)
 		held[i].surface ? CALL(cuSurfObjectDestroy, held[i].value)
 				: CALL(cuTexObjectDestroy, held[i].value);
+	if (n)
+		pr_info("session %llu: %zu texture and surface objects made again (%zu placeholders)%s",
+			(unsigned long long)s->id, n, nheld, rc ? ", failed" : "");
 	/* The session keeps them all (a failed restore destroys the session and them with it). */
 	while (list) {
 		struct crc_texobj *o = list;
@@ -587,6 +590,9 @@ int crc_arrays_restore(struct crc_session *s, struct crc_store *st, const struct
 			rc = CRC_ECUDA;
 		}
 		free(buf);
+		if (!rc)
+			pr_info("session %llu: %s: %zu bytes uploaded", (unsigned long long)s->id, rg->name,
+				bytes);
 	}
 	return rc;
 }
