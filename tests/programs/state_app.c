@@ -249,7 +249,7 @@ struct texture {
 	int w, h;
 };
 
-static void texture_setup(struct texture *t, CUmodule mod, unsigned seed)
+static void texture_setup(struct texture *t, CUmodule mod, CUstream stream, unsigned seed)
 {
 	CUDA_ARRAY3D_DESCRIPTOR d = {.Width = TEX_W,
 				     .Height = TEX_H,
@@ -277,7 +277,9 @@ static void texture_setup(struct texture *t, CUmodule mod, unsigned seed)
 			    .dstArray = t->array,
 			    .WidthInBytes = TEX_W * 4,
 			    .Height = TEX_H};
-	CU_CHECK(cuMemcpy2D(&in));
+	/* On the steps' stream: a synchronous copy from pageable memory may return before its bytes land
+	 * (CUDA's API synchronization behavior), and the stream does not wait for the legacy one. */
+	CU_CHECK(cuMemcpy2DAsync(&in, stream));
 	r.res.array.hArray = t->array;
 	CU_CHECK(cuTexObjectCreate(&hole, &r, &td, NULL));
 	CU_CHECK(cuTexObjectCreate(&t->tex, &r, &td, NULL));
@@ -392,7 +394,7 @@ int main(int argc, char **argv)
 	}
 	struct texture tx = {0};
 	if (o.texture)
-		texture_setup(&tx, d[0].mod, o.seed);
+		texture_setup(&tx, d[0].mod, d[0].stream, o.seed);
 	unsigned step = 0; /* host state: restored by CRIU, not by the layer */
 	CUgraphExec step_graph = NULL;
 	CUgraph pgraph = NULL;
