@@ -1,7 +1,15 @@
 """JAX as a user runs it (issue 13): a jit-compiled MLP trained for a few steps with a fixed key and
 batch (XLA: cuBLAS, fusions, and on Hopper kernels that may use TMA). Prints every loss as a float's
-hex, so two runs can be compared exactly. Exits 77 when JAX or a GPU is missing."""
+hex, so two runs can be compared exactly. Exits 77 when JAX or a GPU is missing.
+
+XLA's autotuner picks each GEMM's kernel by timing the candidates, so which kernel (and so which
+rounding) a run gets depends on the machine's load: measured on the H100, a run under the layer chose
+others than the native runs and its losses differed in the last bits. Autotuning is off here, so that
+the result is the program's, not the timer's."""
+import os
 import sys
+
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_autotune_level=0").strip()
 
 try:
     import jax
