@@ -83,12 +83,11 @@ static void wait_notice_taken(struct crc_session *s)
 			(unsigned long long)s->id);
 }
 
-int crc_ckpt_quiesce(struct crc_session *s, int timeout_ms)
+/* The client stopped at a call boundary (its posted records served): 0, or an error said with
+ * crc_session_cmd_done. */
+static int park(struct crc_session *s, double deadline, int timeout_ms)
 {
 	struct crc_session_ctl *ctl = s->chan.sctl;
-	char why[CRC_CTL_MSG_MAX];
-	double deadline = crc_now_s() + (timeout_ms > 0 ? timeout_ms : 30000) / 1000.0;
-	CUresult res;
 
 	if (!s->tcp)
 		wait_notice_taken(s);
@@ -133,12 +132,43 @@ int crc_ckpt_quiesce(struct crc_session *s, int timeout_ms)
 			return CRC_ETIMEDOUT;
 		}
 	}
+	return 0;
+}
+
+/* How long a checkpoint waits for a stream capture to end (captures are short: a model step). */
+#define CAPTURE_WAIT_S 2.0
+
+int crc_ckpt_quiesce(struct crc_session *s, int timeout_ms)
+{
+	char why[CRC_CTL_MSG_MAX];
+	double deadline = crc_now_s() + (timeout_ms > 0 ? timeout_ms : 30000) / 1000.0,
+	       capture_by = crc_now_s() + CAPTURE_WAIT_S;
+	CUresult res;
+	int rc = park(s, deadline, timeout_ms);
+
+	if (rc)
+		return rc;
 	/* Before draining: a synchronise during a stream capture would invalidate the application's
-	 * capture (and leave it error 900). A checkpoint waits for no capture: refused, untouched. */
-	if (crc_graph_capturing(s, why, sizeof(why))) {
+	 * capture (and leave it error 900). The program runs on until its capture ends (served here, a
+	 * moment at a time), for CAPTURE_WAIT_S at most; then the checkpoint is refused, untouched. Over
+	 * TCP it is refused at once. */
+	while (crc_graph_capturing(s, why, sizeof(why))) {
+		if (s->tcp || crc_now_s() > capture_by || crc_now_s() > deadline) {
+			crc_ckpt_resume(s);
+			crc_session_cmd_done(s, CRC_ENOTSUP, "%s", why);
+			return CRC_ENOTSUP;
+		}
 		crc_ckpt_resume(s);
-		crc_session_cmd_done(s, CRC_ENOTSUP, "%s", why);
-		return CRC_ENOTSUP;
+		for (double until = crc_now_s() + 0.02; crc_now_s() < until;) {
+			if (!crc_session_serve_one(s, 5)) {
+				crc_session_cmd_done(s, CRC_EDAEMON, "the client of session %llu went away",
+						     (unsigned long long)s->id);
+				return CRC_EDAEMON;
+			}
+		}
+		rc = park(s, deadline, timeout_ms);
+		if (rc)
+			return rc;
 	}
 	res = drain(s);
 	if (res != CUDA_SUCCESS) {

@@ -1593,10 +1593,12 @@ int crc_graph_capturing(struct crc_session *s, char *why, size_t len)
 		capturing = crc_stream_capturing(s->ptstreams[i].stream);
 	if (!capturing)
 		return 0;
-	snprintf(why, len,
-		 "session %llu is capturing a stream into a CUDA graph: a checkpoint during a capture is not "
-		 "supported; the program runs on untouched, try again when the capture has ended",
-		 (unsigned long long)s->id);
+	snprintf(
+	    why, len,
+	    "session %llu is capturing a stream into a CUDA graph, and its capture did not end within 2 s: "
+	    "a checkpoint during a capture is not supported; the program runs on untouched, try again "
+	    "when the capture has ended",
+	    (unsigned long long)s->id);
 	return -1;
 }
 

@@ -30,8 +30,11 @@
 #                      without a connection (detached), at the device and criu steps: it takes its
 #                      session back and finishes
 #       capture        a checkpoint while the program has a stream capture open (state_app --graph
-#                      --ready-in-capture): refused, saying why, and the program runs on to the
-#                      uninterrupted checksum (a synchronise in the quiesce would invalidate the capture)
+#                      --ready-in-capture) that does not end: refused after 2 s, saying why, and the
+#                      program runs on to the uninterrupted checksum (a synchronise in the quiesce would
+#                      invalidate the capture)
+#       capture-wait   the same, but the capture ends 0.5 s after the checkpoint began: the checkpoint
+#                      waits for its end, kills the program, and the restored program finishes
 #       pin-race       a checkpoint inside cuMemAllocHost, between the region's registration with the
 #                      daemon and its listing in the client (CRCUDA_TEST_PIN_PAUSE): the restored
 #                      session gets the region (the program's copy into it and cuMemFreeHost work)
@@ -256,6 +259,17 @@ capture)
 	echo "$out" | grep -q "capturing a stream into a CUDA graph" || fail "the refusal does not say why: $out"
 	gone "$app" && fail "the program did not run on after the refused checkpoint"
 	finish "$app" "after a checkpoint refused during a capture"
+	;;
+capture-wait)
+	start_app capture_wait --graph --ready-in-capture
+	(sleep 0.5 && touch "$dir/go") &
+	id=$(checkpoint "$app")
+	wait_for 30 gone "$app" || fail "the program still runs after the checkpoint"
+	rm -f "$dir/go"
+	app=$(restore "$id")
+	[ -n "$app" ] || fail "no pid from the restore"
+	pids+=("$app")
+	finish "$app" "restored from a checkpoint that waited for a capture's end"
 	;;
 pin-race)
 	# The checkpoint falls inside cuMemAllocHost, between the region's registration with the daemon
