@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "crcuda/copy2d.h"
 #include "crcuda/log.h"
 #include "crcuda/proto.h"
 #include "hooks.h"
@@ -106,7 +107,7 @@ static struct stage *stage_of(const CUDA_MEMCPY3D *p, size_t x, size_t y, size_t
 	key.app = (uint8_t *)host + x + (y + z * key.slice_rows) * key.pitch;
 	if (!key.width || key.pitch < key.width || key.slice_rows < key.rows)
 		return NULL;
-	span = ((key.depth - 1) * key.slice_rows + key.rows - 1) * key.pitch + key.width;
+	span = crc_copy3d_extent(key.width, key.rows, key.depth, key.pitch, key.slice_rows);
 	pthread_mutex_lock(&stage_lock);
 	for (s = stages; s; s = s->next)
 		if (s->app == key.app && s->width == key.width && s->pitch == key.pitch &&

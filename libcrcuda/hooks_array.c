@@ -79,38 +79,30 @@ static CUresult side_of(CUmemorytype type, const void *host, CUdeviceptr dev, CU
 			struct crc_array_side *out)
 {
 	size_t height = p->Height ? p->Height : 1, depth = p->Depth ? p->Depth : 1;
-	uint64_t base;
 
 	*out = (struct crc_array_side){0};
-	switch (type) {
-	case CU_MEMORYTYPE_ARRAY:
+	if (type == CU_MEMORYTYPE_ARRAY) {
 		if (!array)
 			return CUDA_ERROR_INVALID_VALUE;
 		*out = (struct crc_array_side){
 		    .loc = CRC_LOC_ARRAY, .addr = (uintptr_t)array, .x = x, .y = y, .z = z};
 		return CUDA_SUCCESS;
-	case CU_MEMORYTYPE_HOST:
-		base = (uintptr_t)host;
-		break;
-	case CU_MEMORYTYPE_DEVICE:
-	case CU_MEMORYTYPE_UNIFIED:
-		base = dev;
-		break;
-	default:
-		return CUDA_ERROR_INVALID_VALUE;
 	}
+	if (type != CU_MEMORYTYPE_HOST && type != CU_MEMORYTYPE_DEVICE && type != CU_MEMORYTYPE_UNIFIED)
+		return CUDA_ERROR_INVALID_VALUE;
 	if (!pitch && height == 1 && depth == 1)
 		pitch = p->WidthInBytes;
 	rows = rows ? rows : height;
-	if (!base || pitch < p->WidthInBytes || (depth > 1 && rows < height))
+	if (!crc_copy2d_side(type, host, dev, 0, 0, 0) || pitch < p->WidthInBytes ||
+	    (depth > 1 && rows < height))
 		return CUDA_ERROR_INVALID_VALUE;
-	out->addr = base + x + (y + z * rows) * pitch;
+	out->addr = crc_copy2d_side(type, host, dev, x, y + z * rows, pitch);
 	out->pitch = pitch;
 	out->rows = rows;
 	out->loc =
 	    type == CU_MEMORYTYPE_DEVICE
 		? CRC_LOC_DEVICE
-		: crc_locate(out->addr, (depth - 1) * rows * pitch + (height - 1) * pitch + p->WidthInBytes);
+		: crc_locate(out->addr, crc_copy3d_extent(p->WidthInBytes, height, depth, pitch, rows));
 	return CUDA_SUCCESS;
 }
 

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "crcuda/copy2d.h"
 #include "crcuda/log.h"
 #include "sim.h"
 
@@ -591,14 +592,14 @@ static CUresult copy_side(CUmemorytype type, const void *host, CUdeviceptr dev, 
 		base = (uintptr_t)dev;
 		break;
 	case CU_MEMORYTYPE_ARRAY:
-		return CUDA_ERROR_NOT_SUPPORTED; /* arrays are not simulated */
+		return CUDA_ERROR_NOT_SUPPORTED; /* graph copies with arrays are not simulated */
 	default:
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	if (!base)
 		return CUDA_ERROR_INVALID_VALUE;
 	base += x + (y + z * height) * pitch;
-	extent = ((p->Depth - 1) * height + (p->Height - 1)) * pitch + width;
+	extent = crc_copy3d_extent(width, p->Height, p->Depth, pitch, height);
 	if (check && width) {
 		if (type == CU_MEMORYTYPE_DEVICE)
 			res = sim_mem_check_device(base, extent, write);

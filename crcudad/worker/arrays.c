@@ -18,6 +18,7 @@
 
 #include "worker.h"
 #include "crcuda/array_fmt.h"
+#include "crcuda/copy2d.h"
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
 
@@ -63,9 +64,8 @@ static CUresult real_side(struct crc_session *s, const struct crc_call_hdr *h,
 		return inl ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 	case CRC_LOC_PINNED:
 		out->type = CU_MEMORYTYPE_HOST;
-		out->host = (void *)(uintptr_t)crc_pin_local(s, sd->addr,
-							     (r->depth - 1) * sd->rows * sd->pitch +
-								 (r->height - 1) * sd->pitch + r->width);
+		out->host = (void *)(uintptr_t)crc_pin_local(
+		    s, sd->addr, crc_copy3d_extent(r->width, r->height, r->depth, sd->pitch, sd->rows));
 		return out->host ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 	}
 	return CUDA_ERROR_INVALID_VALUE;
@@ -321,7 +321,9 @@ int crc_texobjs_restore(struct crc_session *s, const char *desc, char *why, size
 	size_t n = 0, nheld = 0;
 	int rc = 0;
 
-	for (const char *r = desc; r && *r && !rc;) {
+	if (!desc || !*desc)
+		return 0;
+	for (const char *r = desc; *r && !rc;) {
 		struct crc_texobj *o = calloc(1, sizeof(*o));
 		int has_view = 0, used = 0;
 		char kind = 0;

@@ -602,14 +602,6 @@ static struct crc_gexec *gexec_find(struct crc_session *s, CUgraphExec exec)
 	return NULL;
 }
 
-void crc_graph_exec_modified(struct crc_session *s, void *exec)
-{
-	struct crc_gexec *x = gexec_find(s, exec);
-
-	if (x)
-		x->modified = true;
-}
-
 static CUgraphNode map_lookup(struct crc_session *s, const struct node_map *m, CUgraphNode node)
 {
 	uint64_t vh = crc_find_handle(s, CRC_HT_GRAPHNODE, node);

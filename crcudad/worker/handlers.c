@@ -957,9 +957,11 @@ CUresult crc_raw_getfn(struct crc_session *s, const struct crc_call_hdr *h, cons
 static const CUuuid tools_module_table = {
     {0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d, 0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e}};
 
+/* The names, packed, as the reply carries them after its header. */
 struct names_out {
-	struct crc_session *s;
-	size_t reply_off;
+	char *buf;
+	size_t len, cap;
+	uint32_t count;
 	bool oom;
 };
 
@@ -967,29 +969,47 @@ static void name_put(void *arg, CUfunction f, const char *name)
 {
 	struct names_out *o = arg;
 	size_t n = name ? strlen(name) + 1 : 0;
-	struct crc_module_functions_reply *r;
-	char *p;
 
 	(void)f;
 	if (!n || o->oom)
 		return;
-	/* Names are packed, not 8-byte items: the reply grows by hand. */
-	p = crc_out(o->s, n);
-	if (!p) {
-		o->oom = true;
-		return;
+	if (o->len + n > o->cap) {
+		size_t cap = o->cap ? o->cap * 2 : 4096;
+		char *p;
+
+		while (cap < o->len + n)
+			cap *= 2;
+		p = realloc(o->buf, cap);
+		if (!p) {
+			o->oom = true;
+			return;
+		}
+		o->buf = p;
+		o->cap = cap;
 	}
-	r = (struct crc_module_functions_reply *)(o->s->out + o->reply_off);
-	memmove(o->s->out + o->reply_off + sizeof(*r) + r->bytes, name, n);
-	r->bytes += (uint32_t)n;
-	r->count++;
-	o->s->out_len = o->reply_off + sizeof(*r) + crc_align8(r->bytes);
+	memcpy(o->buf + o->len, name, n);
+	o->len += n;
+	o->count++;
+}
+
+/* The names in the reply (struct crc_module_functions_reply), then freed. */
+static CUresult names_reply(struct crc_session *s, struct names_out *o)
+{
+	struct crc_module_functions_reply *r = o->oom ? NULL : crc_out(s, sizeof(*r) + o->len);
+
+	if (r) {
+		r->count = o->count;
+		r->bytes = (uint32_t)o->len;
+		memcpy(r + 1, o->buf, o->len);
+	}
+	free(o->buf);
+	return r ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 CUresult crc_raw_module_functions(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
 				  size_t len)
 {
-	struct names_out o = {.s = s};
+	struct names_out o = {0};
 	const void **table = NULL;
 	union crc_slot mod;
 	uint64_t vh;
@@ -1001,9 +1021,6 @@ CUresult crc_raw_module_functions(struct crc_session *s, const struct crc_call_h
 	res = crc_translate(s, h, CRC_HT_MODULE, vh, &mod);
 	if (res != CUDA_SUCCESS)
 		return res;
-	if (!crc_out(s, sizeof(struct crc_module_functions_reply)))
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	o.reply_off = 0;
 	if (CALL(cuGetExportTable, (const void **)&table, &tools_module_table) == CUDA_SUCCESS && table &&
 	    (uintptr_t)table[0] > 7 * sizeof(void *)) {
 		int (*each)(CUcontext, CUmodule, void (*)(void *, CUfunction, const char *), void *) =
@@ -1012,8 +1029,10 @@ CUresult crc_raw_module_functions(struct crc_session *s, const struct crc_call_h
 		CUcontext ctx = NULL;
 
 		CALL(cuCtxGetCurrent, &ctx);
-		if (each(ctx, mod.ptr, name_put, &o) < 0)
+		if (each(ctx, mod.ptr, name_put, &o) < 0) {
+			free(o.buf);
 			return CUDA_ERROR_INVALID_HANDLE;
+		}
 	} else {
 		unsigned n = 0;
 		CUfunction *fs;
@@ -1032,10 +1051,12 @@ CUresult crc_raw_module_functions(struct crc_session *s, const struct crc_call_h
 				name_put(&o, fs[i], name);
 		}
 		free(fs);
-		if (res != CUDA_SUCCESS)
+		if (res != CUDA_SUCCESS) {
+			free(o.buf);
 			return res;
+		}
 	}
-	return o.oom ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+	return names_reply(s, &o);
 }
 
 /* ---- launches ----------------------------------------------------------------------------------- */

@@ -358,8 +358,6 @@ int crc_graph_ckpt_refusal(struct crc_session *s, char *why, size_t len);
 char *crc_graph_describe(struct crc_session *s, char *why, size_t len);
 /* Rebuilds them in a restored session, at the handles the application holds; 0 or -1 with why. */
 int crc_graph_restore(struct crc_session *s, const char *desc, char *why, size_t len);
-/* An executable graph changed after instantiation (its shadow no longer describes it). */
-void crc_graph_exec_modified(struct crc_session *s, void *exec);
 /* A generic call (op, its arguments as the driver took them) changed an executable graph: mirrored
  * onto its shadow, or marked modified. */
 void crc_graph_exec_changed(struct crc_session *s, int op, void *const *argv);

@@ -105,6 +105,13 @@ static inline CUresult crc_copy3d_rows(const CUDA_MEMCPY3D *p, crc_copy_row_fn r
 	return res;
 }
 
+/* The bytes a side of a 3D copy spans from its box's first byte: depth slices of rows rows of pitch
+ * bytes, the last row width bytes. */
+static inline size_t crc_copy3d_extent(size_t width, size_t height, size_t depth, size_t pitch, size_t rows)
+{
+	return (depth - 1) * rows * pitch + (height - 1) * pitch + width;
+}
+
 /* A 2D copy as the 3D copy of one slice. */
 static inline CUDA_MEMCPY3D crc_copy2d_as_3d(const CUDA_MEMCPY2D *p)
 {
