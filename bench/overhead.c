@@ -5,6 +5,10 @@
  *   launch_rate         empty-kernel launches per second, queued on one stream, then synchronized
  *   graph_launch_rate   cuGraphLaunch of a captured graph of 8 empty kernels, per second, likewise
  *   h2d_pinned_gbs ...  1 GiB copies, pinned (cuMemAllocHost) and pageable (malloc), each way
+ *   h2d_registered_gbs  the same from and to malloc'd memory the program registered (cuMemHostRegister)
+ *   managed_*_gbs       managed memory (at most 256 MiB): the CPU writes it and a kernel reads it, a
+ *                       kernel writes it and the CPU reads it, and a loop of kernels over it once
+ *                       prefetched to the GPU (read + written bytes per second); results checked
  * Each figure is the best of several repetitions. Options: --size-mb N (copy size, default 1024),
  * --launches N (default 200000), --syncs N (default 20000). */
 #include <cuda.h>
@@ -48,6 +52,117 @@ static double best_copy_gbs(CUdeviceptr dev, void *host, size_t bytes, int to_de
 			best = gbs;
 	}
 	return best;
+}
+
+/* Registered memory: the program's own page-aligned buffer, as fast as pinned memory is the goal. */
+static void bench_registered(CUdeviceptr dbuf, size_t bytes, CUstream s)
+{
+	void *reg = NULL;
+
+	if (posix_memalign(&reg, 4096, bytes))
+		exit(1);
+	memset(reg, 3, bytes);
+	CK(cuMemHostRegister(reg, bytes, 0));
+	printf("h2d_registered_gbs %.2f GB/s\n", best_copy_gbs(dbuf, reg, bytes, 1, s));
+	memset(reg, 0, bytes);
+	printf("d2h_registered_gbs %.2f GB/s\n", best_copy_gbs(dbuf, reg, bytes, 0, s));
+	for (size_t i = 0; i < bytes; i += bytes / 16)
+		if (((unsigned char *)reg)[i] != 3) {
+			fprintf(stderr, "overhead: D2H copy into registered memory returned wrong bytes at %zu\n", i);
+			exit(1);
+		}
+	CK(cuMemHostUnregister(reg));
+	free(reg);
+}
+
+static void launch_on(CUfunction f, CUstream s, void **params)
+{
+	CK(cuLaunchKernel(f, 1024, 1, 1, 256, 1, 1, 0, s, params, NULL));
+}
+
+static void check_sum(const char *what, unsigned long long got, unsigned long long want)
+{
+	if (got != want) {
+		fprintf(stderr, "overhead: %s: sum %#llx, expected %#llx\n", what, got, want);
+		exit(1);
+	}
+}
+
+/* Managed memory: who touches it in turn (CPU then GPU, GPU then CPU), and kernels over memory
+ * prefetched to the GPU; every phase's result checked. */
+static void bench_managed(CUmodule mod, size_t bytes, CUstream s)
+{
+	CUfunction fill, step, sum;
+	CUdeviceptr m, out;
+	CUdevice dev;
+	unsigned long long n = bytes / sizeof(unsigned), got, v = 0;
+	const int steps = 20, reps = 3;
+	double best_in = 0, best_out = 0, best_loop = 0;
+
+	CK(cuModuleGetFunction(&fill, mod, "fill_kernel"));
+	CK(cuModuleGetFunction(&step, mod, "step_kernel"));
+	CK(cuModuleGetFunction(&sum, mod, "sum_kernel"));
+	CK(cuCtxGetDevice(&dev));
+	CK(cuMemAllocManaged(&m, bytes, CU_MEM_ATTACH_GLOBAL));
+	CK(cuMemAlloc(&out, sizeof(got)));
+	unsigned *a = (unsigned *)(uintptr_t)m;
+	void *sum_params[] = {&m, &n, &out}, *fill_params[] = {&m, &n, &v}, *step_params[] = {&m, &n};
+	const unsigned long long triangle = n * (n - 1) / 2;
+
+	for (unsigned rep = 0; rep <= (unsigned)reps; rep++) {
+		double t0 = now_s();
+		for (unsigned long long i = 0; i < n; i++)
+			a[i] = rep + (unsigned)i;
+		CK(cuMemsetD32Async(out, 0, 2, s));
+		launch_on(sum, s, sum_params);
+		CK(cuStreamSynchronize(s));
+		double gbs = (double)bytes / (now_s() - t0) / 1e9;
+		CK(cuMemcpyDtoH(&got, out, sizeof(got)));
+		check_sum("CPU writes, kernel reads", got, n * rep + triangle);
+		if (rep > 0 && gbs > best_in)
+			best_in = gbs;
+
+		v = 7ull * rep;
+		t0 = now_s();
+		launch_on(fill, s, fill_params);
+		CK(cuStreamSynchronize(s));
+		got = 0;
+		for (unsigned long long i = 0; i < n; i++)
+			got += a[i];
+		gbs = (double)bytes / (now_s() - t0) / 1e9;
+		check_sum("kernel writes, CPU reads", got, n * v + triangle);
+		if (rep > 0 && gbs > best_out)
+			best_out = gbs;
+	}
+	printf("managed_cpu_to_kernel_gbs %.2f GB/s\n", best_in);
+	printf("managed_kernel_to_cpu_gbs %.2f GB/s\n", best_out);
+
+	CUmemLocation gpu = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev};
+	CK(cuMemPrefetchAsync(m, bytes, gpu, 0, s));
+	CK(cuStreamSynchronize(s));
+	for (int rep = 0; rep < reps; rep++) {
+		double t0 = now_s();
+		for (int k = 0; k < steps; k++)
+			launch_on(step, s, step_params);
+		CK(cuStreamSynchronize(s));
+		double gbs = 2.0 * steps * (double)bytes / (now_s() - t0) / 1e9;
+		if (gbs > best_loop)
+			best_loop = gbs;
+	}
+	/* The CPU reads the kernels' results where they left them. */
+	for (unsigned long long i = 0; i < n; i += n / 61 + 1) {
+		unsigned want = (unsigned)v + (unsigned)i;
+		for (int k = 0; k < steps * reps; k++)
+			want = want * 3u + 1u;
+		if (a[i] != want) {
+			fprintf(stderr, "overhead: managed element %llu is %#x after the loop, expected %#x\n", i,
+				a[i], want);
+			exit(1);
+		}
+	}
+	printf("managed_prefetched_loop_gbs %.2f GB/s\n", best_loop);
+	CK(cuMemFree(m));
+	CK(cuMemFree(out));
 }
 
 int main(int argc, char **argv)
@@ -160,6 +275,8 @@ int main(int argc, char **argv)
 			fprintf(stderr, "overhead: D2H copy returned wrong bytes at %zu\n", i);
 			return 1;
 		}
+	bench_registered(dbuf, bytes, s);
+	bench_managed(mod, bytes < (256u << 20) ? bytes : (256u << 20), s);
 
 	CK(cuMemFreeHost(pinned));
 	CK(cuMemFree(dbuf));
