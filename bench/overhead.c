@@ -68,7 +68,8 @@ static void bench_registered(CUdeviceptr dbuf, size_t bytes, CUstream s)
 	printf("d2h_registered_gbs %.2f GB/s\n", best_copy_gbs(dbuf, reg, bytes, 0, s));
 	for (size_t i = 0; i < bytes; i += bytes / 16)
 		if (((unsigned char *)reg)[i] != 3) {
-			fprintf(stderr, "overhead: D2H copy into registered memory returned wrong bytes at %zu\n", i);
+			fprintf(stderr,
+				"overhead: D2H copy into registered memory returned wrong bytes at %zu\n", i);
 			exit(1);
 		}
 	CK(cuMemHostUnregister(reg));
@@ -155,7 +156,8 @@ static void bench_managed(CUmodule mod, size_t bytes, CUstream s)
 		for (int k = 0; k < steps * reps; k++)
 			want = want * 3u + 1u;
 		if (a[i] != want) {
-			fprintf(stderr, "overhead: managed element %llu is %#x after the loop, expected %#x\n", i,
+			fprintf(stderr,
+				"overhead: managed element %llu is %#x after the loop, expected %#x\n", i,
 				a[i], want);
 			exit(1);
 		}

@@ -19,7 +19,7 @@ CRCUDA_SIM_KERNEL(touch_kernel)
 /* Grid-stride loops as the CUDA kernels write them: the elements of block b's threads. */
 #define FOR_BLOCK_ELEMENTS(blk, n, i)                                                                        \
 	for (unsigned long long i##_base = (unsigned long long)(blk)->block_idx.x * (blk)->block_dim.x;      \
-	     i##_base < (n); i##_base += (unsigned long long)(blk)->grid_dim.x * (blk)->block_dim.x)          \
+	     i##_base < (n); i##_base += (unsigned long long)(blk)->grid_dim.x * (blk)->block_dim.x)         \
 		for (unsigned long long i = i##_base; i < i##_base + (blk)->block_dim.x && i < (n); i++)
 
 CRCUDA_SIM_KERNEL(fill_kernel)

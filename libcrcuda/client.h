@@ -44,9 +44,10 @@ struct crc_pinned {
 	size_t bytes;
 	unsigned flags;
 	uint64_t device_ptr;
-	int memfd;    /* the region's memfd, kept open to register it again after a restore (and so CRIU
-			 restores it); -1 over TCP (plain memory), -2 the application's own memory */
-	bool managed; /* cuMemAllocManaged: the pointer is the same here and on the device */
+	int memfd;	/* the region's memfd, kept open to register it again after a restore (and so CRIU
+			   restores it); -1 over TCP (plain memory), -2 the application's own memory */
+	bool managed;	/* cuMemAllocManaged: the pointer is the same here and on the device */
+	bool on_device; /* managed, in a GPU's memory: inaccessible here until a fault brings it back */
 	uintptr_t registered_at;      /* cuMemHostRegister: the pointer registered (0: an allocation) */
 	struct crc_uvm_advice advice; /* managed: what cuMemAdvise and prefetches said */
 	struct crc_pinned *next;
@@ -234,6 +235,11 @@ CUresult crc_stage_capture(CUstream stream, uint64_t dst, uint64_t src, size_t b
 /* Registers a pinned region with the session again (conn.c): after a restore bound while the region
  * was being registered (it was not in the list yet). */
 int crc_pin_reregister(struct crc_pinned *pin);
+/* A restored session has the managed region in its pages again: accessible here once more. */
+void crc_managed_restored(struct crc_pinned *pin);
+/* Host functions are about to run: managed memory comes back from the GPUs and stays in host memory
+ * for the rest of the process (a fault in a host function could not wait for the session). */
+void crc_managed_stay_home(void);
 
 /* Pinned host memory registered with the daemon: the region holding [p, p + n), or NULL. */
 struct crc_pinned *crc_pinned_find(const void *p, size_t n);

@@ -278,6 +278,8 @@ int crc_pin_reregister(struct crc_pinned *pin)
 	if (rc)
 		pr_err("cannot register pinned memory %#lx+%#zx with the restored session: %s",
 		       (unsigned long)pin->addr, pin->bytes, crc_strerror(rc));
+	else
+		crc_managed_restored(pin);
 	return rc;
 }
 

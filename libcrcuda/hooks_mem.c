@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -376,6 +377,8 @@ uint32_t crc_locate(uint64_t addr, size_t bytes)
 	if (crc_is_device_va(addr) || in_app_range(addr))
 		return CRC_LOC_DEVICE;
 	pin = crc_pinned_find((const void *)(uintptr_t)addr, bytes);
+	if (pin && pin->managed)
+		return CRC_LOC_DEVICE; /* on the GPU or in shared pages: the daemon reaches it either way */
 	if (pin)
 		return !crc_client.tcp && pin->memfd != -2 ? CRC_LOC_PINNED : CRC_LOC_INLINE;
 	/* Unified addressing: what is not mapped in this process is device memory (module globals,
@@ -762,13 +765,38 @@ static void test_pin_pause(void)
 		usleep(10000);
 }
 
-static CUresult pinned_alloc(void **pp, size_t bytes, unsigned flags)
+/* The memfd mapped at an address aligned to align (a power of two). */
+static void *map_aligned(int fd, size_t size, size_t align)
+{
+	uint8_t *span;
+	uintptr_t at;
+	void *p;
+
+	if (align <= 4096)
+		return mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	span = mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (span == MAP_FAILED)
+		return MAP_FAILED;
+	at = ((uintptr_t)span + align - 1) & ~(uintptr_t)(align - 1);
+	p = mmap((void *)at, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+	if (p == MAP_FAILED) {
+		munmap(span, size + align);
+		return MAP_FAILED;
+	}
+	if (at > (uintptr_t)span)
+		munmap(span, at - (uintptr_t)span);
+	munmap((void *)(at + size), (uintptr_t)span + align - at);
+	return p;
+}
+
+/* Page-locked memory: size rounded up to align (pages at least), at an address aligned to it. */
+static CUresult pinned_alloc(void **pp, size_t bytes, unsigned flags, size_t align)
 {
 	uint64_t gen = pin_generation();
 	struct crc_pinned *pin;
 	struct crc_pin_req req = {.bytes = bytes, .flags = flags};
 	struct crc_pin_reply reply = {0};
-	size_t size = (bytes + 4095) & ~(size_t)4095;
+	size_t size;
 	CUresult res = crc_ready();
 	int fd = -1;
 	void *p;
@@ -777,6 +805,9 @@ static CUresult pinned_alloc(void **pp, size_t bytes, unsigned flags)
 		return res;
 	if (!pp || !bytes)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (align < 4096)
+		align = 4096;
+	size = (bytes + align - 1) & ~(align - 1);
 	if (crc_client.tcp && (flags & CU_MEMHOSTALLOC_DEVICEMAP)) {
 		/* A remote GPU cannot reach this host's memory. */
 		pr_warn("cuMemHostAlloc(CU_MEMHOSTALLOC_DEVICEMAP) is not supported with a remote GPU");
@@ -789,7 +820,7 @@ static CUresult pinned_alloc(void **pp, size_t bytes, unsigned flags)
 		fd = memfd_create("crcuda-pinned", MFD_CLOEXEC);
 		if (fd < 0 || ftruncate(fd, (off_t)size))
 			goto oom;
-		p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		p = map_aligned(fd, size, align);
 	} else {
 		/* Over TCP pinned memory is plain memory; its data travels in the records. */
 		p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -833,12 +864,12 @@ oom:
 
 CUresult crc_hook_cuMemAllocHost_v2(void **pp, size_t bytesize)
 {
-	return pinned_alloc(pp, bytesize, 0);
+	return pinned_alloc(pp, bytesize, 0, 0);
 }
 
 CUresult crc_hook_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
-	return pinned_alloc(pp, bytesize, Flags);
+	return pinned_alloc(pp, bytesize, Flags, 0);
 }
 
 /* Takes the allocation (not a registration) at p off the list, managed or not as asked. */
@@ -884,8 +915,149 @@ CUresult crc_hook_cuMemFreeHost(void *p)
 /* ---- managed memory ------------------------------------------------------------------------------- */
 /* Page-locked memory shared with the daemon at the same address in both processes: the program reads
  * and writes it directly, kernels reach it through the mapping (as mapped page-locked memory), and a
- * checkpoint carries it with the process's own memory. Nothing migrates: advice and prefetches are
- * remembered for cuMemRangeGetAttribute, and cost nothing. */
+ * checkpoint carries it with the process's own memory. An allocation of at least the GPU's mapping
+ * granularity is aligned to it, so that a prefetch to a GPU can place it in the GPU's memory at the
+ * same address (crcudad/worker/managed.c): kernels then run at that memory's speed, and its pages here
+ * are inaccessible until the CPU touches them (the fault brings the contents back, after the session's
+ * work) or a prefetch to the CPU. CRCUDA_MANAGED_ON_GPU=0 keeps all of it in the shared pages, as does
+ * a process that runs host functions (crc_managed_stay_home). */
+#define MANAGED_GRANULE (2u << 20)
+
+static pthread_mutex_t managed_move_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool managed_home; /* host functions run: nothing goes to a GPU any more (managed_move_lock) */
+static struct sigaction managed_old_segv;
+static pthread_once_t managed_fault_once = PTHREAD_ONCE_INIT;
+
+static bool managed_may_move(void)
+{
+	const char *e = getenv("CRCUDA_MANAGED_ON_GPU");
+
+	return !crc_client.tcp && !(e && !strcmp(e, "0"));
+}
+
+static CUresult managed_place(struct crc_pinned *pin, int device)
+{
+	struct crc_managed_req req = {.client_addr = pin->addr, .bytes = pin->bytes, .device = device};
+	struct crc_call c;
+	void *args;
+	CUresult res = crc_ctl_begin(&c, CRC_OP_MANAGED_PLACE, 0, sizeof(req), &args);
+
+	if (res == CUDA_SUCCESS) {
+		memcpy(args, &req, sizeof(req));
+		res = crc_call_wait(&c, NULL, NULL);
+		crc_call_end(&c);
+	}
+	return res;
+}
+
+/* Back in the shared pages, accessible here (managed_move_lock held). */
+static CUresult managed_to_host(struct crc_pinned *pin)
+{
+	CUresult res;
+
+	if (!__atomic_load_n(&pin->on_device, __ATOMIC_ACQUIRE))
+		return CUDA_SUCCESS;
+	res = managed_place(pin, -1);
+	if (res == CUDA_SUCCESS && !mprotect((void *)pin->addr, pin->bytes, PROT_READ | PROT_WRITE))
+		__atomic_store_n(&pin->on_device, false, __ATOMIC_RELEASE);
+	return res;
+}
+
+/* The CPU touched managed memory that is on a GPU: brought back, and the access runs again. Any
+ * other fault goes where it would have gone. */
+static void managed_fault(int sig, siginfo_t *si, void *uc)
+{
+	int saved_errno = errno;
+	struct crc_pinned *pin = crc_pinned_find(si->si_addr, 1);
+
+	if (pin && pin->managed && __atomic_load_n(&pin->on_device, __ATOMIC_ACQUIRE)) {
+		CUresult res;
+
+		pthread_mutex_lock(&managed_move_lock);
+		res = managed_to_host(pin);
+		pthread_mutex_unlock(&managed_move_lock);
+		if (res == CUDA_SUCCESS) {
+			errno = saved_errno;
+			return;
+		}
+		pr_err("managed memory %#lx+%#zx cannot come back from the GPU: CUDA error %d",
+		       (unsigned long)pin->addr, pin->bytes, (int)res);
+	}
+	errno = saved_errno;
+	if (managed_old_segv.sa_flags & SA_SIGINFO) {
+		managed_old_segv.sa_sigaction(sig, si, uc);
+	} else if (managed_old_segv.sa_handler != SIG_DFL && managed_old_segv.sa_handler != SIG_IGN) {
+		managed_old_segv.sa_handler(sig);
+	} else {
+		signal(SIGSEGV, SIG_DFL); /* the access faults again and ends the process, as natively */
+	}
+}
+
+static void managed_fault_install(void)
+{
+	struct sigaction sa = {.sa_sigaction = managed_fault,
+			       .sa_flags = SA_SIGINFO | SA_RESTART | SA_NODEFER};
+
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGSEGV, &sa, &managed_old_segv))
+		pr_warn("cannot catch SIGSEGV: managed memory stays in host memory");
+}
+
+/* A prefetch to a GPU: the whole allocation into that GPU's memory, where it can go. */
+static CUresult managed_to_device(struct crc_pinned *pin, int device)
+{
+	CUresult res;
+
+	if (pin->addr % MANAGED_GRANULE || pin->bytes % MANAGED_GRANULE || !managed_may_move())
+		return CUDA_SUCCESS; /* a hint: it stays in the shared pages */
+	pthread_once(&managed_fault_once, managed_fault_install);
+	pthread_mutex_lock(&managed_move_lock);
+	if (managed_home || __atomic_load_n(&pin->on_device, __ATOMIC_ACQUIRE)) {
+		pthread_mutex_unlock(&managed_move_lock);
+		return CUDA_SUCCESS;
+	}
+	/* No CPU write may land in the pages while they move, nor after: the GPU's copy is the one. */
+	if (mprotect((void *)pin->addr, pin->bytes, PROT_NONE)) {
+		pthread_mutex_unlock(&managed_move_lock);
+		return CUDA_SUCCESS;
+	}
+	__atomic_store_n(&pin->on_device, true, __ATOMIC_RELEASE);
+	res = managed_place(pin, device);
+	if (res != CUDA_SUCCESS) {
+		__atomic_store_n(&pin->on_device, false, __ATOMIC_RELEASE);
+		mprotect((void *)pin->addr, pin->bytes, PROT_READ | PROT_WRITE);
+		if (res == CUDA_ERROR_NOT_SUPPORTED || res == CUDA_ERROR_INVALID_VALUE)
+			res = CUDA_SUCCESS; /* stays where it is (an older daemon, no room): still correct */
+	}
+	pthread_mutex_unlock(&managed_move_lock);
+	return res;
+}
+
+void crc_managed_stay_home(void)
+{
+	pthread_mutex_lock(&managed_move_lock);
+	managed_home = true;
+	for (;;) {
+		struct crc_pinned *pin;
+
+		pthread_mutex_lock(&crc_client.pinned_lock);
+		for (pin = crc_client.pinned; pin; pin = pin->next)
+			if (pin->managed && __atomic_load_n(&pin->on_device, __ATOMIC_ACQUIRE))
+				break;
+		pthread_mutex_unlock(&crc_client.pinned_lock);
+		if (!pin || managed_to_host(pin) != CUDA_SUCCESS)
+			break;
+	}
+	pthread_mutex_unlock(&managed_move_lock);
+}
+
+void crc_managed_restored(struct crc_pinned *pin)
+{
+	if (pin->managed && __atomic_load_n(&pin->on_device, __ATOMIC_ACQUIRE) &&
+	    !mprotect((void *)pin->addr, pin->bytes, PROT_READ | PROT_WRITE))
+		__atomic_store_n(&pin->on_device, false, __ATOMIC_RELEASE);
+}
+
 static CUresult managed_free(void *p)
 {
 	CUresult res = crc_fwd_cuCtxSynchronize();
@@ -905,7 +1077,8 @@ CUresult crc_hook_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned
 		pr_warn("managed memory is not supported with a remote GPU: the GPU cannot reach this host");
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
-	res = pinned_alloc(&p, bytesize, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
+	res = pinned_alloc(&p, bytesize, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP,
+			   bytesize >= MANAGED_GRANULE && managed_may_move() ? MANAGED_GRANULE : 0);
 	if (res != CUDA_SUCCESS)
 		return res;
 	pin = crc_pinned_find(p, 1);
@@ -970,6 +1143,13 @@ static CUresult managed_on_stream(CUdeviceptr ptr, size_t count, CUstream stream
 	pthread_mutex_lock(&crc_client.pinned_lock);
 	res = crc_uvm_prefetch(&pin->advice, prefetch_to, (int)crc_client.info.dev_count);
 	pthread_mutex_unlock(&crc_client.pinned_lock);
+	if (res == CUDA_SUCCESS && prefetch_to >= 0)
+		res = managed_to_device(pin, prefetch_to);
+	if (res == CUDA_SUCCESS && prefetch_to == CU_DEVICE_CPU) {
+		pthread_mutex_lock(&managed_move_lock);
+		res = managed_to_host(pin);
+		pthread_mutex_unlock(&managed_move_lock);
+	}
 	return res;
 }
 

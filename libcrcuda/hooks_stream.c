@@ -128,6 +128,9 @@ struct crc_hostfn_page *crc_hostfn_ready(void)
 	if (!hostfn_page)
 		return NULL;
 	if (!atomic_load(&shared)) {
+		/* A host function cannot wait for the session (the stream waits for it): managed memory it
+		 * touches must never be on a GPU. */
+		crc_managed_stay_home();
 		pthread_mutex_lock(&share_lock);
 		if (!atomic_load(&shared) && hostfn_share() == CUDA_SUCCESS)
 			atomic_store(&shared, true);

@@ -43,7 +43,7 @@ double crc_now_s(void)
 
 /* ---- quiesce ------------------------------------------------------------------------------------ */
 /* Every live context of the session finishes its work. */
-static CUresult drain(struct crc_session *s)
+CUresult crc_session_drain(struct crc_session *s)
 {
 	struct crc_htable *t = &s->tables[CRC_HT_CTX];
 	CUresult first = CUDA_SUCCESS;
@@ -170,7 +170,7 @@ int crc_ckpt_quiesce(struct crc_session *s, int timeout_ms)
 		if (rc)
 			return rc;
 	}
-	res = drain(s);
+	res = crc_session_drain(s);
 	if (res != CUDA_SUCCESS) {
 		/* The error belongs to the application: it sees it at its next synchronising call. */
 		if (s->deferred == CUDA_SUCCESS)
@@ -668,7 +668,7 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 		return CRC_EINVAL;
 	}
 	/* The graphs first: what cannot be described refuses the checkpoint before any copying. */
-	if (crc_graph_ckpt_refusal(s, why, sizeof(why)) ||
+	if (crc_managed_flush(s, why, sizeof(why)) || crc_graph_ckpt_refusal(s, why, sizeof(why)) ||
 	    !(graphs = crc_graph_describe(s, why, sizeof(why)))) {
 		crc_session_cmd_done(s, CRC_ENOTSUP, "%s", why);
 		return CRC_ENOTSUP;

@@ -494,13 +494,32 @@ uint64_t crc_pin_client(struct crc_session *s, uint64_t local)
 	return 0;
 }
 
+CUresult crc_session_some_ctx(struct crc_session *s, CUcontext *prev)
+{
+	CUcontext any = NULL;
+	CUresult res;
+
+	if (CALL(cuCtxGetCurrent, prev) != CUDA_SUCCESS)
+		*prev = NULL;
+	if (*prev)
+		return CUDA_SUCCESS;
+	res = crc_session_primary_ctx(s, &any);
+	return res == CUDA_SUCCESS ? CALL(cuCtxSetCurrent, any) : res;
+}
+
+void crc_session_ctx_back(CUcontext prev)
+{
+	if (!prev)
+		CALL(cuCtxSetCurrent, NULL);
+}
+
 CUresult crc_ctl_pin_register(struct crc_session *s, const uint8_t *args, size_t len)
 {
 	const struct crc_pin_req *r = (const void *)args;
 	struct crc_pin_reply *out;
 	struct crc_pin *p;
 	unsigned reg_flags = CU_MEMHOSTREGISTER_PORTABLE;
-	CUcontext prev, any = NULL;
+	CUcontext prev;
 	int memfd = -1, nfds = 0;
 	char byte;
 	void *local;
@@ -544,17 +563,12 @@ CUresult crc_ctl_pin_register(struct crc_session *s, const uint8_t *args, size_t
 	 * a restored session whose program had made none yet (a checkpoint before its first kernel) has
 	 * none current, and any of the session's does (the registration is portable). */
 	reg_flags |= CU_MEMHOSTREGISTER_DEVICEMAP;
-	if (CALL(cuCtxGetCurrent, &prev) != CUDA_SUCCESS)
-		prev = NULL;
-	res = prev ? CUDA_SUCCESS : crc_session_primary_ctx(s, &any);
-	if (res == CUDA_SUCCESS && !prev)
-		res = CALL(cuCtxSetCurrent, any);
+	res = crc_session_some_ctx(s, &prev);
 	if (res == CUDA_SUCCESS)
 		res = CALL(cuMemHostRegister_v2, local, r->bytes, reg_flags);
 	if (res == CUDA_SUCCESS)
 		res = CALL(cuMemHostGetDevicePointer_v2, (CUdeviceptr *)&p->device_ptr, local, 0);
-	if (!prev)
-		CALL(cuCtxSetCurrent, NULL);
+	crc_session_ctx_back(prev);
 	if (res != CUDA_SUCCESS) {
 		pr_warn("session %llu: cannot register the client's page-locked memory %#llx+%#llx: CUDA "
 			"error %d",
@@ -577,8 +591,10 @@ CUresult crc_ctl_pin_register(struct crc_session *s, const uint8_t *args, size_t
 
 static void pin_drop(struct crc_pin *p)
 {
-	CALL(cuMemHostUnregister, p->local);
-	munmap(p->local, p->bytes);
+	if (!crc_managed_release(p)) {
+		CALL(cuMemHostUnregister, p->local);
+		munmap(p->local, p->bytes);
+	}
 	free(p);
 }
 

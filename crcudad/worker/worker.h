@@ -82,6 +82,10 @@ struct crc_pin {
 	uint64_t client_addr, bytes;
 	void *local;
 	uint64_t device_ptr;
+	/* Managed memory placed on a GPU (managed.c): the device memory mapped at client_addr, and the
+	 * shared pages moved to host_view meanwhile (0 / NULL: the pages are at client_addr). */
+	CUmemGenericAllocationHandle dmem;
+	void *host_view;
 	struct crc_pin *next;
 };
 
@@ -348,6 +352,21 @@ uint64_t crc_pin_local(struct crc_session *s, uint64_t addr, uint64_t bytes);
 /* A stream is being captured into a graph (or its capture was invalidated): the driver says so. */
 bool crc_stream_capturing(CUstream st);
 uint64_t crc_pin_client(struct crc_session *s, uint64_t local);
+/* Makes one of the session's contexts current when none is (*prev: what was); crc_session_ctx_back
+ * undoes it. Registrations and managed-memory moves need a context and the session may have none yet. */
+CUresult crc_session_some_ctx(struct crc_session *s, CUcontext *prev);
+void crc_session_ctx_back(CUcontext prev);
+/* Every live context of the session finishes its work (leaves none current). */
+CUresult crc_session_drain(struct crc_session *s);
+
+/* ---- managed memory on a GPU (managed.c) ----------------------------------------------------------- */
+CUresult crc_ctl_managed_place(struct crc_session *s, const uint8_t *args, size_t len);
+/* A checkpoint: the device copies of managed memory into the shared pages (the client's process
+ * carries them); 0 or -1 with why. */
+int crc_managed_flush(struct crc_session *s, char *why, size_t len);
+/* A pin going away: frees its device memory and its moved pages (true), or false when it has none
+ * (its pages are at client_addr, registered). */
+bool crc_managed_release(struct crc_pin *p);
 
 /* CUDA graphs (graph.c). A stream of the session is capturing: -1 with the reason (a quiesce must not
  * synchronise then). */

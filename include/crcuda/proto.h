@@ -61,6 +61,7 @@ enum crc_ctl_op {
 	CRC_OP_RESUME,		/* daemon -> client: the quiesce is withdrawn (the client stayed connected) */
 	CRC_OP_HOSTFN_REGISTER, /* unix: the memfd of the client's struct crc_hostfn_page follows on the
 				   socket; no payload */
+	CRC_OP_MANAGED_PLACE,	/* struct crc_managed_req: a managed allocation to device memory or back */
 	/* Control connections (role CRC_ROLE_CONTROL): requests and replies framed on the socket as
 	 * struct crc_msg_hdr + payload; every reply is struct crc_ctl_reply + the op's data. */
 	CRC_OP_CTL_SESSIONS = CRC_OP_CTL + 0x100, /* reply: n struct crc_ctl_session_wire */
@@ -400,6 +401,16 @@ struct crc_pin_req {
 	uint32_t flags; /* CU_MEMHOSTALLOC_* */
 	uint32_t pad;
 };
+/* A managed allocation (a pinned region shared as a memfd) placed in a GPU's memory at its address, or
+ * back in the shared pages. NOT_SUPPORTED: it stays where it is (not granularity-aligned, or the
+ * address is taken in the daemon). */
+struct crc_managed_req {
+	uint64_t client_addr;
+	uint64_t bytes;
+	int32_t device; /* the client's ordinal, or -1: the host */
+	uint32_t pad;
+};
+
 struct crc_pin_reply {
 	uint64_t device_ptr; /* cuMemHostGetDevicePointer of the daemon's mapping */
 };

@@ -1,7 +1,10 @@
 /* managed: managed memory (cuMemAllocManaged) read and written by the CPU directly and by kernels, in
  * turns, as UnifiedMemoryStreams and conjugateGradientUM use it: CPU fill, kernel update, CPU check,
  * LOOPS times, with advice, prefetches to the device and back, a stream attach, copies and a memset on
- * it; its pointer attributes and range attributes. Every value is checked against a CPU model; prints
+ * it; its pointer attributes and range attributes. Then a large allocation (a GPU mapping granule or
+ * more, which the layer moves into the GPU's memory when prefetched there): kernels on it after a
+ * prefetch, the CPU's first touch a read or a write, a host function reading it, a copy from it and a
+ * memset of it while it is on the GPU. Every value is checked against a CPU model; prints
  * a checksum and PASS. */
 #include <string.h>
 
@@ -12,6 +15,19 @@ extern const unsigned char graph_basic_fatbin[];
 #define N     8192
 #define BLOCK 128
 #define LOOPS 25
+#define BIG   (1u << 20) /* 4 MiB of words */
+
+struct peek {
+	const unsigned *x;
+	unsigned at, seen;
+};
+
+static void host_peek(void *arg)
+{
+	struct peek *p = arg;
+
+	p->seen = p->x[p->at];
+}
 
 static CUmemLocation on_device(CUdevice dev)
 {
@@ -100,6 +116,52 @@ int main(void)
 		CHECK(((unsigned *)(uintptr_t)host_attached)[i] == model[i]);
 	for (unsigned i = 0; i < N; i++)
 		sum = (sum ^ x[i]) * 0x100000001b3ull;
+
+	static unsigned bmodel[BIG], page[1024];
+	CUdeviceptr big;
+	int bn = BIG;
+	void *bparams[] = {&big, &mul, &add, &bn};
+	struct peek peek = {0};
+	CU_CHECK(cuMemAllocManaged(&big, BIG * sizeof(unsigned), CU_MEM_ATTACH_GLOBAL));
+	unsigned *y = (unsigned *)(uintptr_t)big;
+	for (unsigned i = 0; i < BIG; i++)
+		bmodel[i] = y[i] = i ^ 0x5a5a5a5au;
+	peek.x = y;
+	for (unsigned l = 0; l < 6; l++) {
+		CU_CHECK(cuMemPrefetchAsync(big, BIG * sizeof(unsigned), on_device(dev), 0, s));
+		CU_CHECK(cuLaunchKernel(affine, BIG / BLOCK, 1, 1, BLOCK, 1, 1, 0, s, bparams, NULL));
+		for (unsigned i = 0; i < BIG; i++)
+			bmodel[i] = bmodel[i] * mul + add + i;
+		if (l == 5) { /* last: a process with host functions keeps managed memory off the GPU */
+			peek.at = 4099 * l;
+			CU_CHECK(cuLaunchHostFunc(s, host_peek, &peek));
+		} else if (l == 2) {
+			CU_CHECK(cuMemcpyDtoHAsync(page, big + 8192, sizeof(page), s));
+			CU_CHECK(cuStreamSynchronize(s));
+			CHECK(!memcmp(page, bmodel + 2048, sizeof(page)));
+		} else if (l == 3) {
+			CU_CHECK(cuMemsetD32Async(big, l, 16, s));
+			for (unsigned i = 0; i < 16; i++)
+				bmodel[i] = l;
+		}
+		CU_CHECK(cuStreamSynchronize(s));
+		if (l == 5)
+			CHECK(peek.seen == bmodel[peek.at]);
+		if (l % 2) { /* the first touch a write */
+			y[BIG - 1 - l] = l;
+			bmodel[BIG - 1 - l] = l;
+		}
+		for (unsigned i = 0; i < BIG; i++) {
+			if (y[i] != bmodel[i]) {
+				fprintf(stderr, "managed: big loop %u: y[%u] = %#x, want %#x\n", l, i, y[i],
+					bmodel[i]);
+				return 1;
+			}
+		}
+	}
+	for (unsigned i = 0; i < BIG; i++)
+		sum = (sum ^ y[i]) * 0x100000001b3ull;
+	CU_CHECK(cuMemFree(big));
 	CU_CHECK(cuMemFree(m));
 	CU_CHECK(cuMemFree(host_attached));
 	CU_CHECK(cuMemFree(d));

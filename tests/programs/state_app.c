@@ -13,8 +13,9 @@
  * is open, where a checkpoint must be refused and the program run on. --graph-pageable is --graph with
  * the step number kept in the program's pageable memory and copied into the graph at each launch by a
  * captured cuMemcpyHtoDAsync (a staged copy under the layer; the same checksum). --managed allocates the
- * chunks with cuMemAllocManaged, and after each step the CPU waits for it and rewrites one word of each chunk
- * in place (a different checksum: the CPU's writes are part of the state). --registered makes chunk 0 the
+ * chunks with cuMemAllocManaged, prefetches them to the GPU before every other step, and after each step
+ * the CPU waits for it and rewrites one word of each chunk in place (a different checksum: the CPU's
+ * writes are part of the state). --registered makes chunk 0 the
  * program's own heap memory, registered (cuMemHostRegister, DEVICEMAP): kernels work on it through its device
  * pointer (the same checksum). --pool takes the chunks from a memory pool of its own
  * (cuMemAllocFromPoolAsync) on a stream with a synchronisation-policy attribute, and checks at the end
@@ -439,6 +440,12 @@ int main(int argc, char **argv)
 			void *pt[] = {&bufs[c], &words, &step, &tx.tex, &tx.w, &tx.h};
 			if (o.devices > 1)
 				CU_CHECK(cuCtxSetCurrent(pd->ctx));
+			if (o.managed && step % 2 == 0) {
+				/* Into the GPU's memory for this step; the CPU's turn brings it back. */
+				CUmemLocation gpu = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = pd->dev};
+
+				CU_CHECK(cuMemPrefetchAsync(bufs[c], words * 4, gpu, 0, pd->stream));
+			}
 			CU_CHECK(cuLaunchKernel(o.texture ? tx.f_step : pd->f_step, grid, 1, 1, block, 1, 1,
 						0, pd->stream, o.texture ? pt : p, NULL));
 		}

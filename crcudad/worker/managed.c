@@ -1,0 +1,197 @@
+/* Managed memory on a GPU. A managed allocation is the client's memfd, mapped here at the client's
+ * address and registered, so kernels reach it across the bus (zero-copy) and the program's CPU reads
+ * and writes it in place. Prefetched to a GPU (cuMemPrefetchAsync), device memory takes its address
+ * here instead, and the shared pages move aside (host_view), unregistered: kernels then run at the
+ * GPU memory's speed. The client keeps its own mapping of the pages inaccessible meanwhile; its first
+ * touch (a fault), or a prefetch to the CPU, brings the contents back into the pages and the pages
+ * back to the address. A checkpoint copies the device contents into the pages, which the client's
+ * process carries (CRIU); a restored session starts with every allocation in its pages. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "crcuda/log.h"
+#include "worker.h"
+
+/* After cuda.h: define and call entry points by their ABI names. */
+#include "crcuda/cuda_api_undef.h"
+
+#define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
+
+static struct crc_pin *managed_pin(struct crc_session *s, const struct crc_managed_req *r)
+{
+	for (struct crc_pin *p = s->pins; p; p = p->next)
+		if (p->client_addr == r->client_addr && p->bytes == r->bytes)
+			return p;
+	return NULL;
+}
+
+/* Moves the mapping at from to the fixed address to (which mremap replaces). */
+static bool move_pages(void *from, void *to, size_t bytes)
+{
+	return mremap(from, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, to) == to;
+}
+
+/* Copies between the host view and the device memory at the pin's address, on a stream of its own. */
+static CUresult copy_view(struct crc_pin *p, bool to_device)
+{
+	CUstream st;
+	CUresult res = CALL(cuStreamCreate, &st, CU_STREAM_NON_BLOCKING);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	res = to_device ? CALL(cuMemcpyHtoDAsync_v2, p->client_addr, p->host_view, p->bytes, st)
+			: CALL(cuMemcpyDtoHAsync_v2, p->host_view, p->client_addr, p->bytes, st);
+	if (res == CUDA_SUCCESS)
+		res = CALL(cuStreamSynchronize, st);
+	CALL(cuStreamDestroy_v2, st);
+	return res;
+}
+
+static void unmap_device(struct crc_pin *p)
+{
+	CALL(cuMemUnmap, p->client_addr, p->bytes);
+	CALL(cuMemAddressFree, p->client_addr, p->bytes);
+}
+
+static CUresult to_device(struct crc_session *s, struct crc_pin *p, int dev)
+{
+	CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev}};
+	CUmemAccessDesc access = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr at = 0;
+	size_t gran = 0;
+	void *view;
+	CUresult res = CALL(cuMemGetAllocationGranularity, &gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (!gran || p->client_addr % gran || p->bytes % gran)
+		return CUDA_ERROR_NOT_SUPPORTED; /* not movable: it stays zero-copy */
+	res = CALL(cuMemCreate, &h, p->bytes, &prop, 0);
+	if (res != CUDA_SUCCESS)
+		return res == CUDA_ERROR_OUT_OF_MEMORY ? CUDA_ERROR_NOT_SUPPORTED : res;
+	view = mmap(NULL, p->bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (view == MAP_FAILED) {
+		CALL(cuMemRelease, h);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	CALL(cuMemHostUnregister, p->local);
+	if (!move_pages(p->local, view, p->bytes)) {
+		munmap(view, p->bytes);
+		CALL(cuMemRelease, h);
+		CALL(cuMemHostRegister_v2, p->local, p->bytes, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	p->host_view = view;
+	res = CALL(cuMemAddressReserve, &at, p->bytes, gran, p->client_addr, 0);
+	if (res == CUDA_SUCCESS && at != p->client_addr) {
+		CALL(cuMemAddressFree, at, p->bytes);
+		res = CUDA_ERROR_NOT_SUPPORTED; /* the address is the driver's here */
+	}
+	if (res == CUDA_SUCCESS) {
+		res = CALL(cuMemMap, at, p->bytes, 0, h, 0);
+		if (res == CUDA_SUCCESS)
+			res = CALL(cuMemSetAccess, at, p->bytes, &access, 1);
+		if (res == CUDA_SUCCESS)
+			res = copy_view(p, true);
+		if (res != CUDA_SUCCESS)
+			unmap_device(p);
+	}
+	if (res == CUDA_SUCCESS) {
+		p->dmem = h;
+		return CUDA_SUCCESS;
+	}
+	/* Back as it was: the pages at the address, registered. */
+	CALL(cuMemRelease, h);
+	if (move_pages(view, p->local, p->bytes))
+		p->host_view = NULL;
+	if (p->host_view || CALL(cuMemHostRegister_v2, p->local, p->bytes,
+				 CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP) != CUDA_SUCCESS)
+		pr_err("session %llu: managed memory %#llx+%#llx lost its mapping for the GPU",
+		       (unsigned long long)s->id, (unsigned long long)p->client_addr,
+		       (unsigned long long)p->bytes);
+	return res == CUDA_ERROR_OUT_OF_MEMORY ? CUDA_ERROR_NOT_SUPPORTED : res;
+}
+
+static CUresult to_host(struct crc_session *s, struct crc_pin *p)
+{
+	CUresult res = copy_view(p, false);
+
+	if (res != CUDA_SUCCESS)
+		return res; /* still on the GPU, whole */
+	unmap_device(p);
+	CALL(cuMemRelease, p->dmem);
+	p->dmem = 0;
+	if (!move_pages(p->host_view, p->local, p->bytes)) {
+		pr_err("session %llu: cannot move managed memory %#llx+%#llx back to its address",
+		       (unsigned long long)s->id, (unsigned long long)p->client_addr,
+		       (unsigned long long)p->bytes);
+		return CUDA_ERROR_UNKNOWN;
+	}
+	p->host_view = NULL;
+	/* The contents are in the shared pages now, whatever the registration says. */
+	return CALL(cuMemHostRegister_v2, p->local, p->bytes, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+}
+
+CUresult crc_ctl_managed_place(struct crc_session *s, const uint8_t *args, size_t len)
+{
+	const struct crc_managed_req *r = (const void *)args;
+	struct crc_pin *p;
+	CUcontext prev;
+	CUresult res;
+
+	if (len < sizeof(*r) || s->tcp)
+		return CUDA_ERROR_INVALID_VALUE;
+	p = managed_pin(s, r);
+	if (!p || (r->device >= 0 && crc_dev_backend(s, r->device) < 0))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (r->device >= 0 ? p->dmem != 0 : !p->dmem)
+		return CUDA_SUCCESS; /* there already (a restored session starts in the pages) */
+	if (p->local != (void *)(uintptr_t)p->client_addr)
+		return CUDA_ERROR_NOT_SUPPORTED; /* not at the client's address here */
+	/* Kernels may be using it: the session's work ends first. */
+	res = crc_session_drain(s);
+	if (res == CUDA_SUCCESS)
+		res = crc_session_some_ctx(s, &prev);
+	if (res != CUDA_SUCCESS)
+		return res;
+	res = r->device >= 0 ? to_device(s, p, crc_dev_backend(s, r->device)) : to_host(s, p);
+	crc_session_ctx_back(prev);
+	pr_debug("session %llu: managed memory %#llx+%#llx %s: CUDA error %d", (unsigned long long)s->id,
+		 (unsigned long long)p->client_addr, (unsigned long long)p->bytes,
+		 r->device >= 0 ? "to the GPU" : "back to host memory", (int)res);
+	return res;
+}
+
+int crc_managed_flush(struct crc_session *s, char *why, size_t len)
+{
+	CUcontext prev;
+	CUresult res = CUDA_SUCCESS;
+
+	for (struct crc_pin *p = s->pins; p && res == CUDA_SUCCESS; p = p->next) {
+		if (!p->dmem)
+			continue;
+		res = crc_session_some_ctx(s, &prev);
+		if (res == CUDA_SUCCESS)
+			res = copy_view(p, false);
+		crc_session_ctx_back(prev);
+		if (res != CUDA_SUCCESS)
+			snprintf(why, len, "cannot copy managed memory %#llx+%#llx from the GPU: CUDA error %d",
+				 (unsigned long long)p->client_addr, (unsigned long long)p->bytes, (int)res);
+	}
+	return res == CUDA_SUCCESS ? 0 : -1;
+}
+
+bool crc_managed_release(struct crc_pin *p)
+{
+	if (!p->dmem)
+		return false;
+	unmap_device(p);
+	CALL(cuMemRelease, p->dmem);
+	munmap(p->host_view, p->bytes);
+	p->dmem = 0;
+	p->host_view = NULL;
+	return true;
+}
