@@ -6,9 +6,14 @@
  * touch (a fault), or a prefetch to the CPU, brings the contents back into the pages and the pages
  * back to the address. A checkpoint copies the device contents into the pages, which the client's
  * process carries (CRIU); a restored session starts with every allocation in its pages. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "crcuda/log.h"
 #include "worker.h"
@@ -67,8 +72,12 @@ static CUresult to_device(struct crc_session *s, struct crc_pin *p, int dev)
 
 	if (res != CUDA_SUCCESS)
 		return res;
-	if (!gran || p->client_addr % gran || p->bytes % gran)
+	if (!gran || p->client_addr % gran || p->bytes % gran) {
+		pr_debug("session %llu: managed memory %#llx+%#llx is not aligned to the GPU's %zu bytes",
+			 (unsigned long long)s->id, (unsigned long long)p->client_addr,
+			 (unsigned long long)p->bytes, gran);
 		return CUDA_ERROR_NOT_SUPPORTED; /* not movable: it stays zero-copy */
+	}
 	res = CALL(cuMemCreate, &h, p->bytes, &prop, 0);
 	if (res != CUDA_SUCCESS)
 		return res == CUDA_ERROR_OUT_OF_MEMORY ? CUDA_ERROR_NOT_SUPPORTED : res;
@@ -81,12 +90,16 @@ static CUresult to_device(struct crc_session *s, struct crc_pin *p, int dev)
 	if (!move_pages(p->local, view, p->bytes)) {
 		munmap(view, p->bytes);
 		CALL(cuMemRelease, h);
-		CALL(cuMemHostRegister_v2, p->local, p->bytes, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+		CALL(cuMemHostRegister_v2, p->local, p->bytes,
+		     CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	p->host_view = view;
 	res = CALL(cuMemAddressReserve, &at, p->bytes, gran, p->client_addr, 0);
 	if (res == CUDA_SUCCESS && at != p->client_addr) {
+		pr_debug("session %llu: the driver reserves %#llx, not managed memory's %#llx",
+			 (unsigned long long)s->id, (unsigned long long)at,
+			 (unsigned long long)p->client_addr);
 		CALL(cuMemAddressFree, at, p->bytes);
 		res = CUDA_ERROR_NOT_SUPPORTED; /* the address is the driver's here */
 	}
@@ -132,7 +145,102 @@ static CUresult to_host(struct crc_session *s, struct crc_pin *p)
 	}
 	p->host_view = NULL;
 	/* The contents are in the shared pages now, whatever the registration says. */
-	return CALL(cuMemHostRegister_v2, p->local, p->bytes, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+	return CALL(cuMemHostRegister_v2, p->local, p->bytes,
+		    CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+}
+
+/* A prefetch must not wait for work that waits for the program (a kernel spinning on a flag the CPU
+ * sets after queueing the prefetch, as UnifiedMemoryPerf does): the session's contexts synchronise on
+ * a thread of their own, and a prefetch whose wait outlasts PREFETCH_WAIT_MS leaves the memory where
+ * it is (a hint not taken). The thread ends when the work does; one at a time. */
+#define PREFETCH_WAIT_MS 100
+
+struct drain_wait {
+	pthread_mutex_t lock;
+	pthread_cond_t done_cond;
+	bool done;
+	CUresult res;
+	atomic_int refs;
+	int n;
+	CUcontext ctx[CRC_MAX_DEVICES * 4];
+};
+
+static atomic_bool drain_pending;
+
+static void drain_wait_put(struct drain_wait *w)
+{
+	if (atomic_fetch_sub(&w->refs, 1) == 1) {
+		pthread_mutex_destroy(&w->lock);
+		pthread_cond_destroy(&w->done_cond);
+		free(w);
+	}
+}
+
+static void *drain_main(void *arg)
+{
+	struct drain_wait *w = arg;
+	CUresult res = CUDA_SUCCESS;
+
+	for (int i = 0; i < w->n && res == CUDA_SUCCESS; i++) {
+		res = CALL(cuCtxSetCurrent, w->ctx[i]);
+		if (res == CUDA_SUCCESS)
+			res = CALL(cuCtxSynchronize);
+	}
+	pthread_mutex_lock(&w->lock);
+	w->done = true;
+	w->res = res;
+	pthread_cond_signal(&w->done_cond);
+	pthread_mutex_unlock(&w->lock);
+	atomic_store(&drain_pending, false);
+	drain_wait_put(w);
+	return NULL;
+}
+
+/* CUDA_SUCCESS once the session's work has ended, NOT_SUPPORTED when it has not within ms. */
+static CUresult drain_within(struct crc_session *s, int ms)
+{
+	struct crc_htable *t = &s->tables[CRC_HT_CTX];
+	struct drain_wait *w;
+	struct timespec until;
+	pthread_attr_t attr;
+	pthread_t thread;
+	CUresult res;
+	int rc = 0;
+
+	if (atomic_exchange(&drain_pending, true))
+		return CUDA_ERROR_NOT_SUPPORTED; /* an earlier wait goes on */
+	w = calloc(1, sizeof(*w));
+	if (!w) {
+		atomic_store(&drain_pending, false);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->done_cond, NULL);
+	atomic_init(&w->refs, 2);
+	for (uint32_t i = 1; i <= t->n && w->n < (int)(sizeof(w->ctx) / sizeof(w->ctx[0])); i++)
+		if (t->real[i].ptr)
+			w->ctx[w->n++] = t->real[i].ptr;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&thread, &attr, drain_main, w)) {
+		pthread_attr_destroy(&attr);
+		atomic_store(&drain_pending, false);
+		drain_wait_put(w);
+		drain_wait_put(w);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	pthread_attr_destroy(&attr);
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_nsec += (long)ms * 1000000L;
+	until.tv_sec += until.tv_nsec / 1000000000L;
+	until.tv_nsec %= 1000000000L;
+	pthread_mutex_lock(&w->lock);
+	while (!w->done && rc != ETIMEDOUT)
+		rc = pthread_cond_timedwait(&w->done_cond, &w->lock, &until);
+	res = w->done ? w->res : CUDA_ERROR_NOT_SUPPORTED;
+	pthread_mutex_unlock(&w->lock);
+	drain_wait_put(w);
+	return res;
 }
 
 CUresult crc_ctl_managed_place(struct crc_session *s, const uint8_t *args, size_t len)
@@ -151,8 +259,9 @@ CUresult crc_ctl_managed_place(struct crc_session *s, const uint8_t *args, size_
 		return CUDA_SUCCESS; /* there already (a restored session starts in the pages) */
 	if (p->local != (void *)(uintptr_t)p->client_addr)
 		return CUDA_ERROR_NOT_SUPPORTED; /* not at the client's address here */
-	/* Kernels may be using it: the session's work ends first. */
-	res = crc_session_drain(s);
+	/* Kernels may be using it: the session's work ends first. Back to the host it must (the CPU
+	 * waits in a fault); to a GPU, only if that comes soon. */
+	res = r->device >= 0 ? drain_within(s, PREFETCH_WAIT_MS) : crc_session_drain(s);
 	if (res == CUDA_SUCCESS)
 		res = crc_session_some_ctx(s, &prev);
 	if (res != CUDA_SUCCESS)
@@ -178,7 +287,8 @@ int crc_managed_flush(struct crc_session *s, char *why, size_t len)
 			res = copy_view(p, false);
 		crc_session_ctx_back(prev);
 		if (res != CUDA_SUCCESS)
-			snprintf(why, len, "cannot copy managed memory %#llx+%#llx from the GPU: CUDA error %d",
+			snprintf(why, len,
+				 "cannot copy managed memory %#llx+%#llx from the GPU: CUDA error %d",
 				 (unsigned long long)p->client_addr, (unsigned long long)p->bytes, (int)res);
 	}
 	return res == CUDA_SUCCESS ? 0 : -1;
