@@ -660,19 +660,26 @@ static CUresult pin_register(int fd, const struct crc_pin_req *req, struct crc_p
 	return crc_ctl_with_fd(CRC_OP_PIN_REGISTER, req, sizeof(*req), fd, reply, sizeof(*reply));
 }
 
-static CUresult pin_unregister(uintptr_t addr, size_t bytes)
+/* A control request of len bytes, waited for; no reply data. */
+static CUresult ctl_request(uint16_t op, const void *req, size_t len)
 {
-	struct crc_pin_req req = {.client_addr = addr, .bytes = bytes};
 	struct crc_call c;
 	void *args;
-	CUresult res = crc_ctl_begin(&c, CRC_OP_PIN_UNREGISTER, 0, sizeof(req), &args);
+	CUresult res = crc_ctl_begin(&c, op, 0, len, &args);
 
 	if (res == CUDA_SUCCESS) {
-		memcpy(args, &req, sizeof(req));
+		memcpy(args, req, len);
 		res = crc_call_wait(&c, NULL, NULL);
 		crc_call_end(&c);
 	}
 	return res;
+}
+
+static CUresult pin_unregister(uintptr_t addr, size_t bytes)
+{
+	struct crc_pin_req req = {.client_addr = addr, .bytes = bytes};
+
+	return ctl_request(CRC_OP_PIN_UNREGISTER, &req, sizeof(req));
 }
 
 /* The daemon maps the region at the client's address where that is free in its process, and then the
@@ -938,16 +945,8 @@ static bool managed_may_move(void)
 static CUresult managed_place(struct crc_pinned *pin, int device)
 {
 	struct crc_managed_req req = {.client_addr = pin->addr, .bytes = pin->bytes, .device = device};
-	struct crc_call c;
-	void *args;
-	CUresult res = crc_ctl_begin(&c, CRC_OP_MANAGED_PLACE, 0, sizeof(req), &args);
 
-	if (res == CUDA_SUCCESS) {
-		memcpy(args, &req, sizeof(req));
-		res = crc_call_wait(&c, NULL, NULL);
-		crc_call_end(&c);
-	}
-	return res;
+	return ctl_request(CRC_OP_MANAGED_PLACE, &req, sizeof(req));
 }
 
 /* Back in the shared pages, accessible here (managed_move_lock held). */
