@@ -1419,6 +1419,9 @@ static CUresult rebuild_node(struct crc_session *s, struct grd *r, CUgraph g, CU
 	}
 	if (res == CUDA_SUCCESS)
 		crc_register_at(s, vh, (union crc_slot){.ptr = *node});
+	else
+		pr_warn("session %llu: cannot rebuild a graph node of type %u: CUDA error %d",
+			(unsigned long long)s->id, type, (int)res);
 	return res;
 }
 
