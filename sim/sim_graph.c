@@ -2137,6 +2137,13 @@ static void capture_forget_node(struct CUgraphNode_st *n)
 				vec_remove(&c->streams[i]->capture->deps, n);
 }
 
+static bool captured_host_side(const void *p, size_t bytes)
+{
+	struct sim_range r;
+
+	return !sim_mem_find((uintptr_t)p, bytes, &r) || sim_mem_is_pinned_host(p, bytes);
+}
+
 bool sim_capture_take(struct CUstream_st *s, struct sim_op *op, CUresult *res)
 {
 	struct sim_stream_capture *sc;
@@ -2157,11 +2164,23 @@ bool sim_capture_take(struct CUstream_st *s, struct sim_op *op, CUresult *res)
 		case SIM_OP_COPY:
 			proto.type = CU_GRAPH_NODE_TYPE_MEMCPY;
 			proto.copy.ctx = s->ctx;
-			proto.copy.p.srcMemoryType = CU_MEMORYTYPE_UNIFIED;
-			proto.copy.p.srcDevice = (CUdeviceptr)(uintptr_t)op->copy.src;
+			/* As the driver reports captured copies: host sides (page-locked or not) as host
+			 * memory, the rest as device memory. */
+			if (captured_host_side(op->copy.src, op->copy.bytes)) {
+				proto.copy.p.srcMemoryType = CU_MEMORYTYPE_HOST;
+				proto.copy.p.srcHost = op->copy.src;
+			} else {
+				proto.copy.p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+				proto.copy.p.srcDevice = (CUdeviceptr)(uintptr_t)op->copy.src;
+			}
 			proto.copy.p.srcPitch = op->copy.bytes;
-			proto.copy.p.dstMemoryType = CU_MEMORYTYPE_UNIFIED;
-			proto.copy.p.dstDevice = (CUdeviceptr)(uintptr_t)op->copy.dst;
+			if (captured_host_side(op->copy.dst, op->copy.bytes)) {
+				proto.copy.p.dstMemoryType = CU_MEMORYTYPE_HOST;
+				proto.copy.p.dstHost = op->copy.dst;
+			} else {
+				proto.copy.p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+				proto.copy.p.dstDevice = (CUdeviceptr)(uintptr_t)op->copy.dst;
+			}
 			proto.copy.p.dstPitch = op->copy.bytes;
 			proto.copy.p.WidthInBytes = op->copy.bytes;
 			proto.copy.p.Height = 1;

@@ -1547,6 +1547,26 @@ int crc_graph_restore(struct crc_session *s, const char *hex, char *why, size_t 
 	return 0;
 }
 
+int crc_graph_restore_pending(struct crc_session *s)
+{
+	char why[CRC_CTL_MSG_MAX] = "";
+	char *desc = s->graphs_pending;
+	CUcontext prev;
+	int rc;
+
+	s->graphs_pending = NULL;
+	rc = crc_session_some_ctx(s, &prev) == CUDA_SUCCESS ? crc_graph_restore(s, desc, why, sizeof(why))
+							    : -1;
+	crc_session_ctx_back(prev);
+	free(desc);
+	if (rc) {
+		pr_err("session %llu: %s", (unsigned long long)s->id,
+		       why[0] ? why : "no context for its graphs");
+		s->sticky = CUDA_ERROR_UNKNOWN;
+	}
+	return rc;
+}
+
 /* ---- kernel node parameters back ---------------------------------------------------------------- */
 /* A kernel node's parameters, as a launch request carries them. */
 CUresult crc_raw_graph_kernel_get(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,

@@ -470,9 +470,16 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 	rc = crc_events_rerecord(s, crc_manifest_meta_get(mf, "crcuda.recorded_events"), why, why_len);
 	if (rc)
 		goto fail;
-	rc = crc_graph_restore(s, crc_manifest_meta_get(mf, "crcuda.graphs"), why, why_len);
-	if (rc)
-		goto fail;
+	{
+		/* Rebuilt at the client's first call (crc_graph_restore_pending), after its rebind. */
+		const char *graphs = crc_manifest_meta_get(mf, "crcuda.graphs");
+
+		if (graphs && *graphs && !(s->graphs_pending = strdup(graphs))) {
+			snprintf(why, why_len, "out of memory");
+			rc = CRC_ENOMEM;
+			goto fail;
+		}
+	}
 	{
 		const char *deferred = crc_manifest_meta_get(mf, "crcuda.deferred_error");
 

@@ -803,7 +803,9 @@ bool crc_session_serve_one(struct crc_session *s, int timeout_ms)
 		 * ones go on), so the session does. */
 		res = s->sticky;
 	} else if (m->op < CRC_CU_COUNT) {
-		res = crc_session_execute(s, m);
+		if (s->graphs_pending)
+			crc_graph_restore_pending(s);
+		res = s->sticky ? s->sticky : crc_session_execute(s, m);
 		if (is_sticky(res))
 			s->sticky = res;
 	} else {
@@ -899,6 +901,7 @@ static void session_dealloc(struct crc_session *s)
 	crc_texobjs_free(s);
 	crc_hostfn_free(s);
 	free(s->store_dir);
+	free(s->graphs_pending);
 	free(s->ptstreams);
 	free(s->event_marks);
 	free(s->out);

@@ -124,6 +124,7 @@ struct crc_session {
 	uint64_t cur_ctx;  /* the context made current last (virtual), UINT64_MAX: unknown */
 	CUresult deferred; /* first error of posted work, reported at the next synchronising call */
 	CUresult sticky;   /* a device fault (700, 710, 719...): every later call answers it, as natively */
+	char *graphs_pending; /* a restore's graph description, rebuilt at the client's first call */
 	uint64_t va_base, va_size;
 	struct crc_alloc *allocs;
 	uint64_t mapped_bytes;
@@ -377,6 +378,10 @@ int crc_graph_ckpt_refusal(struct crc_session *s, char *why, size_t len);
 char *crc_graph_describe(struct crc_session *s, char *why, size_t len);
 /* Rebuilds them in a restored session, at the handles the application holds; 0 or -1 with why. */
 int crc_graph_restore(struct crc_session *s, const char *desc, char *why, size_t len);
+/* A restore's graphs (s->graphs_pending) rebuilt now: once the restored client has registered its
+ * page-locked memory again, which their copies name (the driver checks a host side when the node is
+ * made). A failure is the session's sticky error, logged with the reason; 0 or -1. */
+int crc_graph_restore_pending(struct crc_session *s);
 /* A generic call (op, its arguments as the driver took them) changed an executable graph: mirrored
  * onto its shadow, or marked modified. */
 void crc_graph_exec_changed(struct crc_session *s, int op, void *const *argv);
