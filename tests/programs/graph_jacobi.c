@@ -5,8 +5,8 @@
  * under the layer). (1) One capture, instantiated once; every iteration sets both kernel nodes'
  * parameters on the executable graph (cuGraphExecKernelNodeSetParams). (2) A new capture every
  * iteration, applied to the executable graph with cuGraphExecUpdate, the old graphs kept alive (as the
- * sample does). Every result is checked against a CPU model; prints a checksum every 100 iterations,
- * then PASS. Usage: graph_jacobi [ITERATIONS [PAUSE_US]] (defaults 200, 0). */
+ * sample does) until the end. Every result is checked against a CPU model; prints a checksum every 100
+ * iterations, then PASS. Usage: graph_jacobi [ITERATIONS [PAUSE_US]] (defaults 200, 0). */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -130,14 +130,17 @@ static void by_exec_update(struct state *st, unsigned iterations, unsigned pause
 {
 	unsigned words[WORDS];
 	CUgraphExec exec = NULL;
+	CUgraph *kept = calloc(iterations ? iterations : 1, sizeof(*kept));
 
+	CHECK(kept);
 	for (unsigned k = 0; k < iterations; k++) {
-		CUgraph graph; /* kept alive, as the sample keeps its graphs */
+		CUgraph graph; /* kept alive until the end, as the sample keeps its graphs */
 		CUgraphExecUpdateResultInfo info;
 
 		CU_CHECK(cuStreamBeginCapture(st->s, CU_STREAM_CAPTURE_MODE_GLOBAL));
 		queue_iteration(st, k, words);
 		CU_CHECK(cuStreamEndCapture(st->s, &graph));
+		kept[k] = graph;
 		if (!exec)
 			CU_CHECK(cuGraphInstantiateWithFlags(&exec, graph, 0));
 		else
@@ -150,6 +153,9 @@ static void by_exec_update(struct state *st, unsigned iterations, unsigned pause
 			usleep(pause_us);
 	}
 	CU_CHECK(cuGraphExecDestroy(exec));
+	for (unsigned k = 0; k < iterations; k++)
+		CU_CHECK(cuGraphDestroy(kept[k]));
+	free(kept);
 }
 
 int main(int argc, char **argv)
