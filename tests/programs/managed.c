@@ -1,8 +1,8 @@
 /* managed: managed memory (cuMemAllocManaged) read and written by the CPU directly and by kernels, in
  * turns, as UnifiedMemoryStreams and conjugateGradientUM use it: CPU fill, kernel update, CPU check,
  * LOOPS times, with advice, prefetches to the device and back, a stream attach, copies and a memset on
- * it; its pointer attributes and range attributes. Then a large allocation (a GPU mapping granule or
- * more, which the layer moves into the GPU's memory when prefetched there): kernels on it after a
+ * it; its pointer attributes and range attributes. Then a large allocation (32 MiB, which the layer
+ * moves into the GPU's memory when prefetched there): kernels on it after a
  * prefetch, the CPU's first touch a read or a write, a host function reading it, a copy from it and a
  * memset of it while it is on the GPU. Every value is checked against a CPU model; prints
  * a checksum and PASS. */
@@ -15,7 +15,7 @@ extern const unsigned char graph_basic_fatbin[];
 #define N     8192
 #define BLOCK 128
 #define LOOPS 25
-#define BIG   (1u << 20) /* 4 MiB of words */
+#define BIG   (8u << 20) /* 32 MiB of words: large enough for the layer to move */
 
 struct peek {
 	const unsigned *x;
