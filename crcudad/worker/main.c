@@ -87,6 +87,11 @@ static void collect_devices(const struct crc_hello_reply *known)
 			if (crc_be.cuDeviceGetAttribute_fn(&di->attrs[a], (CUdevice_attribute)a, d) !=
 			    CUDA_SUCCESS)
 				di->attrs[a] = 0;
+		/* The device cannot reach the application's pageable memory: it is another process's. A
+		 * program that would hand malloc'd memory to kernels (HMM) takes its managed-memory path
+		 * instead (systemWideAtomics). */
+		di->attrs[CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS] = 0;
+		di->attrs[CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES] = 0;
 		pr_debug("device %d: %s, %zu MiB, %s", d, di->name, total >> 20, di->pci_bus_id);
 	}
 }

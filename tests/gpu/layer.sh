@@ -110,8 +110,10 @@ if ! "$py" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
 	exit 0
 fi
 # What the application sees of the device, natively and under the layer: any difference is a lead.
-"$py" "$top/tests/gpu/attrs.py" --torch >"$tmp/attrs-native.txt" 2>&1
-under_layer "$py" "$top/tests/gpu/attrs.py" --torch >"$tmp/attrs-layer.txt" 2>&1
+# Attributes 88 and 100 (pageable memory access, through the host's page tables) differ on purpose:
+# the GPU is in another process, which cannot reach the application's pageable memory.
+"$py" "$top/tests/gpu/attrs.py" --torch 2>&1 | grep -vE '^attr (88|100) ' >"$tmp/attrs-native.txt"
+under_layer "$py" "$top/tests/gpu/attrs.py" --torch 2>&1 | grep -vE '^attr (88|100) ' >"$tmp/attrs-layer.txt"
 if cmp -s "$tmp/attrs-native.txt" "$tmp/attrs-layer.txt"; then
 	result PASS device_view "attributes and torch properties equal to native"
 else
