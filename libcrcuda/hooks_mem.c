@@ -1222,6 +1222,9 @@ CUresult crc_hook_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsi
  * take the pageable path, synchronously, and a mapping into device space is refused. The move copies
  * the pages: a write by another thread to them during the call would be lost (programs register
  * memory before they use it with the GPU). A process forked later shares those pages, not copies. */
+/* The memfd that registered pages of the program's own move onto (share_in_place). */
+#define REGISTERED_MEMFD "crcuda-registered"
+
 static bool pinned_overlaps(uintptr_t a, uintptr_t end)
 {
 	bool hit = false;
@@ -1233,7 +1236,9 @@ static bool pinned_overlaps(uintptr_t a, uintptr_t end)
 	return hit;
 }
 
-/* [a, end) lies in private read-write mappings (the heap and the stack included). */
+/* [a, end) lies in private read-write mappings (the heap and the stack included), or in pages an
+ * earlier registration moved onto a memfd of ours (they stay there: NPP registers the same stack
+ * variable call after call). */
 static bool private_writable(uintptr_t a, uintptr_t end, char *what, size_t what_len)
 {
 	FILE *f = fopen("/proc/self/maps", "re");
@@ -1253,7 +1258,8 @@ static bool private_writable(uintptr_t a, uintptr_t end, char *what, size_t what
 		/* Private writable memory: anonymous, the heap, the stack, or a file's copy-on-write data (a
 		 * library's static buffers and stack variables, which NPP registers); not a device's memory.
 		 */
-		if (strcmp(perms, "rw-p") ||
+		if ((strcmp(perms, "rw-p") &&
+		     (strcmp(perms, "rw-s") || strcmp(path, "/memfd:" REGISTERED_MEMFD))) ||
 		    (path[0] == '[' && strcmp(path, "[heap]") && strcmp(path, "[stack]")) ||
 		    (inode && !strncmp(path, "/dev/", 5))) {
 			snprintf(what, what_len, "%lx-%lx %s %s", lo, hi, perms,
@@ -1271,7 +1277,7 @@ static bool private_writable(uintptr_t a, uintptr_t end, char *what, size_t what
 /* Moves [a, a + len) onto a new memfd in place; its fd, or -1 (nothing changed). */
 static int share_in_place(uintptr_t a, size_t len)
 {
-	int fd = memfd_create("crcuda-registered", MFD_CLOEXEC);
+	int fd = memfd_create(REGISTERED_MEMFD, MFD_CLOEXEC);
 	void *copy;
 
 	if (fd < 0)
