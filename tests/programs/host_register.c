@@ -5,8 +5,8 @@
  * contents from before the registration stay; unregistering leaves the memory usable; flags and double
  * registration answer as the driver does. Then the program's static data (an initialized array: a
  * private file mapping, as a library's static buffer that NPP registers), DEVICEMAP, stepped by a kernel
- * through its device pointer; and a variable on the stack (as NPP registers one). Prints a checksum and
- * PASS. */
+ * through its device pointer; and a variable on the stack, registered twice (as NPP does). Prints a checksum
+ * and PASS. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
