@@ -2137,11 +2137,19 @@ static void capture_forget_node(struct CUgraphNode_st *n)
 				vec_remove(&c->streams[i]->capture->deps, n);
 }
 
-static bool captured_host_side(const void *p, size_t bytes)
+/* One side of a captured copy: host memory (page-locked or not) as host memory, the rest as device. */
+static void captured_side(const void *p, size_t bytes, CUmemorytype *type, const void **host,
+			  CUdeviceptr *dev)
 {
 	struct sim_range r;
 
-	return !sim_mem_find((uintptr_t)p, bytes, &r) || sim_mem_is_pinned_host(p, bytes);
+	if (!sim_mem_find((uintptr_t)p, bytes, &r) || sim_mem_is_pinned_host(p, bytes)) {
+		*type = CU_MEMORYTYPE_HOST;
+		*host = p;
+	} else {
+		*type = CU_MEMORYTYPE_DEVICE;
+		*dev = (CUdeviceptr)(uintptr_t)p;
+	}
 }
 
 bool sim_capture_take(struct CUstream_st *s, struct sim_op *op, CUresult *res)
@@ -2164,23 +2172,12 @@ bool sim_capture_take(struct CUstream_st *s, struct sim_op *op, CUresult *res)
 		case SIM_OP_COPY:
 			proto.type = CU_GRAPH_NODE_TYPE_MEMCPY;
 			proto.copy.ctx = s->ctx;
-			/* As the driver reports captured copies: host sides (page-locked or not) as host
-			 * memory, the rest as device memory. */
-			if (captured_host_side(op->copy.src, op->copy.bytes)) {
-				proto.copy.p.srcMemoryType = CU_MEMORYTYPE_HOST;
-				proto.copy.p.srcHost = op->copy.src;
-			} else {
-				proto.copy.p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
-				proto.copy.p.srcDevice = (CUdeviceptr)(uintptr_t)op->copy.src;
-			}
+			/* As the driver reports captured copies. */
+			captured_side(op->copy.src, op->copy.bytes, &proto.copy.p.srcMemoryType,
+				      &proto.copy.p.srcHost, &proto.copy.p.srcDevice);
 			proto.copy.p.srcPitch = op->copy.bytes;
-			if (captured_host_side(op->copy.dst, op->copy.bytes)) {
-				proto.copy.p.dstMemoryType = CU_MEMORYTYPE_HOST;
-				proto.copy.p.dstHost = op->copy.dst;
-			} else {
-				proto.copy.p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-				proto.copy.p.dstDevice = (CUdeviceptr)(uintptr_t)op->copy.dst;
-			}
+			captured_side(op->copy.dst, op->copy.bytes, &proto.copy.p.dstMemoryType,
+				      (const void **)&proto.copy.p.dstHost, &proto.copy.p.dstDevice);
 			proto.copy.p.dstPitch = op->copy.bytes;
 			proto.copy.p.WidthInBytes = op->copy.bytes;
 			proto.copy.p.Height = 1;

@@ -77,10 +77,17 @@ static void model_iteration(struct state *st, unsigned k, const unsigned *host_w
 	}
 }
 
-static void report(struct state *st, unsigned k)
+/* Launches iteration k's executable graph, waits, checks it; a checksum every 100 iterations. */
+static void run_iteration(struct state *st, CUgraphExec exec, unsigned k, const unsigned *words,
+			  unsigned pause_us)
 {
+	CU_CHECK(cuGraphLaunch(exec, st->s));
+	CU_CHECK(cuStreamSynchronize(st->s));
+	model_iteration(st, k, words);
 	if (k % 100 == 99)
 		printf("graph_jacobi: iteration %u checksum %016llx\n", k + 1, st->sum);
+	if (pause_us)
+		usleep(pause_us);
 }
 
 static void by_node_params(struct state *st, unsigned iterations, unsigned pause_us)
@@ -115,12 +122,7 @@ static void by_node_params(struct state *st, unsigned iterations, unsigned pause
 		CU_CHECK(cuGraphExecKernelNodeSetParams(exec, kernels[0], &p));
 		mix2_params(&p, st->mix2, &st->out, dst, &one, &n, a2);
 		CU_CHECK(cuGraphExecKernelNodeSetParams(exec, kernels[1], &p));
-		CU_CHECK(cuGraphLaunch(exec, st->s));
-		CU_CHECK(cuStreamSynchronize(st->s));
-		model_iteration(st, k, words);
-		report(st, k);
-		if (pause_us)
-			usleep(pause_us);
+		run_iteration(st, exec, k, words, pause_us);
 	}
 	CU_CHECK(cuGraphExecDestroy(exec));
 	CU_CHECK(cuGraphDestroy(graph));
@@ -145,12 +147,7 @@ static void by_exec_update(struct state *st, unsigned iterations, unsigned pause
 			CU_CHECK(cuGraphInstantiateWithFlags(&exec, graph, 0));
 		else
 			CU_CHECK(cuGraphExecUpdate(exec, graph, &info));
-		CU_CHECK(cuGraphLaunch(exec, st->s));
-		CU_CHECK(cuStreamSynchronize(st->s));
-		model_iteration(st, k, words);
-		report(st, k);
-		if (pause_us)
-			usleep(pause_us);
+		run_iteration(st, exec, k, words, pause_us);
 	}
 	CU_CHECK(cuGraphExecDestroy(exec));
 	for (unsigned k = 0; k < iterations; k++)
