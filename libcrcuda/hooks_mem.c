@@ -1169,6 +1169,52 @@ CUresult crc_hook_cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemL
 	return managed_on_stream(devPtr, count, hStream, to == -3 ? CU_DEVICE_INVALID : to);
 }
 
+/* Batches: the shape, the stream (not the legacy one), every range managed; then each prefetch. */
+static CUresult managed_batch(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *locs,
+			      size_t *idxs, size_t nlocs, unsigned long long flags, CUstream s,
+			      bool with_locations)
+{
+	CUresult res = crc_uvm_batch_check(dptrs, sizes, count, locs, idxs, nlocs, flags, with_locations);
+
+	if (res == CUDA_SUCCESS && (s == CU_STREAM_LEGACY || (!s && !crc_self()->ptds)))
+		res = CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; res == CUDA_SUCCESS && i < count; i++)
+		res = managed_find(dptrs[i], sizes[i]) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; res == CUDA_SUCCESS && i < count; i++) {
+		int to = with_locations ? crc_uvm_location(crc_uvm_batch_location(i, locs, idxs, nlocs)) : -3;
+
+		res = managed_on_stream(dptrs[i], sizes[i], s,
+					!with_locations ? -3
+					: to == -3	? CU_DEVICE_INVALID
+							: to);
+	}
+	return res;
+}
+
+CUresult crc_hook_cuMemPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count,
+					  CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs,
+					  size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
+{
+	return managed_batch(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags,
+			     hStream, true);
+}
+
+/* Discarded contents may read as anything: keeping them is one answer. */
+CUresult crc_hook_cuMemDiscardBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count,
+					 unsigned long long flags, CUstream hStream)
+{
+	return managed_batch(dptrs, sizes, count, NULL, NULL, 0, flags, hStream, false);
+}
+
+CUresult crc_hook_cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count,
+						    CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs,
+						    size_t numPrefetchLocs, unsigned long long flags,
+						    CUstream hStream)
+{
+	return managed_batch(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags,
+			     hStream, true);
+}
+
 CUresult crc_hook_cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length,
 					 unsigned int flags)
 {

@@ -550,6 +550,50 @@ static CUresult attach(bool pt, CUstream h, CUdeviceptr ptr, size_t length, unsi
 	return managed_apply(ptr, length ? length : 1, attach_fn, NULL);
 }
 
+/* Batches: the shape, the stream (not the legacy one), every range managed; then each prefetch. */
+static CUresult batch(bool pt, CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *locs,
+		      size_t *idxs, size_t nlocs, unsigned long long flags, CUstream h, bool with_locations)
+{
+	struct CUstream_st *s;
+	CUresult res = crc_uvm_batch_check(dptrs, sizes, count, locs, idxs, nlocs, flags, with_locations);
+
+	if (res == CUDA_SUCCESS && (h == CU_STREAM_LEGACY || (!h && !pt)))
+		res = CUDA_ERROR_INVALID_VALUE;
+	if (res == CUDA_SUCCESS)
+		res = sim_stream_resolve(h, pt, &s);
+	for (size_t i = 0; res == CUDA_SUCCESS && i < count; i++)
+		res = managed_apply(dptrs[i], sizes[i], attach_fn, NULL);
+	for (size_t i = 0; res == CUDA_SUCCESS && with_locations && i < count; i++) {
+		int device = crc_uvm_location(crc_uvm_batch_location(i, locs, idxs, nlocs));
+
+		res = managed_apply(dptrs[i], sizes[i], prefetch_fn, &device);
+	}
+	return res;
+}
+
+static CUresult prefetch_batch(bool pt, CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *locs,
+			       size_t *idxs, size_t nlocs, unsigned long long flags, CUstream h)
+{
+	return batch(pt, dptrs, sizes, count, locs, idxs, nlocs, flags, h, true);
+}
+
+static CUresult discard_batch(bool pt, CUdeviceptr *dptrs, size_t *sizes, size_t count,
+			      unsigned long long flags, CUstream h)
+{
+	return batch(pt, dptrs, sizes, count, NULL, NULL, 0, flags, h, false);
+}
+
+SIM_STREAM_API_PAIR(cuMemPrefetchBatchAsync, cuMemPrefetchBatchAsync_ptsz, prefetch_batch,
+		    (CUdeviceptr * dptrs, size_t *sizes, size_t count, CUmemLocation *locs, size_t *idxs,
+		     size_t nlocs, unsigned long long flags, CUstream h),
+		    dptrs, sizes, count, locs, idxs, nlocs, flags, h)
+SIM_STREAM_API_PAIR(cuMemDiscardAndPrefetchBatchAsync, cuMemDiscardAndPrefetchBatchAsync_ptsz, prefetch_batch,
+		    (CUdeviceptr * dptrs, size_t *sizes, size_t count, CUmemLocation *locs, size_t *idxs,
+		     size_t nlocs, unsigned long long flags, CUstream h),
+		    dptrs, sizes, count, locs, idxs, nlocs, flags, h)
+SIM_STREAM_API_PAIR(cuMemDiscardBatchAsync, cuMemDiscardBatchAsync_ptsz, discard_batch,
+		    (CUdeviceptr * dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream h),
+		    dptrs, sizes, count, flags, h)
 SIM_STREAM_API_PAIR(cuMemPrefetchAsync, cuMemPrefetchAsync_ptsz, prefetch_v1,
 		    (CUdeviceptr ptr, size_t count, CUdevice device, CUstream h), ptr, count, device, h)
 SIM_STREAM_API_PAIR(cuMemPrefetchAsync_v2, cuMemPrefetchAsync_v2_ptsz, prefetch_v2,

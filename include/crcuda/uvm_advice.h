@@ -1,7 +1,7 @@
 /* What a managed allocation was told (cuMemAdvise) and where it was last prefetched, and the answers
  * of cuMemRangeGetAttribute from that: kept per allocation (a range inside it answers as the whole).
- * Shared by the simulated device and libcrcuda, neither of which migrates pages: the memory stays
- * where it is and the advice is remembered for the queries. */
+ * Shared by the simulated device and libcrcuda, neither of which migrates pages by advice: the
+ * advice is remembered for the queries. Also the shape checks of the batch prefetches and discards. */
 #ifndef CRCUDA_UVM_ADVICE_H
 #define CRCUDA_UVM_ADVICE_H
 
@@ -35,6 +35,37 @@ static inline int crc_uvm_location(CUmemLocation l)
 	default:
 		return -3;
 	}
+}
+
+/* A batch of prefetches or discards (cuMemPrefetchBatchAsync, cuMemDiscardBatchAsync,
+ * cuMemDiscardAndPrefetchBatchAsync): its shape, CUDA_SUCCESS or INVALID_VALUE. With locations (locs
+ * non-NULL expected), locs[k] applies to operations idxs[k] .. idxs[k + 1] - 1: idxs starts at 0 and
+ * rises, each below count, and there are at most count of them. */
+static inline CUresult crc_uvm_batch_check(const CUdeviceptr *dptrs, const size_t *sizes, size_t count,
+					   const CUmemLocation *locs, const size_t *idxs, size_t nlocs,
+					   unsigned long long flags, bool with_locations)
+{
+	if (!dptrs || !sizes || !count || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!with_locations)
+		return CUDA_SUCCESS;
+	if (!locs || !idxs || !nlocs || nlocs > count || idxs[0] != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t k = 1; k < nlocs; k++)
+		if (idxs[k] <= idxs[k - 1] || idxs[k] >= count)
+			return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_SUCCESS;
+}
+
+/* Where operation i of a checked batch goes. */
+static inline CUmemLocation crc_uvm_batch_location(size_t i, const CUmemLocation *locs, const size_t *idxs,
+						   size_t nlocs)
+{
+	size_t k = nlocs - 1;
+
+	while (k > 0 && idxs[k] > i)
+		k--;
+	return locs[k];
 }
 
 /* device: an ordinal below ndev, or CU_DEVICE_CPU. */

@@ -1,9 +1,9 @@
 /* managed: managed memory (cuMemAllocManaged) read and written by the CPU directly and by kernels, in
  * turns, as UnifiedMemoryStreams and conjugateGradientUM use it: CPU fill, kernel update, CPU check,
- * LOOPS times, with advice, prefetches to the device and back, a stream attach, copies and a memset on
- * it; its pointer attributes and range attributes. Then a large allocation (32 MiB, which the layer
- * moves into the GPU's memory when prefetched there): kernels on it after a
- * prefetch, the CPU's first touch a read or a write, a host function reading it, a copy from it and a
+ * LOOPS times, with advice, prefetches to the device and back (one by one and in batches), a discard, a
+ * stream attach, copies and a memset on it; its pointer attributes and range attributes. Then a large
+ * allocation (32 MiB, which the layer moves into the GPU's memory when prefetched there): kernels on it after
+ * a prefetch, the CPU's first touch a read or a write, a host function reading it, a copy from it and a
  * memset of it while it is on the GPU. Every value is checked against a CPU model; prints
  * a checksum and PASS. */
 #include <string.h>
@@ -105,6 +105,37 @@ int main(void)
 	CHECK(v == CU_DEVICE_CPU);
 	CU_CHECK(cuStreamAttachMemAsync(s, host_attached, 0, CU_MEM_ATTACH_SINGLE));
 	CU_CHECK(cuStreamSynchronize(s));
+
+	/* Batches: m to the device and host_attached to the CPU in one; shapes the driver refuses; a
+	 * discard (only of host_attached, whose contents are written again below). */
+	{
+		CUdeviceptr dptrs[2] = {m, host_attached};
+		size_t sizes[2] = {N * sizeof(unsigned), 4096}, idxs[2] = {0, 1}, bad_idxs[2] = {1, 1};
+		CUmemLocation locs[2] = {on_device(dev), {.type = CU_MEM_LOCATION_TYPE_HOST}};
+
+		CU_CHECK(cuMemPrefetchBatchAsync(dptrs, sizes, 2, locs, idxs, 2, 0, s));
+		CU_CHECK(cuMemRangeGetAttribute(&v, sizeof(v), CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION,
+						m, 4));
+		CHECK(v == (int)dev);
+		CU_CHECK(cuMemRangeGetAttribute(&v, sizeof(v), CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION,
+						host_attached, 4));
+		CHECK(v == CU_DEVICE_CPU);
+		CU_EXPECT(cuMemPrefetchBatchAsync(dptrs, sizes, 2, locs, bad_idxs, 2, 0, s),
+			  CUDA_ERROR_INVALID_VALUE);
+		CU_EXPECT(cuMemPrefetchBatchAsync(dptrs, sizes, 2, locs, idxs, 2, 1, s),
+			  CUDA_ERROR_INVALID_VALUE);
+		CU_EXPECT(cuMemPrefetchBatchAsync(dptrs, sizes, 0, locs, idxs, 1, 0, s),
+			  CUDA_ERROR_INVALID_VALUE);
+		dptrs[0] = d; /* device memory, not managed */
+		CU_EXPECT(cuMemDiscardBatchAsync(dptrs, sizes, 2, 0, s), CUDA_ERROR_INVALID_VALUE);
+		dptrs[0] = host_attached;
+		CU_CHECK(cuMemDiscardBatchAsync(dptrs, sizes + 1, 1, 0, s));
+		CU_CHECK(cuMemDiscardAndPrefetchBatchAsync(dptrs, sizes + 1, 1, locs, idxs, 1, 0, s));
+		CU_CHECK(cuMemRangeGetAttribute(&v, sizeof(v), CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION,
+						host_attached, 4));
+		CHECK(v == (int)dev);
+		CU_CHECK(cuStreamSynchronize(s));
+	}
 
 	/* Copies and a memset: managed to device and back, memset of half. */
 	CU_CHECK(cuMemcpy(d, m, N * sizeof(unsigned)));
