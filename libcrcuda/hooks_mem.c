@@ -576,6 +576,26 @@ static CUresult copy_3d(const CUDA_MEMCPY3D *p, CUstream stream, bool async)
 	return res;
 }
 
+CUresult crc_hook_cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *pCopy)
+{
+	CUDA_MEMCPY3D c;
+
+	if (!pCopy)
+		return CUDA_ERROR_INVALID_VALUE;
+	c = crc_copy3d_of_peer(pCopy);
+	return copy_3d(&c, NULL, false);
+}
+
+CUresult crc_hook_cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
+{
+	CUDA_MEMCPY3D c;
+
+	if (!pCopy)
+		return CUDA_ERROR_INVALID_VALUE;
+	c = crc_copy3d_of_peer(pCopy);
+	return copy_3d(&c, hStream, true);
+}
+
 CUresult crc_hook_cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
 					CUmemcpyAttributes *attrs, size_t *attrIdxs, size_t numAttrs,
 					CUstream hStream)

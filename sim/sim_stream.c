@@ -1019,6 +1019,29 @@ SIM_STREAM_API_PAIR(cuMemcpyBatchAsync, cuMemcpyBatchAsync_ptsz, batch_v1,
 		    (CUdeviceptr * dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
 		     CUmemcpyAttributes *attrs, size_t *idxs, size_t nattrs, size_t *fail, CUstream h),
 		    dsts, srcs, sizes, count, attrs, idxs, nattrs, fail, h)
+static CUresult copy3d_peer(bool pt, const CUDA_MEMCPY3D_PEER *p, CUstream h, bool async)
+{
+	CUDA_MEMCPY3D c;
+
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	c = crc_copy3d_of_peer(p);
+	return sim_copy3d(pt, &c, h, async);
+}
+
+static CUresult copy3d_peer_sync(bool pt, const CUDA_MEMCPY3D_PEER *p)
+{
+	return copy3d_peer(pt, p, NULL, false);
+}
+
+static CUresult copy3d_peer_async(bool pt, const CUDA_MEMCPY3D_PEER *p, CUstream h)
+{
+	return copy3d_peer(pt, p, h, true);
+}
+
+SIM_STREAM_API_PAIR(cuMemcpy3DPeer, cuMemcpy3DPeer_ptds, copy3d_peer_sync, (const CUDA_MEMCPY3D_PEER *p), p)
+SIM_STREAM_API_PAIR(cuMemcpy3DPeerAsync, cuMemcpy3DPeerAsync_ptsz, copy3d_peer_async,
+		    (const CUDA_MEMCPY3D_PEER *p, CUstream h), p, h)
 SIM_STREAM_API_PAIR(cuMemcpy3D_v2, cuMemcpy3D_v2_ptds, copy3d_sync, (const CUDA_MEMCPY3D *p), p)
 SIM_STREAM_API_PAIR(cuMemcpy3DAsync_v2, cuMemcpy3DAsync_v2_ptsz, copy3d_async,
 		    (const CUDA_MEMCPY3D *p, CUstream h), p, h)

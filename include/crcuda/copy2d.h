@@ -134,6 +134,34 @@ static inline CUDA_MEMCPY3D crc_copy2d_as_3d(const CUDA_MEMCPY2D *p)
 			       .Depth = 1};
 }
 
+/* A peer 3D copy as a 3D copy: unified addressing names each side's device (arrays carry theirs). */
+static inline CUDA_MEMCPY3D crc_copy3d_of_peer(const CUDA_MEMCPY3D_PEER *p)
+{
+	return (CUDA_MEMCPY3D){.srcXInBytes = p->srcXInBytes,
+			       .srcY = p->srcY,
+			       .srcZ = p->srcZ,
+			       .srcLOD = p->srcLOD,
+			       .srcMemoryType = p->srcMemoryType,
+			       .srcHost = p->srcHost,
+			       .srcDevice = p->srcDevice,
+			       .srcArray = p->srcArray,
+			       .srcPitch = p->srcPitch,
+			       .srcHeight = p->srcHeight,
+			       .dstXInBytes = p->dstXInBytes,
+			       .dstY = p->dstY,
+			       .dstZ = p->dstZ,
+			       .dstLOD = p->dstLOD,
+			       .dstMemoryType = p->dstMemoryType,
+			       .dstHost = p->dstHost,
+			       .dstDevice = p->dstDevice,
+			       .dstArray = p->dstArray,
+			       .dstPitch = p->dstPitch,
+			       .dstHeight = p->dstHeight,
+			       .WidthInBytes = p->WidthInBytes,
+			       .Height = p->Height,
+			       .Depth = p->Depth};
+}
+
 static inline bool crc_copy3d_has_array(const CUDA_MEMCPY3D *p)
 {
 	return p && (p->srcMemoryType == CU_MEMORYTYPE_ARRAY || p->dstMemoryType == CU_MEMORYTYPE_ARRAY);

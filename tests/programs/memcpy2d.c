@@ -2,8 +2,9 @@
  * (cuMemAllocPitch), pageable and page-locked host memory, with x/y offsets; then 3D copies
  * (cuMemcpy3D, cuMemcpy3DAsync) of a box with x/y/z offsets between pageable memory and pitched device
  * slices; then a batch (cuMemcpyBatchAsync: host to device, device to device, device to host); each
- * result compared with a CPU model, the padding of every destination checked untouched.
- * Prints a checksum and PASS. */
+ * and peer 3D copies (cuMemcpy3DPeer, cuMemcpy3DPeerAsync) between device buffers and to the host;
+ * each result compared with a CPU model, the padding of every destination checked untouched. Prints a
+ * checksum and PASS. */
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +63,7 @@ int main(void)
 	if (!src || !pageable)
 		return 1;
 	cu_test_init("memcpy2d");
-	cu_test_primary_context(NULL);
+	CUcontext ctx = cu_test_primary_context(NULL);
 	CU_CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
 	CU_CHECK(cuMemAllocPitch(&d1, &p1, W, H, 4));
 	CU_CHECK(cuMemAllocPitch(&d2, &p2, W + 64, H, 4));
@@ -197,6 +198,44 @@ int main(void)
 		CHECK(!memcmp(b_in, b_out, sizeof(b_in)));
 		CU_EXPECT(cuMemcpyBatchAsync(dsts, srcs, sizes, 3, &attr, &idx, 0, s),
 			  CUDA_ERROR_INVALID_VALUE);
+
+		/* Peer 3D copies (one context here): a 16x8 box of bd1 into bd2 at an offset (64-byte rows),
+		 * then bd2 back to the host, on the stream. */
+		CUDA_MEMCPY3D_PEER pc = {.srcMemoryType = CU_MEMORYTYPE_DEVICE,
+					 .srcDevice = bd1,
+					 .srcContext = ctx,
+					 .srcPitch = 64,
+					 .srcHeight = 64,
+					 .dstXInBytes = 8,
+					 .dstY = 2,
+					 .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+					 .dstDevice = bd2,
+					 .dstContext = ctx,
+					 .dstPitch = 64,
+					 .dstHeight = 64,
+					 .WidthInBytes = 16,
+					 .Height = 8,
+					 .Depth = 1};
+		CU_CHECK(cuMemsetD8(bd2, 0xee, sizeof(b_in)));
+		CU_CHECK(cuMemcpy3DPeer(&pc));
+		pc = (CUDA_MEMCPY3D_PEER){.srcMemoryType = CU_MEMORYTYPE_DEVICE,
+					  .srcDevice = bd2,
+					  .srcContext = ctx,
+					  .dstMemoryType = CU_MEMORYTYPE_HOST,
+					  .dstHost = b_out,
+					  .dstContext = ctx,
+					  .WidthInBytes = sizeof(b_out),
+					  .Height = 1,
+					  .Depth = 1};
+		CU_CHECK(cuMemcpy3DPeerAsync(&pc, s));
+		CU_CHECK(cuStreamSynchronize(s));
+		for (size_t i = 0; i < sizeof(b_out); i++) {
+			size_t r = i / 64, x = i % 64;
+			bool in = r >= 2 && r < 10 && x >= 8 && x < 24;
+
+			CHECK(b_out[i] == (in ? b_in[(r - 2) * 64 + x - 8] : 0xee));
+			checksum = (checksum ^ b_out[i]) * 0x100000001b3ull;
+		}
 		CU_CHECK(cuMemFree(bd1));
 		CU_CHECK(cuMemFree(bd2));
 	}
