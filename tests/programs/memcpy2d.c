@@ -1,7 +1,7 @@
 /* memcpy2d: 2D copies (cuMemcpy2D, cuMemcpy2DUnaligned, cuMemcpy2DAsync) between pitched device memory
  * (cuMemAllocPitch), pageable and page-locked host memory, with x/y offsets; then 3D copies
  * (cuMemcpy3D, cuMemcpy3DAsync) of a box with x/y/z offsets between pageable memory and pitched device
- * slices; then a batch (cuMemcpyBatchAsync: host to device, device to device, device to host); each
+ * slices; then a batch (cuMemcpyBatchAsync: host to device, device to device, device to host)
  * and peer 3D copies (cuMemcpy3DPeer, cuMemcpy3DPeerAsync) between device buffers and to the host;
  * each result compared with a CPU model, the padding of every destination checked untouched. Prints a
  * checksum and PASS. */
