@@ -894,6 +894,12 @@ CUresult crc_hook_cuMemAllocHost_v2(void **pp, size_t bytesize)
 	return pinned_alloc(pp, bytesize, 0, 0);
 }
 
+/* The CUDA 2.0 symbol: a 32-bit size, host memory (no device pointer involved). */
+CUresult crc_hook_cuMemAllocHost(void **pp, unsigned int bytesize)
+{
+	return pinned_alloc(pp, bytesize, 0, 0);
+}
+
 CUresult crc_hook_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
 	return pinned_alloc(pp, bytesize, Flags, 0);
@@ -1474,6 +1480,12 @@ CUresult crc_hook_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Fl
 	}
 	pin->registered_at = (uintptr_t)p;
 	return pin_insert(pin, gen);
+}
+
+/* The CUDA 4.0 symbol: the same call. */
+CUresult crc_hook_cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
+{
+	return crc_hook_cuMemHostRegister_v2(p, bytesize, Flags);
 }
 
 CUresult crc_hook_cuMemHostUnregister(void *p)
