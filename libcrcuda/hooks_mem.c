@@ -596,6 +596,28 @@ CUresult crc_hook_cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *pCopy, CUstream 
 	return copy_3d(&c, hStream, true);
 }
 
+static CUresult array_descr(CUDA_ARRAY3D_DESCRIPTOR *d, CUarray array)
+{
+	return crc_fwd_cuArray3DGetDescriptor_v2(d, array);
+}
+
+static CUresult copy_3d_on(const CUDA_MEMCPY3D *p, void *stream)
+{
+	return copy_3d(p, (CUstream)stream, true);
+}
+
+CUresult crc_hook_cuMemcpy3DBatchAsync_v2(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList,
+					  unsigned long long flags, CUstream hStream)
+{
+	return crc_copy3d_batch(numOps, opList, flags, hStream, array_descr, copy_3d_on, hStream, NULL);
+}
+
+CUresult crc_hook_cuMemcpy3DBatchAsync(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx,
+				       unsigned long long flags, CUstream hStream)
+{
+	return crc_copy3d_batch(numOps, opList, flags, hStream, array_descr, copy_3d_on, hStream, failIdx);
+}
+
 CUresult crc_hook_cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
 					CUmemcpyAttributes *attrs, size_t *attrIdxs, size_t numAttrs,
 					CUstream hStream)

@@ -1039,6 +1039,41 @@ static CUresult copy3d_peer_async(bool pt, const CUDA_MEMCPY3D_PEER *p, CUstream
 	return copy3d_peer(pt, p, h, true);
 }
 
+struct copy3d_batch_on {
+	bool pt;
+	CUstream h;
+};
+
+static CUresult copy3d_batch_one(const CUDA_MEMCPY3D *p, void *arg)
+{
+	const struct copy3d_batch_on *on = arg;
+
+	return sim_copy3d(on->pt, p, on->h, true);
+}
+
+static CUresult copy3d_batch_v2(bool pt, size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, unsigned long long flags,
+				CUstream h)
+{
+	struct copy3d_batch_on on = {pt, h};
+
+	return crc_copy3d_batch(n, ops, flags, h, cuArray3DGetDescriptor_v2, copy3d_batch_one, &on, NULL);
+}
+
+static CUresult copy3d_batch_v1(bool pt, size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *fail,
+				unsigned long long flags, CUstream h)
+{
+	struct copy3d_batch_on on = {pt, h};
+
+	return crc_copy3d_batch(n, ops, flags, h, cuArray3DGetDescriptor_v2, copy3d_batch_one, &on, fail);
+}
+
+SIM_STREAM_API_PAIR(cuMemcpy3DBatchAsync_v2, cuMemcpy3DBatchAsync_v2_ptsz, copy3d_batch_v2,
+		    (size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, unsigned long long flags, CUstream h), n, ops,
+		    flags, h)
+SIM_STREAM_API_PAIR(cuMemcpy3DBatchAsync, cuMemcpy3DBatchAsync_ptsz, copy3d_batch_v1,
+		    (size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *fail, unsigned long long flags,
+		     CUstream h),
+		    n, ops, fail, flags, h)
 SIM_STREAM_API_PAIR(cuMemcpy3DPeer, cuMemcpy3DPeer_ptds, copy3d_peer_sync, (const CUDA_MEMCPY3D_PEER *p), p)
 SIM_STREAM_API_PAIR(cuMemcpy3DPeerAsync, cuMemcpy3DPeerAsync_ptsz, copy3d_peer_async,
 		    (const CUDA_MEMCPY3D_PEER *p, CUstream h), p, h)

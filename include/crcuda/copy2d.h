@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "crcuda/array_fmt.h"
+
 /* row(dst, src, bytes, last, arg): one 1D copy; last is true for the final one (a synchronous 2D copy
  * waits there). CUDA arrays are not handled here: CUDA_ERROR_NOT_SUPPORTED. */
 typedef CUresult (*crc_copy_row_fn)(uint64_t dst, uint64_t src, size_t bytes, bool last, void *arg);
@@ -160,6 +162,102 @@ static inline CUDA_MEMCPY3D crc_copy3d_of_peer(const CUDA_MEMCPY3D_PEER *p)
 			       .WidthInBytes = p->WidthInBytes,
 			       .Height = p->Height,
 			       .Depth = p->Depth};
+}
+
+/* An array's descriptor (cuArray3DGetDescriptor as the caller reaches it). */
+typedef CUresult crc_array_descr_fn(CUDA_ARRAY3D_DESCRIPTOR *d, CUarray array);
+
+/* One side of a cuMemcpy3DBatchAsync operation into a 3D copy's fields; elem: bytes per element. */
+static inline CUresult crc_batch_side(const CUmemcpy3DOperand *o, const CUextent3D *e, size_t elem,
+				      CUmemorytype *type, CUdeviceptr *dev, CUarray *array, size_t *x,
+				      size_t *y, size_t *z, size_t *pitch, size_t *height)
+{
+	switch (o->type) {
+	case CU_MEMCPY_OPERAND_TYPE_POINTER:
+		if ((o->op.ptr.rowLength && o->op.ptr.rowLength < e->width) ||
+		    (o->op.ptr.layerHeight && o->op.ptr.layerHeight < e->height))
+			return CUDA_ERROR_INVALID_VALUE;
+		*type = CU_MEMORYTYPE_UNIFIED;
+		*dev = o->op.ptr.ptr;
+		*pitch = (o->op.ptr.rowLength ? o->op.ptr.rowLength : e->width) * elem;
+		*height = o->op.ptr.layerHeight ? o->op.ptr.layerHeight : e->height;
+		return CUDA_SUCCESS;
+	case CU_MEMCPY_OPERAND_TYPE_ARRAY:
+		*type = CU_MEMORYTYPE_ARRAY;
+		*array = o->op.array.array;
+		*x = o->op.array.offset.x * elem;
+		*y = o->op.array.offset.y;
+		*z = o->op.array.offset.z;
+		return CUDA_SUCCESS;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+}
+
+/* One operation of cuMemcpy3DBatchAsync as a 3D copy. Extents count elements: a byte between
+ * pointers, the array's element where a side is an array (both arrays' the same). */
+static inline CUresult crc_copy3d_of_batch_op(const CUDA_MEMCPY3D_BATCH_OP *op, crc_array_descr_fn *descr,
+					      CUDA_MEMCPY3D *out)
+{
+	const CUmemcpy3DOperand *sides[2] = {&op->src, &op->dst};
+	size_t elem = 0, src_x = 0, src_y = 0, src_z = 0, dst_x = 0, dst_y = 0, dst_z = 0;
+	CUresult res;
+
+	if (!op->extent.width || !op->extent.height || !op->extent.depth ||
+	    op->srcAccessOrder < CU_MEMCPY_SRC_ACCESS_ORDER_STREAM ||
+	    op->srcAccessOrder > CU_MEMCPY_SRC_ACCESS_ORDER_ANY)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (int k = 0; k < 2; k++) {
+		CUDA_ARRAY3D_DESCRIPTOR d;
+		size_t e;
+
+		if (sides[k]->type != CU_MEMCPY_OPERAND_TYPE_ARRAY)
+			continue;
+		res = descr(&d, sides[k]->op.array.array);
+		if (res != CUDA_SUCCESS)
+			return res;
+		e = crc_array_elem_bytes(d.Format, d.NumChannels);
+		if (!e || (elem && e != elem))
+			return CUDA_ERROR_INVALID_VALUE;
+		elem = e;
+	}
+	elem = elem ? elem : 1;
+	*out = (CUDA_MEMCPY3D){
+	    .WidthInBytes = op->extent.width * elem, .Height = op->extent.height, .Depth = op->extent.depth};
+	res = crc_batch_side(&op->src, &op->extent, elem, &out->srcMemoryType, &out->srcDevice,
+			     &out->srcArray, &src_x, &src_y, &src_z, &out->srcPitch, &out->srcHeight);
+	if (res == CUDA_SUCCESS)
+		res = crc_batch_side(&op->dst, &op->extent, elem, &out->dstMemoryType, &out->dstDevice,
+				     &out->dstArray, &dst_x, &dst_y, &dst_z, &out->dstPitch, &out->dstHeight);
+	out->srcXInBytes = src_x, out->srcY = src_y, out->srcZ = src_z;
+	out->dstXInBytes = dst_x, out->dstY = dst_y, out->dstZ = dst_z;
+	return res;
+}
+
+/* cuMemcpy3DBatchAsync: every operation checked, then each as a 3D copy in order (copy3d: the
+ * caller's, on the stream). *fail (when not NULL): the failed operation's index, or SIZE_MAX. */
+static inline CUresult crc_copy3d_batch(size_t n, const CUDA_MEMCPY3D_BATCH_OP *ops, unsigned long long flags,
+					CUstream stream, crc_array_descr_fn *descr,
+					CUresult (*copy3d)(const CUDA_MEMCPY3D *p, void *arg), void *arg,
+					size_t *fail)
+{
+	CUDA_MEMCPY3D c;
+	CUresult res = CUDA_SUCCESS;
+
+	if (fail)
+		*fail = (size_t)-1;
+	if (!n || !ops || flags || stream == CU_STREAM_LEGACY)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t pass = 0; pass < 2; pass++) {
+		for (size_t i = 0; i < n && res == CUDA_SUCCESS; i++) {
+			res = crc_copy3d_of_batch_op(&ops[i], descr, &c);
+			if (res == CUDA_SUCCESS && pass)
+				res = copy3d(&c, arg);
+			if (res != CUDA_SUCCESS && fail)
+				*fail = i;
+		}
+	}
+	return res;
 }
 
 static inline bool crc_copy3d_has_array(const CUDA_MEMCPY3D *p)

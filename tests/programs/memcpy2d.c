@@ -2,7 +2,8 @@
  * (cuMemAllocPitch), pageable and page-locked host memory, with x/y offsets; then 3D copies
  * (cuMemcpy3D, cuMemcpy3DAsync) of a box with x/y/z offsets between pageable memory and pitched device
  * slices; then a batch (cuMemcpyBatchAsync: host to device, device to device, device to host)
- * and peer 3D copies (cuMemcpy3DPeer, cuMemcpy3DPeerAsync) between device buffers and to the host;
+ * and peer 3D copies (cuMemcpy3DPeer, cuMemcpy3DPeerAsync) between device buffers and to the host,
+ * and a batch of 3D copies (cuMemcpy3DBatchAsync) between pageable, device and array memory;
  * each result compared with a CPU model, the padding of every destination checked untouched. Prints a
  * checksum and PASS. */
 #include <stdbool.h>
@@ -236,6 +237,57 @@ int main(void)
 			CHECK(b_out[i] == (in ? b_in[(r - 2) * 64 + x - 8] : 0xee));
 			checksum = (checksum ^ b_out[i]) * 0x100000001b3ull;
 		}
+
+		/* A batch of 3D copies: a 16x4x2 box of b_in (rows of 64, layers of 8 rows) into bd1
+		 * packed, then into a CUDA array of 16x4x2 bytes, and from the array back to the host. */
+		CUarray arr;
+		CUDA_ARRAY3D_DESCRIPTOR ad = {.Width = 16,
+					      .Height = 4,
+					      .Depth = 2,
+					      .Format = CU_AD_FORMAT_UNSIGNED_INT8,
+					      .NumChannels = 1};
+		CU_CHECK(cuArray3DCreate(&arr, &ad));
+		CUmemcpy3DOperand host_in = {
+		    .type = CU_MEMCPY_OPERAND_TYPE_POINTER,
+		    .op.ptr = {.ptr = (uintptr_t)b_in, .rowLength = 64, .layerHeight = 8}};
+		CUmemcpy3DOperand dev_packed = {.type = CU_MEMCPY_OPERAND_TYPE_POINTER,
+						.op.ptr = {.ptr = bd1}};
+		CUmemcpy3DOperand in_array = {.type = CU_MEMCPY_OPERAND_TYPE_ARRAY,
+					      .op.array = {.array = arr}};
+		CUmemcpy3DOperand host_out = {.type = CU_MEMCPY_OPERAND_TYPE_POINTER,
+					      .op.ptr = {.ptr = (uintptr_t)b_out}};
+		CUextent3D box = {16, 4, 2};
+		CUDA_MEMCPY3D_BATCH_OP ops[2] = {{.src = host_in,
+						  .dst = dev_packed,
+						  .extent = box,
+						  .srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM},
+						 {.src = dev_packed,
+						  .dst = in_array,
+						  .extent = box,
+						  .srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM}};
+
+		memset(b_out, 0, sizeof(b_out));
+		CU_CHECK(cuMemcpy3DBatchAsync(2, ops, 0, s));
+		ops[0] = (CUDA_MEMCPY3D_BATCH_OP){.src = in_array,
+						  .dst = host_out,
+						  .extent = box,
+						  .srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM};
+		CU_CHECK(cuMemcpy3DBatchAsync(1, ops, 0, s));
+		CU_CHECK(cuStreamSynchronize(s));
+		for (size_t z = 0; z < 2; z++)
+			for (size_t r = 0; r < 4; r++)
+				for (size_t x = 0; x < 16; x++) {
+					unsigned char got = b_out[(z * 4 + r) * 16 + x];
+
+					CHECK(got == b_in[(z * 8 + r) * 64 + x]);
+					checksum = (checksum ^ got) * 0x100000001b3ull;
+				}
+		ops[0].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_INVALID;
+		CU_EXPECT(cuMemcpy3DBatchAsync(1, ops, 0, s), CUDA_ERROR_INVALID_VALUE);
+		ops[0].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+		ops[0].extent.depth = 0;
+		CU_EXPECT(cuMemcpy3DBatchAsync(1, ops, 0, s), CUDA_ERROR_INVALID_VALUE);
+		CU_CHECK(cuArrayDestroy(arr));
 		CU_CHECK(cuMemFree(bd1));
 		CU_CHECK(cuMemFree(bd2));
 	}
