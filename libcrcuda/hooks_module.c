@@ -213,14 +213,16 @@ CUresult crc_hook_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 			    (uint64_t *)pFunc);
 }
 
-/* ---- a module's functions --------------------------------------------------------------------- */
-/* Each function of the module, named, as cuModuleGetFunction gives it (journaled like any other
- * lookup): fn(arg, function, name); the number of functions, or -1 with *err. keep: the names outlive
- * the call (a caller of the tools' table may keep the pointers it is given; a few per module). */
-static int each_function(CUmodule module, void (*fn)(void *arg, CUfunction f, const char *name), void *arg,
-			 unsigned max, bool keep, CUresult *err)
+/* ---- a module's functions, a library's kernels ------------------------------------------------- */
+/* Each function of the module (enum_op cuModuleEnumerateFunctions) or kernel of the library
+ * (cuLibraryEnumerateKernels), named, as cuModuleGetFunction / cuLibraryGetKernel gives it (journaled
+ * like any other lookup): fn(arg, handle, name); the number of them, or -1 with *err. keep: the names
+ * outlive the call (a caller of the tools' table may keep the pointers it is given; a few per module). */
+static int each_function(int enum_op, uint64_t owner, void (*fn)(void *arg, CUfunction f, const char *name),
+			 void *arg, unsigned max, bool keep, CUresult *err)
 {
-	uint64_t m = (uintptr_t)module;
+	int get_op = enum_op == CRC_CU_cuLibraryEnumerateKernels ? CRC_CU_cuLibraryGetKernel
+								 : CRC_CU_cuModuleGetFunction;
 	const struct crc_module_functions_reply *r;
 	struct crc_call c;
 	char *names = NULL;
@@ -228,10 +230,10 @@ static int each_function(CUmodule module, void (*fn)(void *arg, CUfunction f, co
 	CUresult res;
 	void *q;
 
-	res = crc_call_begin(&c, CRC_CU_cuModuleEnumerateFunctions, 0, sizeof(m), &q);
+	res = crc_call_begin(&c, (uint16_t)enum_op, 0, sizeof(owner), &q);
 	if (res != CUDA_SUCCESS)
 		goto out;
-	memcpy(q, &m, sizeof(m));
+	memcpy(q, &owner, sizeof(owner));
 	res = crc_call_wait(&c, NULL, NULL);
 	r = c.reply;
 	if (res == CUDA_SUCCESS && (c.reply_len < sizeof(*r) || c.reply_len - sizeof(*r) < r->bytes))
@@ -249,7 +251,7 @@ static int each_function(CUmodule module, void (*fn)(void *arg, CUfunction f, co
 		uint64_t f = 0;
 		const char *name = names + off;
 
-		res = get_function(CRC_CU_cuModuleGetFunction, m, name, &f);
+		res = get_function(get_op, owner, name, &f);
 		if (res == CUDA_SUCCESS)
 			fn(arg, (CUfunction)(uintptr_t)f, name);
 		off += (uint32_t)strlen(name) + 1;
@@ -265,11 +267,12 @@ int crc_module_functions(CUmodule module, void (*fn)(void *arg, CUfunction f, co
 {
 	CUresult err;
 
-	return each_function(module, fn, arg, UINT32_MAX, true, &err);
+	return each_function(CRC_CU_cuModuleEnumerateFunctions, (uintptr_t)module, fn, arg, UINT32_MAX, true,
+			     &err);
 }
 
 struct enum_into {
-	CUfunction *out;
+	void **out;
 	unsigned n;
 };
 
@@ -278,17 +281,30 @@ static void enum_put(void *arg, CUfunction f, const char *name)
 	struct enum_into *e = arg;
 
 	(void)name;
-	e->out[e->n++] = f;
+	e->out[e->n++] = (void *)f;
 }
 
 CUresult crc_hook_cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions, CUmodule mod)
 {
-	struct enum_into e = {functions, 0};
+	struct enum_into e = {(void **)functions, 0};
 	CUresult err;
 
 	if (!functions)
 		return CUDA_ERROR_INVALID_VALUE;
-	each_function(mod, enum_put, &e, numFunctions, false, &err);
+	each_function(CRC_CU_cuModuleEnumerateFunctions, (uintptr_t)mod, enum_put, &e, numFunctions, false,
+		      &err);
+	return err;
+}
+
+CUresult crc_hook_cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, CUlibrary lib)
+{
+	struct enum_into e = {(void **)kernels, 0};
+	CUresult err;
+
+	if (!kernels)
+		return CUDA_ERROR_INVALID_VALUE;
+	each_function(CRC_CU_cuLibraryEnumerateKernels, (uintptr_t)lib, enum_put, &e, numKernels, false,
+		      &err);
 	return err;
 }
 

@@ -1075,6 +1075,44 @@ CUresult crc_raw_module_functions(struct crc_session *s, const struct crc_call_h
 	return names_reply(s, &o);
 }
 
+/* The names of a library's kernels (struct crc_module_functions_reply). */
+CUresult crc_raw_library_kernels(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+				 size_t len)
+{
+	struct names_out o = {0};
+	union crc_slot lib;
+	unsigned n = 0;
+	CUkernel *ks;
+	uint64_t vh;
+	CUresult res;
+
+	if (len < sizeof(vh))
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(&vh, args, sizeof(vh));
+	res = crc_translate(s, h, CRC_HT_LIBRARY, vh, &lib);
+	if (res == CUDA_SUCCESS)
+		res = CALL(cuLibraryGetKernelCount, &n, lib.ptr);
+	if (res != CUDA_SUCCESS)
+		return res;
+	ks = calloc(n ? n : 1, sizeof(*ks));
+	if (!ks)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	res = CALL(cuLibraryEnumerateKernels, ks, n, lib.ptr);
+	for (unsigned i = 0; res == CUDA_SUCCESS && i < n; i++) {
+		const char *name = NULL;
+
+		res = CALL(cuKernelGetName, &name, ks[i]);
+		if (res == CUDA_SUCCESS)
+			name_put(&o, NULL, name);
+	}
+	free(ks);
+	if (res != CUDA_SUCCESS) {
+		free(o.buf);
+		return res;
+	}
+	return names_reply(s, &o);
+}
+
 /* ---- launches ----------------------------------------------------------------------------------- */
 /* The CUlaunchConfig a launch request describes (cuLaunchKernelEx, occupancy with a configuration). */
 static CUlaunchConfig launch_config(const struct crc_launch_req *r, CUstream stream, CUlaunchAttribute *attrs)

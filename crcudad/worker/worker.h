@@ -451,6 +451,7 @@ typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h,
 	X(cuSurfObjectGetResourceDesc, texobj)                                                               \
 	X(cuTensorMapEncodeTiled, tmap)                                                                      \
 	X(cuModuleEnumerateFunctions, module_functions)                                                      \
+	X(cuLibraryEnumerateKernels, library_kernels)                                                        \
 	X(cuTensorMapEncodeIm2col, tmap)                                                                     \
 	X(cuTensorMapEncodeIm2colWide, tmap)                                                                 \
 	X(cuTensorMapReplaceAddress, tmap)                                                                   \

@@ -47,6 +47,23 @@ int main(void)
 	CU_CHECK(cuLibraryGetKernel(&pack, lib, "_Z11pack_paramsiPx6Packeds"));
 	CU_EXPECT(cuLibraryGetKernel(&pack, lib, "saxpy_i"), CUDA_ERROR_NOT_FOUND);
 	CU_CHECK(cuLibraryGetKernel(&pack, lib, "_Z11pack_paramsiPx6Packeds"));
+	{
+		/* Enumerated: the same two kernels, the same handles, named as loaded. */
+		CUkernel ks[2] = {0};
+		const char *name;
+		int seen = 0;
+
+		CU_CHECK(cuLibraryEnumerateKernels(ks, 2, lib));
+		for (unsigned i = 0; i < 2; i++) {
+			CU_CHECK(cuKernelGetName(&name, ks[i]));
+			if (!strcmp(name, "_Z7saxpy_iiPKiPii") && ks[i] == saxpy)
+				seen |= 1;
+			if (!strcmp(name, "_Z11pack_paramsiPx6Packeds") && ks[i] == pack)
+				seen |= 2;
+		}
+		CHECK_EQ_INT(seen, 3);
+		CU_EXPECT(cuLibraryEnumerateKernels(NULL, 2, lib), CUDA_ERROR_INVALID_VALUE);
+	}
 	CU_CHECK(cuKernelGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, saxpy, dev));
 	CHECK(max_threads >= 256);
 
