@@ -876,13 +876,20 @@ CUresult crc_post(uint16_t op, const void *args, size_t len)
 	return crc_call_post(&c);
 }
 
+/* Why each unsupported row is (common/cuda-api/cuda_driver.api); rows still pending have none. */
+static const char *const unsupported_why[CRC_CU_COUNT] = {
+#define CRC_CU_WHY(sym, why) [CRC_CU_##sym] = why,
+#include "crcuda/cuda_api_why.def"
+#undef CRC_CU_WHY
+};
+
 CUresult crc_not_supported(int id)
 {
 	static _Atomic unsigned char logged[CRC_CU_COUNT];
 
 	if (id >= 0 && id < CRC_CU_COUNT && !atomic_exchange(&logged[id], 1))
-		pr_warn("%s is not supported by crcuda: returning CUDA_ERROR_NOT_SUPPORTED",
-			crc_cu_table[id].sym);
+		pr_warn("%s is not supported by crcuda (%s): returning CUDA_ERROR_NOT_SUPPORTED",
+			crc_cu_table[id].sym, unsupported_why[id] ? unsupported_why[id] : "not served yet");
 	return CUDA_ERROR_NOT_SUPPORTED;
 }
 

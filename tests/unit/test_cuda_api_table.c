@@ -1,6 +1,7 @@
 /* The driver API table against the stub libcuda.so of the CUDA toolkit (argv[1]): every function it
  * exports has exactly one entry and nothing else does; the table is sorted and unique; every entry has a
- * signature and a consistent parent, base and variant. The stub's ELF .dynsym is read directly. */
+ * signature and a consistent parent, base and variant; every unsupported row, and no other, has a reason. The
+ * stub's ELF .dynsym is read directly. */
 #include <elf.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -15,6 +16,13 @@ static const char *const sigs[CRC_CU_COUNT] = {
 	[CRC_CU_##sym] = #ret " " #params " " #args,
 #include "crcuda/cuda_api.def"
 #undef CRC_CU_API
+};
+
+/* The reasons of the unsupported rows (libcrcuda's warning quotes them). */
+static const char *const why[CRC_CU_COUNT] = {
+#define CRC_CU_WHY(sym, text) [CRC_CU_##sym] = text,
+#include "crcuda/cuda_api_why.def"
+#undef CRC_CU_WHY
 };
 
 /* Defined global/weak functions of the ELF64 file's .dynsym, as `nm -D --defined-only` lists them. */
@@ -102,6 +110,8 @@ static void check_table(void)
 		CHECK(e->policy >= CRC_CU_POLICY_FORWARD && e->policy <= CRC_CU_POLICY_UNSUPPORTED);
 		if (e->pt == CRC_CU_PT_NONE) {
 			normal++;
+			/* an unsupported row, and only one, says why */
+			CHECK((e->policy == CRC_CU_POLICY_UNSUPPORTED) == (why[i] && why[i][0]));
 			CHECK_EQ_INT(e->parent, i);
 			CHECK(!ends_with(e->sym, "_ptds") && !ends_with(e->sym, "_ptsz"));
 		} else {
