@@ -807,6 +807,51 @@ void crc_graph_free(struct crc_session *s)
 	}
 }
 
+/* The handles of a graph's nodes, its child graphs' included (their objects go with it), added to *vh. */
+static void graph_node_handles(struct crc_session *s, CUgraph g, int depth, uint64_t **vh, size_t *n)
+{
+	CUgraphNode *nodes = NULL;
+	size_t count = 0;
+
+	if (depth > 32 || graph_nodes(g, &nodes, &count)) {
+		free(nodes);
+		return;
+	}
+	for (size_t i = 0; i < count; i++) {
+		CUgraphNodeType type;
+		CUgraph child;
+		uint64_t v = crc_find_handle(s, CRC_HT_GRAPHNODE, nodes[i]);
+		uint64_t *grown;
+
+		if (CALL(cuGraphNodeGetType, nodes[i], &type) == CUDA_SUCCESS &&
+		    type == CU_GRAPH_NODE_TYPE_GRAPH &&
+		    CALL(cuGraphChildGraphNodeGetGraph, nodes[i], &child) == CUDA_SUCCESS)
+			graph_node_handles(s, child, depth + 1, vh, n);
+		if (!v || !(grown = realloc(*vh, (*n + 1) * sizeof(**vh))))
+			continue;
+		*vh = grown;
+		(*vh)[(*n)++] = v;
+	}
+	free(nodes);
+}
+
+/* A destroyed graph's node handles go with it: a stale one would name freed memory (the first exec
+ * update after an instantiation looks for every node handle in the shadow). */
+CUresult crc_ovr_cuGraphDestroy(struct crc_session *s, void *const *argv)
+{
+	CUgraph g = *(CUgraph *)argv[0];
+	uint64_t *vh = NULL;
+	size_t n = 0;
+	CUresult res;
+
+	graph_node_handles(s, g, 0, &vh, &n);
+	res = CALL(cuGraphDestroy, g);
+	for (size_t i = 0; res == CUDA_SUCCESS && i < n; i++)
+		crc_forget(s, vh[i]);
+	free(vh);
+	return res;
+}
+
 /* The shadow goes with its executable graph (a program that instantiates in a loop keeps none). */
 CUresult crc_ovr_cuGraphExecDestroy(struct crc_session *s, void *const *argv)
 {

@@ -328,7 +328,8 @@ int crc_dev_client(const struct crc_session *s, int dev);
 	X(cuModuleUnload)                                                                                    \
 	X(cuLibraryUnload)                                                                                   \
 	X(cuGraphInstantiateWithFlags)                                                                       \
-	X(cuGraphExecDestroy)
+	X(cuGraphExecDestroy)                                                                                \
+	X(cuGraphDestroy)
 
 #define CRC_DECL_OVERRIDE(sym) CUresult crc_ovr_##sym(struct crc_session *s, void *const *argv);
 CRC_OVERRIDES(CRC_DECL_OVERRIDE)

@@ -33,8 +33,8 @@ static void probe(size_t size, size_t align)
 	moved = mremap(p, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, view);
 	res = cuMemAddressReserve(&got, size, 2 * MIB, at, 0);
 	printf("size %4llu MiB, aligned to %4llu MiB: register %d, moved %d, reserve %d at %#llx: %s\n",
-	       (unsigned long long)(size / MIB), (unsigned long long)(align / MIB), (int)reg, moved == view, (int)res,
-	       (unsigned long long)got, got == at ? "SAME" : "DIFFERENT");
+	       (unsigned long long)(size / MIB), (unsigned long long)(align / MIB), (int)reg, moved == view,
+	       (int)res, (unsigned long long)got, got == at ? "SAME" : "DIFFERENT");
 	if (res == CUDA_SUCCESS)
 		cuMemAddressFree(got, size);
 	munmap(moved == view ? view : p, size);
@@ -43,11 +43,13 @@ static void probe(size_t size, size_t align)
 
 int main(void)
 {
-	const size_t sizes[] = {4 * MIB, 32 * MIB, 64 * MIB, 256 * MIB}, aligns[] = {2 * MIB, 32 * MIB, 512 * MIB};
+	const size_t sizes[] = {4 * MIB, 32 * MIB, 64 * MIB, 256 * MIB},
+		     aligns[] = {2 * MIB, 32 * MIB, 512 * MIB};
 	CUdevice dev;
 	CUcontext ctx;
 
-	if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx)) {
+	if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) ||
+	    cuCtxSetCurrent(ctx)) {
 		fprintf(stderr, "probe_va_hint: no CUDA device\n");
 		return 77;
 	}
