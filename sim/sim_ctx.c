@@ -446,6 +446,39 @@ CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx_handle)
 	return res;
 }
 
+/* Peer access between the current context's device and peer's: the simulated devices reach no peer
+ * (cuDeviceCanAccessPeer answers 0), so enabling is refused as the driver refuses it, and nothing is
+ * ever enabled to disable. */
+static CUresult peer_check(CUcontext peer)
+{
+	struct CUctx_st *ctx;
+	CUresult res = sim_ctx_require(&ctx);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	return peer && sim_ctx_valid(peer) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
+{
+	CUresult res;
+
+	SIM_ENTER(cuCtxEnablePeerAccess);
+	res = peer_check(peer);
+	if (res == CUDA_SUCCESS && flags)
+		res = CUDA_ERROR_INVALID_VALUE;
+	return res == CUDA_SUCCESS ? CUDA_ERROR_INVALID_DEVICE : res;
+}
+
+CUresult cuCtxDisablePeerAccess(CUcontext peer)
+{
+	CUresult res;
+
+	SIM_ENTER(cuCtxDisablePeerAccess);
+	res = peer_check(peer);
+	return res == CUDA_SUCCESS ? CUDA_ERROR_PEER_ACCESS_NOT_ENABLED : res;
+}
+
 CUresult cuCtxSynchronize(void)
 {
 	struct CUctx_st *ctx;

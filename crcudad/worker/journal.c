@@ -220,6 +220,8 @@ static uint32_t record_type(struct crc_session *s, int op)
 	case CRC_CU_cuDevicePrimaryCtxSetFlags:
 	case CRC_CU_cuDevicePrimaryCtxSetFlags_v2:
 	case CRC_CU_cuStreamSetAttribute:
+	case CRC_CU_cuCtxEnablePeerAccess:
+	case CRC_CU_cuCtxDisablePeerAccess:
 		return CRC_JREC_CONTEXT_SET;
 	case CRC_CU_cuFuncSetAttribute:
 	case CRC_CU_cuFuncSetCacheConfig:
