@@ -26,7 +26,8 @@ int main(void)
 			if (can) {
 				CU_EXPECT(cuCtxEnablePeerAccess(ctx[p], 1), CUDA_ERROR_INVALID_VALUE);
 				CU_CHECK(cuCtxEnablePeerAccess(ctx[p], 0));
-				CU_EXPECT(cuCtxEnablePeerAccess(ctx[p], 0), CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
+				CU_EXPECT(cuCtxEnablePeerAccess(ctx[p], 0),
+					  CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
 				CU_CHECK(cuCtxDisablePeerAccess(ctx[p]));
 			} else {
 				CU_EXPECT(cuCtxEnablePeerAccess(ctx[p], 0), CUDA_ERROR_INVALID_DEVICE);
