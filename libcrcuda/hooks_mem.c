@@ -576,24 +576,24 @@ static CUresult copy_3d(const CUDA_MEMCPY3D *p, CUstream stream, bool async)
 	return res;
 }
 
-CUresult crc_hook_cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *pCopy)
+static CUresult copy_3d_peer(const CUDA_MEMCPY3D_PEER *p, CUstream stream, bool async)
 {
 	CUDA_MEMCPY3D c;
 
-	if (!pCopy)
+	if (!p)
 		return CUDA_ERROR_INVALID_VALUE;
-	c = crc_copy3d_of_peer(pCopy);
-	return copy_3d(&c, NULL, false);
+	c = crc_copy3d_of_peer(p);
+	return copy_3d(&c, stream, async);
+}
+
+CUresult crc_hook_cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *pCopy)
+{
+	return copy_3d_peer(pCopy, NULL, false);
 }
 
 CUresult crc_hook_cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
 {
-	CUDA_MEMCPY3D c;
-
-	if (!pCopy)
-		return CUDA_ERROR_INVALID_VALUE;
-	c = crc_copy3d_of_peer(pCopy);
-	return copy_3d(&c, hStream, true);
+	return copy_3d_peer(pCopy, hStream, true);
 }
 
 static CUresult array_descr(CUDA_ARRAY3D_DESCRIPTOR *d, CUarray array)
@@ -1207,14 +1207,20 @@ CUresult crc_hook_cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice 
 	return managed_on_stream(devPtr, count, hStream, dstDevice == -3 ? CU_DEVICE_INVALID : dstDevice);
 }
 
-CUresult crc_hook_cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location,
-					unsigned int flags, CUstream hStream)
+/* Where a v2 prefetch goes, as managed_on_stream takes it. */
+static int prefetch_target(CUmemLocation location)
 {
 	int to = crc_uvm_location(location);
 
+	return to == -3 ? CU_DEVICE_INVALID : to;
+}
+
+CUresult crc_hook_cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location,
+					unsigned int flags, CUstream hStream)
+{
 	if (flags)
 		return CUDA_ERROR_INVALID_VALUE;
-	return managed_on_stream(devPtr, count, hStream, to == -3 ? CU_DEVICE_INVALID : to);
+	return managed_on_stream(devPtr, count, hStream, prefetch_target(location));
 }
 
 /* Batches: the shape, the stream (not the legacy one), every range managed; then each prefetch. */
@@ -1228,14 +1234,11 @@ static CUresult managed_batch(CUdeviceptr *dptrs, size_t *sizes, size_t count, C
 		res = CUDA_ERROR_INVALID_VALUE;
 	for (size_t i = 0; res == CUDA_SUCCESS && i < count; i++)
 		res = managed_find(dptrs[i], sizes[i]) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-	for (size_t i = 0; res == CUDA_SUCCESS && i < count; i++) {
-		int to = with_locations ? crc_uvm_location(crc_uvm_batch_location(i, locs, idxs, nlocs)) : -3;
-
-		res = managed_on_stream(dptrs[i], sizes[i], s,
-					!with_locations ? -3
-					: to == -3	? CU_DEVICE_INVALID
-							: to);
-	}
+	/* -3: no prefetch (a discard). */
+	for (size_t i = 0; res == CUDA_SUCCESS && i < count; i++)
+		res = managed_on_stream(
+		    dptrs[i], sizes[i], s,
+		    with_locations ? prefetch_target(crc_uvm_batch_location(i, locs, idxs, nlocs)) : -3);
 	return res;
 }
 

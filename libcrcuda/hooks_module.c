@@ -284,28 +284,26 @@ static void enum_put(void *arg, CUfunction f, const char *name)
 	e->out[e->n++] = (void *)f;
 }
 
-CUresult crc_hook_cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions, CUmodule mod)
+/* cuModuleEnumerateFunctions / cuLibraryEnumerateKernels: the first n handles into out. */
+static CUresult enumerate(int enum_op, uint64_t owner, void **out, unsigned n)
 {
-	struct enum_into e = {(void **)functions, 0};
+	struct enum_into e = {out, 0};
 	CUresult err;
 
-	if (!functions)
+	if (!out)
 		return CUDA_ERROR_INVALID_VALUE;
-	each_function(CRC_CU_cuModuleEnumerateFunctions, (uintptr_t)mod, enum_put, &e, numFunctions, false,
-		      &err);
+	each_function(enum_op, owner, enum_put, &e, n, false, &err);
 	return err;
+}
+
+CUresult crc_hook_cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions, CUmodule mod)
+{
+	return enumerate(CRC_CU_cuModuleEnumerateFunctions, (uintptr_t)mod, (void **)functions, numFunctions);
 }
 
 CUresult crc_hook_cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, CUlibrary lib)
 {
-	struct enum_into e = {(void **)kernels, 0};
-	CUresult err;
-
-	if (!kernels)
-		return CUDA_ERROR_INVALID_VALUE;
-	each_function(CRC_CU_cuLibraryEnumerateKernels, (uintptr_t)lib, enum_put, &e, numKernels, false,
-		      &err);
-	return err;
+	return enumerate(CRC_CU_cuLibraryEnumerateKernels, (uintptr_t)lib, (void **)kernels, numKernels);
 }
 
 /* Attribute setters: forwarded, and the cached attributes follow. */

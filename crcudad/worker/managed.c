@@ -59,6 +59,34 @@ static void unmap_device(struct crc_pin *p)
 	CALL(cuMemAddressFree, p->client_addr, p->bytes);
 }
 
+/* The device memory at the pin's address goes. */
+static void release_device(struct crc_pin *p)
+{
+	unmap_device(p);
+	CALL(cuMemRelease, p->dmem);
+	p->dmem = 0;
+}
+
+/* The pages at the address registered for the GPU, as a registration made them. */
+static CUresult register_pages(struct crc_pin *p)
+{
+	return CALL(cuMemHostRegister_v2, p->local, p->bytes,
+		    CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+}
+
+/* The pages moved back from the host view to the address and registered again. */
+static CUresult pages_back(struct crc_session *s, struct crc_pin *p)
+{
+	if (!move_pages(p->host_view, p->local, p->bytes)) {
+		pr_err("session %llu: cannot move managed memory %#llx+%#llx back to its address",
+		       (unsigned long long)s->id, (unsigned long long)p->client_addr,
+		       (unsigned long long)p->bytes);
+		return CUDA_ERROR_UNKNOWN;
+	}
+	p->host_view = NULL;
+	return register_pages(p);
+}
+
 static CUresult to_device(struct crc_session *s, struct crc_pin *p, int dev)
 {
 	CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
@@ -90,8 +118,7 @@ static CUresult to_device(struct crc_session *s, struct crc_pin *p, int dev)
 	if (!move_pages(p->local, view, p->bytes)) {
 		munmap(view, p->bytes);
 		CALL(cuMemRelease, h);
-		CALL(cuMemHostRegister_v2, p->local, p->bytes,
-		     CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+		register_pages(p);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	p->host_view = view;
@@ -118,10 +145,7 @@ static CUresult to_device(struct crc_session *s, struct crc_pin *p, int dev)
 	}
 	/* Back as it was: the pages at the address, registered. */
 	CALL(cuMemRelease, h);
-	if (move_pages(view, p->local, p->bytes))
-		p->host_view = NULL;
-	if (p->host_view || CALL(cuMemHostRegister_v2, p->local, p->bytes,
-				 CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP) != CUDA_SUCCESS)
+	if (pages_back(s, p) != CUDA_SUCCESS)
 		pr_err("session %llu: managed memory %#llx+%#llx lost its mapping for the GPU",
 		       (unsigned long long)s->id, (unsigned long long)p->client_addr,
 		       (unsigned long long)p->bytes);
@@ -134,19 +158,9 @@ static CUresult to_host(struct crc_session *s, struct crc_pin *p)
 
 	if (res != CUDA_SUCCESS)
 		return res; /* still on the GPU, whole */
-	unmap_device(p);
-	CALL(cuMemRelease, p->dmem);
-	p->dmem = 0;
-	if (!move_pages(p->host_view, p->local, p->bytes)) {
-		pr_err("session %llu: cannot move managed memory %#llx+%#llx back to its address",
-		       (unsigned long long)s->id, (unsigned long long)p->client_addr,
-		       (unsigned long long)p->bytes);
-		return CUDA_ERROR_UNKNOWN;
-	}
-	p->host_view = NULL;
+	release_device(p);
 	/* The contents are in the shared pages now, whatever the registration says. */
-	return CALL(cuMemHostRegister_v2, p->local, p->bytes,
-		    CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+	return pages_back(s, p);
 }
 
 /* A prefetch must not wait for work that waits for the program (a kernel spinning on a flag the CPU
@@ -298,10 +312,8 @@ bool crc_managed_release(struct crc_pin *p)
 {
 	if (!p->dmem)
 		return false;
-	unmap_device(p);
-	CALL(cuMemRelease, p->dmem);
+	release_device(p);
 	munmap(p->host_view, p->bytes);
-	p->dmem = 0;
 	p->host_view = NULL;
 	return true;
 }

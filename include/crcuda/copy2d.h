@@ -200,7 +200,7 @@ static inline CUresult crc_copy3d_of_batch_op(const CUDA_MEMCPY3D_BATCH_OP *op, 
 					      CUDA_MEMCPY3D *out)
 {
 	const CUmemcpy3DOperand *sides[2] = {&op->src, &op->dst};
-	size_t elem = 0, src_x = 0, src_y = 0, src_z = 0, dst_x = 0, dst_y = 0, dst_z = 0;
+	size_t elem = 0;
 	CUresult res;
 
 	if (!op->extent.width || !op->extent.height || !op->extent.depth ||
@@ -224,13 +224,13 @@ static inline CUresult crc_copy3d_of_batch_op(const CUDA_MEMCPY3D_BATCH_OP *op, 
 	elem = elem ? elem : 1;
 	*out = (CUDA_MEMCPY3D){
 	    .WidthInBytes = op->extent.width * elem, .Height = op->extent.height, .Depth = op->extent.depth};
-	res = crc_batch_side(&op->src, &op->extent, elem, &out->srcMemoryType, &out->srcDevice,
-			     &out->srcArray, &src_x, &src_y, &src_z, &out->srcPitch, &out->srcHeight);
+	res =
+	    crc_batch_side(&op->src, &op->extent, elem, &out->srcMemoryType, &out->srcDevice, &out->srcArray,
+			   &out->srcXInBytes, &out->srcY, &out->srcZ, &out->srcPitch, &out->srcHeight);
 	if (res == CUDA_SUCCESS)
 		res = crc_batch_side(&op->dst, &op->extent, elem, &out->dstMemoryType, &out->dstDevice,
-				     &out->dstArray, &dst_x, &dst_y, &dst_z, &out->dstPitch, &out->dstHeight);
-	out->srcXInBytes = src_x, out->srcY = src_y, out->srcZ = src_z;
-	out->dstXInBytes = dst_x, out->dstY = dst_y, out->dstZ = dst_z;
+				     &out->dstArray, &out->dstXInBytes, &out->dstY, &out->dstZ,
+				     &out->dstPitch, &out->dstHeight);
 	return res;
 }
 
