@@ -174,6 +174,18 @@ CUresult crc_mempool_create(CUmemoryPool *pool, const CUmemPoolProps *props,
 	return CUDA_SUCCESS;
 }
 
+CUresult crc_mempool_props(CUmemoryPool h, CUmemPoolProps *props)
+{
+	struct pool *p;
+
+	pthread_mutex_lock(&lock);
+	p = pool_of(h);
+	if (p)
+		*props = p->props;
+	pthread_mutex_unlock(&lock);
+	return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
 CUresult crc_mempool_destroy(CUmemoryPool h)
 {
 	struct pool *p;

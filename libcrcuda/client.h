@@ -231,6 +231,15 @@ bool crc_stage_node_params(CUgraphNode node, CUDA_MEMCPY3D *p);
 CUresult crc_stage_set_params(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D *p, CUcontext ctx);
 CUresult crc_stage_capture(CUstream stream, uint64_t dst, uint64_t src, size_t bytes,
 			   CUresult (*copy)(uint64_t dst, uint64_t src, size_t bytes, CUstream stream));
+/* Graph-owned memory as session allocations (graph_mem.c): whether p is such memory; a node's type when
+ * it stands for an alloc or free node; stream-ordered allocation and free on a capturing stream; an
+ * executable graph made or updated from a graph holds its memory. */
+bool crc_graph_mem_owns(CUdeviceptr p);
+bool crc_graph_mem_node_type(CUgraphNode node, CUgraphNodeType *type);
+CUresult crc_graph_mem_capture_alloc(CUdeviceptr *dptr, size_t bytesize, const CUmemPoolProps *props,
+				     CUstream stream);
+CUresult crc_graph_mem_capture_free(CUdeviceptr dptr, CUstream stream);
+CUresult crc_graph_mem_instantiated(CUgraphExec exec, CUgraph graph);
 
 /* Registers a pinned region with the session again (conn.c): after a restore bound while the region
  * was being registered (it was not in the list yet). */

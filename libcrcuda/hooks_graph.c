@@ -2,7 +2,8 @@
  * here are the ones that need more: capture begin/end (the process counts its captures, so capture
  * queries stay local while none runs), capture info, the instantiate forms, exec update v2, kernel
  * nodes (parameters packed as a launch packs them), memcpy nodes (host sides must be page-locked
- * memory shared with the daemon) and the generic cuGraphAddNode / cuGraph[Exec]NodeSetParams. */
+ * memory shared with the daemon) and the generic cuGraphAddNode / cuGraph[Exec]NodeSetParams. Graph
+ * memory is graph_mem.c's. */
 #define LOG_PREFIX "libcrcuda: "
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -11,12 +12,9 @@
 
 #include "client.h"
 #include "crcuda/log.h"
+#include "hooks.h"
 
 _Static_assert(sizeof(CUDA_MEMCPY3D) == CRC_MEMCPY3D_BYTES, "crc_graph_memcpy_wire carries a CUDA_MEMCPY3D");
-_Static_assert(sizeof(CUmemPoolProps) == CRC_MEMPOOLPROPS_BYTES,
-	       "crc_graph_memalloc_wire carries CUmemPoolProps");
-_Static_assert(sizeof(CUmemAccessDesc) == CRC_ACCESSDESC_BYTES,
-	       "crc_graph_memalloc_wire carries CUmemAccessDesc");
 
 /* ---- capture ------------------------------------------------------------------------------------ */
 static atomic_int captures; /* begun and not ended by this process */
@@ -187,7 +185,7 @@ CUresult crc_hook_cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph
 		*phErrorNode = NULL;
 	if (logBuffer && bufferSize)
 		logBuffer[0] = '\0';
-	return crc_fwd_cuGraphInstantiateWithFlags(phGraphExec, hGraph, 0);
+	return crc_hook_cuGraphInstantiateWithFlags(phGraphExec, hGraph, 0);
 }
 
 CUresult crc_hook_cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode,
@@ -204,7 +202,7 @@ CUresult crc_hook_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph
 	if (!params)
 		return CUDA_ERROR_INVALID_VALUE;
 	/* The upload the flag asks for is one more posted call on the given stream. */
-	res = crc_fwd_cuGraphInstantiateWithFlags(
+	res = crc_hook_cuGraphInstantiateWithFlags(
 	    phGraphExec, hGraph, params->flags & ~(cuuint64_t)CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD);
 	params->hErrNode_out = NULL;
 	params->result_out =
@@ -223,7 +221,7 @@ CUresult crc_hook_cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
 
 	if (!resultInfo)
 		return CUDA_ERROR_INVALID_VALUE;
-	res = crc_fwd_cuGraphExecUpdate(hGraphExec, hGraph, &err, &result);
+	res = crc_hook_cuGraphExecUpdate(hGraphExec, hGraph, &err, &result);
 	resultInfo->result = result;
 	resultInfo->errorNode = err;
 	resultInfo->errorFromNode = NULL;
@@ -531,13 +529,16 @@ CUresult crc_hook_cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraph
 			   (uintptr_t)hGraphExec, NULL, 0, copyParams, ctx);
 }
 
-/* A staged copy (graph_stage.c) is a child graph node to the driver and a copy to the application. */
+/* A staged copy (graph_stage.c) is a child graph node to the driver and a copy to the application;
+ * graph memory's nodes (graph_mem.c) are empty nodes to it. */
 CUresult crc_hook_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
 {
 	if (type && crc_stage_node_params(hNode, NULL)) {
 		*type = CU_GRAPH_NODE_TYPE_MEMCPY;
 		return CUDA_SUCCESS;
 	}
+	if (type && crc_graph_mem_node_type(hNode, type))
+		return CUDA_SUCCESS;
 	return crc_fwd_cuGraphNodeGetType(hNode, type);
 }
 
@@ -611,107 +612,6 @@ CUresult crc_hook_cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PAR
 		*nodeParams = (CUDA_HOST_NODE_PARAMS){.fn = (CUhostFn)(uintptr_t)r.fn,
 						      .userData = (void *)(uintptr_t)r.data};
 	return res;
-}
-
-/* ---- graph memory ---------------------------------------------------------------------------------- */
-/* Graph-owned memory: the address the driver gives is kept off this process's host mappings. */
-CUresult crc_hook_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph,
-					 const CUgraphNode *dependencies, size_t numDependencies,
-					 CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
-{
-	struct crc_graph_memalloc_wire *w;
-	struct crc_call c;
-	void *args;
-	CUresult res;
-
-	if (!phGraphNode || !nodeParams || (numDependencies && !dependencies) || numDependencies > 65536 ||
-	    nodeParams->accessDescCount > 64 || (nodeParams->accessDescCount && !nodeParams->accessDescs))
-		return CUDA_ERROR_INVALID_VALUE;
-	res = crc_call_begin(&c, CRC_CU_cuGraphAddMemAllocNode, 0,
-			     sizeof(struct crc_graph_node_req) + numDependencies * 8 + sizeof(*w) +
-				 nodeParams->accessDescCount * sizeof(CUmemAccessDesc),
-			     &args);
-	if (res != CUDA_SUCCESS)
-		return res;
-	w = node_header(args, (uintptr_t)hGraph, 0, 0, 0, dependencies, numDependencies);
-	memcpy(w->pool_props, &nodeParams->poolProps, sizeof(w->pool_props));
-	w->bytesize = nodeParams->bytesize;
-	w->dptr = 0;
-	w->ndescs = nodeParams->accessDescCount;
-	memcpy(w + 1, nodeParams->accessDescs, nodeParams->accessDescCount * sizeof(CUmemAccessDesc));
-	res = crc_call_wait(&c, NULL, NULL);
-	if (res == CUDA_SUCCESS && c.reply_len < 16)
-		res = CUDA_ERROR_UNKNOWN;
-	if (res == CUDA_SUCCESS) {
-		uint64_t v[2];
-
-		memcpy(v, c.reply, sizeof(v));
-		*phGraphNode = (CUgraphNode)(uintptr_t)v[0];
-		nodeParams->dptr = v[1];
-		if (!crc_is_device_va(v[1]))
-			crc_device_range_keep(v[1], nodeParams->bytesize);
-	}
-	crc_call_end(&c);
-	return res;
-}
-
-/* accessDescs point into the calling thread's copy, valid until its next call of this function. */
-CUresult crc_hook_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
-{
-	static __thread CUmemAccessDesc tl_descs[64];
-	struct crc_graph_node_req q = {.node = (uintptr_t)hNode};
-	const struct crc_graph_memalloc_wire *w;
-	struct crc_call c;
-	void *args;
-	CUresult res;
-
-	if (!params_out)
-		return CUDA_ERROR_INVALID_VALUE;
-	res = crc_call_begin(&c, CRC_CU_cuGraphMemAllocNodeGetParams, 0, sizeof(q), &args);
-	if (res != CUDA_SUCCESS)
-		return res;
-	memcpy(args, &q, sizeof(q));
-	res = crc_call_wait(&c, NULL, NULL);
-	w = c.reply;
-	if (res == CUDA_SUCCESS && (c.reply_len < sizeof(*w) || w->ndescs > 64 ||
-				    c.reply_len < sizeof(*w) + w->ndescs * sizeof(CUmemAccessDesc)))
-		res = CUDA_ERROR_UNKNOWN;
-	if (res == CUDA_SUCCESS) {
-		memset(params_out, 0, sizeof(*params_out));
-		memcpy(&params_out->poolProps, w->pool_props, sizeof(params_out->poolProps));
-		memcpy(tl_descs, w + 1, w->ndescs * sizeof(CUmemAccessDesc));
-		params_out->accessDescs = tl_descs;
-		params_out->accessDescCount = w->ndescs;
-		params_out->bytesize = w->bytesize;
-		params_out->dptr = w->dptr;
-	}
-	crc_call_end(&c);
-	return res;
-}
-
-static CUresult graph_mem_attr(uint16_t op, CUdevice device, CUgraphMem_attribute attr, void *value)
-{
-	struct crc_graph_mem_attr a = {.device = device, .attr = attr};
-	CUresult res;
-
-	if (!value)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (op == CRC_CU_cuDeviceSetGraphMemAttribute)
-		memcpy(&a.value, value, sizeof(a.value));
-	res = crc_rpc(op, &a, sizeof(a), &a, sizeof(a));
-	if (res == CUDA_SUCCESS && op == CRC_CU_cuDeviceGetGraphMemAttribute)
-		memcpy(value, &a.value, sizeof(a.value));
-	return res;
-}
-
-CUresult crc_hook_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
-{
-	return graph_mem_attr(CRC_CU_cuDeviceGetGraphMemAttribute, device, attr, value);
-}
-
-CUresult crc_hook_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
-{
-	return graph_mem_attr(CRC_CU_cuDeviceSetGraphMemAttribute, device, attr, value);
 }
 
 /* ---- conditional nodes ------------------------------------------------------------------------------ */
@@ -858,7 +758,7 @@ static CUresult add_node(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, si
 	case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
 		return crc_fwd_cuGraphAddEventWaitNode(ph, g, deps, n, p->eventWait.event);
 	case CU_GRAPH_NODE_TYPE_GRAPH:
-		return crc_fwd_cuGraphAddChildGraphNode(ph, g, deps, n, p->graph.graph);
+		return crc_hook_cuGraphAddChildGraphNode(ph, g, deps, n, p->graph.graph);
 	case CU_GRAPH_NODE_TYPE_HOST:
 		hp = host_v1(&p->host);
 		return crc_hook_cuGraphAddHostNode(ph, g, deps, n, &hp);
@@ -866,7 +766,7 @@ static CUresult add_node(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, si
 		return crc_hook_cuGraphAddMemAllocNode(ph, g, deps, n,
 						       (CUDA_MEM_ALLOC_NODE_PARAMS *)&p->alloc);
 	case CU_GRAPH_NODE_TYPE_MEM_FREE:
-		return crc_fwd_cuGraphAddMemFreeNode(ph, g, deps, n, p->free.dptr);
+		return crc_hook_cuGraphAddMemFreeNode(ph, g, deps, n, p->free.dptr);
 	case CU_GRAPH_NODE_TYPE_CONDITIONAL:
 		return conditional_node(ph, g, deps, n, &p->conditional);
 	default:

@@ -45,6 +45,9 @@ CUresult crc_hook_cuMemFree_v2(CUdeviceptr dptr)
 
 	if (pin && pin->managed && pin->addr == dptr)
 		return managed_free((void *)(uintptr_t)dptr);
+	/* Graph memory stays while its graphs need it (graph_mem.c). */
+	if (crc_graph_mem_owns(dptr))
+		return CUDA_SUCCESS;
 	/* A stream-ordered allocation leaves its pool's books too. */
 	res = crc_mempool_free(dptr, NULL, &pool_ops);
 	return res == CUDA_ERROR_NOT_FOUND ? crc_fwd_cuMemFree_v2(dptr) : res;
@@ -53,7 +56,7 @@ CUresult crc_hook_cuMemFree_v2(CUdeviceptr dptr)
 /* ---- stream-ordered allocation and memory pools --------------------------------------------------- */
 /* Served from the same VA range as cuMemAlloc, ordered by waiting for the stream; the pools are
  * bookkeeping here (crcuda/mempool.h). On a capturing stream (cuBLAS's workspace, PyTorch's private
- * pools) an allocation is the driver's: the graph's own memory (a mem alloc or free node), which
+ * pools) an allocation is the graph's own memory (a mem alloc or free node, graph_mem.c), which
  * waiting would invalidate. */
 static CUresult pool_alloc(CUdeviceptr *p, size_t bytes, CUstream stream)
 {
@@ -81,13 +84,15 @@ static CUresult pool_device(CUdevice *dev)
 
 static const struct crc_mempool_ops pool_ops = {pool_alloc, pool_free, pool_devices, pool_device};
 
-static CUresult captured_alloc(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+/* On a capturing stream the allocation is graph memory (graph_mem.c), with the pool's properties (the
+ * current device's default pool's when none is named). */
+static CUresult captured_alloc(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
-	CUresult res = crc_fwd_cuMemAllocAsync(dptr, bytesize, hStream);
+	CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+				.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE}};
+	CUresult res = pool ? crc_mempool_props(pool, &props) : crc_ctx_device(0, &props.location.id);
 
-	if (res == CUDA_SUCCESS && !crc_is_device_va(*dptr))
-		crc_device_range_keep(*dptr, bytesize);
-	return res;
+	return res == CUDA_SUCCESS ? crc_graph_mem_capture_alloc(dptr, bytesize, &props, hStream) : res;
 }
 
 CUresult crc_hook_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
@@ -97,7 +102,7 @@ CUresult crc_hook_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream h
 	if (res != CUDA_SUCCESS)
 		return res;
 	if (crc_capturing_on(hStream))
-		return captured_alloc(dptr, bytesize, hStream);
+		return captured_alloc(dptr, bytesize, NULL, hStream);
 	return crc_mempool_alloc(dptr, bytesize, NULL, hStream, &pool_ops);
 }
 
@@ -109,7 +114,7 @@ CUresult crc_hook_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CU
 	if (res != CUDA_SUCCESS)
 		return res;
 	if (crc_capturing_on(hStream))
-		return captured_alloc(dptr, bytesize, hStream);
+		return captured_alloc(dptr, bytesize, pool, hStream);
 	return crc_mempool_alloc(dptr, bytesize, pool, hStream, &pool_ops);
 }
 
@@ -117,6 +122,8 @@ CUresult crc_hook_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
 	CUresult res;
 
+	if (crc_graph_mem_owns(dptr))
+		return crc_capturing_on(hStream) ? crc_graph_mem_capture_free(dptr, hStream) : CUDA_SUCCESS;
 	if (crc_capturing_on(hStream))
 		return crc_fwd_cuMemFreeAsync(dptr, hStream);
 	res = crc_mempool_free(dptr, hStream, &pool_ops);

@@ -332,6 +332,12 @@ struct sim_stream_capture;
 struct sim_event_capture;
 /* An op submitted to a capturing stream becomes a node (the op is consumed). */
 bool sim_capture_take(struct CUstream_st *stream, struct sim_op *op, CUresult *res);
+/* cuMemAllocAsync (props: the pool's) or cuMemFreeAsync (props NULL, *dptr the address) on a capturing
+ * stream becomes an alloc or free node (true, *res its result); false when the stream is not capturing. */
+bool sim_capture_mem(struct CUstream_st *stream, const CUmemPoolProps *props, size_t bytes, CUdeviceptr *dptr,
+		     CUresult *res);
+/* Graph memory (a mem alloc node's) at p: cuMemFree and cuMemFreeAsync outside a graph leave it be. */
+bool sim_graph_mem_owns(CUdeviceptr p);
 /* cuEventRecord on a capturing stream: remembers the capture's current nodes (an ordinary record
  * forgets them: call it for every record). */
 bool sim_capture_event_record(struct CUstream_st *stream, struct CUevent_st *event, unsigned flags,

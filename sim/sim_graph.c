@@ -124,6 +124,8 @@ struct CUgraphNode_st {
 		CUDA_HOST_NODE_PARAMS host;
 		struct CUgraph_st *child;
 		struct CUevent_st *event;
+		struct sim_gmem *gmem; /* a mem alloc node's memory, shared by its copies */
+		CUdeviceptr freed;     /* a mem free node's address */
 	};
 };
 
@@ -222,6 +224,93 @@ static struct CUgraph_st *graph_new(void)
 static void graph_free(struct CUgraph_st *g);
 
 /* Releases what a node's parameters own (the node struct itself stays). */
+/* ---- graph memory ----
+ * Made when its alloc node is, in the device's arena, and kept while any copy of the node (clones,
+ * executable graphs, child graphs) lives: crcuda's layer serves graph memory the same way (the driver
+ * maps it at each launch). The attributes count it from the node's making to its last copy's end. */
+#define GMEM_DESCS_MAX 64
+
+struct sim_gmem {
+	CUDA_MEM_ALLOC_NODE_PARAMS p; /* accessDescs point at descs */
+	CUmemAccessDesc descs[GMEM_DESCS_MAX];
+	int dev;
+	unsigned refs;
+	struct sim_gmem *next;
+};
+
+static struct sim_gmem *gmems; /* live ones, under graph_lock */
+static cuuint64_t gmem_in_use[SIM_MAX_DEVICES], gmem_high[SIM_MAX_DEVICES];
+
+static struct sim_gmem *gmem_at(CUdeviceptr p)
+{
+	for (struct sim_gmem *m = gmems; m; m = m->next)
+		if (m->p.dptr == p)
+			return m;
+	return NULL;
+}
+
+static void gmem_unref(struct sim_gmem *m)
+{
+	if (!m || --m->refs)
+		return;
+	for (struct sim_gmem **pp = &gmems; *pp; pp = &(*pp)->next)
+		if (*pp == m) {
+			*pp = m->next;
+			break;
+		}
+	gmem_in_use[m->dev] -= m->p.bytesize;
+	sim_mem_free_device(m->p.dptr, SIM_RANGE_DEVICE);
+	free(m);
+}
+
+static CUresult proto_memalloc(struct CUgraphNode_st *proto, const CUDA_MEM_ALLOC_NODE_PARAMS *p)
+{
+	struct CUctx_st *ctx;
+	struct sim_gmem *m;
+	CUresult res;
+
+	if (!p || !p->bytesize || p->accessDescCount > GMEM_DESCS_MAX ||
+	    (p->accessDescCount && !p->accessDescs) ||
+	    p->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+	    p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = sim_ctx_require(&ctx);
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (p->poolProps.location.id != ctx->dev->ordinal)
+		return CUDA_ERROR_INVALID_DEVICE;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	m->p = *p;
+	memcpy(m->descs, p->accessDescs, p->accessDescCount * sizeof(*m->descs));
+	m->p.accessDescs = m->descs;
+	m->dev = ctx->dev->ordinal;
+	m->refs = 1;
+	res = sim_mem_alloc_device(ctx, p->bytesize, SIM_RANGE_DEVICE, &m->p.dptr);
+	if (res != CUDA_SUCCESS) {
+		free(m);
+		return res;
+	}
+	m->next = gmems;
+	gmems = m;
+	gmem_in_use[m->dev] += p->bytesize;
+	if (gmem_in_use[m->dev] > gmem_high[m->dev])
+		gmem_high[m->dev] = gmem_in_use[m->dev];
+	proto->type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+	proto->gmem = m;
+	return CUDA_SUCCESS;
+}
+
+static CUresult proto_memfree(struct CUgraphNode_st *proto, CUdeviceptr dptr)
+{
+	if (!gmem_at(dptr))
+		return CUDA_ERROR_INVALID_VALUE;
+	proto->type = CU_GRAPH_NODE_TYPE_MEM_FREE;
+	proto->freed = dptr;
+	return CUDA_SUCCESS;
+}
+
 static void params_release(struct CUgraphNode_st *n)
 {
 	switch (n->type) {
@@ -243,6 +332,10 @@ static void params_release(struct CUgraphNode_st *n)
 		if (n->event)
 			sim_event_unref(n->event);
 		n->event = NULL;
+		break;
+	case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+		gmem_unref(n->gmem);
+		n->gmem = NULL;
 		break;
 	default:
 		break;
@@ -314,6 +407,13 @@ static bool params_copy(struct CUgraphNode_st *dst, const struct CUgraphNode_st 
 		dst->event = src->event;
 		sim_event_ref(dst->event);
 		return true;
+	case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+		dst->gmem = src->gmem;
+		dst->gmem->refs++;
+		return true;
+	case CU_GRAPH_NODE_TYPE_MEM_FREE:
+		dst->freed = src->freed;
+		return true;
 	default:
 		return true;
 	}
@@ -343,6 +443,12 @@ static void params_move(struct CUgraphNode_st *n, struct CUgraphNode_st *proto)
 	case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
 	case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
 		n->event = proto->event;
+		break;
+	case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+		n->gmem = proto->gmem;
+		break;
+	case CU_GRAPH_NODE_TYPE_MEM_FREE:
+		n->freed = proto->freed;
 		break;
 	default:
 		break;
@@ -759,6 +865,15 @@ static CUresult proto_generic(struct CUgraphNode_st *proto, CUgraphNodeParams *p
 		return proto_event(proto, CU_GRAPH_NODE_TYPE_WAIT_EVENT, p->eventWait.event);
 	case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
 		return proto_event(proto, CU_GRAPH_NODE_TYPE_EVENT_RECORD, p->eventRecord.event);
+	case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
+		CUresult res = proto_memalloc(proto, (CUDA_MEM_ALLOC_NODE_PARAMS *)&p->alloc);
+
+		if (res == CUDA_SUCCESS)
+			p->alloc.dptr = proto->gmem->p.dptr;
+		return res;
+	}
+	case CU_GRAPH_NODE_TYPE_MEM_FREE:
+		return proto_memfree(proto, p->free.dptr);
 	default:
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
@@ -880,6 +995,27 @@ CUresult cuGraphAddEventWaitNode(CUgraphNode *ph, CUgraph g, const CUgraphNode *
 {
 	GRAPH_ADD(cuGraphAddEventWaitNode, ph, g, deps, ndeps,
 		  proto_event(&proto_, CU_GRAPH_NODE_TYPE_WAIT_EVENT, e));
+}
+
+static CUresult add_memalloc(struct CUgraphNode_st *proto, CUDA_MEM_ALLOC_NODE_PARAMS *p)
+{
+	CUresult res = proto_memalloc(proto, p);
+
+	if (res == CUDA_SUCCESS)
+		p->dptr = proto->gmem->p.dptr;
+	return res;
+}
+
+CUresult cuGraphAddMemAllocNode(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+				CUDA_MEM_ALLOC_NODE_PARAMS *p)
+{
+	GRAPH_ADD(cuGraphAddMemAllocNode, ph, g, deps, ndeps, add_memalloc(&proto_, p));
+}
+
+CUresult cuGraphAddMemFreeNode(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+			       CUdeviceptr dptr)
+{
+	GRAPH_ADD(cuGraphAddMemFreeNode, ph, g, deps, ndeps, proto_memfree(&proto_, dptr));
 }
 
 /* cuGraphAddNode's proto: a child graph node may not hold the graph it is added to. */
@@ -1301,6 +1437,62 @@ NODE_GET_API(cuGraphKernelNodeGetParams, KERNEL, CUDA_KERNEL_NODE_PARAMS_v1, KER
 NODE_GET_API(cuGraphKernelNodeGetParams_v2, KERNEL, CUDA_KERNEL_NODE_PARAMS_v2, kernel_get_v2(out, en))
 NODE_GET_API(cuGraphMemcpyNodeGetParams, MEMCPY, CUDA_MEMCPY3D_v2, *out = en->copy.p)
 NODE_GET_API(cuGraphMemsetNodeGetParams, MEMSET, CUDA_MEMSET_NODE_PARAMS_v1, *out = en->set.p)
+/* accessDescs point at the node's own copy, valid while the node lives (natively: the same). */
+NODE_GET_API(cuGraphMemAllocNodeGetParams, MEM_ALLOC, CUDA_MEM_ALLOC_NODE_PARAMS_v1, *out = en->gmem->p)
+NODE_GET_API(cuGraphMemFreeNodeGetParams, MEM_FREE, CUdeviceptr, *out = en->freed)
+
+/* Graph memory's attributes: in use and reserved alike (see sim_gmem). */
+static CUresult gmem_attr(CUdevice dev, CUgraphMem_attribute attr, cuuint64_t *v, bool set)
+{
+	CUresult res = CUDA_SUCCESS;
+
+	if (!v)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!sim_device_get(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&graph_lock);
+	switch (attr) {
+	case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
+	case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+		if (set)
+			res = CUDA_ERROR_INVALID_VALUE;
+		else
+			*v = gmem_in_use[dev];
+		break;
+	case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
+	case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
+		if (set && *v)
+			res = CUDA_ERROR_INVALID_VALUE;
+		else if (set)
+			gmem_high[dev] = gmem_in_use[dev];
+		else
+			*v = gmem_high[dev];
+		break;
+	default:
+		res = CUDA_ERROR_INVALID_VALUE;
+	}
+	pthread_mutex_unlock(&graph_lock);
+	return res;
+}
+
+CUresult cuDeviceGetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, void *value)
+{
+	SIM_ENTER(cuDeviceGetGraphMemAttribute);
+	return gmem_attr(dev, attr, value, false);
+}
+
+CUresult cuDeviceSetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, void *value)
+{
+	SIM_ENTER(cuDeviceSetGraphMemAttribute);
+	return gmem_attr(dev, attr, value, true);
+}
+
+/* Nothing is kept beyond the graphs that hold it. */
+CUresult cuDeviceGraphMemTrim(CUdevice dev)
+{
+	SIM_ENTER(cuDeviceGraphMemTrim);
+	return sim_device_get(dev) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
 NODE_GET_API(cuGraphHostNodeGetParams, HOST, CUDA_HOST_NODE_PARAMS_v1, *out = en->host)
 NODE_GET_API(cuGraphChildGraphNodeGetGraph, GRAPH, CUgraph, *out = en->child)
 NODE_GET_API(cuGraphEventRecordNodeGetEvent, EVENT_RECORD, CUevent, *out = en->event)
@@ -1379,6 +1571,7 @@ CUresult cuGraphNodeSetParams(CUgraphNode n, CUgraphNodeParams *p)
 	if (res != CUDA_SUCCESS)
 		return res;
 	if (p->type != en->type || en->type == CU_GRAPH_NODE_TYPE_EMPTY ||
+	    en->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC || en->type == CU_GRAPH_NODE_TYPE_MEM_FREE ||
 	    (en->type == CU_GRAPH_NODE_TYPE_GRAPH && p->graph.graph == en->graph)) {
 		pthread_mutex_unlock(&graph_lock);
 		return CUDA_ERROR_INVALID_VALUE;
@@ -1974,7 +2167,8 @@ CUresult cuGraphExecNodeSetParams(CUgraphExec x, CUgraphNode n, CUgraphNodeParam
 	res = exec_node_begin(x, n, -1, &en);
 	if (res != CUDA_SUCCESS)
 		return res;
-	if (p->type != en->type || en->type == CU_GRAPH_NODE_TYPE_EMPTY) {
+	if (p->type != en->type || en->type == CU_GRAPH_NODE_TYPE_EMPTY ||
+	    en->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC || en->type == CU_GRAPH_NODE_TYPE_MEM_FREE) {
 		pthread_mutex_unlock(&graph_lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
@@ -2222,6 +2416,53 @@ bool sim_capture_take(struct CUstream_st *s, struct sim_op *op, CUresult *res)
 			*res = capture_add(sc, &proto, NULL);
 	}
 	sim_op_free(op);
+	pthread_mutex_unlock(&graph_lock);
+	return true;
+}
+
+bool sim_graph_mem_owns(CUdeviceptr p)
+{
+	bool owned;
+
+	pthread_mutex_lock(&graph_lock);
+	owned = gmem_at(p) != NULL;
+	pthread_mutex_unlock(&graph_lock);
+	return owned;
+}
+
+/* Stream-ordered allocation and free on a capturing stream: an alloc or free node of the capture. False
+ * when the stream is not capturing. */
+bool sim_capture_mem(struct CUstream_st *s, const CUmemPoolProps *props, size_t bytes, CUdeviceptr *dptr,
+		     CUresult *res)
+{
+	struct sim_stream_capture *sc;
+	struct CUgraphNode_st proto;
+
+	pthread_mutex_lock(&graph_lock);
+	sc = s->capture;
+	if (!sc) {
+		pthread_mutex_unlock(&graph_lock);
+		return false;
+	}
+	memset(&proto, 0, sizeof(proto));
+	if (sc->cap->invalidated) {
+		*res = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+	} else if (props) {
+		CUmemAccessDesc acc = {.location = props->location,
+				       .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+		CUDA_MEM_ALLOC_NODE_PARAMS p = {
+		    .poolProps = *props, .accessDescs = &acc, .accessDescCount = 1, .bytesize = bytes};
+
+		*res = dptr ? proto_memalloc(&proto, &p) : CUDA_ERROR_INVALID_VALUE;
+		if (*res == CUDA_SUCCESS)
+			*dptr = proto.gmem->p.dptr;
+	} else {
+		*res = proto_memfree(&proto, *dptr);
+	}
+	if (*res == CUDA_SUCCESS)
+		*res = capture_add(sc, &proto, NULL);
+	else
+		params_release(&proto);
 	pthread_mutex_unlock(&graph_lock);
 	return true;
 }

@@ -388,6 +388,8 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
 	SIM_ENTER(cuMemFree_v2);
 	if (!dptr)
 		return CUDA_SUCCESS;
+	if (sim_graph_mem_owns(dptr))
+		return CUDA_SUCCESS; /* the graphs' to free */
 	if (sim_mem_find(dptr, 1, &r) && r.base == dptr && r.kind == SIM_RANGE_MANAGED) {
 		sim_ctx_wait_idle(r.ctx);
 		if (host_range_take((void *)(uintptr_t)dptr, SIM_RANGE_MANAGED, &r) == CUDA_SUCCESS)
@@ -1313,23 +1315,56 @@ static int pool_devices(void)
 
 static const struct crc_mempool_ops pool_ops = {pool_alloc, pool_free, pool_devices, cuCtxGetDevice};
 
+/* On a capturing stream: graph memory, with the pool's properties (the current device's default pool's
+ * when none is named). */
+static bool captured_mem(CUstream h, CUmemoryPool pool, size_t bytes, CUdeviceptr *dptr, CUresult *res)
+{
+	CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+				.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE}};
+	struct CUstream_st *s;
+
+	if (sim_stream_resolve(h, false, &s) != CUDA_SUCCESS || !atomic_load(&s->capturing))
+		return false;
+	*res = pool ? crc_mempool_props(pool, &props) : cuCtxGetDevice(&props.location.id);
+	if (*res != CUDA_SUCCESS)
+		return true;
+	return sim_capture_mem(s, &props, bytes, dptr, res);
+}
+
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream h)
 {
+	CUresult res;
+
 	SIM_ENTER(cuMemAllocAsync);
+	if (captured_mem(h, NULL, bytesize, dptr, &res))
+		return res;
 	return crc_mempool_alloc(dptr, bytesize, NULL, h, &pool_ops);
 }
 
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream h)
 {
+	CUresult res;
+
 	SIM_ENTER(cuMemAllocFromPoolAsync);
+	if (captured_mem(h, pool, bytesize, dptr, &res))
+		return res;
 	return crc_mempool_alloc(dptr, bytesize, pool, h, &pool_ops);
 }
 
+/* Graph memory is the graphs' to free: outside them a free leaves it be; on a capturing stream it is a
+ * free node. */
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream h)
 {
+	struct CUstream_st *s;
 	CUresult res;
 
 	SIM_ENTER(cuMemFreeAsync);
+	if (sim_graph_mem_owns(dptr)) {
+		if (sim_stream_resolve(h, false, &s) == CUDA_SUCCESS &&
+		    sim_capture_mem(s, NULL, 0, &dptr, &res))
+			return res;
+		return CUDA_SUCCESS;
+	}
 	res = crc_mempool_free(dptr, h, &pool_ops);
 	return res == CUDA_ERROR_NOT_FOUND ? pool_free(dptr, h) : res;
 }

@@ -33,10 +33,6 @@ static const CUkernelNodeAttrID node_attrs[] = {
 };
 
 _Static_assert(sizeof(CUDA_MEMCPY3D) == CRC_MEMCPY3D_BYTES, "crc_graph_memcpy_wire carries a CUDA_MEMCPY3D");
-_Static_assert(sizeof(CUmemPoolProps) == CRC_MEMPOOLPROPS_BYTES,
-	       "crc_graph_memalloc_wire carries CUmemPoolProps");
-_Static_assert(sizeof(CUmemAccessDesc) == CRC_ACCESSDESC_BYTES,
-	       "crc_graph_memalloc_wire carries CUmemAccessDesc");
 
 /* The node request's header: graph, node, exec and context translated, the dependencies decoded into
  * deps (freed by the caller). *rest: the node's own part. */
@@ -344,114 +340,6 @@ CUresult crc_raw_graph_host_get(struct crc_session *s, const struct crc_call_hdr
 	return CUDA_SUCCESS;
 }
 
-/* ---- graph memory ---------------------------------------------------------------------------------- */
-/* A location's device ordinal, the client's made the backend's (to_backend) or back. */
-static void map_location(struct crc_session *s, CUmemLocation *l, bool to_backend)
-{
-	if (l->type == CU_MEM_LOCATION_TYPE_DEVICE)
-		l->id = to_backend ? crc_dev_backend(s, l->id) : crc_dev_client(s, l->id);
-}
-
-/* Graph-owned memory lives where the driver puts it, outside the session's range: a checkpoint of a
- * graph holding such nodes is refused (describe_node); live, it works as natively. */
-CUresult crc_raw_graph_memalloc(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
-				size_t len)
-{
-	struct crc_graph_memalloc_wire w;
-	CUDA_MEM_ALLOC_NODE_PARAMS p = {0};
-	CUmemAccessDesc *descs = NULL;
-	CUgraphNode node = NULL;
-	struct node_req nr;
-	uint64_t *out;
-	CUresult res = node_req_wire(s, h, args, len, &nr, &w, sizeof(w));
-
-	if (res != CUDA_SUCCESS)
-		goto out;
-	if (w.ndescs > 64 || nr.rest_len - sizeof(w) < w.ndescs * sizeof(*descs)) {
-		res = CUDA_ERROR_INVALID_VALUE;
-		goto out;
-	}
-	descs = calloc(w.ndescs + 1, sizeof(*descs));
-	if (!descs) {
-		res = CUDA_ERROR_OUT_OF_MEMORY;
-		goto out;
-	}
-	memcpy(descs, nr.rest + sizeof(w), w.ndescs * sizeof(*descs));
-	memcpy(&p.poolProps, w.pool_props, sizeof(p.poolProps));
-	p.poolProps.win32SecurityAttributes = NULL;
-	map_location(s, &p.poolProps.location, true);
-	for (uint64_t i = 0; i < w.ndescs; i++)
-		map_location(s, &descs[i].location, true);
-	p.accessDescs = descs;
-	p.accessDescCount = w.ndescs;
-	p.bytesize = w.bytesize;
-	res = CALL(cuGraphAddMemAllocNode, &node, nr.graph, nr.deps, nr.ndeps, &p);
-	if (res == CUDA_SUCCESS)
-		res = reply_node(s, node);
-	if (res == CUDA_SUCCESS && (out = crc_out(s, 8)))
-		*out = p.dptr;
-out:
-	free(descs);
-	free(nr.deps);
-	return res;
-}
-
-CUresult crc_raw_graph_memalloc_get(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
-				    size_t len)
-{
-	struct crc_graph_memalloc_wire *w;
-	CUDA_MEM_ALLOC_NODE_PARAMS p;
-	CUmemAccessDesc *d;
-	struct node_req nr;
-	CUresult res = node_req(s, h, args, len, &nr);
-
-	free(nr.deps);
-	if (res == CUDA_SUCCESS)
-		res = CALL(cuGraphMemAllocNodeGetParams, nr.node, &p);
-	if (res != CUDA_SUCCESS)
-		return res;
-	w = crc_out(s, sizeof(*w) + p.accessDescCount * sizeof(*d));
-	if (!w)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	map_location(s, &p.poolProps.location, false);
-	memcpy(w->pool_props, &p.poolProps, sizeof(p.poolProps));
-	w->bytesize = p.bytesize;
-	w->dptr = p.dptr;
-	w->ndescs = p.accessDescCount;
-	d = (CUmemAccessDesc *)(w + 1);
-	memcpy(d, p.accessDescs, p.accessDescCount * sizeof(*d));
-	for (size_t i = 0; i < p.accessDescCount; i++)
-		map_location(s, &d[i].location, false);
-	return CUDA_SUCCESS;
-}
-
-CUresult crc_raw_graph_mem_attr(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
-				size_t len)
-{
-	struct crc_graph_mem_attr a, *out;
-	cuuint64_t v;
-	CUresult res;
-
-	(void)h;
-	if (len < sizeof(a))
-		return CUDA_ERROR_INVALID_VALUE;
-	memcpy(&a, args, sizeof(a));
-	v = a.value;
-	res = s->msg->op == CRC_CU_cuDeviceSetGraphMemAttribute
-		  ? CALL(cuDeviceSetGraphMemAttribute, crc_dev_backend(s, a.device),
-			 (CUgraphMem_attribute)a.attr, &v)
-		  : CALL(cuDeviceGetGraphMemAttribute, crc_dev_backend(s, a.device),
-			 (CUgraphMem_attribute)a.attr, &v);
-	if (res != CUDA_SUCCESS)
-		return res;
-	out = crc_out(s, sizeof(*out));
-	if (!out)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	*out = a;
-	out->value = v;
-	return CUDA_SUCCESS;
-}
-
 /* ---- conditional nodes ------------------------------------------------------------------------------ */
 CUresult crc_raw_graph_cond(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
 			    size_t len)
@@ -581,8 +469,9 @@ CUresult crc_ovr_cuGraphInstantiateWithFlags(struct crc_session *s, void *const 
 
 	if (res != CUDA_SUCCESS || !out)
 		return res;
-	/* The driver clones no graph with memory nodes: such an exec runs, without a shadow (a checkpoint
-	 * then says it cannot carry it). */
+	/* A graph the driver cannot clone leaves the exec without a shadow: it runs, and a checkpoint says
+	 * it cannot carry it. (Graph memory, which the driver does not clone, is the client's: graph_mem.c.)
+	 */
 	if (CALL(cuGraphClone, &shadow, graph) != CUDA_SUCCESS)
 		shadow = NULL;
 	if (gexec_add(s, *out, shadow, flags) != CUDA_SUCCESS) {
@@ -1280,8 +1169,8 @@ char *crc_graph_describe(struct crc_session *s, char *why, size_t len)
 			    x->modified
 				? "an executable graph had a node disabled (cuGraphNodeSetEnabled) or a "
 				  "change its shadow could not take: checkpointing it is not supported yet"
-				: "an executable graph holds graph memory nodes: checkpointing it is "
-				  "not supported yet");
+				: "an executable graph's graph could not be copied when it was instantiated: "
+				  "checkpointing it is not supported");
 			goto out;
 		}
 		gbuf_u64(&b, crc_find_handle(s, CRC_HT_GRAPHEXEC, x->exec));

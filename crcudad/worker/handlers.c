@@ -227,12 +227,6 @@ CUresult crc_ovr_cuMemFree_v2(struct crc_session *s, void *const *argv)
 	if (!ptr)
 		return CUDA_SUCCESS;
 	a = alloc_find(s, CRC_ALLOC_MEM, ptr);
-	if (!a && (ptr < s->va_base || ptr - s->va_base >= s->va_size)) {
-		/* Graph-owned memory (a mem alloc node's), which cuMemFree may free too: the driver's to
-		 * check; nothing for a replay, as graph-owned memory is not restored. */
-		s->jdrop = true;
-		return CALL(cuMemFree_v2, ptr);
-	}
 	if (!a)
 		return CUDA_ERROR_INVALID_VALUE;
 	/* cuMemFree waits for the work that may still use the memory. */

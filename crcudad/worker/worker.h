@@ -435,9 +435,6 @@ typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h,
 	X(cuGraphHostNodeSetParams, graph_host)                                                              \
 	X(cuGraphExecHostNodeSetParams, graph_host)                                                          \
 	X(cuGraphHostNodeGetParams, graph_host_get)                                                          \
-	X(cuGraphAddMemAllocNode, graph_memalloc)                                                            \
-	X(cuGraphMemAllocNodeGetParams, graph_memalloc_get)                                                  \
-	X(cuDeviceGetGraphMemAttribute, graph_mem_attr)                                                      \
 	X(cuStreamSetAttribute, stream_attr)                                                                 \
 	X(cuMemGetAllocationPropertiesFromHandle, vmm_props)                                                 \
 	X(cuLinkComplete, link)                                                                              \
@@ -456,7 +453,6 @@ typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h,
 	X(cuTensorMapEncodeIm2col, tmap)                                                                     \
 	X(cuTensorMapEncodeIm2colWide, tmap)                                                                 \
 	X(cuTensorMapReplaceAddress, tmap)                                                                   \
-	X(cuDeviceSetGraphMemAttribute, graph_mem_attr)                                                      \
 	X(cuGraphAddNode, graph_cond)                                                                        \
 	X(cuGraphKernelNodeGetAttribute, knode_attr)                                                         \
 	X(cuGraphKernelNodeSetAttribute, knode_attr)                                                         \

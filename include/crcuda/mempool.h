@@ -31,6 +31,8 @@ CUresult crc_mempool_location_set(const CUmemLocation *loc, CUmemAllocationType 
 CUresult crc_mempool_create(CUmemoryPool *pool, const CUmemPoolProps *props,
 			    const struct crc_mempool_ops *ops);
 CUresult crc_mempool_destroy(CUmemoryPool pool);
+/* The properties a pool was made with (a graph's allocation from it takes them). */
+CUresult crc_mempool_props(CUmemoryPool pool, CUmemPoolProps *props);
 CUresult crc_mempool_set_attribute(CUmemoryPool pool, CUmemPool_attribute attr, const void *value);
 CUresult crc_mempool_get_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
 CUresult crc_mempool_set_access(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count,

@@ -498,25 +498,6 @@ struct crc_graph_memcpy_wire {
 	uint8_t p[CRC_MEMCPY3D_BYTES];
 };
 
-/* Graph memory: cuGraphAddMemAllocNode = crc_call_hdr + crc_graph_node_req + deps +
- * crc_graph_memalloc_wire + ndescs CUmemAccessDesc; reply: the node's handle, then the address.
- * cuGraphMemAllocNodeGetParams: crc_graph_node_req; reply crc_graph_memalloc_wire (dptr set) + descs. */
-#define CRC_MEMPOOLPROPS_BYTES 88 /* sizeof(CUmemPoolProps), checked where cuda.h is included */
-#define CRC_ACCESSDESC_BYTES   12 /* sizeof(CUmemAccessDesc) */
-struct crc_graph_memalloc_wire {
-	uint8_t pool_props[CRC_MEMPOOLPROPS_BYTES];
-	uint64_t bytesize;
-	uint64_t dptr;
-	uint64_t ndescs;
-};
-
-/* cuDeviceGetGraphMemAttribute / cuDeviceSetGraphMemAttribute: request and reply (value). */
-struct crc_graph_mem_attr {
-	int32_t device;
-	int32_t attr;
-	uint64_t value;
-};
-
 /* cuLinkComplete, the whole link in one request (the client collects cuLinkCreate/AddData/AddFile):
  * crc_call_hdr + crc_link_req + nopts crc_link_opt (scalar options; the log buffers' sizes) + ninputs
  * times (crc_link_input, name bytes, data bytes, each padded to 8). Reply: crc_link_reply, then the

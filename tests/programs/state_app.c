@@ -28,7 +28,11 @@
  * the ready step the executable graph is updated (cuGraphExecUpdate) from a second graph of the same
  * shape, destroyed right after; the later steps still name the first graph's nodes, as the driver
  * wants (the same checksum). A restore must rebuild the executable graph as it was changed, and take
- * the application's node handles for its nodes.
+ * the application's node handles for its nodes. --graph-mem is --graph with the step number passed
+ * through graph memory: the capture takes a scratch word from cuMemAllocAsync, copies the step into
+ * it, counts there, copies it back, the chunks' steps read it, and cuMemFreeAsync ends it (the same
+ * checksum); at the end the device's graph memory must still be reserved. A restore must bring the
+ * graph's memory back at the address its nodes name.
  * --texture: each step also reads a CUDA array through a texture object (every word mixed with an
  * element) and rewrites the array through a surface object, and the array joins the checksum (a
  * different one); a texture object made and destroyed first leaves a hole below the live objects'
@@ -49,7 +53,7 @@ struct opts {
 	unsigned chunks, steps, ready_at, pause_ms, seed, devices;
 	const char *ready_file, *go_file;
 	int verify, graph, graph_pageable, ready_in_capture, managed, registered, pool, pinned_ready, texture;
-	int graph_params;
+	int graph_params, graph_mem;
 };
 
 static void parse(int argc, char **argv, struct opts *o)
@@ -76,6 +80,10 @@ static void parse(int argc, char **argv, struct opts *o)
 		}
 		if (!strcmp(a, "--graph-pageable")) {
 			o->graph = o->graph_pageable = 1;
+			continue;
+		}
+		if (!strcmp(a, "--graph-mem")) {
+			o->graph = o->graph_mem = 1;
 			continue;
 		}
 		if (!strcmp(a, "--pinned-ready")) {
@@ -128,7 +136,8 @@ static void parse(int argc, char **argv, struct opts *o)
 	    o->devices <= 8 && (!o->graph || o->devices == 1) && (o->graph || !o->ready_in_capture) &&
 	    !(o->managed && (o->graph || o->verify)) && !(o->pool && o->devices != 1) &&
 	    !(o->texture && (o->graph || o->verify || o->devices != 1)) &&
-	    !(o->graph_params && (o->graph || o->texture || o->managed || o->devices != 1)))
+	    !(o->graph_params && (o->graph || o->texture || o->managed || o->devices != 1)) &&
+	    !(o->graph_mem && o->graph_pageable))
 		return;
 usage:
 	fprintf(stderr,
@@ -136,7 +145,7 @@ usage:
 		"                 [--ready-file PATH] [--go-file PATH] [--seed N] [--devices N] [--verify]\n"
 		"                 [--graph] [--graph-pageable] [--managed] [--registered] [--pool] "
 		"[--texture] [--graph-params]\n"
-		"                 [--pinned-ready]\n");
+		"                 [--pinned-ready] [--graph-mem]\n");
 	exit(2);
 }
 
@@ -173,7 +182,14 @@ static CUgraphExec capture_step(const struct opts *o, CUmodule *mod, CUstream st
 	CU_CHECK(cuStreamSynchronize(stream));
 	CU_CHECK(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
 	void *pc[] = {&dstep};
-	if (o->graph_pageable)
+	CUdeviceptr counted = dstep;
+	if (o->graph_mem) {
+		CU_CHECK(cuMemAllocAsync(&counted, sizeof(unsigned), stream));
+		CU_CHECK(cuMemcpyDtoDAsync(counted, dstep, sizeof(unsigned), stream));
+		pc[0] = &counted;
+		CU_CHECK(cuLaunchKernel(f_count, 1, 1, 1, 1, 1, 1, 0, stream, pc, NULL));
+		CU_CHECK(cuMemcpyDtoDAsync(dstep, counted, sizeof(unsigned), stream));
+	} else if (o->graph_pageable)
 		CU_CHECK(cuMemcpyHtoDAsync(dstep, &host_step, sizeof(host_step), stream));
 	else
 		CU_CHECK(cuLaunchKernel(f_count, 1, 1, 1, 1, 1, 1, 0, stream, pc, NULL));
@@ -184,9 +200,11 @@ static CUgraphExec capture_step(const struct opts *o, CUmodule *mod, CUstream st
 			usleep(10000);
 	}
 	for (unsigned c = 0; c < chunks; c++) {
-		void *p[] = {&bufs[c], &words, &dstep};
+		void *p[] = {&bufs[c], &words, &counted};
 		CU_CHECK(cuLaunchKernel(f_step, grid, 1, 1, block, 1, 1, 0, stream, p, NULL));
 	}
+	if (o->graph_mem)
+		CU_CHECK(cuMemFreeAsync(counted, stream));
 	CU_CHECK(cuStreamIsCapturing(stream, &status));
 	CHECK(status == CU_STREAM_CAPTURE_STATUS_ACTIVE);
 	CU_CHECK(cuStreamEndCapture(stream, &graph));
@@ -534,6 +552,13 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		printf("state_app: verified on the CPU\n");
+	}
+	if (o.graph_mem) {
+		cuuint64_t reserved = 0;
+
+		CU_CHECK(cuDeviceGetGraphMemAttribute(d[0].dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT,
+						      &reserved));
+		CHECK(reserved >= sizeof(unsigned));
 	}
 	if (step_graph)
 		CU_CHECK(cuGraphExecDestroy(step_graph));
