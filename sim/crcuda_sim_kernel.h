@@ -57,6 +57,11 @@ struct crcuda_sim_block {
 	void (*trap)(int error);
 	/* The memory a texture or surface object names (0), or -1 for no such object. */
 	int (*resource)(unsigned long long object, struct crcuda_sim_resource *out);
+	/* cudaGraphSetConditional: sets a conditional handle's value in the graph launch this kernel runs
+	 * in (nothing outside one). */
+	void (*set_conditional)(const struct crcuda_sim_block *blk, unsigned long long handle,
+				unsigned value);
+	const void *launch_private;
 };
 
 typedef void crcuda_sim_kernel_fn(const struct crcuda_sim_block *blk);
@@ -67,6 +72,9 @@ typedef void crcuda_sim_kernel_fn(const struct crcuda_sim_block *blk);
 
 /* The i-th kernel parameter as a value of the given type. */
 #define CRCUDA_SIM_PARAM(blk, i, type) (*(type *)(blk)->params[(i)])
+
+/* cudaGraphSetConditional(handle, value). */
+#define CRCUDA_SIM_SET_CONDITIONAL(blk, handle, value) ((blk)->set_conditional((blk), (handle), (value)))
 
 /* A __device__ variable of the kernel's module as a pointer to type (NULL if absent). */
 #define CRCUDA_SIM_GLOBAL(blk, name, type) ((type *)(blk)->global((blk), (name), NULL))

@@ -44,6 +44,7 @@ enum sim_magic {
 	SIM_MAGIC_GRAPH = 0x47525031,
 	SIM_MAGIC_GRAPH_NODE = 0x474e4431,
 	SIM_MAGIC_GRAPH_EXEC = 0x47455831,
+	SIM_MAGIC_USER_OBJECT = 0x554f424a,
 	SIM_MAGIC_DEAD = 0x44454144,
 };
 
@@ -88,6 +89,20 @@ enum sim_op_kind {
 	SIM_OP_HOST_FUNC,
 };
 
+struct sim_op;
+
+/* The values of an executable graph's conditional handles (handle h is v[h - 1]), shared by the
+ * executable graph and the ops of its launches (sim_graph.c). */
+struct sim_conds {
+	atomic_uint refs;
+	unsigned n;
+	atomic_uint v[];
+};
+void sim_conds_unref(struct sim_conds *c);
+void sim_set_conditional(const struct crcuda_sim_block *blk, unsigned long long handle, unsigned value);
+/* Runs an op on the calling thread (a conditional node's body, on its stream's worker) and frees it. */
+void sim_op_run(struct sim_op *op);
+
 struct sim_op {
 	struct sim_op *next;
 	enum sim_op_kind kind;
@@ -111,6 +126,7 @@ struct sim_op {
 			void *param_buffer;
 			void **param_ptrs;
 			unsigned param_count;
+			struct sim_conds *conds; /* a graph launch's conditional values, or NULL */
 		} kernel;
 		struct {
 			struct CUevent_st *event;

@@ -88,7 +88,10 @@ static bool vec_assign(struct node_vec *dst, struct CUgraphNode_st *const *src, 
 
 /* ---- objects ---- */
 
+#define KNODE_ATTRS 32 /* CUkernelNodeAttrID values below this are kept */
+
 struct node_kernel {
+	CUkernelNodeAttrValue attrs[KNODE_ATTRS]; /* set by cuGraphKernelNodeSetAttribute; zero: unset */
 	struct CUfunc_st *func;
 	struct CUctx_st *ctx;
 	crcuda_sim_kernel_fn *host_fn;
@@ -126,15 +129,43 @@ struct CUgraphNode_st {
 		struct CUevent_st *event;
 		struct sim_gmem *gmem; /* a mem alloc node's memory, shared by its copies */
 		CUdeviceptr freed;     /* a mem free node's address */
+		struct {
+			CUgraphConditionalHandle handle;
+			CUgraphConditionalNodeType type;
+			unsigned size;
+			struct CUgraph_st **bodies; /* size of them, owned (their owner is the node) */
+		} cond;
 	};
+};
+
+/* A conditional handle of a graph: handle h is cond[h - 1] of the graph's root (bodies count with it). */
+struct sim_cond_handle {
+	unsigned dflt, flags;
 };
 
 struct CUgraph_st {
 	uint32_t magic;
 	unsigned long long id;
 	struct node_vec nodes;	      /* creation order */
-	struct CUgraphNode_st *owner; /* the child graph node this graph belongs to */
+	struct CUgraphNode_st *owner; /* the child graph or conditional node this graph belongs to */
 	unsigned captures;	      /* active captures adding to it */
+	struct sim_cond_handle *cond; /* conditional handles made on it, ncond of them */
+	unsigned ncond;
+	struct uobj_ref *uobjs; /* user objects it holds references to */
+};
+
+/* A user object: destroy(ptr) runs when the last reference goes (the graphs' and the caller's). */
+struct CUuserObject_st {
+	uint32_t magic;
+	void *ptr;
+	CUhostFn destroy;
+	unsigned refs; /* under graph_lock */
+};
+
+struct uobj_ref {
+	struct CUuserObject_st *obj;
+	unsigned count;
+	struct uobj_ref *next;
 };
 
 struct CUgraphExec_st {
@@ -143,6 +174,7 @@ struct CUgraphExec_st {
 	unsigned long long flags;
 	struct CUgraph_st *graph; /* the snapshot */
 	struct node_vec order;	  /* its nodes, in a topological order */
+	struct sim_conds *conds;  /* its conditional handles' values (NULL: none) */
 };
 
 struct sim_capture {
@@ -222,6 +254,113 @@ static struct CUgraph_st *graph_new(void)
 }
 
 static void graph_free(struct CUgraph_st *g);
+
+/* ---- user objects ---- */
+static bool uobj_valid(CUuserObject o)
+{
+	return o && o->magic == SIM_MAGIC_USER_OBJECT;
+}
+
+/* Under graph_lock. The callback may not call CUDA (as natively). */
+static void uobj_release(struct CUuserObject_st *o, unsigned count)
+{
+	if (count > o->refs)
+		count = o->refs;
+	o->refs -= count;
+	if (o->refs)
+		return;
+	o->magic = SIM_MAGIC_DEAD;
+	o->destroy(o->ptr);
+	free(o);
+}
+
+/* g holds count more references to o (under graph_lock). */
+static bool uobj_hold(struct CUgraph_st *g, struct CUuserObject_st *o, unsigned count)
+{
+	struct uobj_ref *r;
+
+	for (r = g->uobjs; r && r->obj != o; r = r->next)
+		;
+	if (!r) {
+		r = calloc(1, sizeof(*r));
+		if (!r)
+			return false;
+		*r = (struct uobj_ref){.obj = o, .next = g->uobjs};
+		g->uobjs = r;
+	}
+	r->count += count;
+	return true;
+}
+
+CUresult cuUserObjectCreate(CUuserObject *out, void *ptr, CUhostFn destroy, unsigned refs, unsigned flags)
+{
+	struct CUuserObject_st *o;
+
+	SIM_ENTER(cuUserObjectCreate);
+	if (!out || !destroy || !refs || flags != CU_USER_OBJECT_NO_DESTRUCTOR_SYNC)
+		return CUDA_ERROR_INVALID_VALUE;
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*o = (struct CUuserObject_st){
+	    .magic = SIM_MAGIC_USER_OBJECT, .ptr = ptr, .destroy = destroy, .refs = refs};
+	*out = o;
+	return CUDA_SUCCESS;
+}
+
+static CUresult uobj_change(CUuserObject o, unsigned count, bool retain)
+{
+	CUresult res = CUDA_SUCCESS;
+
+	pthread_mutex_lock(&graph_lock);
+	if (!uobj_valid(o) || !count)
+		res = CUDA_ERROR_INVALID_VALUE;
+	else if (retain)
+		o->refs += count;
+	else
+		uobj_release(o, count);
+	pthread_mutex_unlock(&graph_lock);
+	return res;
+}
+
+GRAPH_API(cuUserObjectRetain, (CUuserObject o, unsigned count), uobj_change, o, count, true)
+GRAPH_API(cuUserObjectRelease, (CUuserObject o, unsigned count), uobj_change, o, count, false)
+
+/* MOVE: the graph takes over count of the caller's references; else it gets count new ones. */
+CUresult cuGraphRetainUserObject(CUgraph g, CUuserObject o, unsigned count, unsigned flags)
+{
+	CUresult res = CUDA_SUCCESS;
+
+	SIM_ENTER(cuGraphRetainUserObject);
+	pthread_mutex_lock(&graph_lock);
+	if (!graph_valid(g) || !uobj_valid(o) || !count || (flags & ~(unsigned)CU_GRAPH_USER_OBJECT_MOVE))
+		res = CUDA_ERROR_INVALID_VALUE;
+	else if (!uobj_hold(g, o, count))
+		res = CUDA_ERROR_OUT_OF_MEMORY;
+	else if (!(flags & CU_GRAPH_USER_OBJECT_MOVE))
+		o->refs += count;
+	pthread_mutex_unlock(&graph_lock);
+	return res;
+}
+
+CUresult cuGraphReleaseUserObject(CUgraph g, CUuserObject o, unsigned count)
+{
+	struct uobj_ref *r = NULL;
+	CUresult res = CUDA_ERROR_INVALID_VALUE;
+
+	SIM_ENTER(cuGraphReleaseUserObject);
+	pthread_mutex_lock(&graph_lock);
+	if (graph_valid(g) && uobj_valid(o) && count)
+		for (r = g->uobjs; r && r->obj != o; r = r->next)
+			;
+	if (r && r->count >= count) {
+		r->count -= count;
+		uobj_release(o, count);
+		res = CUDA_SUCCESS;
+	}
+	pthread_mutex_unlock(&graph_lock);
+	return res;
+}
 
 /* Releases what a node's parameters own (the node struct itself stays). */
 /* ---- graph memory ----
@@ -337,6 +476,15 @@ static void params_release(struct CUgraphNode_st *n)
 		gmem_unref(n->gmem);
 		n->gmem = NULL;
 		break;
+	case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+		for (unsigned i = 0; n->cond.bodies && i < n->cond.size; i++)
+			if (n->cond.bodies[i]) {
+				n->cond.bodies[i]->owner = NULL;
+				graph_free(n->cond.bodies[i]);
+			}
+		free(n->cond.bodies);
+		n->cond.bodies = NULL;
+		break;
 	default:
 		break;
 	}
@@ -356,6 +504,14 @@ static void graph_free(struct CUgraph_st *g)
 	for (size_t i = 0; i < g->nodes.n; i++)
 		node_free(g->nodes.v[i]);
 	vec_free(&g->nodes);
+	free(g->cond);
+	while (g->uobjs) {
+		struct uobj_ref *r = g->uobjs;
+
+		g->uobjs = r->next;
+		uobj_release(r->obj, r->count);
+		free(r);
+	}
 	g->magic = SIM_MAGIC_DEAD;
 	free(g);
 }
@@ -414,6 +570,16 @@ static bool params_copy(struct CUgraphNode_st *dst, const struct CUgraphNode_st 
 	case CU_GRAPH_NODE_TYPE_MEM_FREE:
 		dst->freed = src->freed;
 		return true;
+	case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+		dst->cond = src->cond;
+		dst->cond.bodies = calloc(src->cond.size, sizeof(*dst->cond.bodies));
+		for (unsigned i = 0; dst->cond.bodies && i < src->cond.size; i++) {
+			dst->cond.bodies[i] = graph_clone(src->cond.bodies[i]);
+			if (!dst->cond.bodies[i])
+				return false; /* the caller frees what was made (params_release) */
+			dst->cond.bodies[i]->owner = dst;
+		}
+		return dst->cond.bodies != NULL;
 	default:
 		return true;
 	}
@@ -422,6 +588,8 @@ static bool params_copy(struct CUgraphNode_st *dst, const struct CUgraphNode_st 
 /* A node's parameters changed to proto's (moved: proto's resources now belong to n). */
 static void params_move(struct CUgraphNode_st *n, struct CUgraphNode_st *proto)
 {
+	if (n->type == CU_GRAPH_NODE_TYPE_KERNEL) /* new parameters keep the node's attributes */
+		memcpy(proto->kernel.attrs, n->kernel.attrs, sizeof(n->kernel.attrs));
 	params_release(n);
 	switch (n->type) {
 	case CU_GRAPH_NODE_TYPE_KERNEL:
@@ -449,6 +617,11 @@ static void params_move(struct CUgraphNode_st *n, struct CUgraphNode_st *proto)
 		break;
 	case CU_GRAPH_NODE_TYPE_MEM_FREE:
 		n->freed = proto->freed;
+		break;
+	case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+		n->cond = proto->cond;
+		for (unsigned i = 0; i < n->cond.size; i++)
+			n->cond.bodies[i]->owner = n;
 		break;
 	default:
 		break;
@@ -518,6 +691,18 @@ static struct CUgraph_st *graph_clone(struct CUgraph_st *src)
 
 	if (!g)
 		return NULL;
+	if (src->ncond) {
+		g->cond = malloc(src->ncond * sizeof(*g->cond));
+		if (!g->cond)
+			goto fail;
+		memcpy(g->cond, src->cond, src->ncond * sizeof(*g->cond));
+		g->ncond = src->ncond;
+	}
+	for (struct uobj_ref *r = src->uobjs; r; r = r->next) {
+		if (!uobj_hold(g, r->obj, r->count))
+			goto fail;
+		r->obj->refs += r->count;
+	}
 	for (size_t i = 0; i < src->nodes.n; i++) {
 		struct CUgraphNode_st *s = src->nodes.v[i];
 		struct CUgraphNode_st *n = calloc(1, sizeof(*n));
@@ -825,6 +1010,104 @@ static CUresult proto_child(struct CUgraphNode_st *proto, CUgraph child, bool mo
 	return proto->child ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
+/* ---- conditional nodes ----
+ * A handle is an index into the conditional handles of the graph's root, from 1 in creation order (as
+ * the driver numbers them). An executable graph keeps the values (sim_conds); each launch first sets
+ * those with CU_GRAPH_COND_ASSIGN_DEFAULT to their default; kernels set them through the block's
+ * set_conditional. The node runs on the stream's worker as a host function that runs the chosen body
+ * (a copy taken when the launch was queued) there, op by op. */
+static struct CUgraph_st *graph_root(struct CUgraph_st *g)
+{
+	while (g->owner)
+		g = g->owner->graph;
+	return g;
+}
+
+static CUresult proto_cond(struct CUgraphNode_st *proto, CUDA_CONDITIONAL_NODE_PARAMS *p)
+{
+	unsigned max = p->type == CU_GRAPH_COND_TYPE_WHILE ? 1 : p->type == CU_GRAPH_COND_TYPE_IF ? 2 : 4096;
+
+	if ((p->type != CU_GRAPH_COND_TYPE_IF && p->type != CU_GRAPH_COND_TYPE_WHILE &&
+	     p->type != CU_GRAPH_COND_TYPE_SWITCH) ||
+	    !p->size || p->size > max || !p->handle)
+		return CUDA_ERROR_INVALID_VALUE;
+	proto->type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+	proto->cond.handle = p->handle;
+	proto->cond.type = p->type;
+	proto->cond.size = p->size;
+	proto->cond.bodies = calloc(p->size, sizeof(*proto->cond.bodies));
+	if (!proto->cond.bodies)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	for (unsigned i = 0; i < p->size; i++)
+		if (!(proto->cond.bodies[i] = graph_new()))
+			return CUDA_ERROR_OUT_OF_MEMORY; /* released by the caller */
+	/* The driver owns the array for the node's life: the node's own. */
+	p->phGraph_out = proto->cond.bodies;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *out, CUgraph g, CUcontext ctx,
+					unsigned dflt, unsigned flags)
+{
+	struct CUgraph_st *root;
+	struct sim_cond_handle *c;
+
+	SIM_ENTER(cuGraphConditionalHandleCreate);
+	if (!out || (flags & ~(unsigned)CU_GRAPH_COND_ASSIGN_DEFAULT))
+		return CUDA_ERROR_INVALID_VALUE;
+	(void)ctx;
+	pthread_mutex_lock(&graph_lock);
+	if (!graph_valid(g)) {
+		pthread_mutex_unlock(&graph_lock);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	root = graph_root(g);
+	c = realloc(root->cond, (root->ncond + 1) * sizeof(*c));
+	if (!c) {
+		pthread_mutex_unlock(&graph_lock);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	root->cond = c;
+	c[root->ncond++] = (struct sim_cond_handle){.dflt = dflt, .flags = flags};
+	*out = root->ncond;
+	pthread_mutex_unlock(&graph_lock);
+	return CUDA_SUCCESS;
+}
+
+void sim_conds_unref(struct sim_conds *c)
+{
+	if (c && atomic_fetch_sub(&c->refs, 1) == 1)
+		free(c);
+}
+
+static struct sim_conds *conds_ref(struct sim_conds *c)
+{
+	if (c)
+		atomic_fetch_add(&c->refs, 1);
+	return c;
+}
+
+static struct sim_conds *conds_new(const struct CUgraph_st *g)
+{
+	struct sim_conds *c = calloc(1, sizeof(*c) + g->ncond * sizeof(c->v[0]));
+
+	if (!c)
+		return NULL;
+	atomic_init(&c->refs, 1);
+	c->n = g->ncond;
+	for (unsigned i = 0; i < g->ncond; i++)
+		atomic_init(&c->v[i], g->cond[i].dflt);
+	return c;
+}
+
+void sim_set_conditional(const struct crcuda_sim_block *blk, unsigned long long handle, unsigned value)
+{
+	struct sim_conds *c = (struct sim_conds *)blk->launch_private;
+
+	if (c && handle >= 1 && handle <= c->n)
+		atomic_store(&c->v[handle - 1], value);
+}
+
 /* A CUgraphNodeParams (cuGraphAddNode, cuGraphNodeSetParams...) as a proto. */
 static CUresult proto_generic(struct CUgraphNode_st *proto, CUgraphNodeParams *p)
 {
@@ -874,6 +1157,8 @@ static CUresult proto_generic(struct CUgraphNode_st *proto, CUgraphNodeParams *p
 	}
 	case CU_GRAPH_NODE_TYPE_MEM_FREE:
 		return proto_memfree(proto, p->free.dptr);
+	case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+		return proto_cond(proto, &p->conditional);
 	default:
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
@@ -1437,6 +1722,49 @@ NODE_GET_API(cuGraphKernelNodeGetParams, KERNEL, CUDA_KERNEL_NODE_PARAMS_v1, KER
 NODE_GET_API(cuGraphKernelNodeGetParams_v2, KERNEL, CUDA_KERNEL_NODE_PARAMS_v2, kernel_get_v2(out, en))
 NODE_GET_API(cuGraphMemcpyNodeGetParams, MEMCPY, CUDA_MEMCPY3D_v2, *out = en->copy.p)
 NODE_GET_API(cuGraphMemsetNodeGetParams, MEMSET, CUDA_MEMSET_NODE_PARAMS_v1, *out = en->set.p)
+
+/* Kernel node attributes are kept, not acted on (the simulated device has no clusters, priorities or
+ * access policies); an unset one reads as zeros. */
+static CUresult knode_attr(CUgraphNode n, CUkernelNodeAttrID id, CUkernelNodeAttrValue *v, bool set)
+{
+	struct CUgraphNode_st *en;
+	CUresult res;
+
+	if (!v || (unsigned)id >= KNODE_ATTRS)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = node_begin(n, CU_GRAPH_NODE_TYPE_KERNEL, &en);
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (set)
+		en->kernel.attrs[id] = *v;
+	else
+		*v = en->kernel.attrs[id];
+	pthread_mutex_unlock(&graph_lock);
+	return CUDA_SUCCESS;
+}
+
+GRAPH_API(cuGraphKernelNodeGetAttribute, (CUgraphNode n, CUkernelNodeAttrID id, CUkernelNodeAttrValue *v),
+	  knode_attr, n, id, v, false)
+GRAPH_API(cuGraphKernelNodeSetAttribute,
+	  (CUgraphNode n, CUkernelNodeAttrID id, const CUkernelNodeAttrValue *v), knode_attr, n, id,
+	  (CUkernelNodeAttrValue *)v, true)
+
+CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src)
+{
+	struct CUgraphNode_st *d;
+	CUresult res = CUDA_ERROR_INVALID_VALUE;
+
+	SIM_ENTER(cuGraphKernelNodeCopyAttributes);
+	pthread_mutex_lock(&graph_lock);
+	if (node_valid(dst) && node_valid(src) && dst->type == CU_GRAPH_NODE_TYPE_KERNEL &&
+	    src->type == CU_GRAPH_NODE_TYPE_KERNEL) {
+		d = dst;
+		memcpy(d->kernel.attrs, src->kernel.attrs, sizeof(d->kernel.attrs));
+		res = CUDA_SUCCESS;
+	}
+	pthread_mutex_unlock(&graph_lock);
+	return res;
+}
 /* accessDescs point at the node's own copy, valid while the node lives (natively: the same). */
 NODE_GET_API(cuGraphMemAllocNodeGetParams, MEM_ALLOC, CUDA_MEM_ALLOC_NODE_PARAMS_v1, *out = en->gmem->p)
 NODE_GET_API(cuGraphMemFreeNodeGetParams, MEM_FREE, CUdeviceptr, *out = en->freed)
@@ -1572,6 +1900,7 @@ CUresult cuGraphNodeSetParams(CUgraphNode n, CUgraphNodeParams *p)
 		return res;
 	if (p->type != en->type || en->type == CU_GRAPH_NODE_TYPE_EMPTY ||
 	    en->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC || en->type == CU_GRAPH_NODE_TYPE_MEM_FREE ||
+	    en->type == CU_GRAPH_NODE_TYPE_CONDITIONAL ||
 	    (en->type == CU_GRAPH_NODE_TYPE_GRAPH && p->graph.graph == en->graph)) {
 		pthread_mutex_unlock(&graph_lock);
 		return CUDA_ERROR_INVALID_VALUE;
@@ -1585,6 +1914,7 @@ static void exec_free(struct CUgraphExec_st *x)
 {
 	if (x->graph)
 		graph_free(x->graph);
+	sim_conds_unref(x->conds);
 	vec_free(&x->order);
 	x->magic = SIM_MAGIC_DEAD;
 	free(x);
@@ -1635,6 +1965,8 @@ static CUresult instantiate(CUgraphExec *px, CUgraph g, unsigned long long flags
 		goto fail;
 	}
 	res = topo_order(x->graph, &x->order);
+	if (res == CUDA_SUCCESS && x->graph->ncond && !(x->conds = conds_new(x->graph)))
+		res = CUDA_ERROR_OUT_OF_MEMORY;
 	if (res != CUDA_SUCCESS)
 		goto fail;
 	pthread_mutex_unlock(&graph_lock);
@@ -1747,21 +2079,150 @@ static struct sim_op *ops_new(struct op_list *ops, enum sim_op_kind kind)
 	return op;
 }
 
+struct cond_run;
+static void cond_run_free(struct cond_run *r);
+static void CUDA_CB cond_run(void *arg);
+static void CUDA_CB cond_reset_run(void *arg);
+static void cond_reset_free(void *arg);
+
+/* An op that will not run, with what its host function would have freed. Without graph_lock. */
+static void ops_drop(struct sim_op *op)
+{
+	if (op->kind == SIM_OP_HOST_FUNC && op->host_func.fn == copy_run)
+		free(op->host_func.data);
+	if (op->kind == SIM_OP_HOST_FUNC && op->host_func.fn == cond_run)
+		cond_run_free(op->host_func.data);
+	if (op->kind == SIM_OP_HOST_FUNC && op->host_func.fn == cond_reset_run)
+		cond_reset_free(op->host_func.data);
+	sim_op_free(op);
+}
+
 static void ops_free(struct op_list *ops, size_t from)
 {
-	for (size_t i = from; i < ops->n; i++) {
-		struct sim_op *op = ops->v[i];
-
-		if (op->kind == SIM_OP_HOST_FUNC && op->host_func.fn == copy_run)
-			free(op->host_func.data);
-		sim_op_free(op);
-	}
+	for (size_t i = from; i < ops->n; i++)
+		ops_drop(ops->v[i]);
 	free(ops->v);
 }
 
 /* Appends node's work. Event generations are taken at submission, not here (a record op freed
  * unsubmitted has generation 0, which completes nothing). */
-static CUresult node_ops(struct CUgraphNode_st *n, struct op_list *ops)
+static CUresult node_ops(struct CUgraphNode_st *n, struct op_list *ops, struct sim_conds *conds);
+
+/* A conditional node's run: its handle's value picks the body (again and again for WHILE). */
+struct cond_run {
+	struct sim_conds *conds;
+	CUgraphConditionalHandle handle;
+	CUgraphConditionalNodeType type;
+	unsigned size;
+	struct CUgraph_st **bodies; /* copies, this run's own */
+};
+
+static unsigned cond_value(const struct cond_run *r)
+{
+	return r->conds && r->handle <= r->conds->n ? atomic_load(&r->conds->v[r->handle - 1]) : 0;
+}
+
+static void cond_body(struct cond_run *r, struct CUgraph_st *body)
+{
+	struct node_vec order = {0};
+	struct op_list ops = {0};
+	CUresult res;
+
+	pthread_mutex_lock(&graph_lock);
+	res = topo_order(body, &order);
+	for (size_t i = 0; res == CUDA_SUCCESS && i < order.n; i++)
+		res = node_ops(order.v[i], &ops, r->conds);
+	pthread_mutex_unlock(&graph_lock);
+	vec_free(&order);
+	for (size_t i = 0; i < ops.n; i++) {
+		if (res == CUDA_SUCCESS && !atomic_load(&sim_sticky_error))
+			sim_op_run(ops.v[i]);
+		else
+			ops_drop(ops.v[i]);
+	}
+	free(ops.v);
+}
+
+static void cond_run_free(struct cond_run *r)
+{
+	pthread_mutex_lock(&graph_lock);
+	for (unsigned i = 0; r->bodies && i < r->size; i++)
+		if (r->bodies[i])
+			graph_free(r->bodies[i]);
+	pthread_mutex_unlock(&graph_lock);
+	free(r->bodies);
+	sim_conds_unref(r->conds);
+	free(r);
+}
+
+static void CUDA_CB cond_run(void *arg)
+{
+	struct cond_run *r = arg;
+	unsigned v = cond_value(r);
+
+	switch (r->type) {
+	case CU_GRAPH_COND_TYPE_IF:
+		if (v || r->size == 2)
+			cond_body(r, r->bodies[v ? 0 : 1]);
+		break;
+	case CU_GRAPH_COND_TYPE_WHILE:
+		while (v && !atomic_load(&sim_sticky_error)) {
+			cond_body(r, r->bodies[0]);
+			v = cond_value(r);
+		}
+		break;
+	default:
+		if (v < r->size)
+			cond_body(r, r->bodies[v]);
+		break;
+	}
+	cond_run_free(r);
+}
+
+/* A launch's first op: the handles with CU_GRAPH_COND_ASSIGN_DEFAULT back at their default. */
+struct cond_reset {
+	struct sim_conds *conds;
+	unsigned n;
+	unsigned value[]; /* ~0u: left as it is */
+};
+
+static void cond_reset_free(void *arg)
+{
+	struct cond_reset *r = arg;
+
+	sim_conds_unref(r->conds);
+	free(r);
+}
+
+static void CUDA_CB cond_reset_run(void *arg)
+{
+	struct cond_reset *r = arg;
+
+	for (unsigned i = 0; i < r->n; i++)
+		if (r->value[i] != ~0u)
+			atomic_store(&r->conds->v[i], r->value[i]);
+	cond_reset_free(r);
+}
+
+static CUresult cond_reset_op(const struct CUgraph_st *g, struct sim_conds *conds, struct op_list *ops)
+{
+	struct cond_reset *r = malloc(sizeof(*r) + g->ncond * sizeof(r->value[0]));
+	struct sim_op *op = r ? ops_new(ops, SIM_OP_HOST_FUNC) : NULL;
+
+	if (!op) {
+		free(r);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	r->conds = conds_ref(conds);
+	r->n = g->ncond;
+	for (unsigned i = 0; i < g->ncond; i++)
+		r->value[i] = g->cond[i].flags & CU_GRAPH_COND_ASSIGN_DEFAULT ? g->cond[i].dflt : ~0u;
+	op->host_func.fn = cond_reset_run;
+	op->host_func.data = r;
+	return CUDA_SUCCESS;
+}
+
+static CUresult node_ops(struct CUgraphNode_st *n, struct op_list *ops, struct sim_conds *conds)
 {
 	struct sim_op *op;
 	CUresult res;
@@ -1786,6 +2247,31 @@ static CUresult node_ops(struct CUgraphNode_st *n, struct op_list *ops)
 		op->kernel.param_buffer = k.buffer;
 		op->kernel.param_ptrs = k.ptrs;
 		op->kernel.param_count = k.count;
+		op->kernel.conds = conds_ref(conds);
+		return CUDA_SUCCESS;
+	}
+	case CU_GRAPH_NODE_TYPE_CONDITIONAL: {
+		struct cond_run *r = calloc(1, sizeof(*r));
+
+		if (!r)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		r->conds = conds_ref(conds);
+		r->handle = n->cond.handle;
+		r->type = n->cond.type;
+		r->size = n->cond.size;
+		r->bodies = calloc(n->cond.size, sizeof(*r->bodies));
+		for (unsigned i = 0; r->bodies && i < n->cond.size; i++)
+			if (!(r->bodies[i] = graph_clone(n->cond.bodies[i])))
+				break;
+		op = r->bodies && r->bodies[n->cond.size - 1] ? ops_new(ops, SIM_OP_HOST_FUNC) : NULL;
+		if (!op) {
+			pthread_mutex_unlock(&graph_lock); /* cond_run_free takes it */
+			cond_run_free(r);
+			pthread_mutex_lock(&graph_lock);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		op->host_func.fn = cond_run;
+		op->host_func.data = r;
 		return CUDA_SUCCESS;
 	}
 	case CU_GRAPH_NODE_TYPE_MEMCPY: {
@@ -1849,7 +2335,7 @@ static CUresult node_ops(struct CUgraphNode_st *n, struct op_list *ops)
 
 		res = topo_order(n->child, &order);
 		for (size_t i = 0; res == CUDA_SUCCESS && i < order.n; i++)
-			res = node_ops(order.v[i], ops);
+			res = node_ops(order.v[i], ops, conds);
 		vec_free(&order);
 		return res;
 	}
@@ -1962,11 +2448,13 @@ static CUresult graph_launch(bool pt, CUgraphExec x, CUstream h)
 		pthread_mutex_unlock(&graph_lock);
 		return res;
 	}
+	if (x->conds)
+		res = cond_reset_op(x->graph, x->conds, &ops);
 	for (i = 0; i < x->order.n && res == CUDA_SUCCESS; i++) {
 		struct CUgraphNode_st *n = x->order.v[i];
 
 		if (!n->disabled)
-			res = node_ops(n, &ops);
+			res = node_ops(n, &ops, x->conds);
 	}
 	pthread_mutex_unlock(&graph_lock);
 	if (res != CUDA_SUCCESS) {
@@ -2168,7 +2656,8 @@ CUresult cuGraphExecNodeSetParams(CUgraphExec x, CUgraphNode n, CUgraphNodeParam
 	if (res != CUDA_SUCCESS)
 		return res;
 	if (p->type != en->type || en->type == CU_GRAPH_NODE_TYPE_EMPTY ||
-	    en->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC || en->type == CU_GRAPH_NODE_TYPE_MEM_FREE) {
+	    en->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC || en->type == CU_GRAPH_NODE_TYPE_MEM_FREE ||
+	    en->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
 		pthread_mutex_unlock(&graph_lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}

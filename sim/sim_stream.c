@@ -68,6 +68,8 @@ static void run_kernel(struct sim_op *op)
 	    .sim_private = op->kernel.func,
 	    .trap = sim_trap,
 	    .resource = sim_resource,
+	    .set_conditional = sim_set_conditional,
+	    .launch_private = op->kernel.conds,
 	};
 	void *shared = op->kernel.shared_bytes ? malloc(op->kernel.shared_bytes) : NULL;
 
@@ -117,6 +119,7 @@ static void run_op(struct sim_op *op)
 		run_kernel(op);
 		free(op->kernel.param_buffer);
 		free(op->kernel.param_ptrs);
+		sim_conds_unref(op->kernel.conds);
 		break;
 	case SIM_OP_EVENT_RECORD: {
 		struct CUevent_st *e = op->event.event;
@@ -157,6 +160,12 @@ static void run_op(struct sim_op *op)
 	}
 }
 
+void sim_op_run(struct sim_op *op)
+{
+	run_op(op);
+	free(op);
+}
+
 /* An op dropped without being queued (a failed submission, a captured op). */
 void sim_op_free(struct sim_op *op)
 {
@@ -164,6 +173,7 @@ void sim_op_free(struct sim_op *op)
 	case SIM_OP_KERNEL:
 		free(op->kernel.param_buffer);
 		free(op->kernel.param_ptrs);
+		sim_conds_unref(op->kernel.conds);
 		break;
 	case SIM_OP_EVENT_RECORD:
 		/* A record that will not run completes anyway, so that nobody waits for it forever. */

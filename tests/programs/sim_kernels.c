@@ -284,6 +284,17 @@ CRCUDA_SIM_KERNEL(state_count)
 	*step += 1;
 }
 
+/* state_app.cu: extern "C" state_cond(const unsigned *step, unsigned per, cudaGraphConditionalHandle h) */
+CRCUDA_SIM_KERNEL(state_cond)
+{
+	const unsigned *step = CRCUDA_SIM_PARAM(blk, 0, const unsigned *);
+	unsigned per = CRCUDA_SIM_PARAM(blk, 1, unsigned);
+	unsigned long long h = CRCUDA_SIM_PARAM(blk, 2, unsigned long long);
+
+	if (blk->block_idx.x == 0)
+		CRCUDA_SIM_SET_CONDITIONAL(blk, h, *step % per != 0);
+}
+
 CRCUDA_SIM_KERNEL(state_step_dev)
 {
 	unsigned *x = CRCUDA_SIM_PARAM(blk, 0, unsigned *);
@@ -297,15 +308,6 @@ CRCUDA_SIM_KERNEL(state_step_dev)
 		for (unsigned long long i = sim_stride_start(blk, t); i < n; i += stride)
 			x[i] = x[i] * 1664525u + 1013904223u + k;
 	}
-}
-
-/* graph_cond: never launched on the simulated device (no conditional nodes), here so its module
- * loads: the counter only. */
-CRCUDA_SIM_KERNEL(cond_step)
-{
-	unsigned *counter = CRCUDA_SIM_PARAM(blk, 0, unsigned *);
-
-	*counter += 1;
 }
 
 /* graph_attr: the simulated device has no clusters; the size its launch asks for (2). */
@@ -578,5 +580,19 @@ CRCUDA_SIM_KERNEL(state_step_tex)
 			x[i] = x[i] * 1664525u + 1013904223u + step +
 			       *CRCUDA_SIM_ELEM(&res, unsigned, e % (unsigned)w, e / (unsigned)w, 0);
 		}
+	}
+}
+
+/* graph_cond.cu: extern "C" cond_step(unsigned *counter, unsigned limit, cudaGraphConditionalHandle h) */
+CRCUDA_SIM_KERNEL(cond_step)
+{
+	unsigned *counter = CRCUDA_SIM_PARAM(blk, 0, unsigned *);
+	unsigned limit = CRCUDA_SIM_PARAM(blk, 1, unsigned);
+	unsigned long long h = CRCUDA_SIM_PARAM(blk, 2, unsigned long long);
+
+	if (blk->block_idx.x == 0) {
+		unsigned c = ++*counter;
+
+		CRCUDA_SIM_SET_CONDITIONAL(blk, h, c < limit);
 	}
 }

@@ -41,6 +41,13 @@ extern "C" __global__ void state_step_dev(unsigned *x, unsigned long long n, con
 		x[i] = x[i] * 1664525u + 1013904223u + k;
 }
 
+// --graph-cond: the last kernel of a WHILE node's body, which loops until the step is a multiple of per.
+extern "C" __global__ void state_cond(const unsigned *step, unsigned per, cudaGraphConditionalHandle h)
+{
+	if (blockIdx.x == 0 && threadIdx.x == 0)
+		cudaGraphSetConditional(h, *step % per != 0);
+}
+
 // textures.c and state_app --texture: reads through texture objects (point-sampled, unnormalized
 // coordinates, so each fetch is one element, on the GPU and on the simulated device alike), reads and
 // writes through surface objects.
