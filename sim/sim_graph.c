@@ -1831,7 +1831,7 @@ NODE_GET_API(cuGraphEventWaitNodeGetEvent, WAIT_EVENT, CUevent, *out = en->event
  * parameters in proto. */
 #define NODE_SET_BODY(name, begin, need, build)                                                              \
 	{                                                                                                    \
-		struct CUgraphNode_st proto, *en;                                                            \
+		struct CUgraphNode_st proto = {.type = CU_GRAPH_NODE_TYPE_EMPTY}, *en;                       \
 		CUresult res;                                                                                \
                                                                                                              \
 		SIM_ENTER(name);                                                                             \
@@ -1889,7 +1889,7 @@ EXEC_SET_API(cuGraphExecMemsetNodeSetParams, MEMSET, true, proto_memset(&proto, 
 
 CUresult cuGraphNodeSetParams(CUgraphNode n, CUgraphNodeParams *p)
 {
-	struct CUgraphNode_st proto, *en;
+	struct CUgraphNode_st proto = {.type = CU_GRAPH_NODE_TYPE_EMPTY}, *en;
 	CUresult res;
 
 	SIM_ENTER(cuGraphNodeSetParams);
@@ -2646,7 +2646,7 @@ CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec x, CUgraphNode n, CUgrap
 
 CUresult cuGraphExecNodeSetParams(CUgraphExec x, CUgraphNode n, CUgraphNodeParams *p)
 {
-	struct CUgraphNode_st proto, *en;
+	struct CUgraphNode_st proto = {.type = CU_GRAPH_NODE_TYPE_EMPTY}, *en;
 	CUresult res;
 
 	SIM_ENTER(cuGraphExecNodeSetParams);

@@ -341,6 +341,171 @@ CUresult crc_raw_graph_host_get(struct crc_session *s, const struct crc_call_hdr
 }
 
 /* ---- conditional nodes ------------------------------------------------------------------------------ */
+/* The driver has no call that reads a conditional node's parameters or bodies, nor a handle's default:
+ * the session records them when they are made, for checkpoints to describe. A handle is an index into
+ * its graph's handles, from 1 in creation order (measured: tests/gpu/probe_cond_handle.c), so a rebuild
+ * that makes a graph's handles again in the same order gets the same values, which kernels hold. */
+struct crc_cond_handle {
+	CUgraph graph;
+	uint64_t value, ctx; /* ctx: the client's handle */
+	uint32_t dflt, flags;
+	struct crc_cond_handle *next;
+};
+
+struct crc_cond_node {
+	CUgraphNode node;
+	CUgraph graph;
+	uint64_t handle, ctx;
+	uint32_t type, size;
+	CUgraph *bodies;
+	struct crc_cond_node *next;
+};
+
+static CUresult cond_handle_record(struct crc_session *s, CUgraph g, uint64_t value, uint64_t ctx,
+				   uint32_t dflt, uint32_t flags)
+{
+	struct crc_cond_handle *c = calloc(1, sizeof(*c)), **tail = &s->cond_handles;
+
+	if (!c)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*c = (struct crc_cond_handle){.graph = g, .value = value, .ctx = ctx, .dflt = dflt, .flags = flags};
+	while (*tail) /* creation order, which a rebuild repeats */
+		tail = &(*tail)->next;
+	*tail = c;
+	return CUDA_SUCCESS;
+}
+
+static CUresult cond_node_record(struct crc_session *s, CUgraphNode node, CUgraph g, uint64_t handle,
+				 uint64_t ctx, uint32_t type, uint32_t size, CUgraph *bodies)
+{
+	struct crc_cond_node *c = calloc(1, sizeof(*c));
+
+	if (!c || !(c->bodies = calloc(size, sizeof(*c->bodies)))) {
+		free(c);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	memcpy(c->bodies, bodies, size * sizeof(*bodies));
+	c->node = node;
+	c->graph = g;
+	c->handle = handle;
+	c->ctx = ctx;
+	c->type = type;
+	c->size = size;
+	c->next = s->cond_nodes;
+	s->cond_nodes = c;
+	return CUDA_SUCCESS;
+}
+
+static struct crc_cond_node *cond_node_find(struct crc_session *s, CUgraphNode node)
+{
+	for (struct crc_cond_node *c = s->cond_nodes; c; c = c->next)
+		if (c->node == node)
+			return c;
+	return NULL;
+}
+
+static bool graph_is_body(struct crc_session *s, CUgraph g)
+{
+	for (struct crc_cond_node *c = s->cond_nodes; c; c = c->next)
+		for (uint32_t i = 0; i < c->size; i++)
+			if (c->bodies[i] == g)
+				return true;
+	return false;
+}
+
+static bool graph_has_cond(struct crc_session *s, CUgraph g)
+{
+	for (struct crc_cond_node *c = s->cond_nodes; c; c = c->next)
+		if (c->graph == g)
+			return true;
+	return false;
+}
+
+static void cond_forget_node(struct crc_session *s, struct crc_cond_node *c);
+
+/* A graph going away: its records and its conditional nodes' bodies' go with it. */
+static void cond_forget_graph(struct crc_session *s, CUgraph g)
+{
+	for (struct crc_cond_handle **pp = &s->cond_handles; *pp;) {
+		struct crc_cond_handle *c = *pp;
+
+		if (c->graph == g) {
+			*pp = c->next;
+			free(c);
+		} else {
+			pp = &c->next;
+		}
+	}
+	for (struct crc_cond_node *c = s->cond_nodes, *next; c; c = next) {
+		next = c->next;
+		if (c->graph == g) {
+			cond_forget_node(s, c);
+			next = s->cond_nodes; /* the list changed */
+		}
+	}
+}
+
+static void cond_forget_node(struct crc_session *s, struct crc_cond_node *c)
+{
+	for (struct crc_cond_node **pp = &s->cond_nodes; *pp; pp = &(*pp)->next)
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	for (uint32_t i = 0; i < c->size; i++)
+		cond_forget_graph(s, c->bodies[i]);
+	free(c->bodies);
+	free(c);
+}
+
+static void cond_free(struct crc_session *s)
+{
+	while (s->cond_handles) {
+		struct crc_cond_handle *c = s->cond_handles;
+
+		s->cond_handles = c->next;
+		free(c);
+	}
+	while (s->cond_nodes) {
+		struct crc_cond_node *c = s->cond_nodes;
+
+		s->cond_nodes = c->next;
+		free(c->bodies);
+		free(c);
+	}
+}
+
+/* A graph of the daemon's own (a shadow, a rebuilt graph that failed) goes, with its records. */
+static void shadow_destroy(struct crc_session *s, CUgraph g)
+{
+	cond_forget_graph(s, g);
+	CALL(cuGraphDestroy, g);
+}
+
+CUresult crc_ovr_cuGraphConditionalHandleCreate(struct crc_session *s, void *const *argv)
+{
+	CUgraphConditionalHandle *out = argv[0];
+	CUgraph g = *(CUgraph *)argv[1];
+	CUcontext ctx = *(CUcontext *)argv[2];
+	unsigned dflt = *(unsigned *)argv[3], flags = *(unsigned *)argv[4];
+	CUresult res = CALL(cuGraphConditionalHandleCreate, out, g, ctx, dflt, flags);
+
+	if (res == CUDA_SUCCESS)
+		res = cond_handle_record(s, g, *out, crc_find_handle(s, CRC_HT_CTX, ctx), dflt, flags);
+	return res;
+}
+
+CUresult crc_ovr_cuGraphDestroyNode(struct crc_session *s, void *const *argv)
+{
+	CUgraphNode node = *(CUgraphNode *)argv[0];
+	struct crc_cond_node *c = cond_node_find(s, node);
+	CUresult res = CALL(cuGraphDestroyNode, node);
+
+	if (res == CUDA_SUCCESS && c)
+		cond_forget_node(s, c);
+	return res;
+}
+
 CUresult crc_raw_graph_cond(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
 			    size_t len)
 {
@@ -374,6 +539,9 @@ CUresult crc_raw_graph_cond(struct crc_session *s, const struct crc_call_hdr *h,
 		res = CUDA_ERROR_OUT_OF_MEMORY;
 	for (uint32_t i = 0; res == CUDA_SUCCESS && i < w.size; i++)
 		out[i] = crc_handle_of(s, CRC_HT_GRAPH, p.conditional.phGraph_out[i]);
+	if (res == CUDA_SUCCESS)
+		res = cond_node_record(s, node, nr.graph, w.handle, w.ctx, w.type, w.size,
+				       p.conditional.phGraph_out);
 out:
 	free(nr.deps);
 	return res;
@@ -449,6 +617,10 @@ CUresult crc_raw_capture_info(struct crc_session *s, const struct crc_call_hdr *
 
 /* ---- executable graphs ---------------------------------------------------------------------------- */
 
+static int graph_copy(struct crc_session *s, CUgraph g, CUgraph *out, CUgraphNode **orig, CUgraphNode **copy,
+		      size_t *n);
+static int map_add(struct node_map *m, uint64_t vh, CUgraphNode node);
+
 static CUresult gexec_add(struct crc_session *s, CUgraphExec exec, CUgraph shadow, uint64_t flags)
 {
 	struct crc_gexec *x = calloc(1, sizeof(*x));
@@ -465,22 +637,34 @@ CUresult crc_ovr_cuGraphInstantiateWithFlags(struct crc_session *s, void *const 
 	CUgraphExec *out = argv[0];
 	CUgraph graph = *(CUgraph *)argv[1], shadow = NULL;
 	unsigned long long flags = *(unsigned long long *)argv[2];
+	CUgraphNode *orig = NULL, *copy = NULL;
+	size_t n = 0;
+	struct crc_gexec *x;
 	CUresult res = CALL(cuGraphInstantiateWithFlags, out, graph, flags);
 
 	if (res != CUDA_SUCCESS || !out)
 		return res;
-	/* A graph the driver cannot clone leaves the exec without a shadow: it runs, and a checkpoint says
-	 * it cannot carry it. (Graph memory, which the driver does not clone, is the client's: graph_mem.c.)
-	 */
-	if (CALL(cuGraphClone, &shadow, graph) != CUDA_SUCCESS)
+	/* A graph that cannot be copied leaves the exec without a shadow: it runs, and a checkpoint says it
+	 * cannot carry it. (Graph memory, which the driver does not clone, is the client's: graph_mem.c.) */
+	if (graph_copy(s, graph, &shadow, &orig, &copy, &n))
 		shadow = NULL;
 	if (gexec_add(s, *out, shadow, flags) != CUDA_SUCCESS) {
 		if (shadow)
-			CALL(cuGraphDestroy, shadow);
+			shadow_destroy(s, shadow);
 		CALL(cuGraphExecDestroy, *out);
-		return CUDA_ERROR_OUT_OF_MEMORY;
+		res = CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	return CUDA_SUCCESS;
+	/* A rebuilt copy: which of its nodes stands for each of the application's. */
+	x = res == CUDA_SUCCESS && copy ? gexec_find(s, *out) : NULL;
+	for (size_t k = 0; x && k < n; k++) {
+		uint64_t vh = crc_find_handle(s, CRC_HT_GRAPHNODE, orig[k]);
+
+		if (vh && map_add(&x->sh, vh, copy[k]))
+			x->modified = true;
+	}
+	free(orig);
+	free(copy);
+	return res;
 }
 
 static struct crc_gexec *gexec_find(struct crc_session *s, CUgraphExec exec)
@@ -585,7 +769,7 @@ void crc_graph_exec_remap(struct crc_session *s, int op, void *const *argv)
  * which for graphs built or captured the same way is the order of creation (the driver's own pairing,
  * which an update of graphs of the same topology follows). */
 struct repair {
-	CUgraphNode *old, *new_;
+	CUgraphNode *old, *new_, *copy; /* copy[k]: the new copy's node for new_[k] (NULL: find in clone) */
 	size_t n;
 	CUgraph clone;
 	struct node_map sh;
@@ -597,9 +781,12 @@ static int repair_one(void *arg, uint64_t vh, CUgraphNode sn)
 	CUgraphNode cn = NULL;
 
 	for (size_t k = 0; k < r->n; k++)
-		if (r->old[k] == sn)
+		if (r->old[k] == sn) {
+			if (r->copy)
+				return map_add(&r->sh, vh, r->copy[k]);
 			return CALL(cuGraphNodeFindInClone, &cn, r->new_[k], r->clone) != CUDA_SUCCESS ||
 			       map_add(&r->sh, vh, cn);
+		}
 	return -1;
 }
 
@@ -618,12 +805,12 @@ static int exec_updated(struct crc_session *s, struct crc_gexec *x, CUgraph g)
 	size_t n2 = 0;
 	int rc = -1;
 
-	if (!x->shadow || graph_nodes(x->shadow, &r.old, &r.n) || graph_nodes(g, &r.new_, &n2) || n2 != r.n ||
-	    CALL(cuGraphClone, &r.clone, g) != CUDA_SUCCESS)
+	if (!x->shadow || graph_nodes(x->shadow, &r.old, &r.n) ||
+	    graph_copy(s, g, &r.clone, &r.new_, &r.copy, &n2) || n2 != r.n)
 		goto out;
 	rc = each_shadow_node(s, x, repair_one, &r);
 	if (!rc) {
-		CALL(cuGraphDestroy, x->shadow);
+		shadow_destroy(s, x->shadow);
 		x->shadow = r.clone;
 		map_free(&x->sh);
 		x->sh = r.sh;
@@ -632,10 +819,11 @@ static int exec_updated(struct crc_session *s, struct crc_gexec *x, CUgraph g)
 	}
 out:
 	if (r.clone)
-		CALL(cuGraphDestroy, r.clone);
+		shadow_destroy(s, r.clone);
 	map_free(&r.sh);
 	free(r.old);
 	free(r.new_);
+	free(r.copy);
 	return rc;
 }
 
@@ -687,6 +875,7 @@ void crc_graph_exec_changed(struct crc_session *s, int op, void *const *argv)
 
 void crc_graph_free(struct crc_session *s)
 {
+	cond_free(s);
 	while (s->gexecs) {
 		struct crc_gexec *x = s->gexecs;
 
@@ -712,10 +901,14 @@ static void graph_node_handles(struct crc_session *s, CUgraph g, int depth, uint
 		uint64_t v = crc_find_handle(s, CRC_HT_GRAPHNODE, nodes[i]);
 		uint64_t *grown;
 
+		struct crc_cond_node *c = cond_node_find(s, nodes[i]);
+
 		if (CALL(cuGraphNodeGetType, nodes[i], &type) == CUDA_SUCCESS &&
 		    type == CU_GRAPH_NODE_TYPE_GRAPH &&
 		    CALL(cuGraphChildGraphNodeGetGraph, nodes[i], &child) == CUDA_SUCCESS)
 			graph_node_handles(s, child, depth + 1, vh, n);
+		for (uint32_t b = 0; c && b < c->size; b++)
+			graph_node_handles(s, c->bodies[b], depth + 1, vh, n);
 		if (!v || !(grown = realloc(*vh, (*n + 1) * sizeof(**vh))))
 			continue;
 		*vh = grown;
@@ -737,6 +930,8 @@ CUresult crc_ovr_cuGraphDestroy(struct crc_session *s, void *const *argv)
 	res = CALL(cuGraphDestroy, g);
 	for (size_t i = 0; res == CUDA_SUCCESS && i < n; i++)
 		crc_forget(s, vh[i]);
+	if (res == CUDA_SUCCESS)
+		cond_forget_graph(s, g);
 	free(vh);
 	return res;
 }
@@ -755,7 +950,7 @@ CUresult crc_ovr_cuGraphExecDestroy(struct crc_session *s, void *const *argv)
 
 			*pp = x->next;
 			if (x->shadow)
-				CALL(cuGraphDestroy, x->shadow);
+				shadow_destroy(s, x->shadow);
 			gexec_map_free(x);
 			free(x);
 			break;
@@ -776,7 +971,7 @@ static void gexec_prune(struct crc_session *s)
 		}
 		*pp = x->next;
 		if (x->shadow)
-			CALL(cuGraphDestroy, x->shadow);
+			shadow_destroy(s, x->shadow);
 		gexec_map_free(x);
 		free(x);
 	}
@@ -790,12 +985,15 @@ static void gexec_prune(struct crc_session *s)
  * with the client's host addresses; memset: CUDA_MEMSET_NODE_PARAMS; event record/wait: the event's
  * handle; child graph: a graph description; empty: nothing. Kernel payloads end with the node's
  * attributes: u32 count, then per attribute u32 id, u32 0, CUkernelNodeAttrValue. */
-#define GRAPH_DESC_VERSION 3 /* 2: kernel nodes carry their attributes; 3: execs their node map */
+/* 2: kernel nodes carry their attributes; 3: execs their node map; 4: graphs their conditional handles
+ * first, conditional nodes (u64 handle, u64 context, u32 type, u32 size, then each body's description). */
+#define GRAPH_DESC_VERSION 4
 
 struct gbuf {
 	uint8_t *p;
 	size_t n, cap;
 	bool oom;
+	bool anonymous; /* no node handles: a copy for a shadow, which the application does not name */
 };
 
 static void *gbuf_put(struct gbuf *b, const void *src, size_t n)
@@ -936,7 +1134,7 @@ static int describe_node(struct crc_session *s, CUgraphNode node, struct gbuf *b
 	gbuf_u32(b, (uint32_t)type);
 	at = b->n;
 	gbuf_u32(b, 0); /* payload bytes, below */
-	gbuf_u64(b, crc_find_handle(s, CRC_HT_GRAPHNODE, node));
+	gbuf_u64(b, b->anonymous ? 0 : crc_find_handle(s, CRC_HT_GRAPHNODE, node));
 	switch (type) {
 	case CU_GRAPH_NODE_TYPE_KERNEL: {
 		CUDA_KERNEL_NODE_PARAMS_v2 p = {0};
@@ -1021,6 +1219,25 @@ static int describe_node(struct crc_session *s, CUgraphNode node, struct gbuf *b
 		gbuf_u64(b, data);
 		break;
 	}
+	case CU_GRAPH_NODE_TYPE_CONDITIONAL: {
+		struct crc_cond_node *c = cond_node_find(s, node);
+
+		if (!c) {
+			snprintf(
+			    why, len,
+			    "a conditional node whose making crcuda did not see (inside a child graph node, "
+			    "or in a graph's copy) cannot be checkpointed: the driver cannot read it back");
+			return -1;
+		}
+		gbuf_u64(b, c->handle);
+		gbuf_u64(b, c->ctx);
+		gbuf_u32(b, c->type);
+		gbuf_u32(b, c->size);
+		for (uint32_t i = 0; i < c->size; i++)
+			if (describe_graph(s, c->bodies[i], b, why, len, depth + 1))
+				return -1;
+		break;
+	}
 	case CU_GRAPH_NODE_TYPE_EMPTY:
 		break;
 	default:
@@ -1036,6 +1253,35 @@ static int describe_node(struct crc_session *s, CUgraphNode node, struct gbuf *b
 
 		memcpy(b->p + at, &bytes, 4);
 	}
+	return 0;
+}
+
+/* The graph's conditional handles: u32 count, then (u64 value, u64 context, u32 default, u32 flags) each,
+ * in creation order. Only numbered 1..count on a graph that is no conditional body: a rebuild makes
+ * them again there in that order and must get the same values. */
+static int describe_handles(struct crc_session *s, CUgraph g, struct gbuf *b, char *why, size_t len)
+{
+	uint32_t count = 0;
+
+	for (struct crc_cond_handle *c = s->cond_handles; c; c = c->next)
+		if (c->graph == g && c->value != ++count)
+			break;
+	for (struct crc_cond_handle *c = s->cond_handles; c; c = c->next)
+		if (c->graph == g && (c->value > count || graph_is_body(s, g))) {
+			snprintf(why, len,
+				 "conditional handles made on a conditional node's body, or numbered out of "
+				 "order, "
+				 "cannot be checkpointed yet");
+			return -1;
+		}
+	gbuf_u32(b, count);
+	for (struct crc_cond_handle *c = s->cond_handles; c; c = c->next)
+		if (c->graph == g) {
+			gbuf_u64(b, c->value);
+			gbuf_u64(b, c->ctx);
+			gbuf_u32(b, c->dflt);
+			gbuf_u32(b, c->flags);
+		}
 	return 0;
 }
 
@@ -1062,6 +1308,8 @@ static int describe_graph(struct crc_session *s, CUgraph g, struct gbuf *b, char
 		snprintf(why, len, "cannot list a graph's nodes and edges");
 		goto out;
 	}
+	if (describe_handles(s, g, b, why, len))
+		goto out;
 	gbuf_u32(b, (uint32_t)n);
 	gbuf_u32(b, (uint32_t)ne);
 	for (size_t i = 0; i < n; i++)
@@ -1201,6 +1449,7 @@ struct grd {
 	const uint8_t *p;
 	size_t n, off;
 	bool bad;
+	uint32_t version; /* of the description */
 };
 
 static const void *grd_take(struct grd *r, size_t n)
@@ -1237,12 +1486,14 @@ static uint64_t grd_u64(struct grd *r)
 
 static CUresult rebuild_graph(struct crc_session *s, struct grd *r, CUgraph *out, int depth,
 			      CUgraphNode **keep, uint32_t *nkeep);
+static CUresult rebuild_into(struct crc_session *s, struct grd *r, CUgraph g, int depth, CUgraphNode **keep,
+			     uint32_t *nkeep);
 
 static CUresult rebuild_node(struct crc_session *s, struct grd *r, CUgraph g, CUgraphNode *node, int depth)
 {
 	uint32_t type = grd_u32(r), bytes = grd_u32(r);
 	uint64_t vh = grd_u64(r);
-	struct grd pl = {.p = grd_take(r, bytes), .n = bytes};
+	struct grd pl = {.p = grd_take(r, bytes), .n = bytes, .version = r->version};
 	struct crc_call_hdr h = {0};
 	union crc_slot slot;
 	CUresult res = CUDA_ERROR_INVALID_VALUE;
@@ -1348,6 +1599,28 @@ static CUresult rebuild_node(struct crc_session *s, struct grd *r, CUgraph g, CU
 	case CU_GRAPH_NODE_TYPE_EMPTY:
 		res = CALL(cuGraphAddEmptyNode, node, g, NULL, 0);
 		break;
+	case CU_GRAPH_NODE_TYPE_CONDITIONAL: {
+		CUgraphNodeParams p = {.type = CU_GRAPH_NODE_TYPE_CONDITIONAL};
+		uint64_t handle = grd_u64(&pl), ctx = grd_u64(&pl);
+		uint32_t ctype = grd_u32(&pl), size = grd_u32(&pl);
+
+		if (pl.bad || !size || size > CRC_COND_BODIES_MAX)
+			break;
+		res = crc_translate(s, &h, CRC_HT_CTX, ctx, &slot);
+		if (res != CUDA_SUCCESS)
+			break;
+		p.conditional.handle = handle;
+		p.conditional.type = (CUgraphConditionalNodeType)ctype;
+		p.conditional.size = size;
+		p.conditional.ctx = slot.ptr;
+		res = CALL(cuGraphAddNode, node, g, NULL, 0, &p);
+		if (res == CUDA_SUCCESS)
+			res = cond_node_record(s, *node, g, handle, ctx, ctype, size,
+					       p.conditional.phGraph_out);
+		for (uint32_t i = 0; res == CUDA_SUCCESS && i < size; i++)
+			res = rebuild_into(s, &pl, p.conditional.phGraph_out[i], depth + 1, NULL, NULL);
+		break;
+	}
 	default:
 		break;
 	}
@@ -1359,28 +1632,56 @@ static CUresult rebuild_node(struct crc_session *s, struct grd *r, CUgraph g, CU
 	return res;
 }
 
-/* keep (may be NULL): the graph's nodes in description order, *nkeep of them, for the caller to free. */
-static CUresult rebuild_graph(struct crc_session *s, struct grd *r, CUgraph *out, int depth,
-			      CUgraphNode **keep, uint32_t *nkeep)
+/* The graph's conditional handles made again, in their order: the same values (version 4). */
+static CUresult rebuild_handles(struct crc_session *s, struct grd *r, CUgraph g)
 {
+	uint32_t count = r->version >= 4 ? grd_u32(r) : 0;
+	struct crc_call_hdr h = {0};
+	CUresult res = r->bad || count > 65536 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+
+	for (uint32_t i = 0; res == CUDA_SUCCESS && i < count; i++) {
+		uint64_t value = grd_u64(r), ctx = grd_u64(r);
+		uint32_t dflt = grd_u32(r), flags = grd_u32(r);
+		CUgraphConditionalHandle got = 0;
+		union crc_slot slot;
+
+		res = r->bad ? CUDA_ERROR_INVALID_VALUE : crc_translate(s, &h, CRC_HT_CTX, ctx, &slot);
+		if (res == CUDA_SUCCESS)
+			res = CALL(cuGraphConditionalHandleCreate, &got, g, slot.ptr, dflt, flags);
+		if (res == CUDA_SUCCESS && got != value) {
+			pr_warn("session %llu: a conditional handle came back as %llu, not %llu",
+				(unsigned long long)s->id, (unsigned long long)got,
+				(unsigned long long)value);
+			res = CUDA_ERROR_INVALID_VALUE;
+		}
+		if (res == CUDA_SUCCESS)
+			res = cond_handle_record(s, g, value, ctx, dflt, flags);
+	}
+	return res;
+}
+
+/* Fills the graph g from its description. keep (may be NULL): its nodes in description order, *nkeep of
+ * them, for the caller to free. */
+static CUresult rebuild_into(struct crc_session *s, struct grd *r, CUgraph g, int depth, CUgraphNode **keep,
+			     uint32_t *nkeep)
+{
+	CUresult res = rebuild_handles(s, r, g);
 	uint32_t n = grd_u32(r), ne = grd_u32(r);
 	CUgraphNode *nodes;
-	CUresult res;
 
-	if (r->bad || n > (1u << 24) || ne > (1u << 26))
-		return CUDA_ERROR_INVALID_VALUE;
+	if (res != CUDA_SUCCESS || r->bad || n > (1u << 24) || ne > (1u << 26))
+		return res != CUDA_SUCCESS ? res : CUDA_ERROR_INVALID_VALUE;
 	nodes = calloc(n + 1, sizeof(*nodes));
 	if (!nodes)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	res = CALL(cuGraphCreate, out, 0);
 	for (uint32_t i = 0; res == CUDA_SUCCESS && i < n; i++)
-		res = rebuild_node(s, r, *out, &nodes[i], depth);
+		res = rebuild_node(s, r, g, &nodes[i], depth);
 	for (uint32_t e = 0; res == CUDA_SUCCESS && e < ne; e++) {
 		uint32_t fi = grd_u32(r), ti = grd_u32(r);
 
 		res = r->bad || fi >= n || ti >= n
 			  ? CUDA_ERROR_INVALID_VALUE
-			  : CALL(cuGraphAddDependencies, *out, &nodes[fi], &nodes[ti], 1);
+			  : CALL(cuGraphAddDependencies, g, &nodes[fi], &nodes[ti], 1);
 	}
 	if (res == CUDA_SUCCESS && keep) {
 		*keep = nodes;
@@ -1388,11 +1689,53 @@ static CUresult rebuild_graph(struct crc_session *s, struct grd *r, CUgraph *out
 		nodes = NULL;
 	}
 	free(nodes);
+	return res;
+}
+
+static CUresult rebuild_graph(struct crc_session *s, struct grd *r, CUgraph *out, int depth,
+			      CUgraphNode **keep, uint32_t *nkeep)
+{
+	CUresult res = CALL(cuGraphCreate, out, 0);
+
+	if (res == CUDA_SUCCESS)
+		res = rebuild_into(s, r, *out, depth, keep, nkeep);
 	if (res != CUDA_SUCCESS && *out) {
-		CALL(cuGraphDestroy, *out);
+		shadow_destroy(s, *out);
 		*out = NULL;
 	}
 	return res;
+}
+
+/* ---- copies of graphs ---------------------------------------------------------------------------------- */
+/* A copy of g for an executable graph's shadow, and g's top-level nodes (*orig, *n of them, in
+ * cuGraphGetNodes order). The driver's clone, except for a graph with conditional nodes, whose bodies a
+ * clone would hide (nothing reads a conditional node back): that one is rebuilt from g's description,
+ * and *copy then holds its nodes in *orig's order (else NULL: cuGraphNodeFindInClone pairs them). 0 or
+ * -1; the caller frees *orig and *copy. */
+static int graph_copy(struct crc_session *s, CUgraph g, CUgraph *out, CUgraphNode **orig, CUgraphNode **copy,
+		      size_t *n)
+{
+	struct gbuf b = {.anonymous = true};
+	char why[256];
+	uint32_t nk = 0;
+	int rc = -1;
+
+	*out = NULL;
+	*copy = NULL;
+	if (graph_nodes(g, orig, n))
+		return -1;
+	if (!graph_has_cond(s, g))
+		return CALL(cuGraphClone, out, g) == CUDA_SUCCESS ? 0 : -1;
+	if (!describe_graph(s, g, &b, why, sizeof(why), 0) && !b.oom) {
+		struct grd r = {.p = b.p, .n = b.n, .version = GRAPH_DESC_VERSION};
+
+		rc = rebuild_graph(s, &r, out, 0, copy, &nk) == CUDA_SUCCESS && nk == *n ? 0 : -1;
+	} else {
+		pr_debug("session %llu: a graph is not copied for its executable graph: %s",
+			 (unsigned long long)s->id, why);
+	}
+	free(b.p);
+	return rc;
 }
 
 int crc_graph_restore(struct crc_session *s, const char *hex, char *why, size_t len)
@@ -1423,7 +1766,8 @@ int crc_graph_restore(struct crc_session *s, const char *hex, char *why, size_t 
 	}
 	r = (struct grd){.p = bin, .n = hl / 2};
 	version = grd_u32(&r);
-	if (version != GRAPH_DESC_VERSION && version != 2) {
+	r.version = version;
+	if (version < 2 || version > GRAPH_DESC_VERSION) {
 		free(bin);
 		snprintf(why, len, "the checkpoint's graph description has an unknown version");
 		return -1;

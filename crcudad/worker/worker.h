@@ -140,7 +140,9 @@ struct crc_session {
 	uint64_t *event_marks;
 	uint32_t event_marks_cap;
 	uint64_t event_mark_seq;
-	struct crc_gexec *gexecs;	    /* executable graphs and their shadows (graph.c) */
+	struct crc_gexec *gexecs;	      /* executable graphs and their shadows (graph.c) */
+	struct crc_cond_handle *cond_handles; /* conditional handles and nodes as made (graph.c) */
+	struct crc_cond_node *cond_nodes;
 	struct crc_hostfn_page *hostfn;	    /* the client's, for host functions (hostfn.c) */
 	struct crc_hostfn_arg *hostfn_args; /* what host nodes run */
 	struct crc_texobj *texobjs;	    /* live texture and surface objects (arrays.c) */
@@ -329,7 +331,9 @@ int crc_dev_client(const struct crc_session *s, int dev);
 	X(cuLibraryUnload)                                                                                   \
 	X(cuGraphInstantiateWithFlags)                                                                       \
 	X(cuGraphExecDestroy)                                                                                \
-	X(cuGraphDestroy)
+	X(cuGraphDestroy)                                                                                    \
+	X(cuGraphConditionalHandleCreate)                                                                    \
+	X(cuGraphDestroyNode)
 
 #define CRC_DECL_OVERRIDE(sym) CUresult crc_ovr_##sym(struct crc_session *s, void *const *argv);
 CRC_OVERRIDES(CRC_DECL_OVERRIDE)

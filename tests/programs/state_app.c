@@ -32,7 +32,11 @@
  * through graph memory: the capture takes a scratch word from cuMemAllocAsync, copies the step into
  * it, counts there, copies it back, the chunks' steps read it, and cuMemFreeAsync ends it (the same
  * checksum); at the end the device's graph memory must still be reserved. A restore must bring the
- * graph's memory back at the address its nodes name.
+ * graph's memory back at the address its nodes name. --graph-cond: each launch of a graph runs COND_PER
+ * steps in a WHILE conditional node, whose body counts the step on the device, steps every chunk and
+ * sets the condition while the step is not a multiple of COND_PER (the same checksum; --steps a
+ * multiple of it). A restore must rebuild the graph and its executable graph with the node, its body
+ * and its handle (the body's last kernel names it by value).
  * --texture: each step also reads a CUDA array through a texture object (every word mixed with an
  * element) and rewrites the array through a surface object, and the array joins the checksum (a
  * different one); a texture object made and destroyed first leaves a hole below the live objects'
@@ -48,12 +52,14 @@
 
 extern const unsigned char state_app_fatbin[];
 
+#define COND_PER 4
+
 struct opts {
 	unsigned long mb;
 	unsigned chunks, steps, ready_at, pause_ms, seed, devices;
 	const char *ready_file, *go_file;
 	int verify, graph, graph_pageable, ready_in_capture, managed, registered, pool, pinned_ready, texture;
-	int graph_params, graph_mem;
+	int graph_params, graph_mem, graph_cond;
 };
 
 static void parse(int argc, char **argv, struct opts *o)
@@ -84,6 +90,10 @@ static void parse(int argc, char **argv, struct opts *o)
 		}
 		if (!strcmp(a, "--graph-mem")) {
 			o->graph = o->graph_mem = 1;
+			continue;
+		}
+		if (!strcmp(a, "--graph-cond")) {
+			o->graph_cond = 1;
 			continue;
 		}
 		if (!strcmp(a, "--pinned-ready")) {
@@ -137,7 +147,9 @@ static void parse(int argc, char **argv, struct opts *o)
 	    !(o->managed && (o->graph || o->verify)) && !(o->pool && o->devices != 1) &&
 	    !(o->texture && (o->graph || o->verify || o->devices != 1)) &&
 	    !(o->graph_params && (o->graph || o->texture || o->managed || o->devices != 1)) &&
-	    !(o->graph_mem && o->graph_pageable))
+	    !(o->graph_mem && o->graph_pageable) &&
+	    !(o->graph_cond && (o->graph || o->graph_params || o->texture || o->managed || o->devices != 1 ||
+				o->steps % COND_PER)))
 		return;
 usage:
 	fprintf(stderr,
@@ -145,7 +157,7 @@ usage:
 		"                 [--ready-file PATH] [--go-file PATH] [--seed N] [--devices N] [--verify]\n"
 		"                 [--graph] [--graph-pageable] [--managed] [--registered] [--pool] "
 		"[--texture] [--graph-params]\n"
-		"                 [--pinned-ready] [--graph-mem]\n");
+		"                 [--pinned-ready] [--graph-mem] [--graph-cond]\n");
 	exit(2);
 }
 
@@ -241,6 +253,47 @@ static CUgraph param_graph(CUfunction f, CUdeviceptr *bufs, unsigned chunks, uns
 
 		CU_CHECK(cuGraphAddKernelNode(&nodes[c], g, c ? &nodes[c - 1] : NULL, c ? 1 : 0, &kp));
 	}
+	return g;
+}
+
+/* --graph-cond: a WHILE node whose body counts the step, steps every chunk, and loops until the step is a
+ * multiple of COND_PER (the handle's default, 1, is set again at every launch). The graph is kept. */
+static CUgraph cond_graph(CUmodule mod, CUcontext ctx, CUdeviceptr *bufs, unsigned chunks,
+			  unsigned long long *words, unsigned grid, unsigned block, CUdeviceptr *dstep)
+{
+	CUfunction f_count, f_step, f_cond;
+	CUgraphConditionalHandle h;
+	CUgraphNodeParams cp = {.type = CU_GRAPH_NODE_TYPE_CONDITIONAL};
+	CUgraphNode ncond, ncount, nsteps[PARAM_CHUNKS_MAX], nlast;
+	unsigned per = COND_PER;
+	CUgraph g, body;
+
+	CHECK(chunks <= PARAM_CHUNKS_MAX);
+	CU_CHECK(cuModuleGetFunction(&f_count, mod, "state_count"));
+	CU_CHECK(cuModuleGetFunction(&f_step, mod, "state_step_dev"));
+	CU_CHECK(cuModuleGetFunction(&f_cond, mod, "state_cond"));
+	CU_CHECK(cuMemAlloc(dstep, sizeof(unsigned)));
+	CU_CHECK(cuMemsetD32(*dstep, 0, 1));
+	CU_CHECK(cuGraphCreate(&g, 0));
+	CU_CHECK(cuGraphConditionalHandleCreate(&h, g, ctx, 1, CU_GRAPH_COND_ASSIGN_DEFAULT));
+	cp.conditional.handle = h;
+	cp.conditional.type = CU_GRAPH_COND_TYPE_WHILE;
+	cp.conditional.size = 1;
+	cp.conditional.ctx = ctx;
+	CU_CHECK(cuGraphAddNode(&ncond, g, NULL, NULL, 0, &cp));
+	body = cp.conditional.phGraph_out[0];
+	void *pc[] = {dstep};
+	CUDA_KERNEL_NODE_PARAMS kp = step_node(f_count, 1, 1, pc);
+	CU_CHECK(cuGraphAddKernelNode(&ncount, body, NULL, 0, &kp));
+	for (unsigned c = 0; c < chunks; c++) {
+		void *p[] = {&bufs[c], words, dstep};
+
+		kp = step_node(f_step, grid, block, p);
+		CU_CHECK(cuGraphAddKernelNode(&nsteps[c], body, &ncount, 1, &kp));
+	}
+	void *pl[] = {dstep, &per, &h};
+	kp = step_node(f_cond, 1, 1, pl);
+	CU_CHECK(cuGraphAddKernelNode(&nlast, body, nsteps, chunks, &kp));
 	return g;
 }
 
@@ -424,8 +477,19 @@ int main(int argc, char **argv)
 	}
 	if (o.graph)
 		step_graph = capture_step(&o, &d[0].mod, d[0].stream, bufs, o.chunks, words, grid, block);
+	CUdeviceptr cond_step = 0;
+	if (o.graph_cond) {
+		pgraph = cond_graph(d[0].mod, d[0].ctx, bufs, o.chunks, &words, grid, block, &cond_step);
+		CU_CHECK(cuGraphInstantiateWithFlags(&step_graph, pgraph, 0));
+	}
 	while (step < o.steps) {
 		step++;
+		if (o.graph_cond) {
+			/* One launch runs this step and the next COND_PER - 1. */
+			if ((step - 1) % COND_PER == 0)
+				CU_CHECK(cuGraphLaunch(step_graph, d[0].stream));
+			goto launched;
+		}
 		if (o.graph_params) {
 			if (step == o.ready_at) {
 				/* The update: a second graph of the same shape. The executable graph's nodes

@@ -18,6 +18,7 @@
 #                    state_graph (state_app --graph: each step one launch of a captured CUDA graph)
 #                    state_graph_pageable (the same, the step number copied in from pageable memory)
 #                    state_graph_mem (the same, the step number passed through the graph's own memory)
+#                    state_graph_cond (four steps a launch, looped by a WHILE conditional node)
 #                    state_managed (managed memory written by kernels and the CPU in turns, a 32 MiB
 #                    chunk prefetched to the GPU every other step)
 #                    state_pool (chunks from a memory pool of its own; its books checked at the end)
@@ -80,6 +81,7 @@ cmd[state_app]=${cmd[state_app]:-$build/tests/programs/state_app --mb 8 --chunks
 cmd[state_graph]=${cmd[state_graph]:-$build/tests/programs/state_app --mb 8 --chunks 4 --steps 400 --graph}
 cmd[state_graph_pageable]=${cmd[state_graph_pageable]:-$build/tests/programs/state_app --mb 8 --chunks 4 --steps 300 --graph-pageable}
 cmd[state_graph_mem]=${cmd[state_graph_mem]:-$build/tests/programs/state_app --mb 8 --chunks 4 --steps 300 --graph-mem}
+cmd[state_graph_cond]=${cmd[state_graph_cond]:-$build/tests/programs/state_app --mb 8 --chunks 4 --steps 400 --graph-cond}
 cmd[state_managed]=${cmd[state_managed]:-$build/tests/programs/state_app --mb 32 --chunks 1 --steps 40 --managed}
 cmd[state_pool]=${cmd[state_pool]:-$build/tests/programs/state_app --mb 8 --chunks 4 --steps 400 --pool}
 cmd[state_graph_params]=${cmd[state_graph_params]:-$build/tests/programs/state_app --mb 8 --chunks 4 --steps 400 --graph-params}
