@@ -467,7 +467,8 @@ CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
 	res = peer_check(peer);
 	if (res == CUDA_SUCCESS && flags)
 		res = CUDA_ERROR_INVALID_VALUE;
-	return res == CUDA_SUCCESS ? CUDA_ERROR_INVALID_DEVICE : res;
+	/* No simulated device reaches another's memory (nor, as on the driver, its own as a peer). */
+	return res == CUDA_SUCCESS ? CUDA_ERROR_PEER_ACCESS_UNSUPPORTED : res;
 }
 
 CUresult cuCtxDisablePeerAccess(CUcontext peer)
