@@ -614,6 +614,90 @@ CUresult crc_hook_cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PAR
 	return res;
 }
 
+/* ---- batch mem-op nodes ------------------------------------------------------------------------------ */
+_Static_assert(sizeof(CUstreamBatchMemOpParams) == CRC_MEMOP_BYTES,
+	       "crc_graph_memops_wire carries operations");
+
+static CUresult memop_node(uint16_t op, CUgraphNode *out, uint64_t graph, uint64_t node, uint64_t exec,
+			   const CUgraphNode *deps, size_t ndeps, const CUDA_BATCH_MEM_OP_NODE_PARAMS *p)
+{
+	struct crc_graph_memops_wire *w;
+	struct crc_call c;
+	void *args;
+	CUresult res;
+
+	if (!p || !p->count || p->count > CRC_MEMOPS_MAX || !p->paramArray || (ndeps && !deps) ||
+	    ndeps > 65536)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = crc_call_begin(&c, op, 0,
+			     sizeof(struct crc_graph_node_req) + ndeps * 8 + sizeof(*w) +
+				 p->count * sizeof(*p->paramArray),
+			     &args);
+	if (res != CUDA_SUCCESS)
+		return res;
+	w = node_header(args, graph, node, exec, 0, deps, ndeps);
+	*w = (struct crc_graph_memops_wire){.ctx = (uintptr_t)p->ctx, .count = p->count, .flags = p->flags};
+	memcpy(w + 1, p->paramArray, p->count * sizeof(*p->paramArray));
+	return node_call(&c, out);
+}
+
+CUresult crc_hook_cuGraphAddBatchMemOpNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+					   const CUgraphNode *dependencies, size_t numDependencies,
+					   const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
+{
+	if (!phGraphNode)
+		return CUDA_ERROR_INVALID_VALUE;
+	return memop_node(CRC_CU_cuGraphAddBatchMemOpNode, phGraphNode, (uintptr_t)hGraph, 0, 0, dependencies,
+			  numDependencies, nodeParams);
+}
+
+CUresult crc_hook_cuGraphBatchMemOpNodeSetParams(CUgraphNode hNode,
+						 const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
+{
+	return memop_node(CRC_CU_cuGraphBatchMemOpNodeSetParams, NULL, 0, (uintptr_t)hNode, 0, NULL, 0,
+			  nodeParams);
+}
+
+CUresult crc_hook_cuGraphExecBatchMemOpNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+						     const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
+{
+	return memop_node(CRC_CU_cuGraphExecBatchMemOpNodeSetParams, NULL, 0, (uintptr_t)hNode,
+			  (uintptr_t)hGraphExec, NULL, 0, nodeParams);
+}
+
+/* paramArray points into the calling thread's copy, valid until its next call of this function. */
+CUresult crc_hook_cuGraphBatchMemOpNodeGetParams(CUgraphNode hNode,
+						 CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams_out)
+{
+	static __thread CUstreamBatchMemOpParams tl_ops[CRC_MEMOPS_MAX];
+	struct crc_graph_node_req q = {.node = (uintptr_t)hNode};
+	const struct crc_graph_memops_wire *w;
+	struct crc_call c;
+	void *args;
+	CUresult res;
+
+	if (!nodeParams_out)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = crc_call_begin(&c, CRC_CU_cuGraphBatchMemOpNodeGetParams, 0, sizeof(q), &args);
+	if (res != CUDA_SUCCESS)
+		return res;
+	memcpy(args, &q, sizeof(q));
+	res = crc_call_wait(&c, NULL, NULL);
+	w = c.reply;
+	if (res == CUDA_SUCCESS && (c.reply_len < sizeof(*w) || w->count > CRC_MEMOPS_MAX ||
+				    c.reply_len < sizeof(*w) + w->count * sizeof(*tl_ops)))
+		res = CUDA_ERROR_UNKNOWN;
+	if (res == CUDA_SUCCESS) {
+		memcpy(tl_ops, w + 1, w->count * sizeof(*tl_ops));
+		*nodeParams_out = (CUDA_BATCH_MEM_OP_NODE_PARAMS){.ctx = (CUcontext)(uintptr_t)w->ctx,
+								  .count = w->count,
+								  .paramArray = tl_ops,
+								  .flags = w->flags};
+	}
+	crc_call_end(&c);
+	return res;
+}
+
 /* ---- conditional nodes ------------------------------------------------------------------------------ */
 /* The bodies' array is "CUDA-owned" and lives as long as the node: kept for the process's life. */
 static CUresult conditional_node(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t n,
@@ -769,6 +853,9 @@ static CUresult add_node(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, si
 		return crc_hook_cuGraphAddMemFreeNode(ph, g, deps, n, p->free.dptr);
 	case CU_GRAPH_NODE_TYPE_CONDITIONAL:
 		return conditional_node(ph, g, deps, n, &p->conditional);
+	case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
+		return crc_hook_cuGraphAddBatchMemOpNode(ph, g, deps, n,
+							 (const CUDA_BATCH_MEM_OP_NODE_PARAMS *)&p->memOp);
 	default:
 		pr_warn("cuGraphAddNode of node type %d is not supported under crcuda yet", (int)p->type);
 		return CUDA_ERROR_NOT_SUPPORTED;

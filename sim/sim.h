@@ -100,6 +100,11 @@ struct sim_conds {
 };
 void sim_conds_unref(struct sim_conds *c);
 void sim_set_conditional(const struct crcuda_sim_block *blk, unsigned long long handle, unsigned value);
+/* A stream memory operation as a host function's argument for sim_memop_run (NULL: *res says why), and
+ * back as the batch operation it is (a captured one becomes a batch mem-op node). */
+void *sim_memop_make(bool write, bool wide, CUdeviceptr addr, uint64_t value, unsigned flags, CUresult *res);
+void CUDA_CB sim_memop_run(void *arg);
+void sim_memop_params(const void *data, CUstreamBatchMemOpParams *out);
 /* Runs an op on the calling thread (a conditional node's body, on its stream's worker) and frees it. */
 void sim_op_run(struct sim_op *op);
 

@@ -23,6 +23,7 @@
 
 #include "crcuda/copy2d.h"
 #include "crcuda/log.h"
+#include "crcuda/memops.h"
 #include "sim.h"
 
 static pthread_mutex_t graph_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -135,6 +136,9 @@ struct CUgraphNode_st {
 			unsigned size;
 			struct CUgraph_st **bodies; /* size of them, owned (their owner is the node) */
 		} cond;
+		struct {
+			CUDA_BATCH_MEM_OP_NODE_PARAMS p; /* paramArray: the node's own copy */
+		} memops;
 	};
 };
 
@@ -476,6 +480,10 @@ static void params_release(struct CUgraphNode_st *n)
 		gmem_unref(n->gmem);
 		n->gmem = NULL;
 		break;
+	case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
+		free(n->memops.p.paramArray);
+		n->memops.p.paramArray = NULL;
+		break;
 	case CU_GRAPH_NODE_TYPE_CONDITIONAL:
 		for (unsigned i = 0; n->cond.bodies && i < n->cond.size; i++)
 			if (n->cond.bodies[i]) {
@@ -570,6 +578,13 @@ static bool params_copy(struct CUgraphNode_st *dst, const struct CUgraphNode_st 
 	case CU_GRAPH_NODE_TYPE_MEM_FREE:
 		dst->freed = src->freed;
 		return true;
+	case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
+		dst->memops = src->memops;
+		dst->memops.p.paramArray = malloc(src->memops.p.count * sizeof(*src->memops.p.paramArray));
+		if (dst->memops.p.paramArray)
+			memcpy(dst->memops.p.paramArray, src->memops.p.paramArray,
+			       src->memops.p.count * sizeof(*src->memops.p.paramArray));
+		return dst->memops.p.paramArray != NULL;
 	case CU_GRAPH_NODE_TYPE_CONDITIONAL:
 		dst->cond = src->cond;
 		dst->cond.bodies = calloc(src->cond.size, sizeof(*dst->cond.bodies));
@@ -617,6 +632,9 @@ static void params_move(struct CUgraphNode_st *n, struct CUgraphNode_st *proto)
 		break;
 	case CU_GRAPH_NODE_TYPE_MEM_FREE:
 		n->freed = proto->freed;
+		break;
+	case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
+		n->memops = proto->memops;
 		break;
 	case CU_GRAPH_NODE_TYPE_CONDITIONAL:
 		n->cond = proto->cond;
@@ -1010,6 +1028,51 @@ static CUresult proto_child(struct CUgraphNode_st *proto, CUgraph child, bool mo
 	return proto->child ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
+/* ---- batch mem-op nodes ---- */
+static CUresult proto_memops(struct CUgraphNode_st *proto, const CUDA_BATCH_MEM_OP_NODE_PARAMS *p)
+{
+	CUstreamBatchMemOpParams *ops;
+	struct CUctx_st *ctx;
+	CUresult res;
+
+	if (!p || !p->count || !p->paramArray || p->flags || p->count > 256)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = ctx_or_current(p->ctx, &ctx);
+	if (res != CUDA_SUCCESS)
+		return res;
+	for (unsigned i = 0; i < p->count; i++) {
+		const CUstreamBatchMemOpParams *o = &p->paramArray[i];
+		bool write = o->operation == CU_STREAM_MEM_OP_WRITE_VALUE_32 ||
+			     o->operation == CU_STREAM_MEM_OP_WRITE_VALUE_64;
+		bool wide = o->operation == CU_STREAM_MEM_OP_WAIT_VALUE_64 ||
+			    o->operation == CU_STREAM_MEM_OP_WRITE_VALUE_64;
+		void *m;
+
+		if (o->operation == CU_STREAM_MEM_OP_BARRIER ||
+		    o->operation == CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES)
+			continue;
+		if (!write && o->operation != CU_STREAM_MEM_OP_WAIT_VALUE_32 &&
+		    o->operation != CU_STREAM_MEM_OP_WAIT_VALUE_64)
+			return CUDA_ERROR_INVALID_VALUE;
+		/* Checked as the stream operation checks it. */
+		m = sim_memop_make(write, wide, write ? o->writeValue.address : o->waitValue.address,
+				   write ? o->writeValue.value64 : o->waitValue.value64,
+				   write ? o->writeValue.flags : o->waitValue.flags, &res);
+		free(m);
+		if (res != CUDA_SUCCESS)
+			return res;
+	}
+	ops = malloc(p->count * sizeof(*ops));
+	if (!ops)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	memcpy(ops, p->paramArray, p->count * sizeof(*ops));
+	proto->type = CU_GRAPH_NODE_TYPE_BATCH_MEM_OP;
+	proto->memops.p = *p;
+	proto->memops.p.ctx = ctx;
+	proto->memops.p.paramArray = ops;
+	return CUDA_SUCCESS;
+}
+
 /* ---- conditional nodes ----
  * A handle is an index into the conditional handles of the graph's root, from 1 in creation order (as
  * the driver numbers them). An executable graph keeps the values (sim_conds); each launch first sets
@@ -1159,6 +1222,8 @@ static CUresult proto_generic(struct CUgraphNode_st *proto, CUgraphNodeParams *p
 		return proto_memfree(proto, p->free.dptr);
 	case CU_GRAPH_NODE_TYPE_CONDITIONAL:
 		return proto_cond(proto, &p->conditional);
+	case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
+		return proto_memops(proto, (const CUDA_BATCH_MEM_OP_NODE_PARAMS *)&p->memOp);
 	default:
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
@@ -1301,6 +1366,12 @@ CUresult cuGraphAddMemFreeNode(CUgraphNode *ph, CUgraph g, const CUgraphNode *de
 			       CUdeviceptr dptr)
 {
 	GRAPH_ADD(cuGraphAddMemFreeNode, ph, g, deps, ndeps, proto_memfree(&proto_, dptr));
+}
+
+CUresult cuGraphAddBatchMemOpNode(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+				  const CUDA_BATCH_MEM_OP_NODE_PARAMS *p)
+{
+	GRAPH_ADD(cuGraphAddBatchMemOpNode, ph, g, deps, ndeps, proto_memops(&proto_, p));
 }
 
 /* cuGraphAddNode's proto: a child graph node may not hold the graph it is added to. */
@@ -1768,6 +1839,9 @@ CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src)
 /* accessDescs point at the node's own copy, valid while the node lives (natively: the same). */
 NODE_GET_API(cuGraphMemAllocNodeGetParams, MEM_ALLOC, CUDA_MEM_ALLOC_NODE_PARAMS_v1, *out = en->gmem->p)
 NODE_GET_API(cuGraphMemFreeNodeGetParams, MEM_FREE, CUdeviceptr, *out = en->freed)
+/* paramArray points at the node's own copy, valid while its parameters stay. */
+NODE_GET_API(cuGraphBatchMemOpNodeGetParams, BATCH_MEM_OP, CUDA_BATCH_MEM_OP_NODE_PARAMS_v1,
+	     *out = en->memops.p)
 
 /* Graph memory's attributes: in use and reserved alike (see sim_gmem). */
 static CUresult gmem_attr(CUdevice dev, CUgraphMem_attribute attr, cuuint64_t *v, bool set)
@@ -1886,6 +1960,8 @@ EXEC_SET_API(cuGraphExecMemcpyNodeSetParams, MEMCPY, true, proto_exec_memcpy(&pr
 	     const CUDA_MEMCPY3D_v2 *p, CUcontext ctx)
 EXEC_SET_API(cuGraphExecMemsetNodeSetParams, MEMSET, true, proto_memset(&proto, p, ctx),
 	     const CUDA_MEMSET_NODE_PARAMS_v1 *p, CUcontext ctx)
+NODE_EXEC_SET_API(cuGraphBatchMemOpNodeSetParams, cuGraphExecBatchMemOpNodeSetParams, BATCH_MEM_OP, p,
+		  proto_memops(&proto, p), const CUDA_BATCH_MEM_OP_NODE_PARAMS_v1 *p)
 
 CUresult cuGraphNodeSetParams(CUgraphNode n, CUgraphNodeParams *p)
 {
@@ -2088,7 +2164,8 @@ static void cond_reset_free(void *arg);
 /* An op that will not run, with what its host function would have freed. Without graph_lock. */
 static void ops_drop(struct sim_op *op)
 {
-	if (op->kind == SIM_OP_HOST_FUNC && op->host_func.fn == copy_run)
+	if (op->kind == SIM_OP_HOST_FUNC &&
+	    (op->host_func.fn == copy_run || op->host_func.fn == sim_memop_run))
 		free(op->host_func.data);
 	if (op->kind == SIM_OP_HOST_FUNC && op->host_func.fn == cond_run)
 		cond_run_free(op->host_func.data);
@@ -2222,6 +2299,35 @@ static CUresult cond_reset_op(const struct CUgraph_st *g, struct sim_conds *cond
 	return CUDA_SUCCESS;
 }
 
+/* A batch mem-op node's operations, each a host function of the stream's worker, in order. */
+static CUresult memop_node_op(void *arg, bool write, bool wide, CUdeviceptr addr, cuuint64_t value,
+			      unsigned flags)
+{
+	CUresult res;
+	void *m = sim_memop_make(write, wide, addr, value, flags, &res);
+	struct sim_op *op = m ? ops_new(arg, SIM_OP_HOST_FUNC) : NULL;
+
+	if (!op) {
+		free(m);
+		return m ? CUDA_ERROR_OUT_OF_MEMORY : res;
+	}
+	op->host_func.fn = sim_memop_run;
+	op->host_func.data = m;
+	return CUDA_SUCCESS;
+}
+
+static CUresult memop_node_wait(void *arg, bool wide, CUdeviceptr addr, cuuint64_t value, unsigned flags)
+{
+	return memop_node_op(arg, false, wide, addr, value, flags);
+}
+
+static CUresult memop_node_write(void *arg, bool wide, CUdeviceptr addr, cuuint64_t value, unsigned flags)
+{
+	return memop_node_op(arg, true, wide, addr, value, flags);
+}
+
+static const struct crc_memop_fns memop_node_fns = {memop_node_wait, memop_node_write};
+
 static CUresult node_ops(struct CUgraphNode_st *n, struct op_list *ops, struct sim_conds *conds)
 {
 	struct sim_op *op;
@@ -2250,6 +2356,9 @@ static CUresult node_ops(struct CUgraphNode_st *n, struct op_list *ops, struct s
 		op->kernel.conds = conds_ref(conds);
 		return CUDA_SUCCESS;
 	}
+	case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
+		return crc_batch_memops(n->memops.p.count, n->memops.p.paramArray, n->memops.p.flags,
+					&memop_node_fns, ops);
 	case CU_GRAPH_NODE_TYPE_CONDITIONAL: {
 		struct cond_run *r = calloc(1, sizeof(*r));
 
@@ -2891,6 +3000,19 @@ bool sim_capture_take(struct CUstream_st *s, struct sim_op *op, CUresult *res)
 			op->kernel.param_ptrs = NULL;
 			break;
 		case SIM_OP_HOST_FUNC:
+			if (op->host_func.fn == sim_memop_run) {
+				/* A stream memory operation: a batch mem-op node, as the driver captures it.
+				 */
+				CUstreamBatchMemOpParams one;
+				CUDA_BATCH_MEM_OP_NODE_PARAMS bp = {
+				    .ctx = s->ctx, .count = 1, .paramArray = &one};
+
+				sim_memop_params(op->host_func.data, &one);
+				free(op->host_func.data);
+				op->host_func.data = NULL;
+				*res = proto_memops(&proto, &bp);
+				break;
+			}
 			proto.type = CU_GRAPH_NODE_TYPE_HOST;
 			proto.host.fn = op->host_func.fn;
 			proto.host.userData = op->host_func.data;

@@ -1302,7 +1302,7 @@ static bool memop_satisfied(const struct memop *m)
 	}
 }
 
-static void CUDA_CB memop_run(void *arg)
+void CUDA_CB sim_memop_run(void *arg)
 {
 	struct memop *m = arg;
 
@@ -1337,10 +1337,43 @@ static CUresult memop_submit(bool pt, CUstream h, bool write, bool wide, CUdevic
 	if (!m)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	*m = (struct memop){write, wide, addr, value, flags};
-	res = launch_host_func(pt, h, memop_run, m);
+	res = launch_host_func(pt, h, sim_memop_run, m);
 	if (res != CUDA_SUCCESS)
 		free(m);
 	return res;
+}
+
+void *sim_memop_make(bool write, bool wide, CUdeviceptr addr, uint64_t value, unsigned flags, CUresult *res)
+{
+	struct memop *m;
+
+	*res = CUDA_ERROR_INVALID_VALUE;
+	if (!addr || addr % (wide ? 8 : 4) || sim_mem_check_any(addr, wide ? 8 : 4, write) != CUDA_SUCCESS ||
+	    (!write && (flags & 0xf) > CU_STREAM_WAIT_VALUE_NOR))
+		return NULL;
+	m = malloc(sizeof(*m));
+	*res = m ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+	if (m)
+		*m = (struct memop){write, wide, addr, wide ? value : value & 0xffffffffu, flags};
+	return m;
+}
+
+void sim_memop_params(const void *data, CUstreamBatchMemOpParams *out)
+{
+	const struct memop *m = data;
+
+	memset(out, 0, sizeof(*out));
+	if (m->write) {
+		out->operation = m->wide ? CU_STREAM_MEM_OP_WRITE_VALUE_64 : CU_STREAM_MEM_OP_WRITE_VALUE_32;
+		out->writeValue.address = m->addr;
+		out->writeValue.value64 = m->value;
+		out->writeValue.flags = m->flags;
+	} else {
+		out->operation = m->wide ? CU_STREAM_MEM_OP_WAIT_VALUE_64 : CU_STREAM_MEM_OP_WAIT_VALUE_32;
+		out->waitValue.address = m->addr;
+		out->waitValue.value64 = m->value;
+		out->waitValue.flags = m->flags;
+	}
 }
 
 static CUresult wait32(bool pt, CUstream h, CUdeviceptr addr, cuuint32_t value, unsigned flags)

@@ -340,6 +340,86 @@ CUresult crc_raw_graph_host_get(struct crc_session *s, const struct crc_call_hdr
 	return CUDA_SUCCESS;
 }
 
+/* ---- batch mem-op nodes ---------------------------------------------------------------------------- */
+_Static_assert(sizeof(CUstreamBatchMemOpParams) == CRC_MEMOP_BYTES,
+	       "crc_graph_memops_wire carries operations");
+
+/* The operations travel as they are: their addresses are device addresses, the same here. */
+CUresult crc_raw_graph_memops(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+			      size_t len)
+{
+	struct crc_graph_memops_wire w;
+	CUDA_BATCH_MEM_OP_NODE_PARAMS p = {0};
+	CUstreamBatchMemOpParams *ops = NULL;
+	CUgraphNode node = NULL;
+	union crc_slot ctx;
+	struct node_req nr;
+	CUresult res = node_req_wire(s, h, args, len, &nr, &w, sizeof(w));
+
+	if (res == CUDA_SUCCESS &&
+	    (!w.count || w.count > CRC_MEMOPS_MAX || (nr.rest_len - sizeof(w)) / sizeof(*ops) < w.count))
+		res = CUDA_ERROR_INVALID_VALUE;
+	if (res == CUDA_SUCCESS)
+		res = crc_translate(s, h, CRC_HT_CTX, w.ctx, &ctx);
+	if (res == CUDA_SUCCESS && !(ops = malloc(w.count * sizeof(*ops))))
+		res = CUDA_ERROR_OUT_OF_MEMORY;
+	if (res != CUDA_SUCCESS)
+		goto out;
+	memcpy(ops, nr.rest + sizeof(w), w.count * sizeof(*ops));
+	p = (CUDA_BATCH_MEM_OP_NODE_PARAMS){
+	    .ctx = ctx.ptr, .count = w.count, .paramArray = ops, .flags = w.flags};
+	switch (s->msg->op) {
+	case CRC_CU_cuGraphAddBatchMemOpNode:
+		res = CALL(cuGraphAddBatchMemOpNode, &node, nr.graph, nr.deps, nr.ndeps, &p);
+		if (res == CUDA_SUCCESS)
+			res = reply_node(s, node);
+		break;
+	case CRC_CU_cuGraphBatchMemOpNodeSetParams:
+		res = CALL(cuGraphBatchMemOpNodeSetParams, nr.node, &p);
+		break;
+	default: {
+		struct crc_gexec *x = gexec_find(s, nr.exec);
+		CUgraphNode sn;
+
+		res = CALL(cuGraphExecBatchMemOpNodeSetParams, nr.exec, exec_target(s, x, nr.node), &p);
+		if (res != CUDA_SUCCESS || !x || x->modified)
+			break;
+		/* The shadow's node gets the same parameters (see crc_graph_exec_changed). */
+		sn = shadow_target(s, x, nr.node);
+		if (!sn || CALL(cuGraphBatchMemOpNodeSetParams, sn, &p) != CUDA_SUCCESS)
+			x->modified = true;
+	}
+	}
+out:
+	free(ops);
+	free(nr.deps);
+	return res;
+}
+
+CUresult crc_raw_graph_memops_get(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+				  size_t len)
+{
+	CUDA_BATCH_MEM_OP_NODE_PARAMS p;
+	struct crc_graph_memops_wire *w;
+	struct node_req nr;
+	CUresult res = node_req(s, h, args, len, &nr);
+
+	free(nr.deps);
+	if (res == CUDA_SUCCESS)
+		res = CALL(cuGraphBatchMemOpNodeGetParams, nr.node, &p);
+	if (res == CUDA_SUCCESS && p.count > CRC_MEMOPS_MAX)
+		res = CUDA_ERROR_NOT_SUPPORTED;
+	if (res != CUDA_SUCCESS)
+		return res;
+	w = crc_out(s, sizeof(*w) + p.count * sizeof(*p.paramArray));
+	if (!w)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*w = (struct crc_graph_memops_wire){
+	    .ctx = crc_find_handle(s, CRC_HT_CTX, p.ctx), .count = p.count, .flags = p.flags};
+	memcpy(w + 1, p.paramArray, p.count * sizeof(*p.paramArray));
+	return CUDA_SUCCESS;
+}
+
 /* ---- conditional nodes ------------------------------------------------------------------------------ */
 /* The driver has no call that reads a conditional node's parameters or bodies, nor a handle's default:
  * the session records them when they are made, for checkpoints to describe. A handle is an index into
@@ -1238,6 +1318,18 @@ static int describe_node(struct crc_session *s, CUgraphNode node, struct gbuf *b
 				return -1;
 		break;
 	}
+	case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: {
+		CUDA_BATCH_MEM_OP_NODE_PARAMS p;
+
+		res = CALL(cuGraphBatchMemOpNodeGetParams, node, &p);
+		if (res == CUDA_SUCCESS) {
+			gbuf_u64(b, crc_find_handle(s, CRC_HT_CTX, p.ctx));
+			gbuf_u32(b, p.count);
+			gbuf_u32(b, p.flags);
+			gbuf_put(b, p.paramArray, p.count * sizeof(*p.paramArray));
+		}
+		break;
+	}
 	case CU_GRAPH_NODE_TYPE_EMPTY:
 		break;
 	default:
@@ -1599,6 +1691,29 @@ static CUresult rebuild_node(struct crc_session *s, struct grd *r, CUgraph g, CU
 	case CU_GRAPH_NODE_TYPE_EMPTY:
 		res = CALL(cuGraphAddEmptyNode, node, g, NULL, 0);
 		break;
+	case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: {
+		uint64_t ctx = grd_u64(&pl);
+		uint32_t count = grd_u32(&pl), flags = grd_u32(&pl);
+		const void *ops =
+		    count <= CRC_MEMOPS_MAX ? grd_take(&pl, count * sizeof(CUstreamBatchMemOpParams)) : NULL;
+		CUDA_BATCH_MEM_OP_NODE_PARAMS p = {.count = count, .flags = flags};
+
+		if (!ops || pl.bad)
+			break;
+		res = crc_translate(s, &h, CRC_HT_CTX, ctx, &slot);
+		if (res != CUDA_SUCCESS)
+			break;
+		p.ctx = slot.ptr;
+		p.paramArray = malloc(count * sizeof(*p.paramArray));
+		if (!p.paramArray) {
+			res = CUDA_ERROR_OUT_OF_MEMORY;
+			break;
+		}
+		memcpy(p.paramArray, ops, count * sizeof(*p.paramArray));
+		res = CALL(cuGraphAddBatchMemOpNode, node, g, NULL, 0, &p);
+		free(p.paramArray);
+		break;
+	}
 	case CU_GRAPH_NODE_TYPE_CONDITIONAL: {
 		CUgraphNodeParams p = {.type = CU_GRAPH_NODE_TYPE_CONDITIONAL};
 		uint64_t handle = grd_u64(&pl), ctx = grd_u64(&pl);

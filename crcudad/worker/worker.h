@@ -458,6 +458,10 @@ typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h,
 	X(cuTensorMapEncodeIm2colWide, tmap)                                                                 \
 	X(cuTensorMapReplaceAddress, tmap)                                                                   \
 	X(cuGraphAddNode, graph_cond)                                                                        \
+	X(cuGraphAddBatchMemOpNode, graph_memops)                                                            \
+	X(cuGraphBatchMemOpNodeSetParams, graph_memops)                                                      \
+	X(cuGraphExecBatchMemOpNodeSetParams, graph_memops)                                                  \
+	X(cuGraphBatchMemOpNodeGetParams, graph_memops_get)                                                  \
 	X(cuGraphKernelNodeGetAttribute, knode_attr)                                                         \
 	X(cuGraphKernelNodeSetAttribute, knode_attr)                                                         \
 	X(cuUserObjectCreate, userobj_create)

@@ -596,6 +596,16 @@ struct crc_graph_cond_wire {
 };
 #define CRC_COND_BODIES_MAX 1024
 
+/* Batch mem-op nodes: cuGraphAddBatchMemOpNode, cuGraph[Exec]BatchMemOpNodeSetParams = crc_call_hdr +
+ * crc_graph_node_req + deps + crc_graph_memops_wire + count CUstreamBatchMemOpParams; reply (add): the
+ * node. cuGraphBatchMemOpNodeGetParams: crc_graph_node_req; reply the same wire and operations. */
+#define CRC_MEMOP_BYTES 48 /* sizeof(CUstreamBatchMemOpParams), checked where cuda.h is included */
+#define CRC_MEMOPS_MAX	256
+struct crc_graph_memops_wire {
+	uint64_t ctx; /* the client's handle */
+	uint32_t count, flags;
+};
+
 /* cuUserObjectCreate: request; reply: the object's handle. The destroy callback runs in the
  * application (a host function, struct crc_hostfn_page) when the last reference goes. */
 struct crc_userobj_req {

@@ -92,7 +92,8 @@ int main(void)
 	CU_CHECK(cuStreamSynchronize(s));
 	for (unsigned i = 0; i < N; i++)
 		CHECK(host[i] == 0x11223344u);
-	expect_u64(mine, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, 1 << 20, "the pool's memory in use after b's free");
+	expect_u64(mine, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, 1 << 20,
+		   "the pool's memory in use after b's free");
 	/* A stream-ordered allocation freed the plain way. The driver's books keep counting it as in use
 	 * (H100, driver 580: still 1 MiB after), so they are not checked after it. */
 	CU_CHECK(cuMemFree(a));

@@ -31,7 +31,8 @@ int main(void)
 				CU_CHECK(cuCtxDisablePeerAccess(ctx[p]));
 			} else {
 				/* The driver's answer for a device and itself too (H100, driver 580). */
-				CU_EXPECT(cuCtxEnablePeerAccess(ctx[p], 0), CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
+				CU_EXPECT(cuCtxEnablePeerAccess(ctx[p], 0),
+					  CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
 			}
 			CU_EXPECT(cuCtxDisablePeerAccess(ctx[p]), CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
 		}

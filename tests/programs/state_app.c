@@ -31,7 +31,8 @@
  * the application's node handles for its nodes. --graph-mem is --graph with the step number passed
  * through graph memory: the capture takes a scratch word from cuMemAllocAsync, copies the step into
  * it, counts there, copies it back, the chunks' steps read it, and cuMemFreeAsync ends it (the same
- * checksum); at the end the device's graph memory must still be reserved. A restore must bring the
+ * checksum); a word zeroed first is set last by a stream memory operation (a batch mem-op node); at the
+ * end the device's graph memory must still be reserved and the word set. A restore must bring the
  * graph's memory back at the address its nodes name. --graph-cond: each launch of a graph runs COND_PER
  * steps in a WHILE conditional node, whose body counts the step on the device, steps every chunk and
  * sets the condition while the step is not a multiple of COND_PER (the same checksum; --steps a
@@ -176,6 +177,9 @@ static void signal_ready(const struct opts *o, unsigned step)
 
 /* --graph-pageable: the step number, in pageable memory, copied in by the graph at each launch. */
 static unsigned host_step;
+/* --graph-mem: a word each launch zeroes first and a stream memory operation sets last. */
+static CUdeviceptr graph_mark;
+#define GRAPH_MARK 0x5eedu
 
 /* --graph: one step captured from the stream (a counter kernel, then each chunk's step), instantiated. */
 static CUgraphExec capture_step(const struct opts *o, CUmodule *mod, CUstream stream, CUdeviceptr *bufs,
@@ -196,6 +200,8 @@ static CUgraphExec capture_step(const struct opts *o, CUmodule *mod, CUstream st
 	void *pc[] = {&dstep};
 	CUdeviceptr counted = dstep;
 	if (o->graph_mem) {
+		CU_CHECK(cuMemAlloc(&graph_mark, sizeof(unsigned)));
+		CU_CHECK(cuMemsetD32Async(graph_mark, 0, 1, stream));
 		CU_CHECK(cuMemAllocAsync(&counted, sizeof(unsigned), stream));
 		CU_CHECK(cuMemcpyDtoDAsync(counted, dstep, sizeof(unsigned), stream));
 		pc[0] = &counted;
@@ -215,8 +221,10 @@ static CUgraphExec capture_step(const struct opts *o, CUmodule *mod, CUstream st
 		void *p[] = {&bufs[c], &words, &counted};
 		CU_CHECK(cuLaunchKernel(f_step, grid, 1, 1, block, 1, 1, 0, stream, p, NULL));
 	}
-	if (o->graph_mem)
+	if (o->graph_mem) {
 		CU_CHECK(cuMemFreeAsync(counted, stream));
+		CU_CHECK(cuStreamWriteValue32(stream, graph_mark, GRAPH_MARK, CU_STREAM_WRITE_VALUE_DEFAULT));
+	}
 	CU_CHECK(cuStreamIsCapturing(stream, &status));
 	CHECK(status == CU_STREAM_CAPTURE_STATUS_ACTIVE);
 	CU_CHECK(cuStreamEndCapture(stream, &graph));
@@ -619,10 +627,13 @@ int main(int argc, char **argv)
 	}
 	if (o.graph_mem) {
 		cuuint64_t reserved = 0;
+		unsigned mark = 0;
 
 		CU_CHECK(cuDeviceGetGraphMemAttribute(d[0].dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT,
 						      &reserved));
 		CHECK(reserved >= sizeof(unsigned));
+		CU_CHECK(cuMemcpyDtoH(&mark, graph_mark, sizeof(mark)));
+		CHECK(mark == GRAPH_MARK);
 	}
 	if (step_graph)
 		CU_CHECK(cuGraphExecDestroy(step_graph));

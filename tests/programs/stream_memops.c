@@ -1,6 +1,8 @@
 /* stream_memops: stream memory operations, as NCCL and schedulers use them to order streams through
  * memory: a stream waits for a flag (>=, ==, AND) that another stream writes after a kernel; 64-bit
- * writes and waits; a batch (cuStreamBatchMemOp) of writes and a wait. Every result is checked. */
+ * writes and waits; a batch (cuStreamBatchMemOp) of writes and a wait; the same as graph nodes (a batch
+ * mem-op node, changed in its executable graph and its graph, and a captured write). Every result is
+ * checked. */
 #include "cuda_test.h"
 
 extern const unsigned char graph_basic_fatbin[];
@@ -68,6 +70,62 @@ int main(void)
 	CU_CHECK(cuMemcpyDtoH(&got64, flags + 24, sizeof(got64)));
 	CHECK(got32[0] == 77 && got64 == 0xfeedfacecafebeefull);
 	printf("stream_memops: flags %u %#x %#llx\n", got32[0], 0x30u, got64);
+
+	/* As graph nodes: a batch mem-op node (two writes), its parameters read back, changed in the
+	 * executable graph and in the graph; and a write captured from a stream, which the driver makes a
+	 * batch mem-op node too. */
+	CUcontext ctx;
+	CUgraph g, cg;
+	CUgraphExec ge, cge;
+	CUgraphNode nm, cn[2];
+	CUgraphNodeType type;
+	size_t count = 2;
+	CUstreamBatchMemOpParams gops[2] = {0};
+	CU_CHECK(cuCtxGetCurrent(&ctx));
+	gops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+	gops[0].writeValue.address = flags + 32;
+	gops[0].writeValue.value = 41;
+	gops[1].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+	gops[1].writeValue.address = flags + 40;
+	gops[1].writeValue.value64 = 0x1122334455667788ull;
+	CUDA_BATCH_MEM_OP_NODE_PARAMS bp = {.ctx = ctx, .count = 2, .paramArray = gops}, back = {0};
+	CU_CHECK(cuGraphCreate(&g, 0));
+	CU_CHECK(cuGraphAddBatchMemOpNode(&nm, g, NULL, 0, &bp));
+	CU_CHECK(cuGraphNodeGetType(nm, &type));
+	CHECK(type == CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
+	CU_CHECK(cuGraphBatchMemOpNodeGetParams(nm, &back));
+	CHECK(back.count == 2 && back.paramArray[0].writeValue.value == 41 &&
+	      back.paramArray[1].writeValue.address == flags + 40 &&
+	      back.paramArray[1].writeValue.value64 == 0x1122334455667788ull);
+	CU_CHECK(cuGraphInstantiateWithFlags(&ge, g, 0));
+	gops[0].writeValue.value = 42;
+	CU_CHECK(cuGraphExecBatchMemOpNodeSetParams(ge, nm, &bp));
+	CU_CHECK(cuGraphLaunch(ge, a));
+	CU_CHECK(cuStreamSynchronize(a));
+	CU_CHECK(cuMemcpyDtoH(got32, flags + 32, sizeof(unsigned)));
+	CU_CHECK(cuMemcpyDtoH(&got64, flags + 40, sizeof(got64)));
+	CHECK(got32[0] == 42 && got64 == 0x1122334455667788ull);
+	gops[0].writeValue.value = 43;
+	CU_CHECK(cuGraphBatchMemOpNodeSetParams(nm, &bp));
+	CU_CHECK(cuGraphBatchMemOpNodeGetParams(nm, &back));
+	CHECK(back.paramArray[0].writeValue.value == 43);
+	CU_CHECK(cuStreamBeginCapture(a, CU_STREAM_CAPTURE_MODE_GLOBAL));
+	CU_CHECK(cuStreamWriteValue32(a, flags + 48, 99, CU_STREAM_WRITE_VALUE_DEFAULT));
+	CU_CHECK(cuStreamEndCapture(a, &cg));
+	CU_CHECK(cuGraphGetNodes(cg, cn, &count));
+	CHECK(count == 1);
+	CU_CHECK(cuGraphNodeGetType(cn[0], &type));
+	CHECK(type == CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
+	CU_CHECK(cuGraphInstantiateWithFlags(&cge, cg, 0));
+	CU_CHECK(cuGraphLaunch(cge, a));
+	CU_CHECK(cuStreamSynchronize(a));
+	CU_CHECK(cuMemcpyDtoH(got32 + 1, flags + 48, sizeof(unsigned)));
+	CHECK(got32[1] == 99);
+	printf("stream_memops: graph nodes wrote %u %#llx, a captured write %u\n", got32[0], got64, got32[1]);
+	CU_CHECK(cuGraphExecDestroy(cge));
+	CU_CHECK(cuGraphDestroy(cg));
+	CU_CHECK(cuGraphExecDestroy(ge));
+	CU_CHECK(cuGraphDestroy(g));
 	CU_CHECK(cuMemFree(x));
 	CU_CHECK(cuMemFree(flags));
 	CU_CHECK(cuStreamDestroy(a));
