@@ -157,7 +157,7 @@ CUresult crc_mempool_create(CUmemoryPool *pool, const CUmemPoolProps *props,
 	    props->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!device_ok(props->location.id, ops))
-		return CUDA_ERROR_INVALID_DEVICE;
+		return CUDA_ERROR_INVALID_VALUE; /* as the driver answers (H100, driver 580) */
 	if (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE) {
 		pr_warn(
 		    "memory pools that can be exported (handle types %#x) are not supported under crcuda: "

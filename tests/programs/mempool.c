@@ -110,7 +110,7 @@ int main(void)
 	CU_CHECK(cuMemPoolDestroy(mine));
 	CU_EXPECT(cuMemPoolTrimTo(mine, 0), CUDA_ERROR_INVALID_VALUE);
 	props.location.id = 99;
-	CU_EXPECT(cuMemPoolCreate(&mine, &props), CUDA_ERROR_INVALID_DEVICE);
+	CU_EXPECT(cuMemPoolCreate(&mine, &props), CUDA_ERROR_INVALID_VALUE);
 
 	for (unsigned i = 0; i < N; i++)
 		sum = (sum ^ model[i]) * 0x100000001b3ull;
