@@ -126,7 +126,8 @@ struct crc_gexec {
 	CUgraphExec exec;
 	CUgraph shadow;
 	uint64_t flags;
-	bool modified; /* changed in a way the shadow cannot say (a node disabled) */
+	bool modified;	     /* changed in a way the shadow cannot say (a node disabled) */
+	char no_shadow[256]; /* why the graph could not be copied (shadow NULL) */
 	/* The application names an executable graph's nodes by the nodes of the graph it was instantiated
 	 * from, also after an update. drv: for one a restore rebuilt from its shadow, the shadow's node the
 	 * driver takes for each application node. sh: the shadow's node for each, once the shadow is no
@@ -698,7 +699,7 @@ CUresult crc_raw_capture_info(struct crc_session *s, const struct crc_call_hdr *
 /* ---- executable graphs ---------------------------------------------------------------------------- */
 
 static int graph_copy(struct crc_session *s, CUgraph g, CUgraph *out, CUgraphNode **orig, CUgraphNode **copy,
-		      size_t *n);
+		      size_t *n, char *whynot, size_t whynot_len);
 static int map_add(struct node_map *m, uint64_t vh, CUgraphNode node);
 
 static CUresult gexec_add(struct crc_session *s, CUgraphExec exec, CUgraph shadow, uint64_t flags)
@@ -726,7 +727,9 @@ CUresult crc_ovr_cuGraphInstantiateWithFlags(struct crc_session *s, void *const 
 		return res;
 	/* A graph that cannot be copied leaves the exec without a shadow: it runs, and a checkpoint says it
 	 * cannot carry it. (Graph memory, which the driver does not clone, is the client's: graph_mem.c.) */
-	if (graph_copy(s, graph, &shadow, &orig, &copy, &n))
+	char whynot[256] = "";
+
+	if (graph_copy(s, graph, &shadow, &orig, &copy, &n, whynot, sizeof(whynot)))
 		shadow = NULL;
 	if (gexec_add(s, *out, shadow, flags) != CUDA_SUCCESS) {
 		if (shadow)
@@ -735,7 +738,16 @@ CUresult crc_ovr_cuGraphInstantiateWithFlags(struct crc_session *s, void *const 
 		res = CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	/* A rebuilt copy: which of its nodes stands for each of the application's. */
-	x = res == CUDA_SUCCESS && copy ? gexec_find(s, *out) : NULL;
+	x = res == CUDA_SUCCESS ? gexec_find(s, *out) : NULL;
+	if (x && !shadow) {
+		snprintf(x->no_shadow, sizeof(x->no_shadow), "%s", whynot);
+		pr_warn(
+		    "session %llu: an executable graph cannot be checkpointed: its graph could not be copied "
+		    "(%s)",
+		    (unsigned long long)s->id, whynot);
+	}
+	if (!copy)
+		x = NULL;
 	for (size_t k = 0; x && k < n; k++) {
 		uint64_t vh = crc_find_handle(s, CRC_HT_GRAPHNODE, orig[k]);
 
@@ -886,7 +898,8 @@ static int exec_updated(struct crc_session *s, struct crc_gexec *x, CUgraph g)
 	int rc = -1;
 
 	if (!x->shadow || graph_nodes(x->shadow, &r.old, &r.n) ||
-	    graph_copy(s, g, &r.clone, &r.new_, &r.copy, &n2) || n2 != r.n)
+	    graph_copy(s, g, &r.clone, &r.new_, &r.copy, &n2, x->no_shadow, sizeof(x->no_shadow)) ||
+	    n2 != r.n)
 		goto out;
 	rc = each_shadow_node(s, x, repair_one, &r);
 	if (!rc) {
@@ -1503,14 +1516,19 @@ char *crc_graph_describe(struct crc_session *s, char *why, size_t len)
 		ngraphs++;
 	}
 	for (struct crc_gexec *x = s->gexecs; x; x = x->next) {
-		if (x->modified || !x->shadow) {
+		if (x->modified) {
 			snprintf(
 			    why, len, "%s",
-			    x->modified
-				? "an executable graph had a node disabled (cuGraphNodeSetEnabled) or a "
-				  "change its shadow could not take: checkpointing it is not supported yet"
-				: "an executable graph's graph could not be copied when it was instantiated: "
-				  "checkpointing it is not supported");
+			    "an executable graph had a node disabled (cuGraphNodeSetEnabled) or a change its "
+			    "shadow could not take: checkpointing it is not supported yet");
+			goto out;
+		}
+		if (!x->shadow) {
+			snprintf(
+			    why, len,
+			    "an executable graph's graph could not be copied when it was instantiated (%s): "
+			    "checkpointing it is not supported",
+			    x->no_shadow[0] ? x->no_shadow : "no reason kept");
 			goto out;
 		}
 		gbuf_u64(&b, crc_find_handle(s, CRC_HT_GRAPHEXEC, x->exec));
@@ -1824,11 +1842,11 @@ static CUresult rebuild_graph(struct crc_session *s, struct grd *r, CUgraph *out
 /* ---- copies of graphs ---------------------------------------------------------------------------------- */
 /* A copy of g for an executable graph's shadow, and g's top-level nodes (*orig, *n of them, in
  * cuGraphGetNodes order). The driver's clone, except for a graph with conditional nodes, whose bodies a
- * clone would hide (nothing reads a conditional node back): that one is rebuilt from g's description,
- * and *copy then holds its nodes in *orig's order (else NULL: cuGraphNodeFindInClone pairs them). 0 or
- * -1; the caller frees *orig and *copy. */
+ * clone would hide (nothing reads a conditional node back), or one the driver does not clone: that one
+ * is rebuilt from g's description, and *copy then holds its nodes in *orig's order (else NULL:
+ * cuGraphNodeFindInClone pairs them). 0, or -1 with why not; the caller frees *orig and *copy. */
 static int graph_copy(struct crc_session *s, CUgraph g, CUgraph *out, CUgraphNode **orig, CUgraphNode **copy,
-		      size_t *n)
+		      size_t *n, char *whynot, size_t whynot_len)
 {
 	struct gbuf b = {.anonymous = true};
 	char why[256];
@@ -1837,17 +1855,31 @@ static int graph_copy(struct crc_session *s, CUgraph g, CUgraph *out, CUgraphNod
 
 	*out = NULL;
 	*copy = NULL;
-	if (graph_nodes(g, orig, n))
+	if (graph_nodes(g, orig, n)) {
+		snprintf(whynot, whynot_len, "its nodes could not be listed");
 		return -1;
-	if (!graph_has_cond(s, g))
-		return CALL(cuGraphClone, out, g) == CUDA_SUCCESS ? 0 : -1;
+	}
+	if (!graph_has_cond(s, g)) {
+		CUresult res = CALL(cuGraphClone, out, g);
+
+		if (res == CUDA_SUCCESS)
+			return 0;
+		*out = NULL;
+		pr_info(
+		    "session %llu: the driver does not clone a graph (CUDA error %d): its copy is rebuilt "
+		    "from its description",
+		    (unsigned long long)s->id, (int)res);
+	}
 	if (!describe_graph(s, g, &b, why, sizeof(why), 0) && !b.oom) {
 		struct grd r = {.p = b.p, .n = b.n, .version = GRAPH_DESC_VERSION};
+		CUresult res = rebuild_graph(s, &r, out, 0, copy, &nk);
 
-		rc = rebuild_graph(s, &r, out, 0, copy, &nk) == CUDA_SUCCESS && nk == *n ? 0 : -1;
+		rc = res == CUDA_SUCCESS && nk == *n ? 0 : -1;
+		if (rc)
+			snprintf(whynot, whynot_len,
+				 "rebuilding it from its description failed (CUDA error %d)", (int)res);
 	} else {
-		pr_debug("session %llu: a graph is not copied for its executable graph: %s",
-			 (unsigned long long)s->id, why);
+		snprintf(whynot, whynot_len, "%s", b.oom ? "out of memory" : why);
 	}
 	free(b.p);
 	return rc;
