@@ -420,10 +420,19 @@ CUresult crc_graph_mem_instantiated(CUgraphExec exec, CUgraph graph)
 	return hold_copy((uintptr_t)exec, (uintptr_t)graph);
 }
 
+/* A graph launched from the device names its executable graph by the driver's handle inside kernels,
+ * where the layer's handle cannot be translated: refused rather than left to fail on the device. */
 CUresult crc_hook_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
 					      unsigned long long flags)
 {
-	CUresult res = crc_fwd_cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags);
+	CUresult res;
+
+	if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) {
+		pr_warn("graphs launched from the device (CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) are not "
+			"supported under crcuda yet");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	res = crc_fwd_cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags);
 
 	return res == CUDA_SUCCESS ? crc_graph_mem_instantiated(*phGraphExec, hGraph) : res;
 }
