@@ -1856,7 +1856,10 @@ static int graph_copy(struct crc_session *s, CUgraph g, CUgraph *out, CUgraphNod
 	*out = NULL;
 	*copy = NULL;
 	if (graph_nodes(g, orig, n)) {
-		snprintf(whynot, whynot_len, "its nodes could not be listed");
+		size_t count = 0;
+
+		snprintf(whynot, whynot_len, "its nodes could not be listed: CUDA error %d",
+			 (int)CALL(cuGraphGetNodes, g, NULL, &count));
 		return -1;
 	}
 	if (!graph_has_cond(s, g)) {
