@@ -36,8 +36,9 @@
  * graph's memory back at the address its nodes name. --graph-cond: each launch of a graph runs COND_PER
  * steps in a WHILE conditional node, whose body counts the step on the device, steps every chunk and
  * sets the condition while the step is not a multiple of COND_PER (the same checksum; --steps a
- * multiple of it). A restore must rebuild the graph and its executable graph with the node, its body
- * and its handle (the body's last kernel names it by value).
+ * multiple of it); an empty graph's executable graph is launched before each. A restore must rebuild
+ * the graph and its executable graph with the node, its body and its handle (the body's last kernel
+ * names it by value), and the empty one.
  * --texture: each step also reads a CUDA array through a texture object (every word mixed with an
  * element) and rewrites the array through a surface object, and the array joins the checksum (a
  * different one); a texture object made and destroyed first leaves a hole below the live objects'
@@ -486,16 +487,25 @@ int main(int argc, char **argv)
 	if (o.graph)
 		step_graph = capture_step(&o, &d[0].mod, d[0].stream, bufs, o.chunks, words, grid, block);
 	CUdeviceptr cond_step = 0;
+	CUgraphExec empty_exec =
+	    NULL; /* --graph-cond: an empty graph's, launched too (torch.compile has some) */
 	if (o.graph_cond) {
+		CUgraph empty;
+
 		pgraph = cond_graph(d[0].mod, d[0].ctx, bufs, o.chunks, &words, grid, block, &cond_step);
 		CU_CHECK(cuGraphInstantiateWithFlags(&step_graph, pgraph, 0));
+		CU_CHECK(cuGraphCreate(&empty, 0));
+		CU_CHECK(cuGraphInstantiateWithFlags(&empty_exec, empty, 0));
+		CU_CHECK(cuGraphDestroy(empty));
 	}
 	while (step < o.steps) {
 		step++;
 		if (o.graph_cond) {
 			/* One launch runs this step and the next COND_PER - 1. */
-			if ((step - 1) % COND_PER == 0)
+			if ((step - 1) % COND_PER == 0) {
+				CU_CHECK(cuGraphLaunch(empty_exec, d[0].stream));
 				CU_CHECK(cuGraphLaunch(step_graph, d[0].stream));
+			}
 			goto launched;
 		}
 		if (o.graph_params) {
