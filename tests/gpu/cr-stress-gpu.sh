@@ -5,8 +5,9 @@
 # again), several runs at once on the one GPU (each its own daemon and session); then 20 such
 # checkpoints of the cudart stress programs (stress_rt, static and shared cudart). Every run's whole
 # output must equal an uninterrupted run's under the layer, bit for bit. Prints both tables.
-# Then CUDA graphs (issue 11): GRAPH_COUNT (20) such checkpoints of state_app --graph and of
-# tests/torch/graph.py (a whole training step captured once and replayed).
+# Then CUDA graphs (issue 11): GRAPH_COUNT (20) such checkpoints of state_app --graph, graph_attr and
+# tests/torch/graph.py (a whole training step captured once and replayed; and torch.compile's
+# reduce-overhead mode).
 # Environment: PYTHON (python3), LM_COUNT (50), RT_COUNT (20), STRESS_JOBS (4), STRESS_SEED (random),
 # LM_ARGS (the LM's options; default --steps 60 --sleep 0.25: about 20 s a run).
 # CR_STRESS_LOGS=DIR keeps the failed trials' logs there.
@@ -33,8 +34,11 @@ if [ "${GRAPH_COUNT:-20}" -gt 0 ]; then
 	echo "== CUDA graphs: ${GRAPH_COUNT:-20} random-instant kill+restore checkpoints (seed $seed)"
 	graph_progs=(--prog state_graph "$build/tests/programs/state_app --mb 64 --chunks 4 --steps 20000 --graph"
 		--prog graph_attr "$build/tests/programs/graph_attr --steps 400 --sleep-ms 10")
+	# torch.compile(mode="reduce-overhead") too, its Inductor compiling in-process: a pool of compile
+	# workers would be processes of the checkpointed tree still exiting when the restore forks them again.
 	"$py" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' 2>/dev/null &&
-		graph_progs+=(--prog torch_graph "$py $top/tests/torch/graph.py --mode capture --steps 60 --sleep 0.1")
+		graph_progs+=(--prog torch_graph "$py $top/tests/torch/graph.py --mode capture --steps 60 --sleep 0.1"
+			--prog torch_compile "env TORCHINDUCTOR_COMPILE_THREADS=1 $py $top/tests/torch/graph.py --mode compile --steps 60 --sleep 0.1")
 	"$stress" "$build" --backend cuda --count "${GRAPH_COUNT:-20}" --kill-percent 100 --jobs "$jobs" \
 		--seed "$seed" "${graph_progs[@]}" || rc=1
 fi
