@@ -521,51 +521,52 @@ static bool device_ok(CUdevice device)
 	return device >= 0 && (unsigned)device < crc_client.info.dev_count;
 }
 
-CUresult crc_hook_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
+/* In use and reserved are one number here. Only the high watermarks are set, and only to 0: back to
+ * what is in use now. */
+static CUresult graph_mem_attr(CUdevice device, CUgraphMem_attribute attr, void *value, bool set)
 {
 	CUresult res = crc_ready();
-	cuuint64_t v;
+	cuuint64_t v = 0;
 
 	if (res != CUDA_SUCCESS)
 		return res;
 	if (!value || !device_ok(device))
 		return !value ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_DEVICE;
+	if (set)
+		memcpy(&v, value, sizeof(v));
 	pthread_mutex_lock(&gm_lock);
 	switch (attr) {
 	case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
 	case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+		if (set)
+			res = CUDA_ERROR_INVALID_VALUE;
 		v = in_use[device];
 		break;
 	case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
 	case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
+		if (set && v)
+			res = CUDA_ERROR_INVALID_VALUE;
+		else if (set)
+			in_use_high[device] = in_use[device];
 		v = in_use_high[device];
 		break;
 	default:
 		res = CUDA_ERROR_INVALID_VALUE;
 	}
 	pthread_mutex_unlock(&gm_lock);
-	if (res == CUDA_SUCCESS)
+	if (res == CUDA_SUCCESS && !set)
 		memcpy(value, &v, sizeof(v));
 	return res;
 }
 
-/* Only the high watermarks are set, and only to 0: back to what is in use now. */
+CUresult crc_hook_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
+{
+	return graph_mem_attr(device, attr, value, false);
+}
+
 CUresult crc_hook_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
-	CUresult res = crc_ready();
-	cuuint64_t v;
-
-	if (res != CUDA_SUCCESS)
-		return res;
-	if (!value || !device_ok(device))
-		return !value ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_DEVICE;
-	memcpy(&v, value, sizeof(v));
-	if (v || (attr != CU_GRAPH_MEM_ATTR_USED_MEM_HIGH && attr != CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH))
-		return CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&gm_lock);
-	in_use_high[device] = in_use[device];
-	pthread_mutex_unlock(&gm_lock);
-	return CUDA_SUCCESS;
+	return graph_mem_attr(device, attr, value, true);
 }
 
 CUresult crc_hook_cuDeviceGraphMemTrim(CUdevice device)

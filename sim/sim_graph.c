@@ -2944,22 +2944,30 @@ static void captured_side(const void *p, size_t bytes, CUmemorytype *type, const
 	}
 }
 
-bool sim_capture_take(struct CUstream_st *s, struct sim_op *op, CUresult *res)
+/* The stream's capture with graph_lock held, *res INVALIDATED if it was (else SUCCESS); NULL (and the
+ * lock not held) when the stream does not capture. */
+static struct sim_stream_capture *capture_locked(struct CUstream_st *s, CUresult *res)
 {
 	struct sim_stream_capture *sc;
-	struct CUgraphNode_st proto;
 
 	pthread_mutex_lock(&graph_lock);
 	sc = s->capture;
-	if (!sc) {
+	if (!sc)
 		pthread_mutex_unlock(&graph_lock);
+	else
+		*res = sc->cap->invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
+	return sc;
+}
+
+bool sim_capture_take(struct CUstream_st *s, struct sim_op *op, CUresult *res)
+{
+	struct sim_stream_capture *sc = capture_locked(s, res);
+	struct CUgraphNode_st proto;
+
+	if (!sc)
 		return false;
-	}
 	memset(&proto, 0, sizeof(proto));
-	*res = CUDA_SUCCESS;
-	if (sc->cap->invalidated) {
-		*res = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-	} else {
+	if (*res == CUDA_SUCCESS) {
 		switch (op->kind) {
 		case SIM_OP_COPY:
 			proto.type = CU_GRAPH_NODE_TYPE_MEMCPY;
@@ -3046,19 +3054,13 @@ bool sim_graph_mem_owns(CUdeviceptr p)
 bool sim_capture_mem(struct CUstream_st *s, const CUmemPoolProps *props, size_t bytes, CUdeviceptr *dptr,
 		     CUresult *res)
 {
-	struct sim_stream_capture *sc;
+	struct sim_stream_capture *sc = capture_locked(s, res);
 	struct CUgraphNode_st proto;
 
-	pthread_mutex_lock(&graph_lock);
-	sc = s->capture;
-	if (!sc) {
-		pthread_mutex_unlock(&graph_lock);
+	if (!sc)
 		return false;
-	}
 	memset(&proto, 0, sizeof(proto));
-	if (sc->cap->invalidated) {
-		*res = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-	} else if (props) {
+	if (*res == CUDA_SUCCESS && props) {
 		CUmemAccessDesc acc = {.location = props->location,
 				       .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
 		CUDA_MEM_ALLOC_NODE_PARAMS p = {
@@ -3067,7 +3069,7 @@ bool sim_capture_mem(struct CUstream_st *s, const CUmemPoolProps *props, size_t 
 		*res = dptr ? proto_memalloc(&proto, &p) : CUDA_ERROR_INVALID_VALUE;
 		if (*res == CUDA_SUCCESS)
 			*dptr = proto.gmem->p.dptr;
-	} else {
+	} else if (*res == CUDA_SUCCESS) {
 		*res = proto_memfree(&proto, *dptr);
 	}
 	if (*res == CUDA_SUCCESS)
