@@ -556,10 +556,180 @@ static void cond_free(struct crc_session *s)
 	}
 }
 
+/* ---- user objects -------------------------------------------------------------------------------- */
+/* The driver reads neither a user object nor a graph's references back: the session records them. A
+ * checkpoint describes the live objects (callback, the caller's references) and each graph's references;
+ * a restore makes the objects again and has the rebuilt graphs take their references (an executable
+ * graph takes its own from its rebuilt copy, as at instantiation). */
+struct crc_uobj {
+	uint64_t vh, fn, data;
+	uint32_t flags;
+	int64_t caller; /* references the application holds itself */
+	struct crc_hostfn_arg *arg;
+	struct crc_uobj *next;
+};
+
+struct crc_uobj_hold {
+	CUgraph graph;
+	uint64_t vh;
+	uint32_t count;
+	struct crc_uobj_hold *next;
+};
+
+static struct crc_uobj *uobj_find(struct crc_session *s, uint64_t vh)
+{
+	for (struct crc_uobj *u = s->uobjs; u; u = u->next)
+		if (u->vh == vh)
+			return u;
+	return NULL;
+}
+
+CUresult crc_graph_userobj_made(struct crc_session *s, uint64_t vh, uint64_t destroy, uint64_t ptr,
+				unsigned flags, unsigned refs, struct crc_hostfn_arg *arg)
+{
+	struct crc_uobj *u = calloc(1, sizeof(*u));
+
+	if (!u)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*u = (struct crc_uobj){.vh = vh,
+			       .fn = destroy,
+			       .data = ptr,
+			       .flags = flags,
+			       .caller = refs,
+			       .arg = arg,
+			       .next = s->uobjs};
+	s->uobjs = u;
+	return CUDA_SUCCESS;
+}
+
+/* g's references to the object change by delta (a reference count of 0 drops the record). */
+static CUresult uobj_hold(struct crc_session *s, CUgraph g, uint64_t vh, int64_t delta)
+{
+	struct crc_uobj_hold **pp, *h;
+
+	for (pp = &s->uobj_holds; *pp && ((*pp)->graph != g || (*pp)->vh != vh); pp = &(*pp)->next)
+		;
+	if (!*pp) {
+		if (delta <= 0)
+			return CUDA_SUCCESS;
+		if (!(*pp = calloc(1, sizeof(**pp))))
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		**pp = (struct crc_uobj_hold){.graph = g, .vh = vh};
+	}
+	h = *pp;
+	h->count = delta < 0 && (int64_t)h->count < -delta ? 0 : (uint32_t)((int64_t)h->count + delta);
+	if (!h->count) {
+		*pp = h->next;
+		free(h);
+	}
+	return CUDA_SUCCESS;
+}
+
+/* A copy of from (the driver's clone) holds what from holds. */
+static CUresult uobj_holds_copy(struct crc_session *s, CUgraph from, CUgraph to)
+{
+	CUresult res = CUDA_SUCCESS;
+
+	for (struct crc_uobj_hold *h = s->uobj_holds; h && res == CUDA_SUCCESS; h = h->next)
+		if (h->graph == from)
+			res = uobj_hold(s, to, h->vh, h->count);
+	return res;
+}
+
+static void uobj_forget_graph(struct crc_session *s, CUgraph g)
+{
+	for (struct crc_uobj_hold **pp = &s->uobj_holds; *pp;) {
+		struct crc_uobj_hold *h = *pp;
+
+		if (h->graph == g) {
+			*pp = h->next;
+			free(h);
+		} else {
+			pp = &h->next;
+		}
+	}
+}
+
+static void uobj_free(struct crc_session *s)
+{
+	while (s->uobjs) {
+		struct crc_uobj *u = s->uobjs;
+
+		s->uobjs = u->next;
+		free(u);
+	}
+	while (s->uobj_holds) {
+		struct crc_uobj_hold *h = s->uobj_holds;
+
+		s->uobj_holds = h->next;
+		free(h);
+	}
+}
+
+CUresult crc_ovr_cuUserObjectRetain(struct crc_session *s, void *const *argv)
+{
+	CUuserObject obj = *(CUuserObject *)argv[0];
+	unsigned count = *(unsigned *)argv[1];
+	CUresult res = CALL(cuUserObjectRetain, obj, count);
+	struct crc_uobj *u = uobj_find(s, crc_find_handle(s, CRC_HT_USEROBJECT, obj));
+
+	if (res == CUDA_SUCCESS && u)
+		u->caller += count;
+	return res;
+}
+
+CUresult crc_ovr_cuUserObjectRelease(struct crc_session *s, void *const *argv)
+{
+	CUuserObject obj = *(CUuserObject *)argv[0];
+	unsigned count = *(unsigned *)argv[1];
+	struct crc_uobj *u = uobj_find(s, crc_find_handle(s, CRC_HT_USEROBJECT, obj));
+	CUresult res = CALL(cuUserObjectRelease, obj, count);
+
+	if (res == CUDA_SUCCESS && u)
+		u->caller -= count;
+	return res;
+}
+
+CUresult crc_ovr_cuGraphRetainUserObject(struct crc_session *s, void *const *argv)
+{
+	CUgraph g = *(CUgraph *)argv[0];
+	CUuserObject obj = *(CUuserObject *)argv[1];
+	unsigned count = *(unsigned *)argv[2], flags = *(unsigned *)argv[3];
+	uint64_t vh = crc_find_handle(s, CRC_HT_USEROBJECT, obj);
+	struct crc_uobj *u = uobj_find(s, vh);
+	CUresult res = CALL(cuGraphRetainUserObject, g, obj, count, flags);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (u && (flags & CU_GRAPH_USER_OBJECT_MOVE))
+		u->caller -= count;
+	return uobj_hold(s, g, vh, count);
+}
+
+CUresult crc_ovr_cuGraphReleaseUserObject(struct crc_session *s, void *const *argv)
+{
+	CUgraph g = *(CUgraph *)argv[0];
+	CUuserObject obj = *(CUuserObject *)argv[1];
+	unsigned count = *(unsigned *)argv[2];
+	uint64_t vh = crc_find_handle(s, CRC_HT_USEROBJECT, obj);
+	CUresult res = CALL(cuGraphReleaseUserObject, g, obj, count);
+
+	return res == CUDA_SUCCESS ? uobj_hold(s, g, vh, -(int64_t)count) : res;
+}
+
+CUresult crc_ovr_cuGraphClone(struct crc_session *s, void *const *argv)
+{
+	CUgraph *out = argv[0], orig = *(CUgraph *)argv[1];
+	CUresult res = CALL(cuGraphClone, out, orig);
+
+	return res == CUDA_SUCCESS ? uobj_holds_copy(s, orig, *out) : res;
+}
+
 /* A graph of the daemon's own (a shadow, a rebuilt graph that failed) goes, with its records. */
 static void shadow_destroy(struct crc_session *s, CUgraph g)
 {
 	cond_forget_graph(s, g);
+	uobj_forget_graph(s, g);
 	CALL(cuGraphDestroy, g);
 }
 
@@ -970,6 +1140,7 @@ void crc_graph_exec_changed(struct crc_session *s, int op, void *const *argv)
 void crc_graph_free(struct crc_session *s)
 {
 	cond_free(s);
+	uobj_free(s);
 	while (s->gexecs) {
 		struct crc_gexec *x = s->gexecs;
 
@@ -1024,8 +1195,10 @@ CUresult crc_ovr_cuGraphDestroy(struct crc_session *s, void *const *argv)
 	res = CALL(cuGraphDestroy, g);
 	for (size_t i = 0; res == CUDA_SUCCESS && i < n; i++)
 		crc_forget(s, vh[i]);
-	if (res == CUDA_SUCCESS)
+	if (res == CUDA_SUCCESS) {
 		cond_forget_graph(s, g);
+		uobj_forget_graph(s, g);
+	}
 	free(vh);
 	return res;
 }
@@ -1080,8 +1253,10 @@ static void gexec_prune(struct crc_session *s)
  * handle; child graph: a graph description; empty: nothing. Kernel payloads end with the node's
  * attributes: u32 count, then per attribute u32 id, u32 0, CUkernelNodeAttrValue. */
 /* 2: kernel nodes carry their attributes; 3: execs their node map; 4: graphs their conditional handles
- * first, conditional nodes (u64 handle, u64 context, u32 type, u32 size, then each body's description). */
-#define GRAPH_DESC_VERSION 4
+ * first, conditional nodes (u64 handle, u64 context, u32 type, u32 size, then each body's description);
+ * 5: the live user objects after the counts (u32 n, then per object u64 handle, u64 destroy, u64 ptr,
+ * u32 flags, u32 the application's own references), and graphs their references after the handles. */
+#define GRAPH_DESC_VERSION 5
 
 struct gbuf {
 	uint8_t *p;
@@ -1391,6 +1566,22 @@ static int describe_handles(struct crc_session *s, CUgraph g, struct gbuf *b, ch
 	return 0;
 }
 
+/* A graph's references: u32 count, then (u64 object, u32 references, u32 0) each (version 5). */
+static void describe_holds(struct crc_session *s, CUgraph g, struct gbuf *b)
+{
+	uint32_t count = 0;
+
+	for (struct crc_uobj_hold *h = s->uobj_holds; h; h = h->next)
+		count += h->graph == g;
+	gbuf_u32(b, count);
+	for (struct crc_uobj_hold *h = s->uobj_holds; h; h = h->next)
+		if (h->graph == g) {
+			gbuf_u64(b, h->vh);
+			gbuf_u32(b, h->count);
+			gbuf_u32(b, 0);
+		}
+}
+
 static int describe_graph(struct crc_session *s, CUgraph g, struct gbuf *b, char *why, size_t len, int depth)
 {
 	CUgraphNode *nodes = NULL, *from = NULL, *to = NULL;
@@ -1416,6 +1607,7 @@ static int describe_graph(struct crc_session *s, CUgraph g, struct gbuf *b, char
 	}
 	if (describe_handles(s, g, b, why, len))
 		goto out;
+	describe_holds(s, g, b);
 	gbuf_u32(b, (uint32_t)n);
 	gbuf_u32(b, (uint32_t)ne);
 	for (size_t i = 0; i < n; i++)
@@ -1492,6 +1684,23 @@ static int describe_exec_map(struct crc_session *s, struct crc_gexec *x, struct 
 	return 0;
 }
 
+static void describe_uobjs(struct crc_session *s, struct gbuf *b)
+{
+	uint32_t n = 0;
+
+	for (struct crc_uobj *u = s->uobjs; u; u = u->next)
+		n += crc_hostfn_alive(u->arg);
+	gbuf_u32(b, n);
+	for (struct crc_uobj *u = s->uobjs; u; u = u->next)
+		if (crc_hostfn_alive(u->arg)) {
+			gbuf_u64(b, u->vh);
+			gbuf_u64(b, u->fn);
+			gbuf_u64(b, u->data);
+			gbuf_u32(b, u->flags);
+			gbuf_u32(b, (uint32_t)(u->caller > 0 ? u->caller : 0));
+		}
+}
+
 /* The session's graphs and executable graphs, described (NULL and why: what cannot be). Format: u32
  * version (1), u32 graphs, u32 execs; per graph u64 handle + description; per exec u64 handle, u64
  * flags, description of its shadow. Hex, as metadata is text. */
@@ -1508,6 +1717,7 @@ char *crc_graph_describe(struct crc_session *s, char *why, size_t len)
 	counts = b.n;
 	gbuf_u32(&b, 0);
 	gbuf_u32(&b, 0);
+	describe_uobjs(s, &b);
 	for (uint32_t i = 1; i <= t->n; i++) {
 		if (!t->real[i].ptr)
 			continue;
@@ -1794,13 +2004,70 @@ static CUresult rebuild_handles(struct crc_session *s, struct grd *r, CUgraph g)
 	return res;
 }
 
+/* The graph takes its references to user objects again (version 5). */
+static CUresult rebuild_holds(struct crc_session *s, struct grd *r, CUgraph g)
+{
+	uint32_t count = r->version >= 5 ? grd_u32(r) : 0;
+	struct crc_call_hdr h = {0};
+	CUresult res = r->bad || count > 65536 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+
+	for (uint32_t i = 0; res == CUDA_SUCCESS && i < count; i++) {
+		uint64_t vh = grd_u64(r);
+		uint32_t refs = grd_u32(r);
+		union crc_slot slot;
+
+		grd_u32(r);
+		res = r->bad || !refs ? CUDA_ERROR_INVALID_VALUE
+				      : crc_translate(s, &h, CRC_HT_USEROBJECT, vh, &slot);
+		if (res == CUDA_SUCCESS)
+			res = CALL(cuGraphRetainUserObject, g, slot.ptr, refs, 0);
+		if (res == CUDA_SUCCESS)
+			res = uobj_hold(s, g, vh, refs);
+	}
+	return res;
+}
+
+/* The live user objects made again at their handles, each with the application's references, or one
+ * to be released once the graphs took theirs (*release: their handles, *nrelease of them). */
+static CUresult rebuild_uobjs(struct crc_session *s, struct grd *r, uint64_t **release, uint32_t *nrelease)
+{
+	uint32_t n = r->version >= 5 ? grd_u32(r) : 0;
+	CUresult res = r->bad || n > 65536 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+
+	*nrelease = 0;
+	*release = calloc(n + 1, sizeof(**release));
+	if (!*release)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	for (uint32_t i = 0; res == CUDA_SUCCESS && i < n; i++) {
+		uint64_t vh = grd_u64(r), fn = grd_u64(r), data = grd_u64(r);
+		uint32_t flags = grd_u32(r), caller = grd_u32(r);
+		struct crc_hostfn_arg *arg;
+		CUuserObject obj = NULL;
+
+		res = r->bad ? CUDA_ERROR_INVALID_VALUE
+			     : crc_hostfn_userobj_make(s, fn, data, caller ? caller : 1, flags, &obj, &arg);
+		if (res != CUDA_SUCCESS)
+			break;
+		crc_register_at(s, vh, (union crc_slot){.ptr = obj});
+		res = crc_graph_userobj_made(s, vh, fn, data, flags, caller, arg);
+		if (!caller)
+			(*release)[(*nrelease)++] = vh;
+	}
+	return res;
+}
+
 /* Fills the graph g from its description. keep (may be NULL): its nodes in description order, *nkeep of
  * them, for the caller to free. */
 static CUresult rebuild_into(struct crc_session *s, struct grd *r, CUgraph g, int depth, CUgraphNode **keep,
 			     uint32_t *nkeep)
 {
 	CUresult res = rebuild_handles(s, r, g);
-	uint32_t n = grd_u32(r), ne = grd_u32(r);
+	uint32_t n, ne;
+
+	if (res == CUDA_SUCCESS)
+		res = rebuild_holds(s, r, g);
+	n = grd_u32(r);
+	ne = grd_u32(r);
 	CUgraphNode *nodes;
 
 	if (res != CUDA_SUCCESS || r->bad || n > (1u << 24) || ne > (1u << 26))
@@ -1866,8 +2133,10 @@ static int graph_copy(struct crc_session *s, CUgraph g, CUgraph *out, CUgraphNod
 	if (!graph_has_cond(s, g)) {
 		CUresult res = CALL(cuGraphClone, out, g);
 
-		if (res == CUDA_SUCCESS)
+		if (res == CUDA_SUCCESS && uobj_holds_copy(s, g, *out) == CUDA_SUCCESS)
 			return 0;
+		if (res == CUDA_SUCCESS)
+			shadow_destroy(s, *out);
 		*out = NULL;
 		pr_info(
 		    "session %llu: the driver does not clone a graph (CUDA error %d): its copy is rebuilt "
@@ -1894,7 +2163,8 @@ int crc_graph_restore(struct crc_session *s, const char *hex, char *why, size_t 
 	size_t hl = hex ? strlen(hex) : 0;
 	uint8_t *bin;
 	struct grd r;
-	uint32_t ngraphs, nexecs, version;
+	uint32_t ngraphs, nexecs, version, nrelease = 0;
+	uint64_t *release = NULL;
 	CUresult res = CUDA_SUCCESS;
 
 	if (!hl)
@@ -1925,6 +2195,7 @@ int crc_graph_restore(struct crc_session *s, const char *hex, char *why, size_t 
 	}
 	ngraphs = grd_u32(&r);
 	nexecs = grd_u32(&r);
+	res = rebuild_uobjs(s, &r, &release, &nrelease);
 	for (uint32_t i = 0; res == CUDA_SUCCESS && i < ngraphs; i++) {
 		uint64_t vh = grd_u64(&r);
 		CUgraph g = NULL;
@@ -1964,6 +2235,16 @@ int crc_graph_restore(struct crc_session *s, const char *hex, char *why, size_t 
 		if (res == CUDA_SUCCESS)
 			crc_register_at(s, vh, (union crc_slot){.ptr = exec});
 	}
+	/* Objects the application held no reference to itself: made with one, which goes now. */
+	for (uint32_t i = 0; res == CUDA_SUCCESS && i < nrelease; i++) {
+		struct crc_call_hdr h = {0};
+		union crc_slot slot;
+
+		res = crc_translate(s, &h, CRC_HT_USEROBJECT, release[i], &slot);
+		if (res == CUDA_SUCCESS)
+			res = CALL(cuUserObjectRelease, slot.ptr, 1);
+	}
+	free(release);
 	free(bin);
 	if (res == CUDA_SUCCESS && !r.bad && (ngraphs || nexecs))
 		pr_info("session %llu: %u graphs and %u executable graphs rebuilt", (unsigned long long)s->id,
@@ -2044,17 +2325,4 @@ int crc_graph_capturing(struct crc_session *s, char *why, size_t len)
 	    "when the capture has ended",
 	    (unsigned long long)s->id);
 	return -1;
-}
-
-int crc_graph_ckpt_refusal(struct crc_session *s, char *why, size_t len)
-{
-	/* User objects: their references live in the driver's graphs, which a checkpoint does not read. */
-	if (crc_hostfn_userobjs_live(s)) {
-		snprintf(why, len,
-			 "session %llu holds CUDA user objects: checkpointing them is not supported yet; the "
-			 "program runs on untouched",
-			 (unsigned long long)s->id);
-		return -1;
-	}
-	return 0;
 }

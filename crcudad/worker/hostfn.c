@@ -167,8 +167,32 @@ CUresult crc_raw_hostfn_launch(struct crc_session *s, const struct crc_call_hdr 
 	return res;
 }
 
-/* cuUserObjectCreate: the driver calls the application's destroy callback through a trampoline when
- * the last reference goes, once. */
+/* A user object whose destroy callback, run by the driver through a trampoline when the last reference
+ * goes, is the application's destroy(ptr). *arg tells whether it still lives. */
+CUresult crc_hostfn_userobj_make(struct crc_session *s, uint64_t destroy, uint64_t ptr, unsigned refs,
+				 unsigned flags, CUuserObject *obj, struct crc_hostfn_arg **arg)
+{
+	struct crc_hostfn_arg *a;
+	CUresult res;
+
+	if (s->tcp)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	a = arg_new(s, destroy, ptr, false);
+	if (!a)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	res = CALL(cuUserObjectCreate, obj, a, trampoline, refs, flags);
+	atomic_store(&a->ran, res != CUDA_SUCCESS); /* never made: not a live object */
+	*arg = a;
+	return res;
+}
+
+bool crc_hostfn_alive(const struct crc_hostfn_arg *a)
+{
+	return !atomic_load(&a->ran);
+}
+
+/* cuUserObjectCreate: recorded for checkpoints (graph.c), which carry user objects and the graphs'
+ * references to them. */
 CUresult crc_raw_userobj_create(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
 				size_t len)
 {
@@ -181,28 +205,12 @@ CUresult crc_raw_userobj_create(struct crc_session *s, const struct crc_call_hdr
 	(void)h;
 	if (len < sizeof(*r) || !r->destroy)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (s->tcp)
-		return CUDA_ERROR_NOT_SUPPORTED;
-	a = arg_new(s, r->destroy, r->ptr, false);
-	if (!a)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	a->userobj = true;
-	res = CALL(cuUserObjectCreate, &obj, a, trampoline, r->refs, r->flags);
-	if (res != CUDA_SUCCESS) {
-		atomic_store(&a->ran, true); /* never made: not a live object */
+	res = crc_hostfn_userobj_make(s, r->destroy, r->ptr, r->refs, r->flags, &obj, &a);
+	if (res != CUDA_SUCCESS)
 		return res;
-	}
 	out = crc_out(s, 8);
 	if (!out)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	*out = crc_register(s, CRC_HT_USEROBJECT, (union crc_slot){.ptr = obj});
-	return CUDA_SUCCESS;
-}
-
-bool crc_hostfn_userobjs_live(struct crc_session *s)
-{
-	for (const struct crc_hostfn_arg *a = s->hostfn_args; a; a = a->next)
-		if (a->userobj && !atomic_load(&a->ran))
-			return true;
-	return false;
+	return crc_graph_userobj_made(s, *out, r->destroy, r->ptr, r->flags, r->refs, a);
 }

@@ -143,6 +143,8 @@ struct crc_session {
 	struct crc_gexec *gexecs;	      /* executable graphs and their shadows (graph.c) */
 	struct crc_cond_handle *cond_handles; /* conditional handles and nodes as made (graph.c) */
 	struct crc_cond_node *cond_nodes;
+	struct crc_uobj *uobjs; /* user objects and the graphs' references to them (graph.c) */
+	struct crc_uobj_hold *uobj_holds;
 	struct crc_hostfn_page *hostfn;	    /* the client's, for host functions (hostfn.c) */
 	struct crc_hostfn_arg *hostfn_args; /* what host nodes run */
 	struct crc_texobj *texobjs;	    /* live texture and surface objects (arrays.c) */
@@ -333,7 +335,12 @@ int crc_dev_client(const struct crc_session *s, int dev);
 	X(cuGraphExecDestroy)                                                                                \
 	X(cuGraphDestroy)                                                                                    \
 	X(cuGraphConditionalHandleCreate)                                                                    \
-	X(cuGraphDestroyNode)
+	X(cuGraphDestroyNode)                                                                                \
+	X(cuGraphClone)                                                                                      \
+	X(cuUserObjectRetain)                                                                                \
+	X(cuUserObjectRelease)                                                                               \
+	X(cuGraphRetainUserObject)                                                                           \
+	X(cuGraphReleaseUserObject)
 
 #define CRC_DECL_OVERRIDE(sym) CUresult crc_ovr_##sym(struct crc_session *s, void *const *argv);
 CRC_OVERRIDES(CRC_DECL_OVERRIDE)
@@ -377,8 +384,6 @@ bool crc_managed_release(struct crc_pin *p);
 /* CUDA graphs (graph.c). A stream of the session is capturing: -1 with the reason (a quiesce must not
  * synchronise then). */
 int crc_graph_capturing(struct crc_session *s, char *why, size_t len);
-/* A checkpoint cannot carry what the session holds now (user objects): -1 with the reason. */
-int crc_graph_ckpt_refusal(struct crc_session *s, char *why, size_t len);
 /* The session's graphs and executable graphs described for a checkpoint's metadata (NULL: why). */
 char *crc_graph_describe(struct crc_session *s, char *why, size_t len);
 /* Rebuilds them in a restored session, at the handles the application holds; 0 or -1 with why. */
@@ -399,8 +404,14 @@ CUresult crc_hostfn_node_params(struct crc_session *s, uint64_t fn, uint64_t dat
 bool crc_hostfn_of(const CUDA_HOST_NODE_PARAMS *p, uint64_t *fn, uint64_t *data);
 CUresult crc_ctl_hostfn_register(struct crc_session *s);
 void crc_hostfn_free(struct crc_session *s);
-/* A user object whose destroy callback has not run yet (its references live in the driver). */
-bool crc_hostfn_userobjs_live(struct crc_session *s);
+/* A user object whose destroy callback runs the application's destroy(ptr); *arg: whether it lives. */
+CUresult crc_hostfn_userobj_make(struct crc_session *s, uint64_t destroy, uint64_t ptr, unsigned refs,
+				 unsigned flags, CUuserObject *obj, struct crc_hostfn_arg **arg);
+bool crc_hostfn_alive(const struct crc_hostfn_arg *a);
+/* A user object made (vh: the client's handle; refs: the caller's references), recorded for checkpoints
+ * (graph.c). */
+CUresult crc_graph_userobj_made(struct crc_session *s, uint64_t vh, uint64_t destroy, uint64_t ptr,
+				unsigned flags, unsigned refs, struct crc_hostfn_arg *arg);
 
 /* Hand-marshalled requests: the payload after struct crc_call_hdr. */
 typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,

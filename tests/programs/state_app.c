@@ -36,14 +36,16 @@
  * graph's memory back at the address its nodes name. --graph-cond: each launch of a graph runs COND_PER
  * steps in a WHILE conditional node, whose body counts the step on the device, steps every chunk and
  * sets the condition while the step is not a multiple of COND_PER (the same checksum; --steps a
- * multiple of it); an empty graph's executable graph is launched before each. A restore must rebuild
- * the graph and its executable graph with the node, its body and its handle (the body's last kernel
- * names it by value), and the empty one.
+ * multiple of it); an empty graph's executable graph is launched before each; the graph owns a user
+ * object, whose destroy callback must run once, when the graph and its executable graph are gone. A restore
+ * must rebuild the graph and its executable graph with the node, its body and its handle (the body's last
+ * kernel names it by value), and the empty one.
  * --texture: each step also reads a CUDA array through a texture object (every word mixed with an
  * element) and rewrites the array through a surface object, and the array joins the checksum (a
  * different one); a texture object made and destroyed first leaves a hole below the live objects'
  * values. A restore must bring back the array's contents and both objects at their values. */
 #include <cuda.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +57,14 @@
 extern const unsigned char state_app_fatbin[];
 
 #define COND_PER 4
+
+/* --graph-cond: a user object the graph owns; its destroy callback counts here. */
+static atomic_int uobj_gone;
+
+static void uobj_destroy(void *arg)
+{
+	atomic_fetch_add((atomic_int *)arg, 1);
+}
 
 struct opts {
 	unsigned long mb;
@@ -492,7 +502,12 @@ int main(int argc, char **argv)
 	if (o.graph_cond) {
 		CUgraph empty;
 
+		CUuserObject uo;
+
 		pgraph = cond_graph(d[0].mod, d[0].ctx, bufs, o.chunks, &words, grid, block, &cond_step);
+		CU_CHECK(
+		    cuUserObjectCreate(&uo, &uobj_gone, uobj_destroy, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+		CU_CHECK(cuGraphRetainUserObject(pgraph, uo, 1, CU_GRAPH_USER_OBJECT_MOVE));
 		CU_CHECK(cuGraphInstantiateWithFlags(&step_graph, pgraph, 0));
 		CU_CHECK(cuGraphCreate(&empty, 0));
 		CU_CHECK(cuGraphInstantiateWithFlags(&empty_exec, empty, 0));
@@ -649,6 +664,13 @@ int main(int argc, char **argv)
 		CU_CHECK(cuGraphExecDestroy(step_graph));
 	if (pgraph)
 		CU_CHECK(cuGraphDestroy(pgraph));
+	if (o.graph_cond) {
+		/* The user object went with the graph and its executable graph, its callback run once. */
+		CU_CHECK(cuCtxSynchronize());
+		for (int i = 0; i < 300 && !atomic_load(&uobj_gone); i++)
+			usleep(10000);
+		CHECK(atomic_load(&uobj_gone) == 1);
+	}
 	for (unsigned c = 0; c < o.chunks; c++) {
 		CU_CHECK(cuCtxSetCurrent(d[c % o.devices].ctx));
 		CU_CHECK(cuMemFree(bufs[c]));
