@@ -148,6 +148,7 @@ struct crc_ctx_info {
 	CUdevice dev;
 	unsigned flags;
 	unsigned long long id;
+	unsigned attached; /* cuCtxAttach's usage counts, which cuCtxDetach takes back before destroying */
 };
 /* NULL if ctx is not a live context of this session. */
 struct crc_ctx_info *crc_ctx_info(uint64_t ctx);

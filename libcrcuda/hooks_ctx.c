@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "hooks.h"
 #include "crcuda/log.h"
 #ifdef CRC_HAVE_EXPORT_TABLES
 #include "export_tables.h"
@@ -394,6 +395,46 @@ CUresult crc_hook_cuCtxDestroy_v2(CUcontext ctx)
 
 CUresult crc_hook_cuCtxDestroy(CUcontext ctx)
 {
+	return crc_hook_cuCtxDestroy_v2(ctx);
+}
+
+/* The CUDA 2.0 usage count: cuCtxAttach adds one to the current context, cuCtxDetach (of the current
+ * context) takes one back, and destroys the context when none is left (a created context starts with
+ * its creator's). Counted here; the context is the daemon's as always. */
+CUresult crc_hook_cuCtxAttach(CUcontext *pctx, unsigned int flags)
+{
+	CUcontext cur = NULL;
+	struct crc_ctx_info *ci;
+	CUresult res = crc_ready();
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (!pctx || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = crc_local_cuCtxGetCurrent(&cur);
+	if (res == CUDA_SUCCESS && (!cur || !(ci = crc_ctx_info((uintptr_t)cur))))
+		res = CUDA_ERROR_INVALID_CONTEXT;
+	if (res != CUDA_SUCCESS)
+		return res;
+	ci->attached++;
+	*pctx = cur;
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_hook_cuCtxDetach(CUcontext ctx)
+{
+	CUcontext cur = NULL;
+	struct crc_ctx_info *ci = ctx ? crc_ctx_info((uintptr_t)ctx) : NULL;
+	CUresult res = crc_local_cuCtxGetCurrent(&cur);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (!ci || cur != ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (ci->attached) {
+		ci->attached--;
+		return CUDA_SUCCESS;
+	}
 	return crc_hook_cuCtxDestroy_v2(ctx);
 }
 

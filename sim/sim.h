@@ -68,6 +68,7 @@ struct CUctx_st {
 	struct sim_device *dev;
 	unsigned flags;
 	bool is_primary;
+	unsigned attached; /* cuCtxAttach's usage counts */
 	bool active;
 	unsigned long long id;
 	size_t limits[CU_LIMIT_MAX];

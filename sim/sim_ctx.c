@@ -337,6 +337,36 @@ CUresult cuCtxDestroy(CUcontext ctx)
 	return ctx_destroy(ctx);
 }
 
+/* The usage count of CUDA 2.0: an attach adds one to the current context, a detach (of the current
+ * context) takes one back and destroys the context when none is left. */
+CUresult cuCtxAttach(CUcontext *pctx, unsigned int flags)
+{
+	CUresult res;
+	struct CUctx_st *ctx;
+
+	SIM_ENTER(cuCtxAttach);
+	if (!pctx || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = sim_ctx_require(&ctx);
+	if (res != CUDA_SUCCESS)
+		return res;
+	ctx->attached++;
+	*pctx = ctx;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuCtxDetach(CUcontext ctx)
+{
+	SIM_ENTER(cuCtxDetach);
+	if (!sim_ctx_valid(ctx) || sim_ctx_current() != ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (ctx->attached) {
+		ctx->attached--;
+		return CUDA_SUCCESS;
+	}
+	return ctx_destroy(ctx);
+}
+
 static CUresult ctx_push(CUcontext ctx)
 {
 	if (!sim_ctx_valid(ctx))
