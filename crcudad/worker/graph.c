@@ -133,6 +133,7 @@ struct crc_gexec {
 	 * driver takes for each application node. sh: the shadow's node for each, once the shadow is no
 	 * clone of that graph (after a restore or an update); until then cuGraphNodeFindInClone says. */
 	struct node_map drv, sh;
+	struct node_map off; /* the application's nodes disabled in it (cuGraphNodeSetEnabled 0) */
 	struct crc_gexec *next;
 };
 static struct crc_gexec *gexec_find(struct crc_session *s, CUgraphExec exec);
@@ -937,14 +938,28 @@ static struct crc_gexec *gexec_find(struct crc_session *s, CUgraphExec exec)
 	return NULL;
 }
 
-static CUgraphNode map_lookup(struct crc_session *s, const struct node_map *m, CUgraphNode node)
+static CUgraphNode map_find(const struct node_map *m, uint64_t vh)
 {
-	uint64_t vh = crc_find_handle(s, CRC_HT_GRAPHNODE, node);
-
 	for (size_t i = 0; vh && i < m->n; i++)
 		if (m->vh[i] == vh)
 			return m->node[i];
 	return NULL;
+}
+
+static CUgraphNode map_lookup(struct crc_session *s, const struct node_map *m, CUgraphNode node)
+{
+	return map_find(m, crc_find_handle(s, CRC_HT_GRAPHNODE, node));
+}
+
+static void map_remove(struct node_map *m, uint64_t vh)
+{
+	for (size_t i = 0; i < m->n; i++)
+		if (m->vh[i] == vh) {
+			m->vh[i] = m->vh[m->n - 1];
+			m->node[i] = m->node[m->n - 1];
+			m->n--;
+			return;
+		}
 }
 
 static int map_add(struct node_map *m, uint64_t vh, CUgraphNode node)
@@ -975,6 +990,7 @@ static void gexec_map_free(struct crc_gexec *x)
 {
 	map_free(&x->drv);
 	map_free(&x->sh);
+	map_free(&x->off);
 }
 
 /* The shadow's node standing for an application node (NULL: none). */
@@ -1093,8 +1109,9 @@ out:
 
 /* A change the driver made to an executable graph, made to its shadow too, so that a checkpoint still
  * describes it: an update replaces the shadow by a clone of the new graph (the application's nodes
- * paired with the clone's); a node's new parameters go to the shadow's node. What cannot be mirrored (a
- * node disabled) marks it modified, and a checkpoint then refuses, saying so. */
+ * paired with the clone's); a node's new parameters go to the shadow's node; a node disabled is kept in
+ * the exec's list (a restore disables it again in the executable graph it makes). What cannot be
+ * mirrored marks it modified, and a checkpoint then refuses, saying so. */
 void crc_graph_exec_changed(struct crc_session *s, int op, void *const *argv)
 {
 	struct crc_gexec *x = gexec_find(s, *(CUgraphExec *)argv[0]);
@@ -1127,10 +1144,15 @@ void crc_graph_exec_changed(struct crc_session *s, int op, void *const *argv)
 			res = CALL(cuGraphNodeSetParams, sn, &p);
 			break;
 		}
-		case CRC_CU_cuGraphNodeSetEnabled:
-			/* Enabled is how the shadow instantiates; a disabled node it cannot say. */
-			res = *(unsigned *)argv[2] ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
+		case CRC_CU_cuGraphNodeSetEnabled: {
+			uint64_t vh = crc_find_handle(s, CRC_HT_GRAPHNODE, s->exec_app_node);
+
+			res = vh ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
+			map_remove(&x->off, vh);
+			if (vh && !*(unsigned *)argv[2] && map_add(&x->off, vh, sn))
+				res = CUDA_ERROR_OUT_OF_MEMORY;
 			break;
+		}
 		}
 	}
 	if (res != CUDA_SUCCESS)
@@ -1255,8 +1277,9 @@ static void gexec_prune(struct crc_session *s)
 /* 2: kernel nodes carry their attributes; 3: execs their node map; 4: graphs their conditional handles
  * first, conditional nodes (u64 handle, u64 context, u32 type, u32 size, then each body's description);
  * 5: the live user objects after the counts (u32 n, then per object u64 handle, u64 destroy, u64 ptr,
- * u32 flags, u32 the application's own references), and graphs their references after the handles. */
-#define GRAPH_DESC_VERSION 5
+ * u32 flags, u32 the application's own references), and graphs their references after the handles;
+ * 6: execs, after their node map, the application's nodes disabled in them (u32 n, u64 handles). */
+#define GRAPH_DESC_VERSION 6
 
 struct gbuf {
 	uint8_t *p;
@@ -1730,8 +1753,8 @@ char *crc_graph_describe(struct crc_session *s, char *why, size_t len)
 		if (x->modified) {
 			snprintf(
 			    why, len, "%s",
-			    "an executable graph had a node disabled (cuGraphNodeSetEnabled) or a change its "
-			    "shadow could not take: checkpointing it is not supported yet");
+			    "an executable graph had a change its shadow could not take (a node inside a "
+			    "conditional body changed): checkpointing it is not supported yet");
 			goto out;
 		}
 		if (!x->shadow) {
@@ -1746,6 +1769,8 @@ char *crc_graph_describe(struct crc_session *s, char *why, size_t len)
 		gbuf_u64(&b, x->flags);
 		if (describe_graph(s, x->shadow, &b, why, len, 0) || describe_exec_map(s, x, &b, why, len))
 			goto out;
+		gbuf_u32(&b, (uint32_t)x->off.n);
+		gbuf_put(&b, x->off.vh, x->off.n * sizeof(*x->off.vh));
 		nexecs++;
 	}
 	if (b.oom) {
@@ -2230,6 +2255,21 @@ int crc_graph_restore(struct crc_session *s, const char *hex, char *why, size_t 
 			}
 			if (m != n)
 				r.bad = true;
+		}
+		/* Version 6: the application's nodes disabled in it, disabled again. */
+		if (res == CUDA_SUCCESS && version >= 6) {
+			struct crc_gexec *x = gexec_find(s, exec);
+			uint32_t m = grd_u32(&r);
+
+			for (uint32_t k = 0; res == CUDA_SUCCESS && k < m && !r.bad; k++) {
+				uint64_t off = grd_u64(&r);
+				CUgraphNode sn = map_find(&x->drv, off);
+
+				res =
+				    sn ? CALL(cuGraphNodeSetEnabled, exec, sn, 0) : CUDA_ERROR_INVALID_VALUE;
+				if (res == CUDA_SUCCESS && map_add(&x->off, off, sn))
+					res = CUDA_ERROR_OUT_OF_MEMORY;
+			}
 		}
 		free(nodes);
 		if (res == CUDA_SUCCESS)

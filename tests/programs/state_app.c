@@ -26,12 +26,13 @@
  * --graph-params: each step is one launch of a graph made once of one state_step node a chunk, whose
  * step parameter is set in the executable graph first (cuGraphExecKernelNodeSetParams); right before
  * the ready step the executable graph is updated (cuGraphExecUpdate) from a second graph of the same
- * shape, destroyed right after; the later steps still name the first graph's nodes, as the driver
- * wants (the same checksum). A restore must rebuild the executable graph as it was changed, and take
- * the application's node handles for its nodes. --graph-mem is --graph with the step number passed
- * through graph memory: the capture takes a scratch word from cuMemAllocAsync, copies the step into
- * it, counts there, copies it back, the chunks' steps read it, and cuMemFreeAsync ends it (the same
- * checksum); a word zeroed first is set last by a stream memory operation (a batch mem-op node); at the
+ * shape, destroyed right after; the last chunk's node is disabled (cuGraphNodeSetEnabled) from a
+ * quarter to three quarters of the steps (a different checksum); the later steps still name the first
+ * graph's nodes, as the driver wants. A restore must rebuild the executable graph as it was changed
+ * (the node disabled too), and take the application's node handles for its nodes. --graph-mem is --graph with
+ * the step number passed through graph memory: the capture takes a scratch word from cuMemAllocAsync, copies
+ * the step into it, counts there, copies it back, the chunks' steps read it, and cuMemFreeAsync ends it (the
+ * same checksum); a word zeroed first is set last by a stream memory operation (a batch mem-op node); at the
  * end the device's graph memory must still be reserved and the word set. A restore must bring the
  * graph's memory back at the address its nodes name. --graph-cond: each launch of a graph runs COND_PER
  * steps in a WHILE conditional node, whose body counts the step on the device, steps every chunk and
@@ -535,6 +536,16 @@ int main(int argc, char **argv)
 				CU_CHECK(cuGraphExecUpdate(step_graph, g2, &info));
 				CHECK(info.result == CU_GRAPH_EXEC_UPDATE_SUCCESS);
 				CU_CHECK(cuGraphDestroy(g2));
+			}
+			/* The last chunk's node sits out from a quarter to three quarters of the steps. */
+			if (step == o.steps / 4 + 1)
+				CU_CHECK(cuGraphNodeSetEnabled(step_graph, pnodes[o.chunks - 1], 0));
+			if (step == o.steps - o.steps / 4) {
+				unsigned enabled = 1;
+
+				CU_CHECK(cuGraphNodeGetEnabled(step_graph, pnodes[o.chunks - 1], &enabled));
+				CHECK(enabled == 0);
+				CU_CHECK(cuGraphNodeSetEnabled(step_graph, pnodes[o.chunks - 1], 1));
 			}
 			param_graph_step(step_graph, d[0].f_step, bufs, o.chunks, &words, grid, block, pnodes,
 					 step);
