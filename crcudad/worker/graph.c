@@ -134,6 +134,9 @@ struct crc_gexec {
 	 * clone of that graph (after a restore or an update); until then cuGraphNodeFindInClone says. */
 	struct node_map drv, sh;
 	struct node_map off; /* the application's nodes disabled in it (cuGraphNodeSetEnabled 0) */
+	/* A restored one updated since: the graph it was instantiated from, kept while it lives, as its
+	 * nodes (drv) name the executable graph's nodes to the driver. */
+	CUgraph origin;
 	struct crc_gexec *next;
 };
 static struct crc_gexec *gexec_find(struct crc_session *s, CUgraphExec exec);
@@ -1090,7 +1093,10 @@ static int exec_updated(struct crc_session *s, struct crc_gexec *x, CUgraph g)
 		goto out;
 	rc = each_shadow_node(s, x, repair_one, &r);
 	if (!rc) {
-		shadow_destroy(s, x->shadow);
+		if (x->drv.n && !x->origin)
+			x->origin = x->shadow;
+		else
+			shadow_destroy(s, x->shadow);
 		x->shadow = r.clone;
 		map_free(&x->sh);
 		x->sh = r.sh;
@@ -1240,6 +1246,8 @@ CUresult crc_ovr_cuGraphExecDestroy(struct crc_session *s, void *const *argv)
 			*pp = x->next;
 			if (x->shadow)
 				shadow_destroy(s, x->shadow);
+			if (x->origin)
+				shadow_destroy(s, x->origin);
 			gexec_map_free(x);
 			free(x);
 			break;
@@ -1261,6 +1269,8 @@ static void gexec_prune(struct crc_session *s)
 		*pp = x->next;
 		if (x->shadow)
 			shadow_destroy(s, x->shadow);
+		if (x->origin)
+			shadow_destroy(s, x->origin);
 		gexec_map_free(x);
 		free(x);
 	}

@@ -24,18 +24,18 @@
  * it and frees it (the same checksum); the ready signal is then the layer's, from inside the allocation
  * (CRCUDA_TEST_PIN_PAUSE), so that a test checkpoints between its registration and its listing.
  * --graph-params: each step is one launch of a graph made once of one state_step node a chunk, whose
- * step parameter is set in the executable graph first (cuGraphExecKernelNodeSetParams); right before
- * the ready step the executable graph is updated (cuGraphExecUpdate) from a second graph of the same
- * shape, destroyed right after; the last chunk's node is disabled (cuGraphNodeSetEnabled) from a
- * quarter to three quarters of the steps (a different checksum); the later steps still name the first
- * graph's nodes, as the driver wants. A restore must rebuild the executable graph as it was changed
- * (the node disabled too), and take the application's node handles for its nodes. --graph-mem is --graph with
- * the step number passed through graph memory: the capture takes a scratch word from cuMemAllocAsync, copies
- * the step into it, counts there, copies it back, the chunks' steps read it, and cuMemFreeAsync ends it (the
- * same checksum); a word zeroed first is set last by a stream memory operation (a batch mem-op node); at the
- * end the device's graph memory must still be reserved and the word set. A restore must bring the
- * graph's memory back at the address its nodes name. --graph-cond: each launch of a graph runs COND_PER
- * steps in a WHILE conditional node, whose body counts the step on the device, steps every chunk and
+ * step parameter is set in the executable graph first (cuGraphExecKernelNodeSetParams); right after
+ * the middle step (the default ready step) the executable graph is updated (cuGraphExecUpdate) from a
+ * second graph of the same shape, destroyed right after; the last chunk's node is disabled
+ * (cuGraphNodeSetEnabled) from a quarter to three quarters of the steps (a different checksum); the later
+ * steps still name the first graph's nodes, as the driver wants. A restore must rebuild the executable graph
+ * as it was changed (the node disabled too), and take the application's node handles for its nodes.
+ * --graph-mem is --graph with the step number passed through graph memory: the capture takes a scratch word
+ * from cuMemAllocAsync, copies the step into it, counts there, copies it back, the chunks' steps read it, and
+ * cuMemFreeAsync ends it (the same checksum); a word zeroed first is set last by a stream memory operation (a
+ * batch mem-op node); at the end the device's graph memory must still be reserved and the word set. A restore
+ * must bring the graph's memory back at the address its nodes name. --graph-cond: each launch of a graph runs
+ * COND_PER steps in a WHILE conditional node, whose body counts the step on the device, steps every chunk and
  * sets the condition while the step is not a multiple of COND_PER (the same checksum; --steps a
  * multiple of it); an empty graph's executable graph is launched before each; the graph owns a user
  * object, whose destroy callback must run once, when the graph and its executable graph are gone. A restore
@@ -525,7 +525,9 @@ int main(int argc, char **argv)
 			goto launched;
 		}
 		if (o.graph_params) {
-			if (step == o.ready_at) {
+			/* After the ready step, where a test checkpoints: a restored executable graph is
+			 * updated then. */
+			if (step == o.steps / 2 + 1) {
 				/* The update: a second graph of the same shape. The executable graph's nodes
 				 * are still named by the first graph's (the driver refuses the second's). */
 				CUgraphNode g2nodes[PARAM_CHUNKS_MAX];
