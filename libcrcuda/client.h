@@ -236,6 +236,9 @@ CUresult crc_stage_capture(CUstream stream, uint64_t dst, uint64_t src, size_t b
  * it stands for an alloc or free node; stream-ordered allocation and free on a capturing stream; an
  * executable graph made or updated from a graph holds its memory. */
 bool crc_graph_mem_owns(CUdeviceptr p);
+/* NOT_INITIALIZED before cuInit, INVALID_DEVICE for an ordinal the session has not, else SUCCESS
+ * (hooks_ctx.c). */
+CUresult crc_check_device(CUdevice dev);
 bool crc_graph_mem_node_type(CUgraphNode node, CUgraphNodeType *type);
 CUresult crc_graph_mem_capture_alloc(CUdeviceptr *dptr, size_t bytesize, const CUmemPoolProps *props,
 				     CUstream stream);

@@ -185,7 +185,7 @@ static CUresult mem_make(const CUDA_MEM_ALLOC_NODE_PARAMS *p, struct gmem **out)
 			(int)p->poolProps.location.type);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
-	if (dev < 0 || (unsigned)dev >= crc_client.info.dev_count)
+	if (crc_check_device(dev) != CUDA_SUCCESS)
 		return CUDA_ERROR_INVALID_DEVICE;
 	m = calloc(1, sizeof(*m));
 	if (!m)
@@ -516,11 +516,6 @@ CUresult crc_hook_cuGraphExecDestroy(CUgraphExec hGraphExec)
 }
 
 /* ---- attributes ------------------------------------------------------------------------------------ */
-static bool device_ok(CUdevice device)
-{
-	return device >= 0 && (unsigned)device < crc_client.info.dev_count;
-}
-
 /* In use and reserved are one number here. Only the high watermarks are set, and only to 0: back to
  * what is in use now. */
 static CUresult graph_mem_attr(CUdevice device, CUgraphMem_attribute attr, void *value, bool set)
@@ -530,8 +525,11 @@ static CUresult graph_mem_attr(CUdevice device, CUgraphMem_attribute attr, void 
 
 	if (res != CUDA_SUCCESS)
 		return res;
-	if (!value || !device_ok(device))
-		return !value ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_DEVICE;
+	if (!value)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = crc_check_device(device);
+	if (res != CUDA_SUCCESS)
+		return res;
 	if (set)
 		memcpy(&v, value, sizeof(v));
 	pthread_mutex_lock(&gm_lock);
@@ -575,5 +573,5 @@ CUresult crc_hook_cuDeviceGraphMemTrim(CUdevice device)
 
 	if (res != CUDA_SUCCESS)
 		return res;
-	return device_ok(device) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+	return crc_check_device(device);
 }

@@ -177,7 +177,7 @@ CUresult crc_hook_cuGetExportTable(const void **ppExportTable, const CUuuid *pEx
 }
 
 /* ---- primary contexts --------------------------------------------------------------------------- */
-static CUresult check_device(CUdevice dev)
+CUresult crc_check_device(CUdevice dev)
 {
 	if (!__atomic_load_n(&crc_initialized, __ATOMIC_ACQUIRE))
 		return CUDA_ERROR_NOT_INITIALIZED;
@@ -188,7 +188,7 @@ static CUresult check_device(CUdevice dev)
 
 CUresult crc_hook_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
-	CUresult res = check_device(dev);
+	CUresult res = crc_check_device(dev);
 
 	if (res != CUDA_SUCCESS)
 		return res;
@@ -208,7 +208,7 @@ CUresult crc_hook_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
  * only changes what cuDevicePrimaryCtxGetState reports. */
 CUresult crc_hook_cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
-	CUresult res = check_device(dev);
+	CUresult res = crc_check_device(dev);
 
 	if (res != CUDA_SUCCESS)
 		return res;
@@ -228,7 +228,7 @@ CUresult crc_hook_cuDevicePrimaryCtxRelease(CUdevice dev)
 
 CUresult crc_hook_cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
-	CUresult res = check_device(dev);
+	CUresult res = crc_check_device(dev);
 
 	if (res != CUDA_SUCCESS)
 		return res;
@@ -250,7 +250,7 @@ CUresult crc_hook_cuDevicePrimaryCtxReset(CUdevice dev)
 
 CUresult crc_hook_cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
 {
-	CUresult res = check_device(dev);
+	CUresult res = crc_check_device(dev);
 
 	if (res == CUDA_SUCCESS)
 		res = crc_fwd_cuDevicePrimaryCtxSetFlags_v2(dev, flags);
@@ -335,7 +335,7 @@ CUresult crc_hook_cuCtxPopCurrent(CUcontext *pctx)
 /* ---- explicit contexts -------------------------------------------------------------------------- */
 CUresult crc_hook_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
-	CUresult res = check_device(dev);
+	CUresult res = crc_check_device(dev);
 
 	if (res != CUDA_SUCCESS)
 		return res;
