@@ -248,6 +248,24 @@ CUresult crc_graph_mem_instantiated(CUgraphExec exec, CUgraph graph);
 /* Registers a pinned region with the session again (conn.c): after a restore bound while the region
  * was being registered (it was not in the list yet). */
 int crc_pin_reregister(struct crc_pinned *pin);
+/* __managed__ variables (managed_vars.c). crc_mvar_found: the variable `name` of a module or library
+ * is managed memory at dev in the daemon; *addr the address the program gets (a copy kept here).
+ * crc_mvar_before_work: GPU work is about to be sent. crc_mvar_fault: a fault at addr was a copy's
+ * (handled). crc_mvar_contains: [addr, addr + bytes) is in one variable's copy here;
+ * crc_mvar_device_addr: where such an address is in the daemon. */
+CUresult crc_mvar_found(uint64_t owner, bool library, const char *name, uint64_t dev, size_t bytes,
+			CUdeviceptr *addr);
+void crc_mvar_unloaded(uint64_t owner, bool library);
+void crc_mvar_before_work(void);
+bool crc_mvar_fault(const void *addr, const void *uc);
+bool crc_mvar_contains(uint64_t addr, size_t bytes);
+uint64_t crc_mvar_device_addr(uint64_t addr);
+/* Restores bound so far (crc_client.rebinds). */
+uint64_t crc_restore_generation(void);
+/* The calling thread runs the program's host functions. */
+bool crc_on_hostfn_thread(void);
+/* libcrcuda's SIGSEGV handler (managed memory and __managed__ variables), installed once. */
+void crc_managed_fault_install(void);
 /* A restored session has the managed region in its pages again: accessible here once more. */
 void crc_managed_restored(struct crc_pinned *pin);
 /* Host functions are about to run: managed memory comes back from the GPUs and stays in host memory

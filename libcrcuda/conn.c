@@ -735,11 +735,38 @@ CUresult crc_ctl_with_fd(uint16_t op, const void *req, size_t len, int fd, void 
 	return res;
 }
 
+/* Calls that run on a stream and may read or write device memory: __managed__ variables' copies here
+ * must be settled before them (managed_vars.c). By name, so every variant is one. */
+static bool is_gpu_work(uint16_t op)
+{
+	static const char *const prefixes[] = {
+	    "cuLaunch",		  "cuGraphLaunch",     "cuMemcpy",	     "cuMemset",
+	    "cuStreamWriteValue", "cuStreamWaitValue", "cuStreamBatchMemOp", "cuMemBatchDecompress"};
+	static _Atomic signed char known[CRC_CU_COUNT]; /* 0 unknown, 1 work, -1 not */
+	signed char k;
+
+	if (op >= CRC_CU_COUNT)
+		return false;
+	k = atomic_load_explicit(&known[op], memory_order_relaxed);
+	if (!k) {
+		k = -1;
+		for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
+			if (!strncmp(crc_cu_table[op].sym, prefixes[i], strlen(prefixes[i])))
+				k = 1;
+		atomic_store_explicit(&known[op], k, memory_order_relaxed);
+	}
+	return k > 0;
+}
+
 CUresult crc_call_begin(struct crc_call *c, uint16_t op, uint16_t flags, size_t len, void **args)
 {
 	struct crc_thread *t = crc_self();
 	struct crc_call_hdr *h;
-	CUresult res = crc_ctl_begin(c, op, flags, sizeof(*h) + len, (void **)&h);
+	CUresult res;
+
+	if (is_gpu_work(op))
+		crc_mvar_before_work();
+	res = crc_ctl_begin(c, op, flags, sizeof(*h) + len, (void **)&h);
 
 	if (res != CUDA_SUCCESS)
 		return res;

@@ -381,7 +381,7 @@ uint32_t crc_locate(uint64_t addr, size_t bytes)
 {
 	struct crc_pinned *pin;
 
-	if (crc_is_device_va(addr) || in_app_range(addr))
+	if (crc_is_device_va(addr) || in_app_range(addr) || crc_mvar_contains(addr, bytes))
 		return CRC_LOC_DEVICE;
 	pin = crc_pinned_find((const void *)(uintptr_t)addr, bytes);
 	if (pin && pin->managed)
@@ -434,6 +434,11 @@ static CUresult copy(uint64_t dst, uint64_t src, size_t bytes, CUstream stream, 
 
 	if (!bytes)
 		return CUDA_SUCCESS;
+	/* A __managed__ variable's copy here names the variable in the daemon. */
+	if (dl == CRC_LOC_DEVICE)
+		dst = crc_mvar_device_addr(dst);
+	if (sl == CRC_LOC_DEVICE)
+		src = crc_mvar_device_addr(src);
 	if (async && captured_pageable(dl, sl, stream))
 		return crc_stage_capture(stream, dst, src, bytes, copy_async);
 	if (dl != CRC_LOC_DEVICE && sl != CRC_LOC_DEVICE && (dl == CRC_LOC_INLINE || sl == CRC_LOC_INLINE)) {
@@ -767,7 +772,7 @@ static void *pin_align_addresses(int fd, void *p, size_t size, struct crc_pin_re
 }
 
 /* The rebinds so far: a registration made before a restore bound is the old session's only. */
-static uint64_t pin_generation(void)
+uint64_t crc_restore_generation(void)
 {
 	uint64_t g;
 
@@ -799,7 +804,7 @@ static CUresult pin_forget(const struct crc_pinned *pin, uint64_t gen)
 {
 	CUresult res = pin_unregister(pin->addr, pin->bytes);
 
-	return res == CUDA_ERROR_INVALID_VALUE && pin_generation() != gen ? CUDA_SUCCESS : res;
+	return res == CUDA_ERROR_INVALID_VALUE && crc_restore_generation() != gen ? CUDA_SUCCESS : res;
 }
 
 /* Tests (CRCUDA_TEST_PIN_PAUSE=DIR): the allocation stops between its registration and its listing,
@@ -848,7 +853,7 @@ static void *map_aligned(int fd, size_t size, size_t align)
 /* Page-locked memory: size rounded up to align (pages at least), at an address aligned to it. */
 static CUresult pinned_alloc(void **pp, size_t bytes, unsigned flags, size_t align)
 {
-	uint64_t gen = pin_generation();
+	uint64_t gen = crc_restore_generation();
 	struct crc_pinned *pin;
 	struct crc_pin_req req = {.bytes = bytes, .flags = flags};
 	struct crc_pin_reply reply = {0};
@@ -1024,8 +1029,11 @@ static CUresult managed_to_host(struct crc_pinned *pin)
 static void managed_fault(int sig, siginfo_t *si, void *uc)
 {
 	int saved_errno = errno;
-	struct crc_pinned *pin = crc_pinned_find(si->si_addr, 1);
+	struct crc_pinned *pin;
 
+	if (crc_mvar_fault(si->si_addr, uc))
+		return;
+	pin = crc_pinned_find(si->si_addr, 1);
 	if (pin && pin->managed && __atomic_load_n(&pin->on_device, __ATOMIC_ACQUIRE)) {
 		CUresult res;
 
@@ -1049,7 +1057,7 @@ static void managed_fault(int sig, siginfo_t *si, void *uc)
 	}
 }
 
-static void managed_fault_install(void)
+static void managed_fault_setup(void)
 {
 	struct sigaction sa = {.sa_sigaction = managed_fault,
 			       .sa_flags = SA_SIGINFO | SA_RESTART | SA_NODEFER};
@@ -1059,6 +1067,11 @@ static void managed_fault_install(void)
 		pr_warn("cannot catch SIGSEGV: managed memory stays in host memory");
 }
 
+void crc_managed_fault_install(void)
+{
+	pthread_once(&managed_fault_once, managed_fault_setup);
+}
+
 /* A prefetch to a GPU: the whole allocation into that GPU's memory, where it can go. */
 static CUresult managed_to_device(struct crc_pinned *pin, int device)
 {
@@ -1066,7 +1079,7 @@ static CUresult managed_to_device(struct crc_pinned *pin, int device)
 
 	if (pin->addr % MANAGED_GRANULE || pin->bytes % MANAGED_GRANULE || !managed_may_move())
 		return CUDA_SUCCESS; /* a hint: it stays in the shared pages */
-	pthread_once(&managed_fault_once, managed_fault_install);
+	crc_managed_fault_install();
 	pthread_mutex_lock(&managed_move_lock);
 	if (managed_home || __atomic_load_n(&pin->on_device, __ATOMIC_ACQUIRE)) {
 		pthread_mutex_unlock(&managed_move_lock);
@@ -1468,7 +1481,7 @@ CUresult crc_hook_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Fl
 		  end = ((uintptr_t)p + bytesize + 4095) & ~(uintptr_t)4095;
 	struct crc_pinned *pin;
 	CUresult res = crc_ready();
-	uint64_t gen = pin_generation();
+	uint64_t gen = crc_restore_generation();
 	int fd = -1;
 
 	if (res != CUDA_SUCCESS)

@@ -131,12 +131,20 @@ CUresult crc_hook_cuLibraryLoadFromFile(CUlibrary *library, const char *fileName
 
 CUresult crc_hook_cuModuleUnload(CUmodule hmod)
 {
-	return crc_fwd_cuModuleUnload(hmod);
+	CUresult res = crc_fwd_cuModuleUnload(hmod);
+
+	if (res == CUDA_SUCCESS)
+		crc_mvar_unloaded((uintptr_t)hmod, false);
+	return res;
 }
 
 CUresult crc_hook_cuLibraryUnload(CUlibrary library)
 {
-	return crc_fwd_cuLibraryUnload(library);
+	CUresult res = crc_fwd_cuLibraryUnload(library);
+
+	if (res == CUDA_SUCCESS)
+		crc_mvar_unloaded((uintptr_t)library, true);
+	return res;
 }
 
 CUresult crc_hook_cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
@@ -144,14 +152,58 @@ CUresult crc_hook_cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
 	return crc_fwd_cuLibraryGetModule(pMod, library);
 }
 
+/* A global the daemon found: a __managed__ one is given as its copy here (managed_vars.c), which
+ * the program's CPU reads and writes. */
+static CUresult global_found(CUresult res, uint64_t owner, bool library, const char *name, bool managed,
+			     CUdeviceptr dev, size_t size, CUdeviceptr *dptr, size_t *bytes)
+{
+	int is_managed = managed;
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (!managed &&
+	    crc_hook_cuPointerGetAttribute(&is_managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, dev) != CUDA_SUCCESS)
+		is_managed = 0;
+	if (is_managed && !crc_client.tcp) {
+		res = crc_mvar_found(owner, library, name, dev, size, &dev);
+		if (res != CUDA_SUCCESS)
+			return res;
+	}
+	if (dptr)
+		*dptr = dev;
+	if (bytes)
+		*bytes = size;
+	return CUDA_SUCCESS;
+}
+
 CUresult crc_hook_cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
 {
-	return crc_fwd_cuModuleGetGlobal_v2(dptr, bytes, hmod, name);
+	CUdeviceptr dev = 0;
+	size_t size = 0;
+	CUresult res = crc_fwd_cuModuleGetGlobal_v2(&dev, &size, hmod, name);
+
+	return global_found(res, (uintptr_t)hmod, false, name, false, dev, size, dptr, bytes);
 }
 
 CUresult crc_hook_cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
 {
-	return crc_fwd_cuLibraryGetGlobal(dptr, bytes, library, name);
+	CUdeviceptr dev = 0;
+	size_t size = 0;
+	CUresult res = crc_fwd_cuLibraryGetGlobal(&dev, &size, library, name);
+
+	return global_found(res, (uintptr_t)library, true, name, false, dev, size, dptr, bytes);
+}
+
+CUresult crc_hook_cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
+{
+	CUdeviceptr dev = 0;
+	size_t size = 0;
+	CUresult res;
+
+	if (!dptr && !bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = crc_fwd_cuLibraryGetManaged(&dev, &size, library, name);
+	return global_found(res, (uintptr_t)library, true, name, true, dev, size, dptr, bytes);
 }
 
 /* ---- lookups -------------------------------------------------------------------------------------- */

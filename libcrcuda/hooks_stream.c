@@ -62,10 +62,18 @@ static struct crc_hostfn_page *hostfn_page;
 static int hostfn_memfd = -1;
 static pthread_once_t hostfn_once = PTHREAD_ONCE_INIT;
 
+static __thread bool on_hostfn_thread;
+
+bool crc_on_hostfn_thread(void)
+{
+	return on_hostfn_thread;
+}
+
 static void *hostfn_loop(void *arg)
 {
 	struct crc_hostfn_page *pg = arg;
 
+	on_hostfn_thread = true;
 	for (;;) {
 		uint32_t req = atomic_load_explicit(&pg->req, memory_order_acquire);
 

@@ -193,6 +193,7 @@ struct sim_global {
 	char *name;
 	CUdeviceptr addr;
 	size_t size;
+	bool managed; /* __managed__: in the module's managed block */
 };
 
 struct sim_param {
@@ -221,6 +222,7 @@ struct CUmod_st {
 	struct sim_global *globals;
 	unsigned global_count;
 	CUdeviceptr globals_base; /* one arena allocation holds all globals; 0 if none */
+	CUdeviceptr managed_base; /* and one managed allocation the __managed__ ones; 0 if none */
 	struct CUmod_st *next_in_ctx;
 };
 
@@ -242,6 +244,7 @@ struct CUlib_st {
 		struct CUmod_st *module;
 	} * modules;
 	unsigned module_count;
+	CUdeviceptr managed_base; /* its __managed__ variables, one block for every context; 0 if none */
 };
 
 /* sim_core.c */
@@ -320,6 +323,8 @@ CUresult sim_mem_check_any(uintptr_t ptr, size_t bytes, bool write);
 bool sim_mem_is_pinned_host(const void *ptr, size_t bytes);
 CUresult sim_mem_alloc_device(struct CUctx_st *ctx, size_t bytes, enum sim_range_kind kind, CUdeviceptr *out);
 CUresult sim_mem_free_device(CUdeviceptr ptr, enum sim_range_kind kind);
+CUresult sim_mem_alloc_managed(size_t bytes, CUdeviceptr *out);
+void sim_mem_free_managed(CUdeviceptr p);
 void sim_mem_free_ctx(struct CUctx_st *ctx);
 
 /* sim_stream.c */

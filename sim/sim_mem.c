@@ -435,6 +435,7 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr 
 /* ---- pinned host memory ---- */
 
 static CUresult host_alloc_kind(void **pp, size_t bytesize, unsigned flags, enum sim_range_kind kind);
+static CUresult host_range_take(void *p, enum sim_range_kind kind, struct sim_range *out);
 
 static CUresult host_alloc(void **pp, size_t bytesize, unsigned flags)
 {
@@ -627,10 +628,10 @@ CUresult cuMemRangeGetAttributes(void **data, size_t *sizes, CUmem_range_attribu
 	return res;
 }
 
-static CUresult host_alloc_kind(void **pp, size_t bytesize, unsigned flags, enum sim_range_kind kind)
+/* Host memory the device reaches, owned by ctx (NULL: by none, as a library's managed variables). */
+static CUresult host_alloc_in(struct CUctx_st *ctx, void **pp, size_t bytesize, unsigned flags,
+			      enum sim_range_kind kind)
 {
-	struct CUctx_st *ctx;
-	CUresult res;
 	size_t size = round_up(bytesize, SIM_PAGE);
 	struct sim_range r = {.size = size, .requested = bytesize, .kind = kind, .flags = flags};
 	void *mem;
@@ -638,15 +639,12 @@ static CUresult host_alloc_kind(void **pp, size_t bytesize, unsigned flags, enum
 	if (!pp || !bytesize)
 		return CUDA_ERROR_INVALID_VALUE;
 	crc_uvm_advice_init(&r.advice);
-	res = sim_ctx_require(&ctx);
-	if (res != CUDA_SUCCESS)
-		return res;
 	mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (mem == MAP_FAILED)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	r.base = (uintptr_t)mem;
 	r.ctx = ctx;
-	r.dev = ctx->dev;
+	r.dev = ctx ? ctx->dev : 0;
 	r.buffer_id = sim_next_id();
 	pthread_mutex_lock(&mem_lock);
 	if (range_insert(&r)) {
@@ -657,6 +655,32 @@ static CUresult host_alloc_kind(void **pp, size_t bytesize, unsigned flags, enum
 	pthread_mutex_unlock(&mem_lock);
 	*pp = mem;
 	return CUDA_SUCCESS;
+}
+
+static CUresult host_alloc_kind(void **pp, size_t bytesize, unsigned flags, enum sim_range_kind kind)
+{
+	struct CUctx_st *ctx;
+	CUresult res;
+
+	if (!pp || !bytesize)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = sim_ctx_require(&ctx);
+	return res == CUDA_SUCCESS ? host_alloc_in(ctx, pp, bytesize, flags, kind) : res;
+}
+
+/* __managed__ variables of a module or library: managed memory, as cuMemAllocManaged makes it, of no
+ * context (a library's are shared by every context). */
+CUresult sim_mem_alloc_managed(size_t bytes, CUdeviceptr *out)
+{
+	return host_alloc_in(NULL, (void **)out, bytes, CU_MEM_ATTACH_GLOBAL, SIM_RANGE_MANAGED);
+}
+
+void sim_mem_free_managed(CUdeviceptr p)
+{
+	struct sim_range r;
+
+	if (host_range_take((void *)(uintptr_t)p, SIM_RANGE_MANAGED, &r) == CUDA_SUCCESS)
+		munmap((void *)r.base, r.size);
 }
 
 CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)

@@ -77,13 +77,40 @@ static void module_free(struct CUmod_st *mod)
 	free(mod->globals);
 	if (mod->globals_base)
 		sim_mem_free_device(mod->globals_base, SIM_RANGE_GLOBAL);
+	if (mod->managed_base)
+		sim_mem_free_managed(mod->managed_base);
 	mod->magic = SIM_MAGIC_DEAD;
 	free(mod);
 }
 
+static size_t global_span(const struct crc_global *g)
+{
+	return (g->size + SIM_GLOBAL_ALIGN - 1) / SIM_GLOBAL_ALIGN * SIM_GLOBAL_ALIGN;
+}
+
+/* The __managed__ variables of an image in one managed allocation, in image order, initialised. */
+static CUresult managed_globals_create(const struct crc_modinfo *info, size_t total, CUdeviceptr *base)
+{
+	size_t off = 0;
+	CUresult res = sim_mem_alloc_managed(total, base);
+
+	for (size_t i = 0; i < info->nglobals && res == CUDA_SUCCESS; i++) {
+		const struct crc_global *g = &info->globals[i];
+
+		if (!g->managed)
+			continue;
+		if (g->init)
+			memcpy((void *)(uintptr_t)(*base + off), g->init, g->size);
+		off += global_span(g);
+	}
+	return res;
+}
+
+/* Device globals in one arena allocation, __managed__ ones in one managed allocation (the host reads
+ * and writes them at their address, as a GPU's driver lets it). */
 static CUresult module_globals_create(struct CUmod_st *mod, const struct crc_modinfo *info)
 {
-	size_t total = 0, offset = 0;
+	size_t total = 0, managed_total = 0, offset = 0, managed_offset = 0;
 	CUresult res;
 
 	if (!info->nglobals)
@@ -92,23 +119,35 @@ static CUresult module_globals_create(struct CUmod_st *mod, const struct crc_mod
 	if (!mod->globals)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	for (size_t i = 0; i < info->nglobals; i++)
-		total += (info->globals[i].size + SIM_GLOBAL_ALIGN - 1) / SIM_GLOBAL_ALIGN * SIM_GLOBAL_ALIGN;
+		*(info->globals[i].managed ? &managed_total : &total) += global_span(&info->globals[i]);
 	res = sim_mem_alloc_device(mod->ctx, total ? total : 1, SIM_RANGE_GLOBAL, &mod->globals_base);
+	if (res != CUDA_SUCCESS)
+		return res;
+	/* A library's module shares the library's (their bytes initialised there, once). */
+	if (mod->library && managed_total)
+		managed_total = 0;
+	if (managed_total)
+		res = managed_globals_create(info, managed_total, &mod->managed_base);
 	if (res != CUDA_SUCCESS)
 		return res;
 	for (size_t i = 0; i < info->nglobals; i++) {
 		const struct crc_global *g = &info->globals[i];
 		struct sim_global *sg = &mod->globals[mod->global_count];
+		size_t *off = g->managed ? &managed_offset : &offset;
 
 		sg->name = strdup(g->name);
 		if (!sg->name)
 			return CUDA_ERROR_OUT_OF_MEMORY;
-		sg->addr = mod->globals_base + offset;
+		sg->managed = g->managed;
+		sg->addr = (!g->managed	   ? mod->globals_base
+			    : mod->library ? mod->library->managed_base
+					   : mod->managed_base) +
+			   *off;
 		sg->size = g->size;
 		/* Fresh arena pages are zero, which is what globals without initial bytes want. */
-		if (g->init)
+		if (g->init && !g->managed)
 			memcpy((void *)(uintptr_t)sg->addr, g->init, g->size);
-		offset += (g->size + SIM_GLOBAL_ALIGN - 1) / SIM_GLOBAL_ALIGN * SIM_GLOBAL_ALIGN;
+		*off += global_span(g);
 		mod->global_count++;
 	}
 	return CUDA_SUCCESS;
@@ -397,6 +436,8 @@ void *sim_host_kernel_global(const struct crcuda_sim_block *blk, const char *nam
 
 static void library_free(struct CUlib_st *lib)
 {
+	if (lib->managed_base)
+		sim_mem_free_managed(lib->managed_base);
 	crc_modinfo_free(&lib->info);
 	free(lib->kernels);
 	free(lib->modules);
@@ -425,6 +466,19 @@ static CUresult library_load(CUlibrary *plib, const void *image, size_t len)
 		if (!lib->kernels) {
 			library_free(lib);
 			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+	}
+	{
+		size_t managed_total = 0;
+
+		for (size_t i = 0; i < lib->info.nglobals; i++)
+			if (lib->info.globals[i].managed)
+				managed_total += global_span(&lib->info.globals[i]);
+		res = managed_total ? managed_globals_create(&lib->info, managed_total, &lib->managed_base)
+				    : CUDA_SUCCESS;
+		if (res != CUDA_SUCCESS) {
+			library_free(lib);
+			return res;
 		}
 	}
 	for (size_t i = 0; i < lib->info.nkernels; i++) {
@@ -596,6 +650,33 @@ CUresult cuLibraryGetModule(CUmodule *pmod, CUlibrary lib)
 	if (!library_valid(lib))
 		return CUDA_ERROR_INVALID_HANDLE;
 	return library_current_module(lib, pmod);
+}
+
+/* No context needed: a library's managed variables are made when it loads, for every context. */
+CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary lib, const char *name)
+{
+	size_t off = 0;
+
+	SIM_ENTER(cuLibraryGetManaged);
+	if (!name || (!dptr && !bytes))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!library_valid(lib))
+		return CUDA_ERROR_INVALID_HANDLE;
+	for (size_t i = 0; i < lib->info.nglobals; i++) {
+		const struct crc_global *g = &lib->info.globals[i];
+
+		if (!g->managed)
+			continue;
+		if (!strcmp(g->name, name)) {
+			if (dptr)
+				*dptr = lib->managed_base + off;
+			if (bytes)
+				*bytes = g->size;
+			return CUDA_SUCCESS;
+		}
+		off += global_span(g);
+	}
+	return CUDA_ERROR_NOT_FOUND;
 }
 
 CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary lib, const char *name)

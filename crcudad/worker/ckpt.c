@@ -554,8 +554,14 @@ CUresult crc_global_of(struct crc_session *s, uint64_t vh, const char *name, CUd
 
 	if ((tag != CRC_HT_MODULE && tag != CRC_HT_LIBRARY) || !handle_live(s, vh))
 		return CUDA_ERROR_INVALID_HANDLE;
-	if (tag == CRC_HT_LIBRARY)
-		return CALL(cuLibraryGetGlobal, addr, size, s->tables[tag].real[idx].ptr, name);
+	if (tag == CRC_HT_LIBRARY) {
+		CUresult res = CALL(cuLibraryGetGlobal, addr, size, s->tables[tag].real[idx].ptr, name);
+
+		/* A __managed__ variable, where the driver names it only so. */
+		if (res != CUDA_SUCCESS)
+			res = CALL(cuLibraryGetManaged, addr, size, s->tables[tag].real[idx].ptr, name);
+		return res;
+	}
 	return CALL(cuModuleGetGlobal_v2, addr, size, s->tables[tag].real[idx].ptr, name);
 }
 
@@ -749,8 +755,9 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 			size_t size = 0;
 			char name[512];
 
-			if (mi.globals[g].managed ||
-			    crc_global_of(s, vh, mi.globals[g].name, &addr, &size) != CUDA_SUCCESS || !size)
+			/* __managed__ ones too: the program's copies (libcrcuda/managed_vars.c) may be
+			 * stale, so the daemon's bytes are the ones to keep. */
+			if (crc_global_of(s, vh, mi.globals[g].name, &addr, &size) != CUDA_SUCCESS || !size)
 				continue;
 			snprintf(name, sizeof(name), "%s@%#" PRIx64, mi.globals[g].name, vh);
 			struct crc_region_desc d = {.kind = CRC_REGION_DEVICE_GLOBAL,

@@ -317,3 +317,40 @@ bool crc_managed_release(struct crc_pin *p)
 	p->host_view = NULL;
 	return true;
 }
+
+/* A module's __managed__ variable is driver managed memory here, out of the client's reach: the client
+ * keeps a copy at the same address and pulls or pushes its bytes around the GPU's work. A pull after
+ * the session's work unless the client says not to (a host function's thread: the work waits for it). */
+CUresult crc_ctl_mvar_copy(struct crc_session *s, bool push, const uint8_t *args, size_t len)
+{
+	const struct crc_mvar_req *r = (const void *)args;
+	CUcontext prev;
+	CUstream st;
+	CUresult res;
+	void *out = NULL;
+
+	if (len < sizeof(*r) || !r->bytes || r->bytes > crc_chan_max_payload(&s->chan) ||
+	    (push && len - sizeof(*r) < r->bytes))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!push && r->drain) {
+		res = crc_session_drain(s);
+		if (res != CUDA_SUCCESS)
+			return res;
+	}
+	if (!push && !(out = crc_out(s, r->bytes)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	res = crc_session_some_ctx(s, &prev);
+	if (res != CUDA_SUCCESS)
+		return res;
+	/* A stream of its own: the legacy stream would wait for the work of every blocking stream. */
+	res = CALL(cuStreamCreate, &st, CU_STREAM_NON_BLOCKING);
+	if (res == CUDA_SUCCESS) {
+		res = push ? CALL(cuMemcpyHtoDAsync_v2, r->addr, r + 1, r->bytes, st)
+			   : CALL(cuMemcpyDtoHAsync_v2, out, r->addr, r->bytes, st);
+		if (res == CUDA_SUCCESS)
+			res = CALL(cuStreamSynchronize, st);
+		CALL(cuStreamDestroy_v2, st);
+	}
+	crc_session_ctx_back(prev);
+	return res;
+}

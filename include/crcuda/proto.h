@@ -62,6 +62,8 @@ enum crc_ctl_op {
 	CRC_OP_HOSTFN_REGISTER, /* unix: the memfd of the client's struct crc_hostfn_page follows on the
 				   socket; no payload */
 	CRC_OP_MANAGED_PLACE,	/* struct crc_managed_req: a managed allocation to device memory or back */
+	CRC_OP_MVAR_PULL,	/* struct crc_mvar_req; reply: the bytes of a __managed__ variable */
+	CRC_OP_MVAR_PUSH,	/* struct crc_mvar_req + the bytes: into a __managed__ variable */
 	/* Control connections (role CRC_ROLE_CONTROL): requests and replies framed on the socket as
 	 * struct crc_msg_hdr + payload; every reply is struct crc_ctl_reply + the op's data. */
 	CRC_OP_CTL_SESSIONS = CRC_OP_CTL + 0x100, /* reply: n struct crc_ctl_session_wire */
@@ -408,6 +410,14 @@ struct crc_managed_req {
 	uint64_t client_addr;
 	uint64_t bytes;
 	int32_t device; /* the client's ordinal, or -1: the host */
+	uint32_t pad;
+};
+
+/* Bytes of a module's __managed__ variable, which lives in the daemon (libcrcuda/managed_vars.c). */
+struct crc_mvar_req {
+	uint64_t addr; /* in the daemon */
+	uint64_t bytes;
+	uint32_t drain; /* pull: the session's work ends first */
 	uint32_t pad;
 };
 

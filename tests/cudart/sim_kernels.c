@@ -168,3 +168,14 @@ CRCUDA_SIM_KERNEL(_Z3addPyj)
 		*counter += value;
 	}
 }
+
+/* state_rt.cu: mv_fold(unsigned step), with __managed__ unsigned long long mv_acc and unsigned mv_steps[64]
+ */
+CRCUDA_SIM_KERNEL(_Z7mv_foldj)
+{
+	unsigned step = CRCUDA_SIM_PARAM(blk, 0, unsigned);
+	unsigned long long *acc = CRCUDA_SIM_GLOBAL(blk, "mv_acc", unsigned long long);
+	const unsigned *steps = CRCUDA_SIM_GLOBAL(blk, "mv_steps", const unsigned);
+
+	*acc = (*acc * 31 + steps[step % 64]) ^ step;
+}

@@ -13,14 +13,32 @@
 // state_app's host implementations.
 #include "../programs/state_app.cu"
 
+// --mvar: __managed__ variables the CPU and a kernel update in turns each step (the CPU writes the step's
+// word of mv_steps while earlier kernels may still run, which read other words; mv_fold folds it into
+// mv_acc; the CPU reads mv_acc after the stream's work at every third step); mv_acc, mv_steps and what
+// the CPU read are in the checksum.
+#define MV_WORDS 64
+__managed__ unsigned long long mv_acc = 0x9e3779b97f4a7c15ull;
+__managed__ unsigned mv_steps[MV_WORDS];
+
+// <<<1, 1>>>
+__global__ void mv_fold(unsigned step)
+{
+	mv_acc = (mv_acc * 31 + mv_steps[step % MV_WORDS]) ^ step;
+}
+
 int main(int argc, char **argv)
 {
 	unsigned long mb = 64;
 	unsigned chunks = 4, steps = 20, ready_at = ~0u, seed = 7;
 	const char *ready_file = NULL, *go_file = NULL;
-	for (int i = 1; i + 1 < argc; i += 2) {
-		const char *a = argv[i], *v = argv[i + 1];
-		if (!strcmp(a, "--mb"))
+	bool mvar = false;
+	for (int i = 1; i < argc; i += 2) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
+		if (!strcmp(a, "--mvar")) {
+			mvar = true;
+			i--;
+		} else if (!strcmp(a, "--mb"))
 			mb = strtoul(v, NULL, 0);
 		else if (!strcmp(a, "--chunks"))
 			chunks = (unsigned)strtoul(v, NULL, 0);
@@ -52,10 +70,20 @@ int main(int argc, char **argv)
 		state_init<<<264, 256, 0, stream>>>(bufs[c], words, seed + c);
 		CUDA_CHECK_LAUNCH();
 	}
+	unsigned long long mv_seen = 0;
 	for (unsigned step = 1; step <= steps; step++) {
 		for (unsigned c = 0; c < chunks; c++) {
 			state_step<<<264, 256, 0, stream>>>(bufs[c], words, step);
 			CUDA_CHECK_LAUNCH();
+		}
+		if (mvar) {
+			mv_steps[step % MV_WORDS] += step * 2654435761u ^ seed;
+			mv_fold<<<1, 1, 0, stream>>>(step);
+			CUDA_CHECK_LAUNCH();
+			if (step % 3 == 0) {
+				CUDA_CHECK(cudaStreamSynchronize(stream));
+				mv_seen = mv_seen * 1000003 ^ mv_acc;
+			}
 		}
 		if (step == ready_at && ready_file) {
 			char tmp[4096];
@@ -75,6 +103,12 @@ int main(int argc, char **argv)
 		CUDA_CHECK(cudaMemcpyAsync(&part, dsum, sizeof(part), cudaMemcpyDeviceToHost, stream));
 		CUDA_CHECK(cudaStreamSynchronize(stream));
 		total += part * (c + 1);
+	}
+	if (mvar) {
+		CUDA_CHECK(cudaStreamSynchronize(stream));
+		total ^= mv_acc * 7 + mv_seen;
+		for (int i = 0; i < MV_WORDS; i++)
+			total += (unsigned long long)mv_steps[i] << (i % 32);
 	}
 	printf("state_rt: mb=%lu chunks=%u steps=%u checksum=%016llx\n", mb, chunks, steps, total);
 	for (unsigned c = 0; c < chunks; c++)

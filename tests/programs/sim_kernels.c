@@ -596,3 +596,31 @@ CRCUDA_SIM_KERNEL(cond_step)
 		CRCUDA_SIM_SET_CONDITIONAL(blk, h, c < limit);
 	}
 }
+
+/* managed_vars.cu: mv_bump(int n), with __managed__ int mv_count, unsigned mv_table[300] and
+ * __device__ int mv_plain */
+CRCUDA_SIM_KERNEL(_Z7mv_bumpi)
+{
+	int n = CRCUDA_SIM_PARAM(blk, 0, int);
+	int *count = CRCUDA_SIM_GLOBAL(blk, "mv_count", int);
+	unsigned *table = CRCUDA_SIM_GLOBAL(blk, "mv_table", unsigned);
+	const int *plain = CRCUDA_SIM_GLOBAL(blk, "mv_plain", const int);
+
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, t)
+	{
+		if (t.x == 0)
+			*count += n;
+		table[t.x] = table[t.x] * 3 + t.x + (unsigned)*plain;
+	}
+}
+
+/* managed_vars.cu: mv_read(int *out, const unsigned *table) */
+CRCUDA_SIM_KERNEL(_Z7mv_readPiPKj)
+{
+	int *out = CRCUDA_SIM_PARAM(blk, 0, int *);
+	const unsigned *table = CRCUDA_SIM_PARAM(blk, 1, const unsigned *);
+	int *count = CRCUDA_SIM_GLOBAL(blk, "mv_count", int);
+
+	out[0] = *count;
+	out[1] = (int)table[299];
+}
