@@ -425,20 +425,50 @@ static bool captured_pageable(uint32_t dl, uint32_t sl, CUstream stream)
 
 /* Any direction, any memory. Pageable host sources go out in chunks (posted, several in flight, the
  * last one waited for unless async); pageable destinations come back in chunks. */
+#define CRC_CU_AGAIN ((CUresult)0x7fff0001) /* not a CUDA error: begin the copy again */
+
+/* A __managed__ variable's copy here names the variable in the daemon, where a restore may move it:
+ * a copy that translated one before a restore bound begins again (mvar_gen: the generation it
+ * translated in, or UINT64_MAX for none). */
+static CUresult begin_copy(struct crc_call *c, uint16_t op, uint16_t flags, size_t len, void **args,
+			   uint64_t mvar_gen)
+{
+	CUresult res = crc_call_begin(c, op, flags, len, args);
+
+	if (res == CUDA_SUCCESS && mvar_gen != UINT64_MAX && crc_restore_generation() != mvar_gen) {
+		crc_call_end(c);
+		return CRC_CU_AGAIN;
+	}
+	return res;
+}
+
+static CUresult copy_once(uint64_t dst, uint64_t src, size_t bytes, CUstream stream, bool async);
+
 static CUresult copy(uint64_t dst, uint64_t src, size_t bytes, CUstream stream, bool async)
 {
+	CUresult res;
+
+	while ((res = copy_once(dst, src, bytes, stream, async)) == CRC_CU_AGAIN)
+		;
+	return res;
+}
+
+static CUresult copy_once(uint64_t dst, uint64_t src, size_t bytes, CUstream stream, bool async)
+{
 	uint32_t dl = crc_locate(dst, bytes), sl = crc_locate(src, bytes);
+	uint64_t mvar_gen = UINT64_MAX;
 	struct crc_copy_req *r;
 	struct crc_call c;
 	CUresult res;
 
 	if (!bytes)
 		return CUDA_SUCCESS;
-	/* A __managed__ variable's copy here names the variable in the daemon. */
-	if (dl == CRC_LOC_DEVICE)
-		dst = crc_mvar_device_addr(dst);
-	if (sl == CRC_LOC_DEVICE)
-		src = crc_mvar_device_addr(src);
+	if ((dl == CRC_LOC_DEVICE && crc_mvar_contains(dst, bytes)) ||
+	    (sl == CRC_LOC_DEVICE && crc_mvar_contains(src, bytes))) {
+		mvar_gen = crc_restore_generation();
+		dst = dl == CRC_LOC_DEVICE ? crc_mvar_device_addr(dst) : dst;
+		src = sl == CRC_LOC_DEVICE ? crc_mvar_device_addr(src) : src;
+	}
 	if (async && captured_pageable(dl, sl, stream))
 		return crc_stage_capture(stream, dst, src, bytes, copy_async);
 	if (dl != CRC_LOC_DEVICE && sl != CRC_LOC_DEVICE && (dl == CRC_LOC_INLINE || sl == CRC_LOC_INLINE)) {
@@ -455,7 +485,7 @@ static CUresult copy(uint64_t dst, uint64_t src, size_t bytes, CUstream stream, 
 
 		if (sl != CRC_LOC_DEVICE)
 			return CUDA_ERROR_INVALID_VALUE;
-		res = crc_call_begin(&c, CRC_CU_cuMemcpyDtoH_v2, 0, sizeof(*r), (void **)&r);
+		res = begin_copy(&c, CRC_CU_cuMemcpyDtoH_v2, 0, sizeof(*r), (void **)&r, mvar_gen);
 		if (res != CUDA_SUCCESS)
 			return res;
 		*r = (struct crc_copy_req){.dst = dst,
@@ -479,12 +509,12 @@ static CUresult copy(uint64_t dst, uint64_t src, size_t bytes, CUstream stream, 
 			bool last = off + n == bytes;
 
 			/* Every chunk under one hold of the channel: the copy is one call for a quiesce. */
-			res = off ? crc_call_next(&c, CRC_CU_cuMemcpyHtoD_v2,
-						  last && !async ? 0 : CRC_MSG_NOREPLY, sizeof(*r) + n,
-						  (void **)&r)
-				  : crc_call_begin(&c, CRC_CU_cuMemcpyHtoD_v2,
-						   last && !async ? 0 : CRC_MSG_NOREPLY, sizeof(*r) + n,
-						   (void **)&r);
+			res =
+			    off ? crc_call_next(&c, CRC_CU_cuMemcpyHtoD_v2,
+						last && !async ? 0 : CRC_MSG_NOREPLY, sizeof(*r) + n,
+						(void **)&r)
+				: begin_copy(&c, CRC_CU_cuMemcpyHtoD_v2, last && !async ? 0 : CRC_MSG_NOREPLY,
+					     sizeof(*r) + n, (void **)&r, mvar_gen);
 			if (res != CUDA_SUCCESS)
 				return res;
 			*r = (struct crc_copy_req){.dst = dst + off,
@@ -513,8 +543,8 @@ static CUresult copy(uint64_t dst, uint64_t src, size_t bytes, CUstream stream, 
 		return CUDA_SUCCESS;
 	}
 	/* Device and pinned memory: the daemon reaches both; async ones are posted. */
-	res =
-	    crc_call_begin(&c, CRC_CU_cuMemcpyHtoD_v2, async ? CRC_MSG_NOREPLY : 0, sizeof(*r), (void **)&r);
+	res = begin_copy(&c, CRC_CU_cuMemcpyHtoD_v2, async ? CRC_MSG_NOREPLY : 0, sizeof(*r), (void **)&r,
+			 mvar_gen);
 	if (res != CUDA_SUCCESS)
 		return res;
 	*r = (struct crc_copy_req){.dst = dst,

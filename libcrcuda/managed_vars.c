@@ -111,18 +111,25 @@ static CUresult var_copy(struct mvar *v, bool push, bool drain)
 {
 	size_t max = crc_chan_max_payload(&crc_client.chan) - sizeof(struct crc_call_hdr) -
 		     sizeof(struct crc_mvar_req) - 64;
-	uint64_t dev;
-	CUresult res = mvar_dev(v, &dev);
+	CUresult res = CUDA_SUCCESS;
 
-	for (size_t off = 0; off < v->bytes && res == CUDA_SUCCESS; off += max) {
+	for (size_t off = 0; off < v->bytes && res == CUDA_SUCCESS;) {
 		size_t n = v->bytes - off < max ? v->bytes - off : max;
 		struct crc_mvar_req *r;
 		struct crc_call c;
+		uint64_t dev;
 
-		res = crc_ctl_begin(&c, push ? CRC_OP_MVAR_PUSH : CRC_OP_MVAR_PULL, 0,
-				    sizeof(*r) + (push ? n : 0), (void **)&r);
+		res = mvar_dev(v, &dev);
+		if (res == CUDA_SUCCESS)
+			res = crc_ctl_begin(&c, push ? CRC_OP_MVAR_PUSH : CRC_OP_MVAR_PULL, 0,
+					    sizeof(*r) + (push ? n : 0), (void **)&r);
 		if (res != CUDA_SUCCESS)
 			break;
+		/* A restore bound while this call waited to go: the variable may be elsewhere now. */
+		if (v->dev_gen != crc_restore_generation()) {
+			crc_call_end(&c);
+			continue;
+		}
 		*r = (struct crc_mvar_req){.addr = dev + off, .bytes = n, .drain = drain};
 		drain = false;
 		if (push)
@@ -135,6 +142,7 @@ static CUresult var_copy(struct mvar *v, bool push, bool drain)
 				memcpy((uint8_t *)v->addr + off, c.reply, n);
 		}
 		crc_call_end(&c);
+		off += n;
 	}
 	return res;
 }

@@ -38,7 +38,7 @@ under_layer() { env LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" 
 if [ "$only" = all ] || [ "$only" = programs ] || [ "$only" = graphs ]; then
 	# CUDA graphs: explicit, captured, updated, graph-owned memory; the same output natively and
 	# under the layer.
-	for p in graph_basic graph_pageable graph_mem graph_cond graph_attr; do
+	for p in graph_basic graph_pageable graph_mem graph_cond graph_attr managed_vars ctx_attach; do
 		if [ ! -x "$build/tests/programs/$p" ]; then result SKIP "layer_$p" "not built"
 		elif ! "$build/tests/programs/$p" >"$tmp/$p.native" 2>&1; then
 			result FAIL "layer_$p" "natively: $(tail -2 "$tmp/$p.native" | tr '\n' ' ')"
@@ -100,6 +100,16 @@ if [ "$only" = all ] || [ "$only" = cudart ]; then
 	else
 		result FAIL layer_cublas_sgemm_pedantic "$(tail -2 "$tmp/sgemm.log" | tr '\n' ' ')"
 	fi
+	# __managed__ variables the CPU and kernels update in turns: the native checksum.
+	for v in static shared; do
+		bin=$build/tests/cudart/cudart_state_rt_$v
+		"$bin" --mb 8 --steps 40 --mvar >"$tmp/mv.native" 2>&1
+		if under_layer "$bin" --mb 8 --steps 40 --mvar >"$tmp/mv.layer" 2>&1 && cmp -s "$tmp/mv.native" "$tmp/mv.layer"; then
+			result PASS "layer_cudart_mvar_$v" "$(cat "$tmp/mv.native")"
+		else
+			result FAIL "layer_cudart_mvar_$v" "$(tail -2 "$tmp/mv.native" "$tmp/mv.layer" | tr '\n' ' ')"
+		fi
+	done
 fi
 
 # PyTorch: native twice, then under the layer, losses compared bit for bit.

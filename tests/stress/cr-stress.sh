@@ -24,6 +24,8 @@
 #                    state_pool (chunks from a memory pool of its own; its books checked at the end)
 #                    state_graph_params (a graph's node parameters set every step; updated halfway)
 #                    state_texture (a CUDA array read by a texture and rewritten by a surface each step)
+#                    state_mvar (cudart's state_rt with __managed__ variables the CPU and a kernel
+#                    update in turns each step)
 #   --prog NAME CMD  another program (word-split CMD, run from the current directory); repeatable
 #   --ref-runs R     R uninterrupted runs of each program, which must agree (a nondeterministic program
 #                    cannot be compared bit for bit; default 1)
@@ -86,6 +88,7 @@ cmd[state_managed]=${cmd[state_managed]:-$build/tests/programs/state_app --mb 32
 cmd[state_pool]=${cmd[state_pool]:-$build/tests/programs/state_app --mb 8 --chunks 4 --steps 400 --pool}
 cmd[state_graph_params]=${cmd[state_graph_params]:-$build/tests/programs/state_app --mb 8 --chunks 4 --steps 400 --graph-params}
 cmd[state_texture]=${cmd[state_texture]:-$build/tests/programs/state_app --mb 8 --chunks 4 --steps 400 --texture}
+cmd[state_mvar]=${cmd[state_mvar]:-$build/tests/cudart/cudart_state_rt_static --mb 8 --chunks 4 --steps 400 --mvar}
 for p in $programs; do
 	[ -n "${cmd[$p]:-}" ] || { echo "cr-stress: no program $p" >&2; exit 2; }
 done
@@ -93,7 +96,7 @@ done
 tmp=$(mktemp -d /tmp/crcuda-stress.XXXXXX)
 export CRCUDA_CRIU=$criu CRCUDA_STORE_SYNC=0
 if [ "$backend" = sim ]; then
-	export CRCUDA_SIM_KERNELS=$st/libcrcuda_stress_kernels.so:$build/tests/programs/libcrcuda_test_kernels.so
+	export CRCUDA_SIM_KERNELS=$st/libcrcuda_stress_kernels.so:$build/tests/programs/libcrcuda_test_kernels.so:$build/tests/cudart/libcrcuda_cudart_kernels.so
 fi
 unset CRCUDA_REMOTE CRCUDA_TOKEN CRCUDA_TOKEN_FILE CRCUDA_LIBDIR CRCUDAD CRCUDA_DAEMON CRCUDA_SOCKET CRCUDA_STORE
 run_opts=(--backend "$backend" --idle-exit 120)
