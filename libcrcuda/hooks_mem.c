@@ -1726,6 +1726,23 @@ CUresult crc_hook_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_a
 	return res;
 }
 
+/* Only SYNC_MEMOPS is settable, an unsigned int: its value travels, the driver refuses the other
+ * attributes (the daemon asks it). The daemon keeps cuMemAlloc memory's setting, which the journal
+ * carries over a checkpoint. */
+CUresult crc_hook_cuPointerSetAttribute(const void *value, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+	uint64_t req[3] = {ptr, (uint64_t)attribute, 0};
+	CUresult res = crc_ready();
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (!value)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (attribute == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
+		req[2] = *(const unsigned *)value;
+	return crc_rpc(CRC_CU_cuPointerSetAttribute, req, sizeof(req), NULL, 0);
+}
+
 /* cuMemSetAccess carries an array: one record with count descriptors. */
 CUresult crc_hook_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {

@@ -311,6 +311,8 @@ struct sim_range {
 	struct sim_vmm_alloc *vmm;
 	size_t vmm_offset;
 	struct crc_uvm_advice advice; /* managed ranges */
+	bool sync_set;		      /* cuPointerSetAttribute(SYNC_MEMOPS) named it: sync_memops answers */
+	unsigned sync_memops;
 };
 CUresult sim_mem_init_device(struct sim_device *dev);
 /* Looks up the live range holding [ptr, ptr + bytes) and copies it to *out (may be NULL). */

@@ -835,7 +835,7 @@ static CUresult pointer_attribute(void *data, CUpointer_attribute attr, const st
 		    (CUDA_POINTER_ATTRIBUTE_P2P_TOKENS){.p2pToken = r->buffer_id, .vaSpaceToken = 1};
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
-		*(int *)data = !host;
+		*(int *)data = r->sync_set ? (int)r->sync_memops : !host;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_BUFFER_ID:
 		*(unsigned long long *)data = r->buffer_id;
@@ -896,6 +896,25 @@ CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdevi
 	if (!sim_mem_find(ptr, 1, &r))
 		return CUDA_ERROR_INVALID_VALUE;
 	return pointer_attribute(data, attribute, &r, ptr);
+}
+
+/* SYNC_MEMOPS is the one settable attribute (an unsigned int, read as a bool); the others, a NULL
+ * value and memory the device does not know are refused. */
+CUresult cuPointerSetAttribute(const void *value, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+	struct sim_range *r;
+
+	SIM_ENTER(cuPointerSetAttribute);
+	if (!value || attribute != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mem_lock);
+	r = range_covering(ptr, 1);
+	if (r) {
+		r->sync_set = true;
+		r->sync_memops = *(const unsigned *)value != 0;
+	}
+	pthread_mutex_unlock(&mem_lock);
+	return r ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute *attributes, void **data,

@@ -86,6 +86,13 @@ int crc_journal_mark_dead(struct crc_jrec_item *r, size_t n)
 		for (size_t j = i; r[i].type == CRC_JREC_MEM_FREE && j-- > 0;) {
 			if (!r[j].skip && r[j].type == CRC_JREC_MEM_ALLOC && r[j].v.call->addr == c->addr) {
 				r[j].skip = r[i].skip = true;
+				/* Settings of the freed memory go with it (a replay would find none there).
+				 */
+				for (size_t k = j + 1; k < i; k++)
+					if (r[k].v.call->op == CRC_CU_cuPointerSetAttribute &&
+					    r[k].v.call->addr - c->addr <
+						(r[j].v.call->size ? r[j].v.call->size : 1))
+						r[k].skip = true;
 				break;
 			}
 		}
@@ -222,6 +229,9 @@ static uint32_t record_type(struct crc_session *s, int op)
 	case CRC_CU_cuStreamSetAttribute:
 	case CRC_CU_cuCtxEnablePeerAccess:
 	case CRC_CU_cuCtxDisablePeerAccess:
+	case CRC_CU_cuPointerSetAttribute:
+	case CRC_CU_cuCoredumpSetAttribute:
+	case CRC_CU_cuCoredumpSetAttributeGlobal:
 		return CRC_JREC_CONTEXT_SET;
 	case CRC_CU_cuFuncSetAttribute:
 	case CRC_CU_cuFuncSetCacheConfig:
@@ -241,6 +251,11 @@ static uint32_t record_type(struct crc_session *s, int op)
 		}
 		return 0;
 	}
+}
+
+static bool global_setting(int op)
+{
+	return op == CRC_CU_cuCoredumpSetAttributeGlobal;
 }
 
 static bool is_library_op(int op)
@@ -274,10 +289,14 @@ void crc_journal_end(struct crc_session *s, int op, const struct crc_call_hdr *h
 	uint64_t refs[17];
 	unsigned nrefs = 0;
 	uint8_t *p;
+	struct crc_call_hdr noctx = {.thread = h->thread, .flags = h->flags};
 
 	s->jcapture = false;
 	if (!type || s->jdrop)
 		return;
+	/* Process-wide settings: no context of the caller's (whose destroy must not drop them). */
+	if (global_setting(op))
+		h = &noctx;
 	/* The caller's context first, then every handle the call translated. */
 	if (h->ctx)
 		refs[nrefs++] = h->ctx;

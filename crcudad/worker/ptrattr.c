@@ -194,6 +194,8 @@ static struct answer answer(struct crc_session *s, const struct crc_alloc *m, un
 		return pinned_answer(s, pin, a, ptr, array);
 	/* cuMemAlloc memory: what the allocation and the reference buffer say, without asking the
 	 * driver about the VMM mapping behind it. */
+	if (m && a == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS && m->sync_set)
+		return (struct answer){.v = {m->sync_memops}};
 	if (m && a < ATTR_MAX && (dev = ref_device()) >= 0) {
 		if (kind_attribute(a) && __atomic_load_n(&ref[dev].done, __ATOMIC_ACQUIRE))
 			return array ? ref[dev].array[a] : ref[dev].single[a];
@@ -250,4 +252,37 @@ CUresult crc_raw_ptrattrs(struct crc_session *s, const struct crc_call_hdr *h, c
 			res = r.res;
 	}
 	return res;
+}
+
+/* args: ptr, attribute, value (the unsigned int SYNC_MEMOPS takes; 0 for the others). Only SYNC_MEMOPS
+ * is settable: the driver refuses the others itself. cuMemAlloc memory keeps the setting in its
+ * allocation, whose attributes are answered from it (above), without asking the driver about the VMM
+ * mapping behind it; the journal keeps those settings (the record's address, dropped with the memory's
+ * free: journal.c). Other memory (page-locked memory the client shares, the application's VMM
+ * mappings) is the driver's, not carried over a checkpoint. */
+CUresult crc_raw_ptrset(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args, size_t len)
+{
+	uint64_t w[3];
+	struct crc_alloc *m = NULL;
+	const struct crc_pin *pin;
+	unsigned v;
+
+	(void)h;
+	if (len < sizeof(w))
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(w, args, sizeof(w));
+	v = (unsigned)w[2];
+	s->jaddr = w[0];
+	for (struct crc_alloc *a = s->allocs; a && !m; a = a->next)
+		if (a->kind == CRC_ALLOC_MEM && w[0] - a->ptr < a->size)
+			m = a;
+	if (!m || w[1] != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS) {
+		s->jdrop = true;
+		pin = m ? NULL : pin_of(s, w[0]);
+		return CALL(cuPointerSetAttribute, &v, (CUpointer_attribute)w[1],
+			    pin ? w[0] - pin->client_addr + (uintptr_t)pin->local : w[0]);
+	}
+	m->sync_set = true;
+	m->sync_memops = v != 0;
+	return CUDA_SUCCESS;
 }

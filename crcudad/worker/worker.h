@@ -75,6 +75,8 @@ struct crc_alloc {
 	uint64_t vhandle;
 	int refs;
 	bool in_window; /* a reservation inside the session range (else the backend's own) */
+	bool sync_set;	/* cuPointerSetAttribute(SYNC_MEMOPS) named this allocation: sync_memops answers */
+	unsigned sync_memops;
 	struct crc_alloc *next;
 };
 
@@ -438,6 +440,7 @@ typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h,
 	X(cuMemSetAccess, vmm_access)                                                                        \
 	X(cuPointerGetAttribute, ptrattr)                                                                    \
 	X(cuPointerGetAttributes, ptrattrs)                                                                  \
+	X(cuPointerSetAttribute, ptrset)                                                                     \
 	X(cuGraphAddKernelNode_v2, graph_kernel)                                                             \
 	X(cuGraphKernelNodeSetParams_v2, graph_kernel)                                                       \
 	X(cuGraphExecKernelNodeSetParams_v2, graph_kernel)                                                   \
