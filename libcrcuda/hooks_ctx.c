@@ -438,6 +438,69 @@ CUresult crc_hook_cuCtxDetach(CUcontext ctx)
 	return crc_hook_cuCtxDestroy_v2(ctx);
 }
 
+/* Coredump attributes: value has *size bytes (a bool, an int of flags, a string), NULL asks for the
+ * size. The value's bytes go to the worker and come back with the driver's answer written over them;
+ * the journal replays the context's and the process's Sets. The driver is the worker's: the default
+ * file and pipe names carry the worker's process id, and a dump is written by the worker. */
+static CUresult coredump(uint16_t op, CUcoredumpSettings attrib, void *value, size_t *size)
+{
+	struct crc_call c;
+	struct crc_coredump_req *r;
+	size_t n = value && size ? (*size < CRC_COREDUMP_MAX ? *size : CRC_COREDUMP_MAX) : 0;
+	CUresult res = crc_ready();
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	/* A string set: its bytes to the NUL (the region may be larger than the string's memory). */
+	if (n && (attrib == CU_COREDUMP_FILE || attrib == CU_COREDUMP_PIPE) &&
+	    (op == CRC_CU_cuCoredumpSetAttribute || op == CRC_CU_cuCoredumpSetAttributeGlobal) &&
+	    strnlen(value, n) < n)
+		n = strnlen(value, n) + 1;
+	res = crc_call_begin(&c, op, 0, sizeof(*r) + n, (void **)&r);
+	if (res != CUDA_SUCCESS)
+		return res;
+	*r = (struct crc_coredump_req){
+	    .attrib = (uint32_t)attrib,
+	    .flags = (value ? CRC_COREDUMP_VALUE : 0) | (size ? CRC_COREDUMP_SIZE : 0),
+	    .size = size ? *size : 0,
+	    .bytes = n,
+	};
+	if (n)
+		memcpy(r + 1, value, n);
+	res = crc_call_wait(&c, NULL, NULL);
+	if (res == CUDA_SUCCESS && c.reply_len >= 8 + n) {
+		uint64_t got;
+
+		memcpy(&got, c.reply, 8);
+		if (size && got != (n ? n : *size))
+			*size = got;
+		if (n)
+			memcpy(value, (const uint8_t *)c.reply + 8, n);
+	}
+	crc_call_end(&c);
+	return res;
+}
+
+CUresult crc_hook_cuCoredumpGetAttribute(CUcoredumpSettings attrib, void *value, size_t *size)
+{
+	return coredump(CRC_CU_cuCoredumpGetAttribute, attrib, value, size);
+}
+
+CUresult crc_hook_cuCoredumpGetAttributeGlobal(CUcoredumpSettings attrib, void *value, size_t *size)
+{
+	return coredump(CRC_CU_cuCoredumpGetAttributeGlobal, attrib, value, size);
+}
+
+CUresult crc_hook_cuCoredumpSetAttribute(CUcoredumpSettings attrib, void *value, size_t *size)
+{
+	return coredump(CRC_CU_cuCoredumpSetAttribute, attrib, value, size);
+}
+
+CUresult crc_hook_cuCoredumpSetAttributeGlobal(CUcoredumpSettings attrib, void *value, size_t *size)
+{
+	return coredump(CRC_CU_cuCoredumpSetAttributeGlobal, attrib, value, size);
+}
+
 /* Settings the journal will replay: forwarded as they are for now. */
 CUresult crc_hook_cuCtxSetLimit(CUlimit limit, size_t value)
 {

@@ -13,10 +13,6 @@
 		return crc_not_supported(CRC_CU_##sym);                                                      \
 	}
 
-CRC_PENDING(cuCoredumpGetAttribute)
-CRC_PENDING(cuCoredumpGetAttributeGlobal)
-CRC_PENDING(cuCoredumpSetAttribute)
-CRC_PENDING(cuCoredumpSetAttributeGlobal)
 CRC_PENDING(cuCtxFromGreenCtx)
 CRC_PENDING(cuDevResourceGenerateDesc)
 CRC_PENDING(cuDevSmResourceSplitByCount)

@@ -73,6 +73,13 @@ struct CUctx_st {
 	unsigned long long id;
 	size_t limits[CU_LIMIT_MAX];
 	CUfunc_cache cache_config;
+	/* cuCoredumpSetAttribute's values; the rest come from the process's (sim_ctx.c). */
+	struct sim_coredump {
+		unsigned set;			     /* bit a: attribute a has a value here */
+		unsigned char flag[CU_COREDUMP_MAX]; /* the bool attributes */
+		int gen_flags;			     /* CU_COREDUMP_GENERATION_FLAGS */
+		char file[1024], pipe[1024];
+	} coredump;
 	struct CUstream_st *legacy_stream;
 	/* Streams and modules created in this context; guarded by sim_lock. */
 	struct CUstream_st *streams;

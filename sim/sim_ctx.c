@@ -2,8 +2,10 @@
  * per-thread stack of current contexts as the driver keeps it. */
 #define LOG_PREFIX "sim: "
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "crcuda/log.h"
 #include "sim.h"
@@ -56,6 +58,7 @@ static void ctx_set_defaults(struct CUctx_st *ctx)
 	ctx->limits[CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048;
 	ctx->limits[CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 32;
 	ctx->cache_config = CU_FUNC_CACHE_PREFER_NONE;
+	memset(&ctx->coredump, 0, sizeof(ctx->coredump));
 }
 
 /* Makes ctx usable: a fresh id, defaults, a legacy stream; links it in the live list. */
@@ -663,4 +666,151 @@ CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest)
 	if (greatest)
 		*greatest = -5;
 	return CUDA_SUCCESS;
+}
+
+/* ---- coredump attributes ---- */
+
+/* The process's values (cuCoredumpSetAttributeGlobal); the defaults as the driver documents them. */
+static struct sim_coredump coredump_global;
+static bool coredump_global_ready;
+
+static struct sim_coredump *coredump_process(void)
+{
+	if (!coredump_global_ready) {
+		char host[256] = "localhost";
+
+		gethostname(host, sizeof(host) - 1);
+		coredump_global.flag[CU_COREDUMP_TRIGGER_HOST] = 1;
+		snprintf(coredump_global.file, sizeof(coredump_global.file), "core.cuda.%s.%d", host,
+			 (int)getpid());
+		snprintf(coredump_global.pipe, sizeof(coredump_global.pipe), "corepipe.cuda.%s.%d", host,
+			 (int)getpid());
+		coredump_global_ready = true;
+	}
+	return &coredump_global;
+}
+
+static bool coredump_string(CUcoredumpSettings a)
+{
+	return a == CU_COREDUMP_FILE || a == CU_COREDUMP_PIPE;
+}
+
+/* The bytes attribute a takes (a string's: its length with the NUL). */
+static size_t coredump_size(const struct sim_coredump *v, CUcoredumpSettings a)
+{
+	if (coredump_string(a))
+		return strlen(a == CU_COREDUMP_FILE ? v->file : v->pipe) + 1;
+	return a == CU_COREDUMP_GENERATION_FLAGS ? sizeof(int) : sizeof(bool);
+}
+
+/* ctx NULL: the process's values; else the context's, falling back to the process's (and to the
+ * context's creation flags for the two it can enable). */
+static CUresult coredump_get(struct CUctx_st *ctx, CUcoredumpSettings a, void *value, size_t *size)
+{
+	struct sim_coredump *g = coredump_process();
+	const struct sim_coredump *v = ctx && (ctx->coredump.set >> a & 1) ? &ctx->coredump : g;
+	size_t need;
+
+	if (a < CU_COREDUMP_ENABLE_ON_EXCEPTION || a >= CU_COREDUMP_MAX || !size)
+		return CUDA_ERROR_INVALID_VALUE;
+	need = coredump_size(v, a);
+	if (!value) {
+		*size = need;
+		return CUDA_SUCCESS;
+	}
+	if (*size < need)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (coredump_string(a))
+		memcpy(value, a == CU_COREDUMP_FILE ? v->file : v->pipe, need);
+	else if (a == CU_COREDUMP_GENERATION_FLAGS)
+		*(int *)value = v->gen_flags;
+	else if (ctx && v == g && a == CU_COREDUMP_ENABLE_ON_EXCEPTION &&
+		 (ctx->flags & CU_CTX_COREDUMP_ENABLE))
+		*(bool *)value = true;
+	else if (ctx && v == g && a == CU_COREDUMP_ENABLE_USER_TRIGGER &&
+		 (ctx->flags & CU_CTX_USER_COREDUMP_ENABLE))
+		*(bool *)value = true;
+	else
+		*(bool *)value = v->flag[a];
+	return CUDA_SUCCESS;
+}
+
+static CUresult coredump_set(struct sim_coredump *v, CUcoredumpSettings a, void *value, size_t *size)
+{
+	if (a < CU_COREDUMP_ENABLE_ON_EXCEPTION || a >= CU_COREDUMP_MAX || !size)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!value) {
+		*size = coredump_string(a) ? sizeof(v->file) : coredump_size(v, a);
+		return CUDA_SUCCESS;
+	}
+	if (coredump_string(a)) {
+		size_t n = strnlen(value, *size);
+
+		if (n == *size || n >= sizeof(v->file))
+			return CUDA_ERROR_INVALID_VALUE;
+		memcpy(a == CU_COREDUMP_FILE ? v->file : v->pipe, value, n + 1);
+	} else if (*size < coredump_size(v, a)) {
+		return CUDA_ERROR_INVALID_VALUE;
+	} else if (a == CU_COREDUMP_GENERATION_FLAGS) {
+		v->gen_flags = *(const int *)value;
+	} else {
+		v->flag[a] = *(const bool *)value;
+	}
+	v->set |= 1u << a;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuCoredumpGetAttribute(CUcoredumpSettings attrib, void *value, size_t *size)
+{
+	struct CUctx_st *ctx;
+	CUresult res;
+
+	SIM_ENTER(cuCoredumpGetAttribute);
+	res = sim_ctx_require(&ctx);
+	if (res != CUDA_SUCCESS)
+		return res;
+	pthread_mutex_lock(&sim_lock);
+	res = coredump_get(ctx, attrib, value, size);
+	pthread_mutex_unlock(&sim_lock);
+	return res;
+}
+
+CUresult cuCoredumpGetAttributeGlobal(CUcoredumpSettings attrib, void *value, size_t *size)
+{
+	CUresult res;
+
+	SIM_ENTER(cuCoredumpGetAttributeGlobal);
+	pthread_mutex_lock(&sim_lock);
+	res = coredump_get(NULL, attrib, value, size);
+	pthread_mutex_unlock(&sim_lock);
+	return res;
+}
+
+/* The user trigger and its pipe are the process's only. */
+CUresult cuCoredumpSetAttribute(CUcoredumpSettings attrib, void *value, size_t *size)
+{
+	struct CUctx_st *ctx;
+	CUresult res;
+
+	SIM_ENTER(cuCoredumpSetAttribute);
+	res = sim_ctx_require(&ctx);
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (attrib == CU_COREDUMP_ENABLE_USER_TRIGGER || attrib == CU_COREDUMP_PIPE)
+		return CUDA_ERROR_NOT_PERMITTED;
+	pthread_mutex_lock(&sim_lock);
+	res = coredump_set(&ctx->coredump, attrib, value, size);
+	pthread_mutex_unlock(&sim_lock);
+	return res;
+}
+
+CUresult cuCoredumpSetAttributeGlobal(CUcoredumpSettings attrib, void *value, size_t *size)
+{
+	CUresult res;
+
+	SIM_ENTER(cuCoredumpSetAttributeGlobal);
+	pthread_mutex_lock(&sim_lock);
+	res = coredump_set(coredump_process(), attrib, value, size);
+	pthread_mutex_unlock(&sim_lock);
+	return res;
 }

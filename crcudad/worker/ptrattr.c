@@ -286,3 +286,48 @@ CUresult crc_raw_ptrset(struct crc_session *s, const struct crc_call_hdr *h, con
 	m->sync_memops = v != 0;
 	return CUDA_SUCCESS;
 }
+
+/* Coredump attributes (crc_coredump_req): the value's bytes in a buffer of their size, the driver's
+ * answer written over them and sent back with *size as the driver left it. A Set with a value is kept
+ * by the journal (the process-wide one without the caller's context); a size query is not. */
+CUresult crc_raw_coredump(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+			  size_t len)
+{
+	struct crc_coredump_req r;
+	uint8_t buf[CRC_COREDUMP_MAX];
+	uint64_t *out;
+	size_t size;
+	void *value;
+	size_t *psize;
+	CUresult res;
+
+	(void)h;
+	if (len < sizeof(r))
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(&r, args, sizeof(r));
+	if (r.bytes > CRC_COREDUMP_MAX || len < sizeof(r) + r.bytes || !(out = crc_out(s, 8 + r.bytes)))
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(buf, args + sizeof(r), r.bytes);
+	size = r.flags & CRC_COREDUMP_VALUE ? r.bytes : r.size;
+	value = r.flags & CRC_COREDUMP_VALUE ? buf : NULL;
+	psize = r.flags & CRC_COREDUMP_SIZE ? &size : NULL;
+	if (!value)
+		s->jdrop = true;
+	switch (s->msg->op) {
+	case CRC_CU_cuCoredumpGetAttribute:
+		res = CALL(cuCoredumpGetAttribute, (CUcoredumpSettings)r.attrib, value, psize);
+		break;
+	case CRC_CU_cuCoredumpGetAttributeGlobal:
+		res = CALL(cuCoredumpGetAttributeGlobal, (CUcoredumpSettings)r.attrib, value, psize);
+		break;
+	case CRC_CU_cuCoredumpSetAttribute:
+		res = CALL(cuCoredumpSetAttribute, (CUcoredumpSettings)r.attrib, value, psize);
+		break;
+	default:
+		res = CALL(cuCoredumpSetAttributeGlobal, (CUcoredumpSettings)r.attrib, value, psize);
+		break;
+	}
+	out[0] = size;
+	memcpy(out + 1, buf, r.bytes);
+	return res;
+}

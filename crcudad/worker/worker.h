@@ -441,6 +441,10 @@ typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h,
 	X(cuPointerGetAttribute, ptrattr)                                                                    \
 	X(cuPointerGetAttributes, ptrattrs)                                                                  \
 	X(cuPointerSetAttribute, ptrset)                                                                     \
+	X(cuCoredumpGetAttribute, coredump)                                                                  \
+	X(cuCoredumpGetAttributeGlobal, coredump)                                                            \
+	X(cuCoredumpSetAttribute, coredump)                                                                  \
+	X(cuCoredumpSetAttributeGlobal, coredump)                                                            \
 	X(cuGraphAddKernelNode_v2, graph_kernel)                                                             \
 	X(cuGraphKernelNodeSetParams_v2, graph_kernel)                                                       \
 	X(cuGraphExecKernelNodeSetParams_v2, graph_kernel)                                                   \

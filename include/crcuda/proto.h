@@ -166,6 +166,21 @@ struct crc_hostfn_req {
 	uint64_t fn, data; /* the application's function and argument */
 };
 
+/* cuCoredumpGetAttribute(Global) and cuCoredumpSetAttribute(Global) (hand-marshalled): crc_call_hdr +
+ * crc_coredump_req + `bytes` bytes of the value; reply: u64 size as the driver left it + `bytes` bytes
+ * of the value (the driver's answer written over what was sent). The value's size depends on the
+ * attribute: bools, an int of flags, strings of up to 1023 characters. */
+#define CRC_COREDUMP_MAX 4096u
+enum crc_coredump_flag {
+	CRC_COREDUMP_VALUE = 1u << 0, /* value is not NULL */
+	CRC_COREDUMP_SIZE = 1u << 1,  /* size is not NULL */
+};
+struct crc_coredump_req {
+	uint32_t attrib, flags;
+	uint64_t size;	/* *size as the application passed it */
+	uint64_t bytes; /* value bytes that follow: *size, at most CRC_COREDUMP_MAX */
+};
+
 /* Daemon -> client on the session socket, read only by a parked client. */
 enum crc_notice_kind {
 	CRC_NOTICE_RESUME = 1, /* continue with the same rings */

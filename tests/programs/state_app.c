@@ -44,7 +44,11 @@
  * --texture: each step also reads a CUDA array through a texture object (every word mixed with an
  * element) and rewrites the array through a surface object, and the array joins the checksum (a
  * different one); a texture object made and destroyed first leaves a hole below the live objects'
- * values. A restore must bring back the array's contents and both objects at their values. */
+ * values. A restore must bring back the array's contents and both objects at their values.
+ * --settings: settings kept by the driver that a restore must replay: SYNC_MEMOPS cleared on chunk 0
+ * (cuPointerSetAttribute), also on memory freed before the steps (whose setting must not be replayed:
+ * the allocation made after it, likely at its address, keeps the default), the context's coredump file
+ * and the process's coredump generation flags; checked at the end (the same checksum). */
 #include <cuda.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -72,8 +76,64 @@ struct opts {
 	unsigned chunks, steps, ready_at, pause_ms, seed, devices;
 	const char *ready_file, *go_file;
 	int verify, graph, graph_pageable, ready_in_capture, managed, registered, pool, pinned_ready, texture;
-	int graph_params, graph_mem, graph_cond;
+	int graph_params, graph_mem, graph_cond, settings;
 };
+
+#define SETTINGS_CORE_FILE "/tmp/crcuda-state-app-core"
+#define SETTINGS_GEN_FLAGS (CU_COREDUMP_SKIP_SHARED_MEMORY | CU_COREDUMP_SKIP_LOCAL_MEMORY)
+
+static unsigned sync_memops(CUdeviceptr p)
+{
+	unsigned v = 7;
+
+	CU_CHECK(cuPointerGetAttribute(&v, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, p));
+	return v;
+}
+
+/* --settings: returns an allocation made after a freed one whose SYNC_MEMOPS was cleared. */
+static CUdeviceptr settings_set(CUcontext ctx, CUdeviceptr chunk0)
+{
+	unsigned zero = 0;
+	int flags = SETTINGS_GEN_FLAGS;
+	char file[] = SETTINGS_CORE_FILE;
+	size_t size;
+	CUdeviceptr gone, extra;
+
+	CU_CHECK(cuCtxSetCurrent(ctx));
+	CU_CHECK(cuPointerSetAttribute(&zero, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, chunk0));
+	CU_CHECK(cuMemAlloc(&gone, 4096));
+	CU_CHECK(cuPointerSetAttribute(&zero, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, gone));
+	CU_CHECK(cuMemFree(gone));
+	CU_CHECK(cuMemAlloc(&extra, 4096));
+	size = sizeof(file);
+	CU_CHECK(cuCoredumpSetAttribute(CU_COREDUMP_FILE, file, &size));
+	size = sizeof(flags);
+	CU_CHECK(cuCoredumpSetAttributeGlobal(CU_COREDUMP_GENERATION_FLAGS, &flags, &size));
+	return extra;
+}
+
+static int settings_check(CUcontext ctx, CUdeviceptr chunk0, CUdeviceptr extra)
+{
+	char file[1024] = "";
+	int flags = 0;
+	size_t size = sizeof(file);
+	unsigned s0, sx;
+
+	CU_CHECK(cuCtxSetCurrent(ctx));
+	CU_CHECK(cuCoredumpGetAttribute(CU_COREDUMP_FILE, file, &size));
+	size = sizeof(flags);
+	CU_CHECK(cuCoredumpGetAttributeGlobal(CU_COREDUMP_GENERATION_FLAGS, &flags, &size));
+	s0 = sync_memops(chunk0);
+	sx = sync_memops(extra);
+	if (strcmp(file, SETTINGS_CORE_FILE) || flags != SETTINGS_GEN_FLAGS || s0 != 0 || sx == 0) {
+		fprintf(stderr,
+			"state_app: settings lost: coredump file %s, generation flags %#x, SYNC_MEMOPS %u "
+			"(chunk 0) and %u (the allocation after the freed one)\n",
+			file, flags, s0, sx);
+		return 1;
+	}
+	return 0;
+}
 
 static void parse(int argc, char **argv, struct opts *o)
 {
@@ -117,6 +177,10 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->pool = 1;
 			continue;
 		}
+		if (!strcmp(a, "--settings")) {
+			o->settings = 1;
+			continue;
+		}
 		if (!strcmp(a, "--registered")) {
 			o->registered = 1;
 			continue;
@@ -158,6 +222,7 @@ static void parse(int argc, char **argv, struct opts *o)
 	if (o->chunks && o->mb && (o->mb << 20) % ((size_t)o->chunks * 4) == 0 && o->devices >= 1 &&
 	    o->devices <= 8 && (!o->graph || o->devices == 1) && (o->graph || !o->ready_in_capture) &&
 	    !(o->managed && (o->graph || o->verify)) && !(o->pool && o->devices != 1) &&
+	    !(o->settings && (o->pool || o->managed || o->registered)) &&
 	    !(o->texture && (o->graph || o->verify || o->devices != 1)) &&
 	    !(o->graph_params && (o->graph || o->texture || o->managed || o->devices != 1)) &&
 	    !(o->graph_mem && o->graph_pageable) &&
@@ -170,7 +235,7 @@ usage:
 		"                 [--ready-file PATH] [--go-file PATH] [--seed N] [--devices N] [--verify]\n"
 		"                 [--graph] [--graph-pageable] [--managed] [--registered] [--pool] "
 		"[--texture] [--graph-params]\n"
-		"                 [--pinned-ready] [--graph-mem] [--graph-cond]\n");
+		"                 [--pinned-ready] [--graph-mem] [--graph-cond] [--settings]\n");
 	exit(2);
 }
 
@@ -484,6 +549,9 @@ int main(int argc, char **argv)
 		void *p[] = {&bufs[c], &words, &seed};
 		CU_CHECK(cuLaunchKernel(pd->f_init, grid, 1, 1, block, 1, 1, 0, pd->stream, p, NULL));
 	}
+	CUdeviceptr extra = 0;
+	if (o.settings)
+		extra = settings_set(d[0].ctx, bufs[0]);
 	struct texture tx = {0};
 	if (o.texture)
 		texture_setup(&tx, d[0].mod, d[0].stream, o.seed);
@@ -643,6 +711,8 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
+	if (o.settings && settings_check(d[0].ctx, bufs[0], extra))
+		return 1;
 	printf("state_app: mb=%lu chunks=%u steps=%u checksum=%016llx\n", o.mb, o.chunks, o.steps, total);
 
 	if (o.verify) {
