@@ -1743,6 +1743,38 @@ CUresult crc_hook_cuPointerSetAttribute(const void *value, CUpointer_attribute a
 	return crc_rpc(CRC_CU_cuPointerSetAttribute, req, sizeof(req), NULL, 0);
 }
 
+/* The parameters travel as they are (their device addresses name the same memory in the worker); a
+ * round trip, for the driver's submission error and its index. Whether the device decompresses at all
+ * is the driver's answer. */
+CUresult crc_hook_cuMemBatchDecompressAsync(CUmemDecompressParams *paramsArray, size_t count,
+					    unsigned int flags, size_t *errorIndex, CUstream stream)
+{
+	struct crc_call c;
+	struct crc_decompress_req *r;
+	CUresult res = crc_ready();
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (count > CRC_DECOMPRESS_MAX)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = crc_call_begin(&c, CRC_CU_cuMemBatchDecompressAsync, 0,
+			     sizeof(*r) + (paramsArray ? count * sizeof(*paramsArray) : 0), (void **)&r);
+	if (res != CUDA_SUCCESS)
+		return res;
+	*r = (struct crc_decompress_req){.stream = (uintptr_t)stream,
+					 .count = count,
+					 .flags = flags,
+					 .want_index = errorIndex != NULL,
+					 .null_array = !paramsArray};
+	if (count && paramsArray)
+		memcpy(r + 1, paramsArray, count * sizeof(*paramsArray));
+	res = crc_call_wait(&c, NULL, NULL);
+	if (errorIndex && c.reply_len >= 8)
+		memcpy(errorIndex, c.reply, sizeof(*errorIndex));
+	crc_call_end(&c);
+	return res;
+}
+
 /* cuMemSetAccess carries an array: one record with count descriptors. */
 CUresult crc_hook_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "crcuda/coop_multi.h"
 #include "crcuda/occupancy.h"
 #include "hooks.h"
 #include "crcuda/errno.h"
@@ -511,6 +512,17 @@ CUresult crc_hook_cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX,
 
 	return launch(CRC_CU_cuLaunchCooperativeKernel, (uintptr_t)f, grid, block, sharedMemBytes,
 		      (uintptr_t)hStream, kernelParams, NULL, NULL, 0, true);
+}
+
+/* Deprecated: one cooperative launch per entry through the layer's own entry points (the launches
+ * above), with the driver's argument checks and its pre- and post-launch synchronisation between the
+ * streams (crcuda/coop_multi.h). */
+CUresult crc_hook_cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsList,
+						       unsigned int numDevices, unsigned int flags)
+{
+	CUresult res = crc_ready();
+
+	return res != CUDA_SUCCESS ? res : crc_coop_multi(launchParamsList, numDevices, flags);
 }
 
 CUresult crc_hook_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -896,6 +897,36 @@ CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdevi
 	if (!sim_mem_find(ptr, 1, &r))
 		return CUDA_ERROR_INVALID_VALUE;
 	return pointer_attribute(data, attribute, &r, ptr);
+}
+
+/* A device without a decompression engine (none is simulated): the arguments checked, then refused
+ * as a whole (no entry's fault). */
+static CUresult decompress(bool pt, CUmemDecompressParams *params, size_t count, unsigned flags,
+			   size_t *index, CUstream h)
+{
+	struct CUstream_st *s;
+	CUresult res;
+
+	if (index)
+		*index = SIZE_MAX;
+	if (!params || !count || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = sim_stream_resolve(h, pt, &s);
+	return res == CUDA_SUCCESS ? CUDA_ERROR_NOT_SUPPORTED : res;
+}
+
+CUresult cuMemBatchDecompressAsync(CUmemDecompressParams *paramsArray, size_t count, unsigned int flags,
+				   size_t *errorIndex, CUstream stream)
+{
+	SIM_ENTER(cuMemBatchDecompressAsync);
+	return decompress(false, paramsArray, count, flags, errorIndex, stream);
+}
+
+CUresult cuMemBatchDecompressAsync_ptsz(CUmemDecompressParams *paramsArray, size_t count, unsigned int flags,
+					size_t *errorIndex, CUstream stream)
+{
+	SIM_ENTER(cuMemBatchDecompressAsync_ptsz);
+	return decompress(true, paramsArray, count, flags, errorIndex, stream);
 }
 
 /* SYNC_MEMOPS is the one settable attribute (an unsigned int, read as a bool); the others, a NULL

@@ -16,7 +16,9 @@
 
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
+#include "crcuda/coop_multi.h"
 #include "crcuda/occupancy.h"
+#include "crcuda/coop_multi.h"
 #include "sim.h"
 
 #define SIM_TARGET_SM		   90
@@ -1151,6 +1153,13 @@ CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int g
 	SIM_ENTER(cuLaunchCooperativeKernel);
 	return launch_kernel(false, "cuLaunchCooperativeKernel", f, gx, gy, gz, bx, by, bz, shared_bytes,
 			     stream, kernel_params, NULL);
+}
+
+CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsList, unsigned int numDevices,
+					      unsigned int flags)
+{
+	SIM_ENTER(cuLaunchCooperativeKernelMultiDevice);
+	return crc_coop_multi(launchParamsList, numDevices, flags);
 }
 
 CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,

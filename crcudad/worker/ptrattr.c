@@ -11,6 +11,8 @@
  * the call fails with the first attribute that fails, as the driver's does. */
 #define LOG_PREFIX "crcudad: "
 #include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "crcuda/log.h"
@@ -329,5 +331,39 @@ CUresult crc_raw_coredump(struct crc_session *s, const struct crc_call_hdr *h, c
 	}
 	out[0] = size;
 	memcpy(out + 1, buf, r.bytes);
+	return res;
+}
+
+/* cuMemBatchDecompressAsync (crc_decompress_req): the parameters as the application wrote them, on
+ * the translated stream. The layer's cuMemAlloc memory is a VMM mapping made without
+ * CU_MEM_CREATE_USAGE_HW_DECOMPRESS: a device with a decompression engine may refuse it. */
+CUresult crc_raw_decompress(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+			    size_t len)
+{
+	struct crc_decompress_req r;
+	CUmemDecompressParams *p = NULL, none = {0};
+	union crc_slot st;
+	uint64_t *out = crc_out(s, 8);
+	size_t index = SIZE_MAX;
+	CUresult res;
+
+	if (len < sizeof(r) || !out)
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(&r, args, sizeof(r));
+	if (r.count > CRC_DECOMPRESS_MAX || len < sizeof(r) + (r.null_array ? 0 : r.count * sizeof(*p)))
+		return CUDA_ERROR_INVALID_VALUE;
+	res = crc_translate(s, h, CRC_HT_STREAM, r.stream, &st);
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (r.count && !r.null_array) {
+		if (!(p = malloc(r.count * sizeof(*p))))
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		memcpy(p, args + sizeof(r), r.count * sizeof(*p));
+	}
+	/* No entries from an array that is not NULL: the driver is given one too. */
+	res = CALL(cuMemBatchDecompressAsync, p || r.null_array ? p : &none, r.count, r.flags,
+		   r.want_index ? &index : NULL, st.ptr);
+	free(p);
+	out[0] = index;
 	return res;
 }

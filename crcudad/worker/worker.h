@@ -445,6 +445,7 @@ typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h,
 	X(cuCoredumpGetAttributeGlobal, coredump)                                                            \
 	X(cuCoredumpSetAttribute, coredump)                                                                  \
 	X(cuCoredumpSetAttributeGlobal, coredump)                                                            \
+	X(cuMemBatchDecompressAsync, decompress)                                                             \
 	X(cuGraphAddKernelNode_v2, graph_kernel)                                                             \
 	X(cuGraphKernelNodeSetParams_v2, graph_kernel)                                                       \
 	X(cuGraphExecKernelNodeSetParams_v2, graph_kernel)                                                   \

@@ -181,6 +181,16 @@ struct crc_coredump_req {
 	uint64_t bytes; /* value bytes that follow: *size, at most CRC_COREDUMP_MAX */
 };
 
+/* cuMemBatchDecompressAsync (hand-marshalled): crc_call_hdr + crc_decompress_req + count
+ * CUmemDecompressParams as the application wrote them (device addresses are the same in the worker);
+ * reply: u64 error index (SIZE_MAX: none). */
+#define CRC_DECOMPRESS_MAX 16384u /* entries per request (1 MiB) */
+struct crc_decompress_req {
+	uint64_t stream, count;
+	uint32_t flags, want_index; /* want_index: errorIndex is not NULL */
+	uint32_t null_array, pad;   /* null_array: paramsArray is NULL (no entries follow) */
+};
+
 /* Daemon -> client on the session socket, read only by a parked client. */
 enum crc_notice_kind {
 	CRC_NOTICE_RESUME = 1, /* continue with the same rings */

@@ -12,7 +12,7 @@
 #   torch_graph_<mode>    tests/torch/graph.py (CUDA graphs: whole-step capture + replay, and
 #                         torch.compile reduce-overhead): losses under the layer equal native bit for bit
 #   layer_graph_basic     tests/programs/graph_basic, graph_pageable and graph_mem print natively and under the layer
-#                         (as do ptr_set_attr and coredump: layer_ptr_set_attr, layer_coredump)
+#                         (as do ptr_set_attr, coredump, coop_multi, decompress: layer_<name>)
 #   layer_graph_mem       the same (graph-owned memory), layer_graph_cond (a conditional WHILE node)
 set -u
 build=$(cd "${1:?usage: layer.sh BUILD}" && pwd)
@@ -41,6 +41,7 @@ if [ "$only" = all ] || [ "$only" = programs ] || [ "$only" = graphs ]; then
 	# under the layer.
 	for p in graph_basic graph_pageable graph_mem graph_cond graph_attr managed_vars ctx_attach; do
 	for p in graph_basic graph_pageable graph_mem graph_cond graph_attr ptr_set_attr coredump; do
+	for p in graph_basic graph_pageable graph_mem graph_cond graph_attr ptr_set_attr coredump coop_multi decompress; do
 		if [ ! -x "$build/tests/programs/$p" ]; then result SKIP "layer_$p" "not built"
 		elif ! "$build/tests/programs/$p" >"$tmp/$p.native" 2>&1; then
 			result FAIL "layer_$p" "natively: $(tail -2 "$tmp/$p.native" | tr '\n' ' ')"

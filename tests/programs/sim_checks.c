@@ -104,14 +104,13 @@ static void check_entry_points(void)
 {
 	void *pfn = (void *)1;
 	CUdriverProcAddressQueryResult status;
-	int dump_flags = 0;
-	size_t dump_size = sizeof(dump_flags);
+	char luid[8];
+	unsigned luid_mask = 0;
 	const void *table = NULL;
 	const CUuuid some_id = {{0}};
 
 	/* Unimplemented: NOT_SUPPORTED (and a log line naming it). */
-	CU_EXPECT(cuCoredumpGetAttributeGlobal(CU_COREDUMP_ENABLE_ON_EXCEPTION, &dump_flags, &dump_size),
-		  CUDA_ERROR_NOT_SUPPORTED);
+	CU_EXPECT(cuDeviceGetLuid(luid, &luid_mask, 0), CUDA_ERROR_NOT_SUPPORTED);
 	CU_EXPECT(cuGetExportTable(&table, &some_id), CUDA_ERROR_NOT_SUPPORTED);
 
 	/* cudart's probe: empty symbol, SUCCESS with NULL. */
