@@ -15,8 +15,12 @@ function(crc_embed_cuda target cu)
   if(E_PTX)
     list(APPEND kinds ptx)
   endif()
+  # Each target its own images: two targets embedding one .cu would otherwise both generate the same
+  # files, which a parallel build races on.
+  set(dir ${CMAKE_CURRENT_BINARY_DIR}/embed/${target})
+  file(MAKE_DIRECTORY ${dir})
   foreach(kind ${kinds})
-    set(image ${CMAKE_CURRENT_BINARY_DIR}/${name}.${kind})
+    set(image ${dir}/${name}.${kind})
     if(kind STREQUAL "fatbin")
       set(nvcc_args -fatbin ${CRC_CUDA_ARCH_FLAGS})
     elseif(kind STREQUAL "cubin")
