@@ -1736,10 +1736,11 @@ CUresult crc_hook_cuPointerSetAttribute(const void *value, CUpointer_attribute a
 
 	if (res != CUDA_SUCCESS)
 		return res;
-	if (!value)
+	/* The driver answers INVALID_VALUE for any other attribute (measured, H200, driver 580); the
+	 * daemon's would see the VMM mapping behind cuMemAlloc memory and answer NOT_SUPPORTED. */
+	if (!value || attribute != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (attribute == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
-		req[2] = *(const unsigned *)value;
+	req[2] = *(const unsigned *)value;
 	return crc_rpc(CRC_CU_cuPointerSetAttribute, req, sizeof(req), NULL, 0);
 }
 
@@ -1765,7 +1766,8 @@ CUresult crc_hook_cuMemBatchDecompressAsync(CUmemDecompressParams *paramsArray, 
 					 .count = count,
 					 .flags = flags,
 					 .want_index = errorIndex != NULL,
-					 .null_array = !paramsArray};
+					 .null_array = !paramsArray,
+					 .index = errorIndex ? *errorIndex : 0};
 	if (count && paramsArray)
 		memcpy(r + 1, paramsArray, count * sizeof(*paramsArray));
 	res = crc_call_wait(&c, NULL, NULL);

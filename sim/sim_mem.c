@@ -836,7 +836,8 @@ static CUresult pointer_attribute(void *data, CUpointer_attribute attr, const st
 		    (CUDA_POINTER_ATTRIBUTE_P2P_TOKENS){.p2pToken = r->buffer_id, .vaSpaceToken = 1};
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
-		*(int *)data = r->sync_set ? (int)r->sync_memops : !host;
+		/* Unset: 1 for VMM mappings, 0 for the rest (measured, H200, driver 580). */
+		*(int *)data = r->sync_set ? (int)r->sync_memops : r->kind == SIM_RANGE_VMM;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_BUFFER_ID:
 		*(unsigned long long *)data = r->buffer_id;

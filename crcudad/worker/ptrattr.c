@@ -196,8 +196,10 @@ static struct answer answer(struct crc_session *s, const struct crc_alloc *m, un
 		return pinned_answer(s, pin, a, ptr, array);
 	/* cuMemAlloc memory: what the allocation and the reference buffer say, without asking the
 	 * driver about the VMM mapping behind it. */
-	if (m && a == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS && m->sync_set)
-		return (struct answer){.v = {m->sync_memops}};
+	/* Unset, cuMemAlloc memory answers 0 (measured, H200, driver 580), where the VMM mapping behind
+	 * it would answer 1. */
+	if (m && a == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
+		return (struct answer){.v = {m->sync_set && m->sync_memops}};
 	if (m && a < ATTR_MAX && (dev = ref_device()) >= 0) {
 		if (kind_attribute(a) && __atomic_load_n(&ref[dev].done, __ATOMIC_ACQUIRE))
 			return array ? ref[dev].array[a] : ref[dev].single[a];
@@ -350,6 +352,7 @@ CUresult crc_raw_decompress(struct crc_session *s, const struct crc_call_hdr *h,
 	if (len < sizeof(r) || !out)
 		return CUDA_ERROR_INVALID_VALUE;
 	memcpy(&r, args, sizeof(r));
+	index = r.index;
 	if (r.count > CRC_DECOMPRESS_MAX || len < sizeof(r) + (r.null_array ? 0 : r.count * sizeof(*p)))
 		return CUDA_ERROR_INVALID_VALUE;
 	res = crc_translate(s, h, CRC_HT_STREAM, r.stream, &st);

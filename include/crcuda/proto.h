@@ -189,6 +189,7 @@ struct crc_decompress_req {
 	uint64_t stream, count;
 	uint32_t flags, want_index; /* want_index: errorIndex is not NULL */
 	uint32_t null_array, pad;   /* null_array: paramsArray is NULL (no entries follow) */
+	uint64_t index;		    /* *errorIndex as the caller left it: a driver that refuses leaves it */
 };
 
 /* Daemon -> client on the session socket, read only by a parked client. */
