@@ -10,6 +10,23 @@
 
 #include "cuda_test.h"
 
+/* A call whose answer is printed when it fails (the driver's answers are what the layer must give);
+ * the checks after it count only while every call so far succeeded. */
+static bool all_ok = true;
+#define TRY(call)                                                                                            \
+	do {                                                                                                 \
+		CUresult try_res_ = (call);                                                                  \
+		if (try_res_ != CUDA_SUCCESS) {                                                              \
+			printf("coredump: %s: %s\n", #call, cu_error_name(try_res_));                        \
+			all_ok = false;                                                                      \
+		}                                                                                            \
+	} while (0)
+#define CHECK_IF_OK(cond)                                                                                    \
+	do {                                                                                                 \
+		if (all_ok)                                                                                  \
+			CHECK(cond);                                                                         \
+	} while (0)
+
 static const char *names[CU_COREDUMP_MAX] = {
     "",	    "ENABLE_ON_EXCEPTION", "TRIGGER_HOST", "LIGHTWEIGHT", "ENABLE_USER_TRIGGER", "FILE",
     "PIPE", "GENERATION_FLAGS"};
@@ -61,50 +78,50 @@ int main(void)
 	/* The context's values. */
 	strcpy(file, "/tmp/crcuda-coredump-ctx");
 	size = sizeof(file);
-	CU_CHECK(cuCoredumpSetAttribute(CU_COREDUMP_FILE, file, &size));
+	TRY(cuCoredumpSetAttribute(CU_COREDUMP_FILE, file, &size));
 	flags = CU_COREDUMP_SKIP_GLOBAL_MEMORY | CU_COREDUMP_SKIP_ABORT;
 	size = sizeof(flags);
-	CU_CHECK(cuCoredumpSetAttribute(CU_COREDUMP_GENERATION_FLAGS, &flags, &size));
+	TRY(cuCoredumpSetAttribute(CU_COREDUMP_GENERATION_FLAGS, &flags, &size));
 	b = true;
 	size = sizeof(b);
-	CU_CHECK(cuCoredumpSetAttribute(CU_COREDUMP_LIGHTWEIGHT, &b, &size));
+	TRY(cuCoredumpSetAttribute(CU_COREDUMP_LIGHTWEIGHT, &b, &size));
 	memset(file, 0, sizeof(file));
 	size = sizeof(file);
-	CU_CHECK(cuCoredumpGetAttribute(CU_COREDUMP_FILE, file, &size));
-	CHECK(!strcmp(file, "/tmp/crcuda-coredump-ctx"));
+	TRY(cuCoredumpGetAttribute(CU_COREDUMP_FILE, file, &size));
+	CHECK_IF_OK(!strcmp(file, "/tmp/crcuda-coredump-ctx"));
 	flags = 0;
 	size = sizeof(flags);
-	CU_CHECK(cuCoredumpGetAttribute(CU_COREDUMP_GENERATION_FLAGS, &flags, &size));
-	CHECK(flags == (CU_COREDUMP_SKIP_GLOBAL_MEMORY | CU_COREDUMP_SKIP_ABORT));
+	TRY(cuCoredumpGetAttribute(CU_COREDUMP_GENERATION_FLAGS, &flags, &size));
+	CHECK_IF_OK(flags == (CU_COREDUMP_SKIP_GLOBAL_MEMORY | CU_COREDUMP_SKIP_ABORT));
 	b = false;
 	size = sizeof(b);
-	CU_CHECK(cuCoredumpGetAttribute(CU_COREDUMP_LIGHTWEIGHT, &b, &size));
-	CHECK(b);
+	TRY(cuCoredumpGetAttribute(CU_COREDUMP_LIGHTWEIGHT, &b, &size));
+	CHECK_IF_OK(b);
 	size = 0;
-	CU_CHECK(cuCoredumpGetAttribute(CU_COREDUMP_FILE, NULL, &size));
+	TRY(cuCoredumpGetAttribute(CU_COREDUMP_FILE, NULL, &size));
 	printf("coredump: context file %s (size %zu), flags %#x, lightweight %d\n", file, size, flags, b);
 
 	/* The process's values: not the context's. */
 	strcpy(file, "/tmp/crcuda-coredump-global");
 	size = sizeof(file);
-	CU_CHECK(cuCoredumpSetAttributeGlobal(CU_COREDUMP_FILE, file, &size));
+	TRY(cuCoredumpSetAttributeGlobal(CU_COREDUMP_FILE, file, &size));
 	flags = CU_COREDUMP_SKIP_SHARED_MEMORY;
 	size = sizeof(flags);
-	CU_CHECK(cuCoredumpSetAttributeGlobal(CU_COREDUMP_GENERATION_FLAGS, &flags, &size));
+	TRY(cuCoredumpSetAttributeGlobal(CU_COREDUMP_GENERATION_FLAGS, &flags, &size));
 	size = sizeof(file);
-	CU_CHECK(cuCoredumpGetAttributeGlobal(CU_COREDUMP_FILE, file, &size));
-	CHECK(!strcmp(file, "/tmp/crcuda-coredump-global"));
+	TRY(cuCoredumpGetAttributeGlobal(CU_COREDUMP_FILE, file, &size));
+	CHECK_IF_OK(!strcmp(file, "/tmp/crcuda-coredump-global"));
 	size = sizeof(file);
-	CU_CHECK(cuCoredumpGetAttribute(CU_COREDUMP_FILE, file, &size));
-	CHECK(!strcmp(file, "/tmp/crcuda-coredump-ctx"));
+	TRY(cuCoredumpGetAttribute(CU_COREDUMP_FILE, file, &size));
+	CHECK_IF_OK(!strcmp(file, "/tmp/crcuda-coredump-ctx"));
 	size = sizeof(flags);
-	CU_CHECK(cuCoredumpGetAttributeGlobal(CU_COREDUMP_GENERATION_FLAGS, &flags, &size));
-	CHECK(flags == CU_COREDUMP_SKIP_SHARED_MEMORY);
+	TRY(cuCoredumpGetAttributeGlobal(CU_COREDUMP_GENERATION_FLAGS, &flags, &size));
+	CHECK_IF_OK(flags == CU_COREDUMP_SKIP_SHARED_MEMORY);
 	CU_CHECK(cuCtxCreate(&c2, NULL, 0, dev));
 	size = sizeof(file);
-	CU_CHECK(cuCoredumpGetAttribute(CU_COREDUMP_FILE, file, &size));
+	TRY(cuCoredumpGetAttribute(CU_COREDUMP_FILE, file, &size));
 	size = sizeof(flags);
-	CU_CHECK(cuCoredumpGetAttribute(CU_COREDUMP_GENERATION_FLAGS, &flags, &size));
+	TRY(cuCoredumpGetAttribute(CU_COREDUMP_GENERATION_FLAGS, &flags, &size));
 	printf("coredump: a new context: file %s, flags %#x\n", file, flags);
 	CU_CHECK(cuCtxDestroy(c2));
 
