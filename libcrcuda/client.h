@@ -44,10 +44,14 @@ struct crc_pinned {
 	size_t bytes;
 	unsigned flags;
 	uint64_t device_ptr;
-	int memfd;	/* the region's memfd, kept open to register it again after a restore (and so CRIU
-			   restores it); -1 over TCP (plain memory), -2 the application's own memory */
-	bool managed;	/* cuMemAllocManaged: the pointer is the same here and on the device */
-	bool on_device; /* managed, in a GPU's memory: inaccessible here until a fault brings it back */
+	int memfd;	  /* the region's memfd, kept open to register it again after a restore (and so CRIU
+			     restores it); -1 over TCP (plain memory), -2 the application's own memory */
+	bool managed;	  /* cuMemAllocManaged: the pointer is the same here and on the device */
+	bool on_device;	  /* managed, in a GPU's memory: inaccessible here until a fault brings it back */
+	bool gpu_owned;	  /* managed, in its pages: inaccessible here since GPU work was sent, until the
+			     CPU's touch has waited for that work (hooks_mem.c: serialised access) */
+	bool concurrent;  /* managed: the CPU and the GPU share it at once (a wait outlasted its bound) */
+	bool attach_host; /* managed, attached to the host: the GPU does not use it */
 	uintptr_t registered_at;      /* cuMemHostRegister: the pointer registered (0: an allocation) */
 	struct crc_uvm_advice advice; /* managed: what cuMemAdvise and prefetches said */
 	struct crc_pinned *next;
@@ -257,6 +261,8 @@ CUresult crc_mvar_found(uint64_t owner, bool library, const char *name, uint64_t
 			CUdeviceptr *addr);
 void crc_mvar_unloaded(uint64_t owner, bool library);
 void crc_mvar_before_work(void);
+/* GPU work is about to be sent: managed memory the CPU may touch becomes the GPU's (hooks_mem.c). */
+void crc_managed_before_work(void);
 bool crc_mvar_fault(const void *addr, const void *uc);
 bool crc_mvar_contains(uint64_t addr, size_t bytes);
 uint64_t crc_mvar_device_addr(uint64_t addr);

@@ -764,8 +764,10 @@ CUresult crc_call_begin(struct crc_call *c, uint16_t op, uint16_t flags, size_t 
 	struct crc_call_hdr *h;
 	CUresult res;
 
-	if (is_gpu_work(op))
+	if (is_gpu_work(op)) {
 		crc_mvar_before_work();
+		crc_managed_before_work();
+	}
 	res = crc_ctl_begin(c, op, flags, sizeof(*h) + len, (void **)&h);
 
 	if (res != CUDA_SUCCESS)

@@ -1023,6 +1023,7 @@ CUresult crc_hook_cuMemFreeHost(void *p)
 #define MANAGED_GRANULE (32u << 20)
 
 static pthread_mutex_t managed_move_lock = PTHREAD_MUTEX_INITIALIZER;
+static void managed_exposed_now(void);
 static bool managed_home; /* host functions run: nothing goes to a GPU any more (managed_move_lock) */
 static struct sigaction managed_old_segv;
 static pthread_once_t managed_fault_once = PTHREAD_ONCE_INIT;
@@ -1049,9 +1050,95 @@ static CUresult managed_to_host(struct crc_pinned *pin)
 	if (!__atomic_load_n(&pin->on_device, __ATOMIC_ACQUIRE))
 		return CUDA_SUCCESS;
 	res = managed_place(pin, -1);
-	if (res == CUDA_SUCCESS && !mprotect((void *)pin->addr, pin->bytes, PROT_READ | PROT_WRITE))
+	if (res == CUDA_SUCCESS && !mprotect((void *)pin->addr, pin->bytes, PROT_READ | PROT_WRITE)) {
 		__atomic_store_n(&pin->on_device, false, __ATOMIC_RELEASE);
+		managed_exposed_now();
+	}
 	return res;
+}
+
+/* Serialised access. Managed memory in its pages is the same memory for the CPU and the GPU, but the
+ * CPU's and the GPU's atomics on it are not atomic with each other across the bus (measured: the
+ * systemWideAtomics sample loses updates), where natively the driver moves pages between them. So
+ * once GPU work is sent, each such allocation becomes inaccessible here, and the CPU's first touch
+ * waits for the session's work to end before it goes on. The wait is bounded: work that waits for the
+ * CPU (a kernel spinning on a flag in the allocation) would never end. An allocation whose wait
+ * outlasts the bound is shared at once from then on, as before; so is memory attached to the host.
+ * CRCUDA_MANAGED_WAIT_MS sets the bound (default 10000; 0: never wait, always shared). */
+#define MANAGED_WAIT_MS_DEFAULT 10000
+/* Some serialised allocation may be accessible here: set by whatever makes one so. */
+static atomic_bool managed_exposed;
+
+static void managed_exposed_now(void)
+{
+	atomic_store_explicit(&managed_exposed, true, memory_order_release);
+}
+
+static uint32_t managed_wait_ms(void)
+{
+	static int ms = -1;
+
+	if (ms < 0) {
+		const char *e = getenv("CRCUDA_MANAGED_WAIT_MS");
+
+		ms = e && *e ? atoi(e) : MANAGED_WAIT_MS_DEFAULT;
+		if (ms < 0)
+			ms = 0;
+	}
+	return (uint32_t)ms;
+}
+
+static bool serialised(const struct crc_pinned *pin)
+{
+	return pin->managed && !pin->concurrent && !pin->attach_host && !pin->on_device &&
+	       managed_wait_ms() > 0;
+}
+
+void crc_managed_before_work(void)
+{
+	if (!atomic_exchange_explicit(&managed_exposed, false, memory_order_acq_rel))
+		return;
+	pthread_mutex_lock(&crc_client.pinned_lock);
+	for (struct crc_pinned *pin = crc_client.pinned; pin; pin = pin->next)
+		if (serialised(pin) && !pin->gpu_owned && !mprotect((void *)pin->addr, pin->bytes, PROT_NONE))
+			pin->gpu_owned = true;
+	pthread_mutex_unlock(&crc_client.pinned_lock);
+}
+
+/* The CPU touched a serialised allocation the GPU may be using: true once it is accessible again. */
+static bool managed_touch(struct crc_pinned *pin)
+{
+	static atomic_bool warned;
+	uint32_t ms = managed_wait_ms();
+	bool done = false;
+
+	pthread_mutex_lock(&managed_move_lock);
+	pthread_mutex_lock(&crc_client.pinned_lock);
+	if (pin->gpu_owned) {
+		CUresult res = CUDA_SUCCESS;
+
+		pthread_mutex_unlock(&crc_client.pinned_lock);
+		/* A host function's thread does not wait: its stream's work waits for it. */
+		if (!crc_on_hostfn_thread())
+			res = ctl_request(CRC_OP_MANAGED_WAIT, &ms, sizeof(ms));
+		pthread_mutex_lock(&crc_client.pinned_lock);
+		if (res != CUDA_SUCCESS) {
+			pin->concurrent = true;
+			if (!atomic_exchange(&warned, true))
+				pr_warn(
+				    "the CPU touched managed memory %#lx+%#zx while the GPU's work went on "
+				    "for %u ms: the two share it at once from now on (CUDA error %d)",
+				    (unsigned long)pin->addr, pin->bytes, ms, (int)res);
+		}
+		if (pin->gpu_owned && !mprotect((void *)pin->addr, pin->bytes, PROT_READ | PROT_WRITE)) {
+			pin->gpu_owned = false;
+			managed_exposed_now();
+		}
+		done = !pin->gpu_owned;
+	}
+	pthread_mutex_unlock(&crc_client.pinned_lock);
+	pthread_mutex_unlock(&managed_move_lock);
+	return done;
 }
 
 /* The CPU touched managed memory that is on a GPU: brought back, and the access runs again. Any
@@ -1064,6 +1151,10 @@ static void managed_fault(int sig, siginfo_t *si, void *uc)
 	if (crc_mvar_fault(si->si_addr, uc))
 		return;
 	pin = crc_pinned_find(si->si_addr, 1);
+	if (pin && pin->managed && managed_touch(pin)) {
+		errno = saved_errno;
+		return;
+	}
 	if (pin && pin->managed && __atomic_load_n(&pin->on_device, __ATOMIC_ACQUIRE)) {
 		CUresult res;
 
@@ -1116,7 +1207,11 @@ static CUresult managed_to_device(struct crc_pinned *pin, int device)
 		return CUDA_SUCCESS;
 	}
 	/* No CPU write may land in the pages while they move, nor after: the GPU's copy is the one. */
+	pthread_mutex_lock(&crc_client.pinned_lock);
+	pin->gpu_owned = false;
+	pthread_mutex_unlock(&crc_client.pinned_lock);
 	if (mprotect((void *)pin->addr, pin->bytes, PROT_NONE)) {
+		managed_exposed_now();
 		pthread_mutex_unlock(&managed_move_lock);
 		return CUDA_SUCCESS;
 	}
@@ -1125,6 +1220,7 @@ static CUresult managed_to_device(struct crc_pinned *pin, int device)
 	if (res != CUDA_SUCCESS) {
 		__atomic_store_n(&pin->on_device, false, __ATOMIC_RELEASE);
 		mprotect((void *)pin->addr, pin->bytes, PROT_READ | PROT_WRITE);
+		managed_exposed_now();
 		if (res == CUDA_ERROR_NOT_SUPPORTED || res == CUDA_ERROR_INVALID_VALUE)
 			res = CUDA_SUCCESS; /* stays where it is (an older daemon, no room): still correct */
 	}
@@ -1155,6 +1251,8 @@ void crc_managed_restored(struct crc_pinned *pin)
 	if (pin->managed && __atomic_load_n(&pin->on_device, __ATOMIC_ACQUIRE) &&
 	    !mprotect((void *)pin->addr, pin->bytes, PROT_READ | PROT_WRITE))
 		__atomic_store_n(&pin->on_device, false, __ATOMIC_RELEASE);
+	if (pin->managed)
+		managed_exposed_now();
 }
 
 static CUresult managed_free(void *p)
@@ -1188,7 +1286,10 @@ CUresult crc_hook_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	crc_uvm_advice_init(&pin->advice);
+	pin->attach_host = flags == CU_MEM_ATTACH_HOST;
 	pin->managed = true;
+	crc_managed_fault_install();
+	managed_exposed_now();
 	*dptr = (uintptr_t)p;
 	return CUDA_SUCCESS;
 }
@@ -1319,9 +1420,21 @@ CUresult crc_hook_cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *
 CUresult crc_hook_cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length,
 					 unsigned int flags)
 {
+	struct crc_pinned *pin;
+	CUresult res;
+
 	if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST && flags != CU_MEM_ATTACH_SINGLE)
 		return CUDA_ERROR_INVALID_VALUE;
-	return managed_on_stream(dptr, length ? length : 1, hStream, -3);
+	res = managed_on_stream(dptr, length ? length : 1, hStream, -3);
+	pin = res == CUDA_SUCCESS ? managed_find(dptr, length ? length : 1) : NULL;
+	if (pin) {
+		/* Attached to the host, the GPU does not use it: the CPU needs no wait. */
+		pthread_mutex_lock(&crc_client.pinned_lock);
+		pin->attach_host = flags == CU_MEM_ATTACH_HOST;
+		pthread_mutex_unlock(&crc_client.pinned_lock);
+		managed_exposed_now();
+	}
+	return res;
 }
 
 CUresult crc_hook_cuMemRangeGetAttribute(void *data, size_t dataSize, CUmem_range_attribute attribute,

@@ -179,7 +179,9 @@ struct drain_wait {
 	CUcontext ctx[CRC_MAX_DEVICES * 4];
 };
 
-static atomic_bool drain_pending;
+/* The drain under way, if any (drain_lock): a later wait joins it rather than start a second. */
+static pthread_mutex_t drain_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct drain_wait *drain_current;
 
 static void drain_wait_put(struct drain_wait *w)
 {
@@ -200,33 +202,38 @@ static void *drain_main(void *arg)
 		if (res == CUDA_SUCCESS)
 			res = CALL(cuCtxSynchronize);
 	}
+	pthread_mutex_lock(&drain_lock);
+	if (drain_current == w)
+		drain_current = NULL;
+	pthread_mutex_unlock(&drain_lock);
 	pthread_mutex_lock(&w->lock);
 	w->done = true;
 	w->res = res;
-	pthread_cond_signal(&w->done_cond);
+	pthread_cond_broadcast(&w->done_cond);
 	pthread_mutex_unlock(&w->lock);
-	atomic_store(&drain_pending, false);
 	drain_wait_put(w);
 	return NULL;
 }
 
-/* CUDA_SUCCESS once the session's work has ended, NOT_SUPPORTED when it has not within ms. */
-static CUresult drain_within(struct crc_session *s, int ms)
+/* A drain of the session's contexts on a thread of its own, or the one under way (*mine: started here). */
+static struct drain_wait *drain_start(struct crc_session *s, bool *mine)
 {
 	struct crc_htable *t = &s->tables[CRC_HT_CTX];
 	struct drain_wait *w;
-	struct timespec until;
 	pthread_attr_t attr;
 	pthread_t thread;
-	CUresult res;
-	int rc = 0;
 
-	if (atomic_exchange(&drain_pending, true))
-		return CUDA_ERROR_NOT_SUPPORTED; /* an earlier wait goes on */
+	pthread_mutex_lock(&drain_lock);
+	if ((w = drain_current)) {
+		atomic_fetch_add(&w->refs, 1);
+		pthread_mutex_unlock(&drain_lock);
+		*mine = false;
+		return w;
+	}
 	w = calloc(1, sizeof(*w));
 	if (!w) {
-		atomic_store(&drain_pending, false);
-		return CUDA_ERROR_OUT_OF_MEMORY;
+		pthread_mutex_unlock(&drain_lock);
+		return NULL;
 	}
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_cond_init(&w->done_cond, NULL);
@@ -238,23 +245,61 @@ static CUresult drain_within(struct crc_session *s, int ms)
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	if (pthread_create(&thread, &attr, drain_main, w)) {
 		pthread_attr_destroy(&attr);
-		atomic_store(&drain_pending, false);
+		pthread_mutex_unlock(&drain_lock);
 		drain_wait_put(w);
 		drain_wait_put(w);
-		return CUDA_ERROR_OUT_OF_MEMORY;
+		return NULL;
 	}
 	pthread_attr_destroy(&attr);
+	drain_current = w;
+	pthread_mutex_unlock(&drain_lock);
+	*mine = true;
+	return w;
+}
+
+/* CUDA_SUCCESS once the session's work has ended, NOT_SUPPORTED when it has not within ms. A drain
+ * already under way is joined; it may have begun before the latest work, so one of this wait's own
+ * follows it. */
+static CUresult drain_within(struct crc_session *s, int ms)
+{
+	struct timespec until;
+	CUresult res = CUDA_ERROR_NOT_SUPPORTED;
+	bool mine = false;
+
 	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_nsec += (long)ms * 1000000L;
-	until.tv_sec += until.tv_nsec / 1000000000L;
+	until.tv_nsec += (long)(ms % 1000) * 1000000L;
+	until.tv_sec += ms / 1000 + until.tv_nsec / 1000000000L;
 	until.tv_nsec %= 1000000000L;
-	pthread_mutex_lock(&w->lock);
-	while (!w->done && rc != ETIMEDOUT)
-		rc = pthread_cond_timedwait(&w->done_cond, &w->lock, &until);
-	res = w->done ? w->res : CUDA_ERROR_NOT_SUPPORTED;
-	pthread_mutex_unlock(&w->lock);
-	drain_wait_put(w);
+	while (!mine) {
+		struct drain_wait *w = drain_start(s, &mine);
+		int rc = 0;
+
+		if (!w)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		pthread_mutex_lock(&w->lock);
+		while (!w->done && rc != ETIMEDOUT)
+			rc = pthread_cond_timedwait(&w->done_cond, &w->lock, &until);
+		res = w->done ? w->res : CUDA_ERROR_NOT_SUPPORTED;
+		pthread_mutex_unlock(&w->lock);
+		drain_wait_put(w);
+		if (res != CUDA_SUCCESS)
+			return res;
+	}
 	return res;
+}
+
+/* The client's CPU waits in a fault for the session's work to end before it touches managed memory the
+ * GPU may be using (libcrcuda/hooks_mem.c), at most ms: work that waits for the CPU must not hang it. */
+CUresult crc_ctl_managed_wait(struct crc_session *s, const uint8_t *args, size_t len)
+{
+	uint32_t ms;
+	CUresult res;
+
+	if (len < sizeof(ms))
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(&ms, args, sizeof(ms));
+	res = drain_within(s, (int)(ms > 600000 ? 600000 : ms));
+	return res == CUDA_ERROR_NOT_SUPPORTED ? CUDA_ERROR_NOT_READY : res;
 }
 
 CUresult crc_ctl_managed_place(struct crc_session *s, const uint8_t *args, size_t len)

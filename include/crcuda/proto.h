@@ -64,6 +64,7 @@ enum crc_ctl_op {
 	CRC_OP_MANAGED_PLACE,	/* struct crc_managed_req: a managed allocation to device memory or back */
 	CRC_OP_MVAR_PULL,	/* struct crc_mvar_req; reply: the bytes of a __managed__ variable */
 	CRC_OP_MVAR_PUSH,	/* struct crc_mvar_req + the bytes: into a __managed__ variable */
+	CRC_OP_MANAGED_WAIT, /* uint32_t ms: the session's work ends within ms, else CUDA_ERROR_NOT_READY */
 	/* Control connections (role CRC_ROLE_CONTROL): requests and replies framed on the socket as
 	 * struct crc_msg_hdr + payload; every reply is struct crc_ctl_reply + the op's data. */
 	CRC_OP_CTL_SESSIONS = CRC_OP_CTL + 0x100, /* reply: n struct crc_ctl_session_wire */

@@ -68,6 +68,16 @@ programs)
 		grep -q "session .*ended" "$tmp/daemon.log" || fail "$prog did not go through crcudad"
 	done
 	;;
+layer-only)
+	# One program with its arguments, through the layer only (what it checks is the layer's own).
+	start_daemon
+	prog=$1
+	shift
+	client -- "$build/tests/programs/$prog" "$@" >"$tmp/out" 2>&1
+	rc=$?
+	cat "$tmp/out"
+	[ $rc = 0 ] || fail "$prog $*: exit $rc"
+	;;
 same-output)
 	start_daemon
 	prog=$build/tests/programs/$1

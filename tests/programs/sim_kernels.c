@@ -624,3 +624,27 @@ CRCUDA_SIM_KERNEL(_Z7mv_readPiPKj)
 	out[0] = *count;
 	out[1] = (int)table[299];
 }
+
+/* managed_atomics.cu: add_system(int *word, int per_thread) */
+CRCUDA_SIM_KERNEL(_Z10add_systemPii)
+{
+	int *word = CRCUDA_SIM_PARAM(blk, 0, int *);
+	int per_thread = CRCUDA_SIM_PARAM(blk, 1, int);
+
+	CRCUDA_SIM_FOR_EACH_THREAD(blk, t)
+	{
+		for (int i = 0; i < per_thread; i++)
+			__atomic_fetch_add(word, 1, __ATOMIC_RELAXED);
+	}
+}
+
+/* managed_atomics.cu: slow_write(int *word, int value): 200 ms, then the write */
+CRCUDA_SIM_KERNEL(_Z10slow_writePii)
+{
+	int *word = CRCUDA_SIM_PARAM(blk, 0, int *);
+	int value = CRCUDA_SIM_PARAM(blk, 1, int);
+	struct timespec ts = {0, 200 * 1000 * 1000};
+
+	nanosleep(&ts, NULL);
+	__atomic_store_n(word, value, __ATOMIC_RELEASE);
+}
