@@ -769,8 +769,8 @@ CUresult cuCoredumpGetAttribute(CUcoredumpSettings attrib, void *value, size_t *
 	res = sim_ctx_require(&ctx);
 	if (res != CUDA_SUCCESS)
 		return res;
-	/* The process's only: a context's is refused (measured, H200, driver 580). */
-	if (attrib == CU_COREDUMP_ENABLE_USER_TRIGGER)
+	/* The process's only: a context's is refused (measured, H100 and H200, driver 580). */
+	if (attrib == CU_COREDUMP_ENABLE_USER_TRIGGER || attrib == CU_COREDUMP_PIPE)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&sim_lock);
 	res = coredump_get(ctx, attrib, value, size);
