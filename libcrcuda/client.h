@@ -270,6 +270,12 @@ uint64_t crc_mvar_device_addr(uint64_t addr);
 uint64_t crc_restore_generation(void);
 /* The calling thread runs the program's host functions. */
 bool crc_on_hostfn_thread(void);
+/* Log lines and async notifications for the application's callbacks (hooks_logs.c): delivered on the
+ * host-function thread; registered again with a restored session. */
+void crc_notify_deliver(const struct crc_hostfn_page *pg);
+int crc_notify_reregister(void);
+/* A control record (no descriptor) to a restored session under the held channel lock (conn.c). */
+int crc_ctl_reregister(uint16_t op, const void *req, size_t len);
 /* libcrcuda's SIGSEGV handler (managed memory and __managed__ variables), installed once. */
 void crc_managed_fault_install(void);
 /* A restored session has the managed region in its pages again: accessible here once more. */

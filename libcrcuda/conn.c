@@ -250,7 +250,8 @@ static int reregister(uint16_t op, const void *req, size_t len, int fd, void *ou
 		return rc;
 	if (len)
 		memcpy(p, req, len);
-	rc = crc_sock_send_fds(crc_client.chan.fd, &byte, 1, &fd, 1);
+	if (fd >= 0)
+		rc = crc_sock_send_fds(crc_client.chan.fd, &byte, 1, &fd, 1);
 	if (!rc)
 		rc = crc_chan_commit(&crc_client.chan);
 	if (!rc)
@@ -266,6 +267,11 @@ static int reregister(uint16_t op, const void *req, size_t len, int fd, void *ou
 		memcpy(out, rh + 1, out_len);
 	crc_chan_release(&crc_client.chan);
 	return rc;
+}
+
+int crc_ctl_reregister(uint16_t op, const void *req, size_t len)
+{
+	return reregister(op, req, len, -1, NULL, 0);
 }
 
 /* Sends a pinned region's memfd again to a new daemon session. */
@@ -321,6 +327,8 @@ static int rebind(const struct crc_sock_notice *n, int memfd)
 	pthread_mutex_unlock(&crc_client.pinned_lock);
 	if (!rc && !crc_client.tcp && crc_hostfn_memfd() >= 0)
 		rc = hostfn_reregister();
+	if (!rc && !crc_client.tcp)
+		rc = crc_notify_reregister();
 	pr_info("rebound to restored session %llu over %s", (unsigned long long)n->session_id,
 		crc_client.tcp ? "TCP" : "shared memory");
 	return rc;

@@ -81,7 +81,10 @@ static void *hostfn_loop(void *arg)
 			crc_futex_wait(&pg->req, req, 1000);
 			continue;
 		}
-		((CUhostFn)(uintptr_t)pg->fn)((void *)(uintptr_t)pg->data);
+		if (pg->kind == CRC_HOSTFN_CALL)
+			((CUhostFn)(uintptr_t)pg->fn)((void *)(uintptr_t)pg->data);
+		else
+			crc_notify_deliver(pg);
 		atomic_store_explicit(&pg->done, req, memory_order_release);
 		crc_futex_wake(&pg->done);
 	}

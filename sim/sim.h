@@ -290,6 +290,11 @@ void *sim_host_kernel_global(const struct crcuda_sim_block *blk, const char *nam
 /* sim_exports.c: the function exported as the table's id (its stub when not implemented). */
 void *sim_entry_point(int id);
 
+/* sim_logs.c: a line in the driver's error log (and to the log callbacks); an over-budget notification
+ * when the device's memory in use went above CRCUDA_SIM_MEM_BUDGET_MB. */
+void sim_log(CUlogLevel level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sim_budget_check(struct sim_device *dev);
+
 /* sim_ctx.c */
 struct CUctx_st *sim_ctx_current(void);
 /* The current context, or CUDA_ERROR_INVALID_CONTEXT. */

@@ -602,8 +602,12 @@ CUresult cuCtxGetLimit(size_t *value, CUlimit limit)
 	CUresult res;
 
 	SIM_ENTER(cuCtxGetLimit);
-	if (!value || (unsigned)limit >= CU_LIMIT_MAX)
+	if (!value || (unsigned)limit >= CU_LIMIT_MAX) {
+		if (value)
+			sim_log(CU_LOG_LEVEL_ERROR, "[cuCtxGetLimit] limit %u is not supported",
+				(unsigned)limit);
 		return CUDA_ERROR_UNSUPPORTED_LIMIT;
+	}
 	res = sim_ctx_require(&ctx);
 	if (res == CUDA_SUCCESS)
 		*value = ctx->limits[limit];

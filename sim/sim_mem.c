@@ -273,6 +273,7 @@ CUresult sim_mem_alloc_device(struct CUctx_st *ctx, size_t bytes, enum sim_range
 	atomic_fetch_add(&dev->used_mem, size);
 	pthread_mutex_unlock(&mem_lock);
 	*out = addr;
+	sim_budget_check(dev);
 	return CUDA_SUCCESS;
 
 fail_oom:
@@ -1185,6 +1186,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
 	vmm_allocs = alloc;
 	pthread_mutex_unlock(&mem_lock);
 	*handle = (CUmemGenericAllocationHandle)(uintptr_t)alloc;
+	sim_budget_check(dev);
 	return CUDA_SUCCESS;
 
 fail_accounted:

@@ -826,6 +826,10 @@ bool crc_session_serve_one(struct crc_session *s, int timeout_ms)
 		case CRC_OP_HOSTFN_REGISTER:
 			res = crc_ctl_hostfn_register(s);
 			break;
+		case CRC_OP_NOTIFY_REGISTER:
+		case CRC_OP_NOTIFY_UNREGISTER:
+			res = crc_ctl_notify(s, m->op == CRC_OP_NOTIFY_REGISTER, p, len);
+			break;
 		case CRC_OP_MANAGED_PLACE:
 			res = crc_ctl_managed_place(s, p, len);
 			break;

@@ -149,6 +149,7 @@ struct crc_session {
 	struct crc_uobj_hold *uobj_holds;
 	struct crc_hostfn_page *hostfn;	    /* the client's, for host functions (hostfn.c) */
 	struct crc_hostfn_arg *hostfn_args; /* what host nodes run */
+	struct crc_notify_reg *notify;	    /* the application's log and async callbacks (hostfn.c) */
 	struct crc_texobj *texobjs;	    /* live texture and surface objects (arrays.c) */
 	void *exec_app_node;		    /* the node an exec node call named, before graph.c remapped it */
 	/* The reply being built and module images being assembled. */
@@ -409,6 +410,8 @@ void crc_graph_free(struct crc_session *s);
 CUresult crc_hostfn_node_params(struct crc_session *s, uint64_t fn, uint64_t data, CUDA_HOST_NODE_PARAMS *p);
 bool crc_hostfn_of(const CUDA_HOST_NODE_PARAMS *p, uint64_t *fn, uint64_t *data);
 CUresult crc_ctl_hostfn_register(struct crc_session *s);
+/* CRC_OP_NOTIFY_REGISTER (reg) / CRC_OP_NOTIFY_UNREGISTER (hostfn.c). */
+CUresult crc_ctl_notify(struct crc_session *s, bool reg, const uint8_t *args, size_t len);
 void crc_hostfn_free(struct crc_session *s);
 /* A user object whose destroy callback runs the application's destroy(ptr); *arg: whether it lives. */
 CUresult crc_hostfn_userobj_make(struct crc_session *s, uint64_t destroy, uint64_t ptr, unsigned refs,
@@ -487,7 +490,9 @@ typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h,
 	X(cuGraphBatchMemOpNodeGetParams, graph_memops_get)                                                  \
 	X(cuGraphKernelNodeGetAttribute, knode_attr)                                                         \
 	X(cuGraphKernelNodeSetAttribute, knode_attr)                                                         \
-	X(cuUserObjectCreate, userobj_create)
+	X(cuUserObjectCreate, userobj_create)                                                                \
+	X(cuLogsDumpToMemory, logs)                                                                          \
+	X(cuLogsDumpToFile, logs)
 
 #define CRC_DECL_RAW(sym, fn) crc_raw_fn crc_raw_##fn;
 CRC_RAW_HANDLERS(CRC_DECL_RAW)

@@ -65,6 +65,10 @@ enum crc_ctl_op {
 	CRC_OP_MVAR_PULL,	/* struct crc_mvar_req; reply: the bytes of a __managed__ variable */
 	CRC_OP_MVAR_PUSH,	/* struct crc_mvar_req + the bytes: into a __managed__ variable */
 	CRC_OP_MANAGED_WAIT, /* uint32_t ms: the session's work ends within ms, else CUDA_ERROR_NOT_READY */
+	CRC_OP_NOTIFY_REGISTER, /* struct crc_notify_req: a log callback or an async notification
+				   callback, delivered through the host-function page; again after a restore
+				 */
+	CRC_OP_NOTIFY_UNREGISTER, /* struct crc_notify_req */
 	/* Control connections (role CRC_ROLE_CONTROL): requests and replies framed on the socket as
 	 * struct crc_msg_hdr + payload; every reply is struct crc_ctl_reply + the op's data. */
 	CRC_OP_CTL_SESSIONS = CRC_OP_CTL + 0x100, /* reply: n struct crc_ctl_session_wire */
@@ -147,16 +151,64 @@ struct crc_session_ctl {
 
 /* Host functions (graph host nodes, cuLaunchHostFunc) run in the application, which the daemon's
  * driver cannot call: the client shares this page (its own memfd, CRC_OP_HOSTFN_REGISTER, again after
- * a restore) and a thread of its waits on it. The daemon, one call at a time, writes fn and data, bumps
- * req (futex); the client runs fn(data) and sets done = req (futex). */
+ * a restore) and a thread of its waits on it. The daemon, one call at a time, writes kind, fn and data
+ * (and the payload), bumps req (futex); the client runs fn(data) (or delivers the payload) and sets
+ * done = req (futex). Driver callbacks of the application (log lines, async notifications) come the
+ * same way: kind says which, data is the client's registration id, the payload what the driver gave. */
+enum crc_hostfn_kind {
+	CRC_HOSTFN_CALL = 0, /* fn(data) */
+	CRC_HOSTFN_LOG,	     /* a log line: level in arg, the message's len bytes in the payload */
+	CRC_HOSTFN_ASYNC,    /* an async notification: device in arg, a CUasyncNotificationInfo */
+};
+#define CRC_HOSTFN_PAGE_SIZE 4096u
+#define CRC_HOSTFN_PAYLOAD   3840u
 struct crc_hostfn_page {
 	_Alignas(64) _Atomic uint32_t req;
 	_Alignas(64) _Atomic uint32_t done;
 	uint64_t fn, data;
 	uint32_t magic;
+	uint32_t kind;	   /* enum crc_hostfn_kind */
+	uint64_t arg, len; /* a log line's level / a notification's device; payload bytes */
+	_Alignas(64) char payload[CRC_HOSTFN_PAYLOAD];
 };
-#define CRC_HOSTFN_MAGIC     0x4e465448u /* "HTFN" */
-#define CRC_HOSTFN_PAGE_SIZE 4096u
+_Static_assert(sizeof(struct crc_hostfn_page) <= CRC_HOSTFN_PAGE_SIZE, "one page");
+#define CRC_HOSTFN_MAGIC 0x4e465448u /* "HTFN" */
+
+/* CRC_OP_NOTIFY_REGISTER / _UNREGISTER: the client's registration `id` (its handle's value, the same
+ * after a restore). Register: the worker registers a trampoline of its own with its driver (which
+ * gets the NULLs the application passed: CRC_NOTIFY_NO_FN, CRC_NOTIFY_NO_OUT, so the driver answers
+ * them); unregister: the driver's handle registered under id (none for an unknown id: the driver
+ * answers a NULL handle). */
+enum crc_notify_type { CRC_NOTIFY_LOGS = 1, CRC_NOTIFY_ASYNC = 2 };
+enum crc_notify_flag { CRC_NOTIFY_NO_FN = 1u << 0, CRC_NOTIFY_NO_OUT = 1u << 1 };
+struct crc_notify_req {
+	uint32_t type; /* enum crc_notify_type */
+	int32_t device;
+	uint32_t flags;
+	uint32_t pad;
+	uint64_t id;
+};
+
+/* cuLogsDumpToMemory / cuLogsDumpToFile (hand-marshalled): crc_call_hdr + crc_logs_req; reply: the
+ * crc_logs_req as the driver left it (iterator, size, flags CRC_LOGS_APPENDED) + `bytes` bytes: the
+ * buffer's (to its NUL included, up to size) or the file's contents. The worker dumps a file into a
+ * memfd of its own (/proc/self/fd/N), which it fills with one byte first: still there after the dump
+ * means the driver appends to the file, and the client does so too. */
+enum crc_logs_flag {
+	CRC_LOGS_ITERATOR = 1u << 0, /* iterator not NULL */
+	CRC_LOGS_BUFFER = 1u << 1,   /* buffer (DumpToMemory) / path (DumpToFile) not NULL */
+	CRC_LOGS_SIZE = 1u << 2,     /* size not NULL */
+	CRC_LOGS_APPENDED = 1u << 3, /* reply: the driver appended to the file */
+};
+#define CRC_LOGS_MAX (1u << 20) /* bytes a dump brings back at most (the driver keeps 25600) */
+struct crc_logs_req {
+	uint32_t iterator;
+	uint32_t flags;	    /* enum crc_logs_flag */
+	uint32_t api_flags; /* the application's flags argument */
+	uint32_t pad;
+	uint64_t size;	/* *size (DumpToMemory) */
+	uint64_t bytes; /* reply: bytes that follow */
+};
 
 /* Host function requests (hand-marshalled): cuLaunchHostFunc = crc_call_hdr + crc_hostfn_req (posted);
  * cuGraphAddHostNode, cuGraphHostNodeSetParams, cuGraphExecHostNodeSetParams = crc_call_hdr +
