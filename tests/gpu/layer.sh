@@ -12,7 +12,7 @@
 #   torch_graph_<mode>    tests/torch/graph.py (CUDA graphs: whole-step capture + replay, and
 #                         torch.compile reduce-overhead): losses under the layer equal native bit for bit
 #   layer_graph_basic     tests/programs/graph_basic, graph_pageable and graph_mem print natively and under the layer
-#                         (as do ptr_set_attr, coredump, coop_multi, decompress: layer_<name>)
+#                         (as do ptr_set_attr, coredump, coop_multi, decompress, logs, async_notify: layer_<name>)
 #   layer_graph_mem       the same (graph-owned memory), layer_graph_cond (a conditional WHILE node)
 set -u
 build=$(cd "${1:?usage: layer.sh BUILD}" && pwd)
@@ -39,7 +39,7 @@ under_layer() { env LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" 
 if [ "$only" = all ] || [ "$only" = programs ] || [ "$only" = graphs ]; then
 	# CUDA graphs: explicit, captured, updated, graph-owned memory; the same output natively and
 	# under the layer.
-	for p in graph_basic graph_pageable graph_mem graph_cond graph_attr managed_vars ctx_attach ptr_set_attr coredump coop_multi decompress; do
+	for p in graph_basic graph_pageable graph_mem graph_cond graph_attr managed_vars ctx_attach ptr_set_attr coredump coop_multi decompress logs async_notify; do
 		if [ ! -x "$build/tests/programs/$p" ]; then result SKIP "layer_$p" "not built"
 		elif ! "$build/tests/programs/$p" >"$tmp/$p.native" 2>&1; then
 			result FAIL "layer_$p" "natively: $(tail -2 "$tmp/$p.native" | tr '\n' ' ')"

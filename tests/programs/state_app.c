@@ -48,7 +48,12 @@
  * --settings: settings kept by the driver that a restore must replay: SYNC_MEMOPS cleared on chunk 0
  * (cuPointerSetAttribute), also on memory freed before the steps (whose setting must not be replayed:
  * the allocation made after it, likely at its address, keeps the default), the context's coredump file
- * and the process's coredump generation flags; checked at the end (the same checksum). */
+ * and the process's coredump generation flags; checked at the end (the same checksum).
+ * --notify: a log callback and an async notification callback registered before the steps, which a
+ * restore must register again: at the end an error the driver logs (an unsupported limit asked of
+ * cuCtxGetLimit) must reach the callback when a dump shows a line for it, and where the environment
+ * names the simulated device's memory budget (CRCUDA_SIM_MEM_BUDGET_MB) an allocation above it must
+ * bring an over-budget notification within 2 s (the same checksum). */
 #include <cuda.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -76,8 +81,70 @@ struct opts {
 	unsigned chunks, steps, ready_at, pause_ms, seed, devices;
 	const char *ready_file, *go_file;
 	int verify, graph, graph_pageable, ready_in_capture, managed, registered, pool, pinned_ready, texture;
-	int graph_params, graph_mem, graph_cond, settings;
+	int graph_params, graph_mem, graph_cond, settings, notify;
 };
+
+/* --notify */
+static atomic_int notify_lines, notify_notes;
+
+static void CUDA_CB notify_log(void *data, CUlogLevel level, char *message, size_t length)
+{
+	(void)level;
+	(void)message;
+	(void)length;
+	if (data == &notify_lines)
+		atomic_fetch_add(&notify_lines, 1);
+}
+
+static void notify_async(CUasyncNotificationInfo *info, void *data, CUasyncCallbackHandle h)
+{
+	(void)h;
+	if (data == &notify_notes && info->type == CU_ASYNC_NOTIFICATION_TYPE_OVER_BUDGET)
+		atomic_fetch_add(&notify_notes, 1);
+}
+
+static void notify_set(CUdevice dev)
+{
+	CUlogsCallbackHandle lh;
+	CUasyncCallbackHandle ah;
+	CUresult res;
+
+	CU_CHECK(cuLogsRegisterCallback(notify_log, &notify_lines, &lh));
+	res = cuDeviceRegisterAsyncNotification(dev, notify_async, &notify_notes, &ah);
+	if (res != CUDA_ERROR_NOT_SUPPORTED)
+		CU_CHECK(res);
+}
+
+static int notify_check(CUcontext ctx)
+{
+	const char *budget = getenv("CRCUDA_SIM_MEM_BUDGET_MB");
+	struct timespec ts = {0, 10 * 1000 * 1000};
+	static char buf[32768];
+	CUlogIterator it;
+	size_t size = sizeof(buf), v;
+	CUdeviceptr p;
+
+	CU_CHECK(cuCtxSetCurrent(ctx));
+	CU_CHECK(cuLogsCurrent(&it, 0));
+	CU_EXPECT(cuCtxGetLimit(&v, (CUlimit)0x7fff), CUDA_ERROR_UNSUPPORTED_LIMIT);
+	CU_CHECK(cuLogsDumpToMemory(&it, buf, &size, 0));
+	if (size && !atomic_load(&notify_lines)) {
+		fprintf(stderr, "state_app: the driver logged \"%s\" and the log callback got nothing\n",
+			buf);
+		return 1;
+	}
+	if (!budget || !*budget)
+		return 0;
+	CU_CHECK(cuMemAlloc(&p, (strtoull(budget, NULL, 10) + 64) << 20));
+	for (int i = 0; i < 200 && !atomic_load(&notify_notes); i++)
+		nanosleep(&ts, NULL);
+	CU_CHECK(cuMemFree(p));
+	if (!atomic_load(&notify_notes)) {
+		fprintf(stderr, "state_app: over the memory budget of %s MiB and no notification\n", budget);
+		return 1;
+	}
+	return 0;
+}
 
 #define SETTINGS_CORE_FILE "/tmp/crcuda-state-app-core"
 #define SETTINGS_GEN_FLAGS (CU_COREDUMP_SKIP_SHARED_MEMORY | CU_COREDUMP_SKIP_LOCAL_MEMORY)
@@ -181,6 +248,10 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->settings = 1;
 			continue;
 		}
+		if (!strcmp(a, "--notify")) {
+			o->notify = 1;
+			continue;
+		}
 		if (!strcmp(a, "--registered")) {
 			o->registered = 1;
 			continue;
@@ -235,7 +306,8 @@ usage:
 		"                 [--ready-file PATH] [--go-file PATH] [--seed N] [--devices N] [--verify]\n"
 		"                 [--graph] [--graph-pageable] [--managed] [--registered] [--pool] "
 		"[--texture] [--graph-params]\n"
-		"                 [--pinned-ready] [--graph-mem] [--graph-cond] [--settings]\n");
+		"                 [--pinned-ready] [--graph-mem] [--graph-cond] [--settings]\n"
+		"                 [--notify]\n");
 	exit(2);
 }
 
@@ -552,6 +624,8 @@ int main(int argc, char **argv)
 	CUdeviceptr extra = 0;
 	if (o.settings)
 		extra = settings_set(d[0].ctx, bufs[0]);
+	if (o.notify)
+		notify_set(d[0].dev);
 	struct texture tx = {0};
 	if (o.texture)
 		texture_setup(&tx, d[0].mod, d[0].stream, o.seed);
@@ -712,6 +786,8 @@ int main(int argc, char **argv)
 		}
 	}
 	if (o.settings && settings_check(d[0].ctx, bufs[0], extra))
+		return 1;
+	if (o.notify && notify_check(d[0].ctx))
 		return 1;
 	printf("state_app: mb=%lu chunks=%u steps=%u checksum=%016llx\n", o.mb, o.chunks, o.steps, total);
 
