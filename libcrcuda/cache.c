@@ -86,6 +86,7 @@ void crc_ctx_register(uint64_t ctx, CUdevice dev, unsigned flags, bool primary)
 	c->dev = dev;
 	c->flags = flags;
 	c->primary = primary;
+	c->green = 0;
 	c->live = true;
 }
 
@@ -95,6 +96,29 @@ void crc_ctx_forget(uint64_t ctx)
 
 	if (c && !c->primary)
 		c->live = false;
+}
+
+struct crc_green_info *crc_green_info(uint64_t green)
+{
+	struct crc_green_info *g = table_get(green, CRC_HT_GREENCTX);
+
+	return g && g->live ? g : NULL;
+}
+
+void crc_green_register(uint64_t green, CUdevice dev)
+{
+	struct crc_green_info *g = table_put(green, sizeof(*g));
+
+	if (g)
+		*g = (struct crc_green_info){.live = true, .dev = dev};
+}
+
+void crc_green_forget(uint64_t green)
+{
+	struct crc_green_info *g = table_get(green, CRC_HT_GREENCTX);
+
+	if (g)
+		g->live = false;
 }
 
 struct crc_func_info *crc_func_lookup(uint64_t handle)

@@ -153,11 +153,22 @@ struct crc_ctx_info {
 	unsigned flags;
 	unsigned long long id;
 	unsigned attached; /* cuCtxAttach's usage counts, which cuCtxDetach takes back before destroying */
+	uint64_t green;	   /* the green context it was converted from (cuCtxFromGreenCtx), 0 none */
 };
 /* NULL if ctx is not a live context of this session. */
 struct crc_ctx_info *crc_ctx_info(uint64_t ctx);
 void crc_ctx_register(uint64_t ctx, CUdevice dev, unsigned flags, bool primary);
 void crc_ctx_forget(uint64_t ctx);
+
+/* Green contexts (hooks_green.c): the device, and the CUcontext once converted (0: not yet). */
+struct crc_green_info {
+	bool live;
+	CUdevice dev;
+	uint64_t ctx;
+};
+struct crc_green_info *crc_green_info(uint64_t green);
+void crc_green_register(uint64_t green, CUdevice dev);
+void crc_green_forget(uint64_t green);
 
 struct crc_func_info {
 	uint64_t handle;

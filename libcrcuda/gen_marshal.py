@@ -43,7 +43,7 @@ ASYNC_NAMES = re.compile(r"(Async|^cuEventRecord|^cuEventRecordWithFlags|^cuStre
 BAD_VALUE_TYPES = {"CUmemGenericAllocationHandle", "CUtexref", "CUsurfref"}
 # Parameters that count the elements of another (non-const or const) pointer parameter: with one of
 # these present, a `T *` is an array, not one T.
-COUNT_NAMES = re.compile(r"^(count|nbGroups|numParams|numPrefetchLocs|numAttrs|numDependencies|numNodes|"
+COUNT_NAMES = re.compile(r"^(count|nbGroups|nbResources|numParams|numPrefetchLocs|numAttrs|numDependencies|numNodes|"
                          r"numRootNodes|numEdges|numDependentNodes)$")
 # Pointer-free element types carried as counted arrays beside the handle arrays of graph calls.
 ARRAY_TYPES = {"CUgraphEdgeData"}

@@ -396,11 +396,42 @@ CUresult crc_local_cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
 	return res;
 }
 
+/* A green context's stream (or the special streams while its CUcontext is current): the green context,
+ * and the device's primary context as the context. */
 CUresult crc_local_cuStreamGetCtx_v2(CUstream hStream, CUcontext *pctx, CUgreenCtx *pGreenCtx)
 {
+	struct crc_ctx_info *ci;
+	uint64_t ctx;
+	CUresult res;
+
+	if (!pctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = stream_ctx(hStream, &ctx);
+	if (res != CUDA_SUCCESS)
+		return res;
+	ci = crc_ctx_info(ctx);
 	if (pGreenCtx)
-		*pGreenCtx = NULL;
-	return crc_local_cuStreamGetCtx(hStream, pctx);
+		*pGreenCtx = ci && ci->green ? (CUgreenCtx)(uintptr_t)ci->green : NULL;
+	if (ci && ci->green && pGreenCtx)
+		ctx = crc_client.info.primary_ctx[ci->dev];
+	*pctx = (CUcontext)(uintptr_t)ctx;
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_local_cuStreamGetGreenCtx(CUstream hStream, CUgreenCtx *phCtx)
+{
+	struct crc_ctx_info *ci;
+	uint64_t ctx;
+	CUresult res;
+
+	if (!phCtx)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = stream_ctx(hStream, &ctx);
+	if (res != CUDA_SUCCESS)
+		return res;
+	ci = crc_ctx_info(ctx);
+	*phCtx = ci && ci->green ? (CUgreenCtx)(uintptr_t)ci->green : NULL;
+	return CUDA_SUCCESS;
 }
 
 CUresult crc_local_cuStreamGetDevice(CUstream hStream, CUdevice *device)

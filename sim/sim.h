@@ -81,6 +81,10 @@ struct CUctx_st {
 		char file[1024], pipe[1024];
 	} coredump;
 	struct CUstream_st *legacy_stream;
+	/* A green context's CUcontext (sim_green.c): the device's primary context, which holds its
+	 * memory and libraries' modules, and the green context; NULL otherwise. */
+	struct CUctx_st *base;
+	struct CUgreenCtx_st *green;
 	/* Streams and modules created in this context; guarded by sim_lock. */
 	struct CUstream_st *streams;
 	struct CUmod_st *modules;
@@ -296,6 +300,13 @@ void sim_log(CUlogLevel level, const char *fmt, ...) __attribute__((format(print
 void sim_budget_check(struct sim_device *dev);
 
 /* sim_ctx.c */
+/* The context holding ctx's memory and library modules: the primary context for a green context's. */
+static inline struct CUctx_st *sim_ctx_base(struct CUctx_st *ctx)
+{
+	return ctx && ctx->base ? ctx->base : ctx;
+}
+/* Activates a context struct the caller filled (dev, flags): id, defaults, legacy stream, live list. */
+CUresult sim_ctx_activate(struct CUctx_st *ctx);
 struct CUctx_st *sim_ctx_current(void);
 /* The current context, or CUDA_ERROR_INVALID_CONTEXT. */
 CUresult sim_ctx_require(struct CUctx_st **ctx);

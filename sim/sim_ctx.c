@@ -62,7 +62,7 @@ static void ctx_set_defaults(struct CUctx_st *ctx)
 }
 
 /* Makes ctx usable: a fresh id, defaults, a legacy stream; links it in the live list. */
-static CUresult ctx_activate(struct CUctx_st *ctx)
+CUresult sim_ctx_activate(struct CUctx_st *ctx)
 {
 	CUresult res;
 
@@ -133,7 +133,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 	pthread_mutex_unlock(&sim_lock);
 	if (activate) {
 		d->primary->flags = d->primary_flags;
-		res = ctx_activate(d->primary);
+		res = sim_ctx_activate(d->primary);
 		if (res != CUDA_SUCCESS) {
 			pthread_mutex_lock(&sim_lock);
 			d->primary_refcount--;
@@ -274,7 +274,7 @@ static CUresult ctx_create(CUcontext *pctx, unsigned flags, CUdevice dev)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	ctx->dev = d;
 	ctx->flags = flags;
-	res = ctx_activate(ctx);
+	res = sim_ctx_activate(ctx);
 	if (res != CUDA_SUCCESS) {
 		free(ctx);
 		return res;

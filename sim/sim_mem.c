@@ -245,7 +245,8 @@ CUresult sim_mem_alloc_device(struct CUctx_st *ctx, size_t bytes, enum sim_range
 	struct sim_device *dev = ctx->dev;
 	size_t size = round_up(bytes, SIM_PAGE);
 	size_t align = size >= SIM_GRANULARITY ? SIM_GRANULARITY : SIM_PAGE;
-	struct sim_range r = {.size = size, .requested = bytes, .kind = kind, .ctx = ctx, .dev = dev};
+	struct sim_range r = {
+	    .size = size, .requested = bytes, .kind = kind, .ctx = sim_ctx_base(ctx), .dev = dev};
 	uintptr_t addr;
 
 	if (!bytes)
@@ -645,7 +646,7 @@ static CUresult host_alloc_in(struct CUctx_st *ctx, void **pp, size_t bytesize, 
 	if (mem == MAP_FAILED)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	r.base = (uintptr_t)mem;
-	r.ctx = ctx;
+	r.ctx = sim_ctx_base(ctx);
 	r.dev = ctx ? ctx->dev : 0;
 	r.buffer_id = sim_next_id();
 	pthread_mutex_lock(&mem_lock);
@@ -742,7 +743,7 @@ CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int flags)
 	res = sim_ctx_require(&ctx);
 	if (res != CUDA_SUCCESS)
 		return res;
-	r.ctx = ctx;
+	r.ctx = sim_ctx_base(ctx);
 	r.dev = ctx->dev;
 	r.buffer_id = sim_next_id();
 	pthread_mutex_lock(&mem_lock);

@@ -566,6 +566,7 @@ static CUresult library_module(struct CUlib_st *lib, struct CUctx_st *ctx, struc
 	struct CUmod_st *mod = NULL;
 	CUresult res;
 
+	ctx = sim_ctx_base(ctx);
 	pthread_mutex_lock(&sim_lock);
 	for (unsigned i = 0; i < lib->module_count; i++)
 		if (lib->modules[i].ctx == ctx)
@@ -1054,7 +1055,7 @@ CUresult sim_kernel_op_init(struct sim_op *op, const char *entry, CUfunction fun
 	} else if (func->magic == SIM_MAGIC_FUNC && func->module->ctx->active) {
 		f = func;
 		max_dynamic_shared = f->max_dynamic_shared;
-		if (same_ctx && f->module->ctx != ctx)
+		if (same_ctx && sim_ctx_base(f->module->ctx) != sim_ctx_base(ctx))
 			return CUDA_ERROR_INVALID_HANDLE;
 	} else {
 		return CUDA_ERROR_INVALID_HANDLE;

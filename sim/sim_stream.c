@@ -607,9 +607,34 @@ static CUresult stream_get_ctx_v2(bool pt, CUstream h, CUcontext *pctx, CUgreenC
 {
 	CUresult res = stream_get_ctx(pt, h, pctx);
 
-	if (res == CUDA_SUCCESS && pgreen)
-		*pgreen = NULL;
+	if (res == CUDA_SUCCESS && pgreen) {
+		struct CUctx_st *c = *pctx;
+
+		/* A green context's: the green context, and the device's primary context. */
+		*pgreen = c->green;
+		if (c->green)
+			*pctx = c->base;
+	}
 	return res;
+}
+
+static CUresult stream_get_green_ctx(bool pt, CUstream h, CUgreenCtx *pgreen)
+{
+	CUcontext ctx;
+	CUresult res;
+
+	if (!pgreen)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = stream_get_ctx(pt, h, &ctx);
+	if (res == CUDA_SUCCESS)
+		*pgreen = ctx->green;
+	return res;
+}
+
+CUresult cuStreamGetGreenCtx(CUstream h, CUgreenCtx *pgreen)
+{
+	SIM_ENTER(cuStreamGetGreenCtx);
+	return stream_get_green_ctx(false, h, pgreen);
 }
 SIM_STREAM_API_PAIR(cuStreamGetCtx_v2, cuStreamGetCtx_v2_ptsz, stream_get_ctx_v2,
 		    (CUstream h, CUcontext *pctx, CUgreenCtx *pgreen), h, pctx, pgreen)

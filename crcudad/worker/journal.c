@@ -19,6 +19,16 @@ void crc_journal_begin(struct crc_session *s)
 	s->jaddr = s->jsize = s->jobject = 0;
 	s->jimage = -1;
 	s->jdrop = false;
+	free(s->jargs);
+	s->jargs = NULL;
+	s->jargs_len = 0;
+}
+
+void crc_journal_args(struct crc_session *s, void *args, size_t len)
+{
+	free(s->jargs);
+	s->jargs = args;
+	s->jargs_len = len;
 }
 
 int crc_journal_image(struct crc_session *s, const void *bytes, size_t len)
@@ -54,6 +64,7 @@ void crc_journal_free(struct crc_session *s)
 	for (size_t i = 0; i < s->nimages; i++)
 		free(s->images[i].bytes);
 	free(s->jrec);
+	free(s->jargs);
 	free(s->images);
 	free(s->modimgs);
 }
@@ -232,6 +243,10 @@ static uint32_t record_type(struct crc_session *s, int op)
 	case CRC_CU_cuPointerSetAttribute:
 	case CRC_CU_cuCoredumpSetAttribute:
 	case CRC_CU_cuCoredumpSetAttributeGlobal:
+	/* Replayed in its place, not paired with the green context's creation: memory allocated while
+	 * its CUcontext was current outlives it (the device's primary context holds it), and a destroy
+	 * record would take those records along. */
+	case CRC_CU_cuGreenCtxDestroy:
 		return CRC_JREC_CONTEXT_SET;
 	case CRC_CU_cuFuncSetAttribute:
 	case CRC_CU_cuFuncSetCacheConfig:
@@ -294,6 +309,11 @@ void crc_journal_end(struct crc_session *s, int op, const struct crc_call_hdr *h
 	s->jcapture = false;
 	if (!type || s->jdrop)
 		return;
+	if (s->jargs) {
+		args = s->jargs;
+		len = s->jargs_len;
+		args_len = len;
+	}
 	/* Process-wide settings: no context of the caller's (whose destroy must not drop them). */
 	if (global_setting(op))
 		h = &noctx;

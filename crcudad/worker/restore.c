@@ -122,12 +122,16 @@ static int replay_one(struct crc_session *s, struct crc_store *st, uint64_t seq,
 	s->force_mismatch = false;
 	s->force_addr = r->type == CRC_JREC_MEM_ALLOC || r->type == CRC_JREC_MEM_RESERVE ? c->addr : 0;
 	s->out_len = 0;
+	s->call_why[0] = '\0';
 	res = crc_session_execute(s, m);
 	if (res != CUDA_SUCCESS) {
 		snprintf(why, why_len,
-			 "journal record %" PRIu64 " (%s): %s failed on this daemon: CUDA error %d%s", seq,
+			 "journal record %" PRIu64 " (%s): %s failed on this daemon: CUDA error %d%s%s", seq,
 			 crc_jrec_type_name(r->type), crc_cu_table[c->op].sym, res,
-			 r->type == CRC_JREC_MEM_ALLOC ? " (the same address is needed)" : "");
+			 r->type == CRC_JREC_MEM_ALLOC ? " (the same address is needed)" : "",
+			 s->call_why[0] ? ": " : "");
+		if (s->call_why[0] && strlen(why) + 1 < why_len)
+			snprintf(why + strlen(why), why_len - strlen(why), "%s", s->call_why);
 		rc = CRC_ECUDA;
 	} else if (s->nforce || s->force_mismatch) {
 		snprintf(why, why_len,

@@ -96,6 +96,7 @@ static struct op ops[CRC_CU_COUNT];
 	X(cuLibraryUnload, 0)                                                                                \
 	X(cuCtxDestroy_v2, 0)                                                                                \
 	X(cuCtxDestroy, 0)                                                                                   \
+	X(cuGreenCtxDestroy, 0)                                                                              \
 	X(cuMemPoolDestroy, 0)                                                                               \
 	X(cuArrayDestroy, 0)                                                                                 \
 	X(cuMipmappedArrayDestroy, 0)                                                                        \
@@ -156,6 +157,7 @@ static void dispatch_init(void)
 	ops[CRC_CU_cuCtxDestroy_v2].ctx_changes = true;
 	ops[CRC_CU_cuCtxDestroy].ctx_changes = true;
 	ops[CRC_CU_cuDevicePrimaryCtxRetain].ctx_changes = true;
+	ops[CRC_CU_cuGreenCtxDestroy].ctx_changes = true;
 }
 
 /* ---- handle tables -------------------------------------------------------------------------------- */
@@ -716,6 +718,15 @@ CUresult crc_session_execute(struct crc_session *s, const struct crc_msg_hdr *m)
 
 		if (len - sizeof(*h) >= sizeof(v)) {
 			memcpy(&v, h + 1, sizeof(v));
+			crc_event_mark(s, v);
+		}
+	}
+	/* A green context's record names the event second. */
+	if (res == CUDA_SUCCESS && m->op == CRC_CU_cuGreenCtxRecordEvent) {
+		uint64_t v;
+
+		if (len - sizeof(*h) >= 2 * sizeof(v)) {
+			memcpy(&v, (const uint8_t *)(h + 1) + 8, sizeof(v));
 			crc_event_mark(s, v);
 		}
 	}

@@ -172,8 +172,11 @@ struct crc_session {
 	uint64_t jnew[16], jrefs[16];
 	unsigned njnew, njrefs;
 	uint64_t jaddr, jsize, jobject;
-	int jimage; /* index of the image a load just used, -1 */
-	bool jdrop; /* the call left nothing a replay must redo */
+	int jimage;  /* index of the image a load just used, -1 */
+	bool jdrop;  /* the call left nothing a replay must redo */
+	void *jargs; /* malloc'd: the record's argument bytes instead of the request's (crc_journal_args) */
+	size_t jargs_len;
+	char call_why[320]; /* why the call failed, for a restore's message ("" when nothing to say) */
 	/* Replay (restore): the handles and the address the next call must produce. */
 	const uint64_t *force;
 	unsigned nforce;
@@ -240,6 +243,9 @@ void crc_journal_end(struct crc_session *s, int op, const struct crc_call_hdr *h
 		     size_t len);
 /* Remembers an image (by content) for the module/library just loaded; -1 on memory exhaustion. */
 int crc_journal_image(struct crc_session *s, const void *bytes, size_t len);
+/* The record of the call being executed carries these argument bytes (malloc'd, taken over) instead of
+ * the request's: what the call gave that a replay must check (a split's groups). */
+void crc_journal_args(struct crc_session *s, void *args, size_t len);
 void crc_journal_free(struct crc_session *s);
 /* The name argument (STR) of a generated-marshalling request, or NULL. */
 const char *crc_request_str_arg(int op, const uint8_t *args, size_t len);
@@ -343,7 +349,11 @@ int crc_dev_client(const struct crc_session *s, int dev);
 	X(cuUserObjectRetain)                                                                                \
 	X(cuUserObjectRelease)                                                                               \
 	X(cuGraphRetainUserObject)                                                                           \
-	X(cuGraphReleaseUserObject)
+	X(cuGraphReleaseUserObject)                                                                          \
+	X(cuDeviceGetDevResource)                                                                            \
+	X(cuCtxGetDevResource)                                                                               \
+	X(cuGreenCtxGetDevResource)                                                                          \
+	X(cuGreenCtxDestroy)
 
 #define CRC_DECL_OVERRIDE(sym) CUresult crc_ovr_##sym(struct crc_session *s, void *const *argv);
 CRC_OVERRIDES(CRC_DECL_OVERRIDE)
@@ -493,6 +503,8 @@ typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h,
 	X(cuUserObjectCreate, userobj_create)                                                                \
 	X(cuLogsDumpToMemory, logs)                                                                          \
 	X(cuLogsDumpToFile, logs)
+	X(cuDevSmResourceSplitByCount, devres_split)                                                         \
+	X(cuDevResourceGenerateDesc, devres_desc)
 
 #define CRC_DECL_RAW(sym, fn) crc_raw_fn crc_raw_##fn;
 CRC_RAW_HANDLERS(CRC_DECL_RAW)

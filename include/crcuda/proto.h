@@ -318,6 +318,8 @@ struct crc_ctl_restore_wire {
 };
 
 /* ---- virtual handles ---------------------------------------------------------------------------- */
+/* DEVRES names a CUdevResource the daemon handed out (crc_devres_id: no driver type; the resource
+ * itself travels by value with its handle inside, crcuda/devres.h). */
 /* X(tag, type): every handle type the daemon translates. The generated marshalling names types; the
  * tag is CRC_HT_<type>. */
 #define CRC_HANDLE_TYPES(X)                                                                                  \
@@ -335,7 +337,10 @@ struct crc_ctl_restore_wire {
 	X(GRAPHNODE, CUgraphNode)                                                                            \
 	X(GRAPHEXEC, CUgraphExec)                                                                            \
 	X(USEROBJECT, CUuserObject)                                                                          \
-	X(MIPMAP, CUmipmappedArray)
+	X(MIPMAP, CUmipmappedArray)                                                                          \
+	X(GREENCTX, CUgreenCtx)                                                                              \
+	X(DEVRESDESC, CUdevResourceDesc)                                                                     \
+	X(DEVRES, crc_devres_id)
 
 enum crc_handle_tag {
 	CRC_HT_NONE = 0,
