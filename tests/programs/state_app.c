@@ -45,6 +45,9 @@
  * element) and rewrites the array through a surface object, and the array joins the checksum (a
  * different one); a texture object made and destroyed first leaves a hole below the live objects'
  * values. A restore must bring back the array's contents and both objects at their values.
+ * --green: the steps run on a stream of a green context (a split of device 0's SMs, at least 16), whose
+ * CUcontext is current from then on (the checksum's memory is allocated in it); the end checks that the
+ * stream is still the green context's and the green context's SMs are the group's (the same checksum).
  * --settings: settings kept by the driver that a restore must replay: SYNC_MEMOPS cleared on chunk 0
  * (cuPointerSetAttribute), also on memory freed before the steps (whose setting must not be replayed:
  * the allocation made after it, likely at its address, keeps the default), the context's coredump file
@@ -82,6 +85,7 @@ struct opts {
 	const char *ready_file, *go_file;
 	int verify, graph, graph_pageable, ready_in_capture, managed, registered, pool, pinned_ready, texture;
 	int graph_params, graph_mem, graph_cond, settings, notify;
+	int graph_params, graph_mem, graph_cond, settings, green;
 };
 
 /* --notify */
@@ -244,6 +248,10 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->pool = 1;
 			continue;
 		}
+		if (!strcmp(a, "--green")) {
+			o->green = 1;
+			continue;
+		}
 		if (!strcmp(a, "--settings")) {
 			o->settings = 1;
 			continue;
@@ -293,7 +301,7 @@ static void parse(int argc, char **argv, struct opts *o)
 	if (o->chunks && o->mb && (o->mb << 20) % ((size_t)o->chunks * 4) == 0 && o->devices >= 1 &&
 	    o->devices <= 8 && (!o->graph || o->devices == 1) && (o->graph || !o->ready_in_capture) &&
 	    !(o->managed && (o->graph || o->verify)) && !(o->pool && o->devices != 1) &&
-	    !(o->settings && (o->pool || o->managed || o->registered)) &&
+	    !(o->settings && (o->pool || o->managed || o->registered)) && !(o->green && o->devices != 1) &&
 	    !(o->texture && (o->graph || o->verify || o->devices != 1)) &&
 	    !(o->graph_params && (o->graph || o->texture || o->managed || o->devices != 1)) &&
 	    !(o->graph_mem && o->graph_pageable) &&
@@ -308,6 +316,7 @@ usage:
 		"[--texture] [--graph-params]\n"
 		"                 [--pinned-ready] [--graph-mem] [--graph-cond] [--settings]\n"
 		"                 [--notify]\n");
+		"                 [--pinned-ready] [--graph-mem] [--graph-cond] [--settings] [--green]\n");
 	exit(2);
 }
 
@@ -588,6 +597,23 @@ int main(int argc, char **argv)
 		CU_CHECK(cuModuleGetFunction(&p->f_sum, p->mod, "state_checksum"));
 		CU_CHECK(cuStreamCreate(&p->stream, CU_STREAM_NON_BLOCKING));
 	}
+	CUgreenCtx green = NULL;
+	unsigned green_sms = 0;
+	if (o.green) {
+		CUdevResource sm, group;
+		CUdevResourceDesc desc;
+		unsigned n = 1;
+
+		CU_CHECK(cuDeviceGetDevResource(d[0].dev, &sm, CU_DEV_RESOURCE_TYPE_SM));
+		CU_CHECK(cuDevSmResourceSplitByCount(&group, &n, &sm, NULL, 0, 16));
+		CU_CHECK(cuDevResourceGenerateDesc(&desc, &group, 1));
+		CU_CHECK(cuGreenCtxCreate(&green, desc, d[0].dev, CU_GREEN_CTX_DEFAULT_STREAM));
+		CU_CHECK(cuStreamDestroy(d[0].stream));
+		CU_CHECK(cuGreenCtxStreamCreate(&d[0].stream, green, CU_STREAM_NON_BLOCKING, 0));
+		CU_CHECK(cuCtxFromGreenCtx(&d[0].ctx, green));
+		CU_CHECK(cuCtxSetCurrent(d[0].ctx));
+		green_sms = group.sm.smCount;
+	}
 	unsigned long long words = ((unsigned long long)o.mb << 20) / 4 / o.chunks;
 	CUdeviceptr *bufs = calloc(o.chunks, sizeof(*bufs));
 	CHECK(bufs);
@@ -753,6 +779,19 @@ int main(int argc, char **argv)
 			}
 			while (o.go_file && access(o.go_file, F_OK))
 				usleep(10000);
+		}
+	}
+	if (o.green) {
+		CUgreenCtx of = NULL;
+		CUdevResource r;
+
+		CU_CHECK(cuStreamGetGreenCtx(d[0].stream, &of));
+		CU_CHECK(cuGreenCtxGetDevResource(green, &r, CU_DEV_RESOURCE_TYPE_SM));
+		if (of != green || r.sm.smCount != green_sms) {
+			fprintf(stderr,
+				"state_app: green context lost: stream's %p (want %p), %u SMs (want %u)\n",
+				(void *)of, (void *)green, r.sm.smCount, green_sms);
+			return 1;
 		}
 	}
 	unsigned long long total = 0, part;
