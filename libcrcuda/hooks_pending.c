@@ -13,18 +13,4 @@
 		return crc_not_supported(CRC_CU_##sym);                                                      \
 	}
 
-CRC_PENDING(cuCtxFromGreenCtx)
-CRC_PENDING(cuDevResourceGenerateDesc)
-CRC_PENDING(cuDevSmResourceSplitByCount)
-CRC_PENDING(cuGreenCtxCreate)
-CRC_PENDING(cuGreenCtxDestroy)
-CRC_PENDING(cuGreenCtxGetDevResource)
-CRC_PENDING(cuGreenCtxRecordEvent)
-CRC_PENDING(cuGreenCtxStreamCreate)
-CRC_PENDING(cuGreenCtxWaitEvent)
-CRC_PENDING(cuDeviceRegisterAsyncNotification)
-CRC_PENDING(cuDeviceUnregisterAsyncNotification)
-CRC_PENDING(cuLogsDumpToFile)
-CRC_PENDING(cuLogsRegisterCallback)
-CRC_PENDING(cuLogsUnregisterCallback)
 CRC_PENDING(cuMemMapArrayAsync)

@@ -502,7 +502,7 @@ typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h,
 	X(cuGraphKernelNodeSetAttribute, knode_attr)                                                         \
 	X(cuUserObjectCreate, userobj_create)                                                                \
 	X(cuLogsDumpToMemory, logs)                                                                          \
-	X(cuLogsDumpToFile, logs)
+	X(cuLogsDumpToFile, logs)                                                                            \
 	X(cuDevSmResourceSplitByCount, devres_split)                                                         \
 	X(cuDevResourceGenerateDesc, devres_desc)
 

@@ -65,9 +65,9 @@ enum crc_ctl_op {
 	CRC_OP_MVAR_PULL,	/* struct crc_mvar_req; reply: the bytes of a __managed__ variable */
 	CRC_OP_MVAR_PUSH,	/* struct crc_mvar_req + the bytes: into a __managed__ variable */
 	CRC_OP_MANAGED_WAIT, /* uint32_t ms: the session's work ends within ms, else CUDA_ERROR_NOT_READY */
-	CRC_OP_NOTIFY_REGISTER, /* struct crc_notify_req: a log callback or an async notification
-				   callback, delivered through the host-function page; again after a restore
-				 */
+	CRC_OP_NOTIFY_REGISTER,	  /* struct crc_notify_req: a log callback or an async notification
+				     callback, delivered through the host-function page; again after a restore
+				   */
 	CRC_OP_NOTIFY_UNREGISTER, /* struct crc_notify_req */
 	/* Control connections (role CRC_ROLE_CONTROL): requests and replies framed on the socket as
 	 * struct crc_msg_hdr + payload; every reply is struct crc_ctl_reply + the op's data. */

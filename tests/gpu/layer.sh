@@ -39,8 +39,7 @@ under_layer() { env LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" 
 if [ "$only" = all ] || [ "$only" = programs ] || [ "$only" = graphs ]; then
 	# CUDA graphs: explicit, captured, updated, graph-owned memory; the same output natively and
 	# under the layer.
-	for p in graph_basic graph_pageable graph_mem graph_cond graph_attr managed_vars ctx_attach ptr_set_attr coredump coop_multi decompress logs async_notify; do
-	for p in graph_basic graph_pageable graph_mem graph_cond graph_attr managed_vars ctx_attach green_ctx ptr_set_attr coredump coop_multi decompress; do
+	for p in graph_basic graph_pageable graph_mem graph_cond graph_attr managed_vars managed_atomics ctx_attach green_ctx ptr_set_attr coredump coop_multi decompress logs async_notify; do
 		if [ ! -x "$build/tests/programs/$p" ]; then result SKIP "layer_$p" "not built"
 		elif ! "$build/tests/programs/$p" >"$tmp/$p.native" 2>&1; then
 			result FAIL "layer_$p" "natively: $(tail -2 "$tmp/$p.native" | tr '\n' ' ')"

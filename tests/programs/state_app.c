@@ -84,8 +84,7 @@ struct opts {
 	unsigned chunks, steps, ready_at, pause_ms, seed, devices;
 	const char *ready_file, *go_file;
 	int verify, graph, graph_pageable, ready_in_capture, managed, registered, pool, pinned_ready, texture;
-	int graph_params, graph_mem, graph_cond, settings, notify;
-	int graph_params, graph_mem, graph_cond, settings, green;
+	int graph_params, graph_mem, graph_cond, settings, notify, green;
 };
 
 /* --notify */
@@ -315,8 +314,7 @@ usage:
 		"                 [--graph] [--graph-pageable] [--managed] [--registered] [--pool] "
 		"[--texture] [--graph-params]\n"
 		"                 [--pinned-ready] [--graph-mem] [--graph-cond] [--settings]\n"
-		"                 [--notify]\n");
-		"                 [--pinned-ready] [--graph-mem] [--graph-cond] [--settings] [--green]\n");
+		"                 [--notify] [--green]\n");
 	exit(2);
 }
 
