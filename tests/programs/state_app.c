@@ -48,7 +48,7 @@
  * --green: the steps run on a stream of a green context (a split of device 0's SMs, at least 16), whose
  * CUcontext is current from then on (the checksum's memory is allocated in it); the end checks that the
  * stream is still the green context's and the green context's SMs are the group's (the same checksum).
- * --settings: settings kept by the driver that a restore must replay: SYNC_MEMOPS cleared on chunk 0
+ * --settings: settings kept by the driver that a restore must replay: SYNC_MEMOPS set on chunk 0
  * (cuPointerSetAttribute), also on memory freed before the steps (whose setting must not be replayed:
  * the allocation made after it, likely at its address, keeps the default), the context's coredump file
  * and the process's coredump generation flags; checked at the end (the same checksum).
@@ -160,19 +160,20 @@ static unsigned sync_memops(CUdeviceptr p)
 	return v;
 }
 
-/* --settings: returns an allocation made after a freed one whose SYNC_MEMOPS was cleared. */
+/* --settings: returns an allocation made after a freed one whose SYNC_MEMOPS was set (unset, device
+ * memory answers 0: measured, H200, driver 580). */
 static CUdeviceptr settings_set(CUcontext ctx, CUdeviceptr chunk0)
 {
-	unsigned zero = 0;
+	unsigned one = 1;
 	int flags = SETTINGS_GEN_FLAGS;
 	char file[] = SETTINGS_CORE_FILE;
 	size_t size;
 	CUdeviceptr gone, extra;
 
 	CU_CHECK(cuCtxSetCurrent(ctx));
-	CU_CHECK(cuPointerSetAttribute(&zero, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, chunk0));
+	CU_CHECK(cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, chunk0));
 	CU_CHECK(cuMemAlloc(&gone, 4096));
-	CU_CHECK(cuPointerSetAttribute(&zero, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, gone));
+	CU_CHECK(cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, gone));
 	CU_CHECK(cuMemFree(gone));
 	CU_CHECK(cuMemAlloc(&extra, 4096));
 	size = sizeof(file);
@@ -195,7 +196,7 @@ static int settings_check(CUcontext ctx, CUdeviceptr chunk0, CUdeviceptr extra)
 	CU_CHECK(cuCoredumpGetAttributeGlobal(CU_COREDUMP_GENERATION_FLAGS, &flags, &size));
 	s0 = sync_memops(chunk0);
 	sx = sync_memops(extra);
-	if (strcmp(file, SETTINGS_CORE_FILE) || flags != SETTINGS_GEN_FLAGS || s0 != 0 || sx == 0) {
+	if (strcmp(file, SETTINGS_CORE_FILE) || flags != SETTINGS_GEN_FLAGS || s0 != 1 || sx != 0) {
 		fprintf(stderr,
 			"state_app: settings lost: coredump file %s, generation flags %#x, SYNC_MEMOPS %u "
 			"(chunk 0) and %u (the allocation after the freed one)\n",
