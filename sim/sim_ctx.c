@@ -606,7 +606,7 @@ CUresult cuCtxGetLimit(size_t *value, CUlimit limit)
 		if (value)
 			sim_log(CU_LOG_LEVEL_ERROR, "[cuCtxGetLimit] limit %u is not supported",
 				(unsigned)limit);
-		return CUDA_ERROR_UNSUPPORTED_LIMIT;
+		return CUDA_ERROR_INVALID_VALUE; /* measured, H100, driver 580 */
 	}
 	res = sim_ctx_require(&ctx);
 	if (res == CUDA_SUCCESS)

@@ -67,8 +67,7 @@ int main(void)
 	       cu_error_name(cuDeviceRegisterAsyncNotification(99, on_note, &g1, &h1)));
 	printf("register(NULL function): %s\n",
 	       cu_error_name(cuDeviceRegisterAsyncNotification(dev, NULL, &g1, &h1)));
-	printf("register(NULL handle): %s\n",
-	       cu_error_name(cuDeviceRegisterAsyncNotification(dev, on_note, &g1, NULL)));
+	/* (a NULL handle: the H100's driver, 580, crashes on it; not probed) */
 	res = cuDeviceRegisterAsyncNotification(dev, on_note, &g1, &h1);
 	printf("register: %s\n", cu_error_name(res));
 	if (res == CUDA_ERROR_NOT_SUPPORTED)

@@ -116,7 +116,8 @@ int main(void)
 	CU_CHECK(cuDevSmResourceSplitByCount(g2, &nb, &dres, &rest2, 0, 16));
 	one[0] = groups[0];
 	one[1] = g2[1];
-	show("a descriptor of two splits' groups", cuDevResourceGenerateDesc(&desc_bad, one, 2));
+	/* (a descriptor of two splits' groups: the H100's driver, 580, crashes on it; not probed) */
+	(void)one;
 	show("a descriptor of no resources", cuDevResourceGenerateDesc(&desc_bad, groups, 0));
 	one[0] = groups[0];
 	one[1] = groups[1];

@@ -129,7 +129,7 @@ static int notify_check(CUcontext ctx)
 
 	CU_CHECK(cuCtxSetCurrent(ctx));
 	CU_CHECK(cuLogsCurrent(&it, 0));
-	CU_EXPECT(cuCtxGetLimit(&v, (CUlimit)0x7fff), CUDA_ERROR_UNSUPPORTED_LIMIT);
+	CU_EXPECT(cuCtxGetLimit(&v, (CUlimit)0x7fff), CUDA_ERROR_INVALID_VALUE);
 	CU_CHECK(cuLogsDumpToMemory(&it, buf, &size, 0));
 	if (size && !atomic_load(&notify_lines)) {
 		fprintf(stderr, "state_app: the driver logged \"%s\" and the log callback got nothing\n",
