@@ -118,7 +118,7 @@ int main(void)
 	one[1] = g2[1];
 	/* (a descriptor of two splits' groups: the H100's driver, 580, crashes on it; not probed) */
 	(void)one;
-	show("a descriptor of no resources", cuDevResourceGenerateDesc(&desc_bad, groups, 0));
+	/* (a descriptor of no resources: the H100's driver crashes on it too; not probed) */
 	one[0] = groups[0];
 	one[1] = groups[1];
 	show("a descriptor of one split's two groups", cuDevResourceGenerateDesc(&desc_bad, one, 2));
