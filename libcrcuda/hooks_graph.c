@@ -143,7 +143,9 @@ CUresult crc_capture_info_remote(CUstream hStream, CUstreamCaptureStatus *status
 			memcpy(&v, r + sizeof(info) + k * 8, 8);
 			tl_deps[k] = (CUgraphNode)(uintptr_t)v;
 		}
-		memcpy(tl_edges, r + sizeof(info) + info.ndeps * 8, info.ndeps * sizeof(CUgraphEdgeData));
+		if (info.ndeps)
+			memcpy(tl_edges, r + sizeof(info) + info.ndeps * 8,
+			       info.ndeps * sizeof(CUgraphEdgeData));
 		*status = (CUstreamCaptureStatus)info.status;
 		if (id)
 			*id = info.id;
@@ -699,11 +701,20 @@ CUresult crc_hook_cuGraphBatchMemOpNodeGetParams(CUgraphNode hNode,
 }
 
 /* ---- conditional nodes ------------------------------------------------------------------------------ */
-/* The bodies' array is "CUDA-owned" and lives as long as the node: kept for the process's life. */
+/* The bodies' array is "CUDA-owned" and lives as long as the node: kept for the process's life, on a
+ * list (what the process still holds, as a leak checker sees it). */
+struct kept_bodies {
+	struct kept_bodies *next;
+	CUgraph graphs[];
+};
+static struct kept_bodies *kept_bodies;
+static pthread_mutex_t kept_bodies_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static CUresult conditional_node(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t n,
 				 CUDA_CONDITIONAL_NODE_PARAMS *p)
 {
 	struct crc_graph_cond_wire *w;
+	struct kept_bodies *kept;
 	struct crc_call c;
 	CUgraph *bodies;
 	void *args;
@@ -711,13 +722,14 @@ static CUresult conditional_node(CUgraphNode *ph, CUgraph g, const CUgraphNode *
 
 	if (!p->size || p->size > CRC_COND_BODIES_MAX || (n && !deps) || n > 65536)
 		return CUDA_ERROR_INVALID_VALUE;
-	bodies = calloc(p->size, sizeof(*bodies));
-	if (!bodies)
+	kept = calloc(1, sizeof(*kept) + p->size * sizeof(CUgraph));
+	if (!kept)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	bodies = kept->graphs;
 	res = crc_call_begin(&c, CRC_CU_cuGraphAddNode, 0,
 			     sizeof(struct crc_graph_node_req) + n * 8 + sizeof(*w), &args);
 	if (res != CUDA_SUCCESS) {
-		free(bodies);
+		free(kept);
 		return res;
 	}
 	w = node_header(args, (uintptr_t)g, 0, 0, 0, deps, n);
@@ -736,8 +748,12 @@ static CUresult conditional_node(CUgraphNode *ph, CUgraph g, const CUgraphNode *
 			bodies[i] = (CUgraph)(uintptr_t)v;
 		}
 		p->phGraph_out = bodies;
+		pthread_mutex_lock(&kept_bodies_lock);
+		kept->next = kept_bodies;
+		kept_bodies = kept;
+		pthread_mutex_unlock(&kept_bodies_lock);
 	} else {
-		free(bodies);
+		free(kept);
 	}
 	crc_call_end(&c);
 	return res;
