@@ -20,6 +20,7 @@ static const char *type_name(uint32_t type)
 	    [16] = "VMM_CREATE",     [17] = "VMM_RELEASE",   [18] = "VMM_MAP",
 	    [19] = "VMM_UNMAP",	     [20] = "VMM_ACCESS",    [21] = "CONTEXT_DESTROY",
 	    [22] = "FUNCTION_SET",   [23] = "OBJECT_CREATE", [24] = "OBJECT_DESTROY",
+	    [25] = "ARRAY_MAP",
 	};
 	return type < sizeof(names) / sizeof(names[0]) && names[type] ? names[type] : "UNKNOWN";
 }

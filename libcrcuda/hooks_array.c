@@ -71,6 +71,41 @@ CUresult crc_hook_cuMipmappedArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTI
 	return crc_fwd_cuMipmappedArrayGetSparseProperties(props, mipmap);
 }
 
+/* ---- sparse arrays: tiles mapped to and unmapped from VMM memory --------------------------------- */
+/* The list goes as it is (its handles and device mask are translated in the daemon), in as many
+ * requests as the channel needs: the driver applies the entries in order either way. */
+CUresult crc_hook_cuMemMapArrayAsync(CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream)
+{
+	size_t max = crc_chan_max_payload(&crc_client.chan) - sizeof(struct crc_call_hdr) -
+		     sizeof(struct crc_array_map_req),
+	       per = max / sizeof(CUarrayMapInfo);
+	CUresult res = CUDA_SUCCESS;
+	uint8_t *buf;
+
+	if (!__atomic_load_n(&crc_initialized, __ATOMIC_ACQUIRE))
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!mapInfoList && count)
+		return CUDA_ERROR_INVALID_VALUE;
+	per = per < count ? per : count;
+	buf = malloc(sizeof(struct crc_array_map_req) + (per ? per : 1) * sizeof(CUarrayMapInfo));
+	if (!buf)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	for (unsigned done = 0; res == CUDA_SUCCESS && (done < count || !count);) {
+		struct crc_array_map_req *r = (struct crc_array_map_req *)buf;
+		unsigned n = count - done < per ? count - done : (unsigned)per;
+
+		*r = (struct crc_array_map_req){.stream = (uintptr_t)hStream, .count = n};
+		if (n)
+			memcpy(r + 1, mapInfoList + done, n * sizeof(CUarrayMapInfo));
+		res = crc_rpc(CRC_CU_cuMemMapArrayAsync, r, sizeof(*r) + n * sizeof(CUarrayMapInfo), NULL, 0);
+		done += n;
+		if (!count)
+			break;
+	}
+	free(buf);
+	return res;
+}
+
 /* ---- copies with arrays ---------------------------------------------------------------------------- */
 /* One side of a CUDA_MEMCPY3D as the daemon must see it. Host and unified sides are located (pinned,
  * device or pageable) over the bytes the box touches. */

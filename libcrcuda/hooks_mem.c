@@ -318,6 +318,7 @@ CUresult crc_hook_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 	r.handle_types = prop->requestedHandleTypes;
 	r.compression = prop->allocFlags.compressionType;
 	r.gpu_direct_rdma = prop->allocFlags.gpuDirectRDMACapable;
+	r.usage = prop->allocFlags.usage;
 	res = crc_rpc(CRC_CU_cuMemCreate, &r, sizeof(r), &h, sizeof(h));
 	if (res == CUDA_SUCCESS)
 		*handle = h;
@@ -343,7 +344,7 @@ CUresult crc_hook_cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *pr
 	    .location = {.type = (CUmemLocationType)r.location_type, .id = r.location_id}};
 	prop->allocFlags.compressionType = r.compression;
 	prop->allocFlags.gpuDirectRDMACapable = r.gpu_direct_rdma;
-	prop->allocFlags.usage = r.usage_pad[0];
+	prop->allocFlags.usage = r.usage;
 	return CUDA_SUCCESS;
 }
 

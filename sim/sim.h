@@ -411,6 +411,14 @@ void sim_capture_event_free(struct CUevent_st *event);
 CUresult sim_copy3d(bool pt, const CUDA_MEMCPY3D *p, CUstream h, bool async);
 /* sim_array.c: p with each array side as the device memory that holds it (checked against its box). */
 CUresult sim_array_resolve(const CUDA_MEMCPY3D *in, CUDA_MEMCPY3D *out);
+/* Sparse arrays (sim_array.c): whether a copy's destination array is one; and for the device bytes
+ * [dst, dst + bytes) of one, the run from dst within one tile (*run) and whether that tile is mapped
+ * (a write to an unmapped tile is dropped). */
+bool sim_array_sparse(CUarray a);
+void sim_array_sparse_run(CUarray a, CUdeviceptr dst, size_t bytes, size_t *run, bool *mapped);
+/* A VMM handle for sparse arrays' tiles (sim_mem.c): 0 and its size, -1 if no live handle, -2 if it
+ * was not created with CU_MEM_CREATE_USAGE_TILE_POOL. */
+int sim_vmm_tile_pool(CUmemGenericAllocationHandle handle, size_t *size);
 /* crcuda_sim_block.resource. */
 struct crcuda_sim_resource;
 int sim_resource(unsigned long long object, struct crcuda_sim_resource *out);

@@ -3,7 +3,13 @@
  * An array is device memory laid out in rows of Width elements, Height rows a slice (layers and cubemap
  * faces are slices), no padding: a copy with an array is the same copy with that memory on its side,
  * and a kernel reaches an object's elements through crcuda_sim_block.resource. Texture and surface
- * objects are small integers (1 up, the lowest free first), as a GPU's are. */
+ * objects are small integers (1 up, the lowest free first), as a GPU's are.
+ *
+ * A sparse array (CUDA_ARRAY3D_SPARSE: 2D, layered 2D or 3D, not mipmapped) has the same storage and a
+ * mapped flag per 64 KiB tile (cuArrayGetSparseProperties gives the tile's extent, the standard shapes
+ * of 64 KiB tiles by element size). Unmapped tiles hold zeros: cuMemMapArrayAsync's unmap zeroes the
+ * tile and a copy into the array drops what falls in unmapped tiles, so reads there give zeros. The
+ * VMM memory a tile is mapped to is not used: two arrays mapped to the same memory do not alias. */
 #define LOG_PREFIX "sim: "
 #include <stdlib.h>
 #include <string.h>
@@ -20,8 +26,48 @@ struct CUarray_st {
 	struct crc_array_box box;
 	CUdeviceptr base;
 	struct CUmipmappedArray_st *owner; /* a level of it (destroyed with it) */
+	/* Sparse: tile extent in elements, tiles along each axis (z: of a 3D array), layers (1 unless
+	 * layered), and one flag per tile, [layer][z][y][x]. */
+	unsigned tile[3], ntiles[3], layers, elem;
+	unsigned char *mapped;
 	struct CUarray_st *next;
 };
+
+#define SPARSE_TILE_BYTES (64u << 10)
+
+/* The standard 64 KiB tile shapes (width, height, depth in elements) by element size, 2D and 3D. */
+static int sparse_tile(unsigned elem, bool three_d, unsigned t[3])
+{
+	static const unsigned shape2[5][2] = {{256, 256}, {256, 128}, {128, 128}, {128, 64}, {64, 64}};
+	static const unsigned shape3[5][3] = {
+	    {64, 32, 32}, {32, 32, 32}, {32, 32, 16}, {32, 16, 16}, {16, 16, 16}};
+	int k = elem == 1 ? 0 : elem == 2 ? 1 : elem == 4 ? 2 : elem == 8 ? 3 : elem == 16 ? 4 : -1;
+
+	if (k < 0)
+		return -1;
+	t[0] = three_d ? shape3[k][0] : shape2[k][0];
+	t[1] = three_d ? shape3[k][1] : shape2[k][1];
+	t[2] = three_d ? shape3[k][2] : 1;
+	return 0;
+}
+
+static int sparse_init(struct CUarray_st *a)
+{
+	const CUDA_ARRAY3D_DESCRIPTOR *d = &a->desc;
+	bool layered = d->Flags & CUDA_ARRAY3D_LAYERED, three_d = d->Depth && !layered;
+	size_t dims[3] = {d->Width, d->Height, three_d ? d->Depth : 1}, n = 1;
+
+	a->elem = (unsigned)crc_array_elem_bytes(d->Format, d->NumChannels);
+	if (!d->Height || (d->Flags & CUDA_ARRAY3D_CUBEMAP) || sparse_tile(a->elem, three_d, a->tile))
+		return -1;
+	a->layers = layered ? (unsigned)d->Depth : 1;
+	for (int i = 0; i < 3; i++) {
+		a->ntiles[i] = (unsigned)((dims[i] + a->tile[i] - 1) / a->tile[i]);
+		n *= a->ntiles[i];
+	}
+	a->mapped = calloc(n * a->layers, 1);
+	return a->mapped ? 0 : -1;
+}
 
 struct CUmipmappedArray_st {
 	unsigned levels;
@@ -62,7 +108,9 @@ static CUresult array_make(const CUDA_ARRAY3D_DESCRIPTOR *d, struct CUmipmappedA
 	a->desc = *d;
 	a->owner = owner;
 	if (crc_array_box_of(d, &a->box) || (d->Depth && !d->Height) ||
-	    (d->Flags & (CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING))) {
+	    (d->Flags & CUDA_ARRAY3D_DEFERRED_MAPPING) ||
+	    ((d->Flags & CUDA_ARRAY3D_SPARSE) && (owner || sparse_init(a)))) {
+		free(a->mapped);
 		free(a);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
@@ -70,9 +118,13 @@ static CUresult array_make(const CUDA_ARRAY3D_DESCRIPTOR *d, struct CUmipmappedA
 	res = sim_mem_alloc_device(ctx, a->box.row_bytes * a->box.rows * a->box.slices, SIM_RANGE_GLOBAL,
 				   &a->base);
 	if (res != CUDA_SUCCESS) {
+		free(a->mapped);
 		free(a);
 		return res;
 	}
+	/* No tile mapped: zeros throughout. */
+	if (a->mapped)
+		memset((void *)(uintptr_t)a->base, 0, a->box.row_bytes * a->box.rows * a->box.slices);
 	pthread_mutex_lock(&array_lock);
 	a->next = arrays;
 	arrays = a;
@@ -91,6 +143,7 @@ static void array_unmake(struct CUarray_st *a)
 		}
 	pthread_mutex_unlock(&array_lock);
 	sim_mem_free_device(a->base, SIM_RANGE_GLOBAL);
+	free(a->mapped);
 	free(a);
 }
 
@@ -226,6 +279,191 @@ CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 	free(hMipmappedArray);
 	return CUDA_SUCCESS;
 }
+
+/* ---- sparse arrays ------------------------------------------------------------------------------------ */
+CUresult cuArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES *props, CUarray array)
+{
+	SIM_ENTER(cuArrayGetSparseProperties);
+	if (!props)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!array_live(array))
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!array->mapped)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* One level: no mip tail. */
+	*props = (CUDA_ARRAY_SPARSE_PROPERTIES){
+	    .tileExtent = {array->tile[0], array->tile[1], array->tile[2]}, .miptailFirstLevel = 1};
+	return CUDA_SUCCESS;
+}
+
+CUresult cuMipmappedArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES *props, CUmipmappedArray mipmap)
+{
+	bool live;
+
+	SIM_ENTER(cuMipmappedArrayGetSparseProperties);
+	if (!props)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&array_lock);
+	live = mipmap_find(mipmap) != NULL;
+	pthread_mutex_unlock(&array_lock);
+	/* Mipmapped arrays here are never sparse. */
+	return live ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
+}
+
+bool sim_array_sparse(CUarray a)
+{
+	return array_live(a) && a->mapped;
+}
+
+/* The tile holding byte (x, row y, slice z) of a sparse array: its flag's index. */
+static size_t tile_index(const struct CUarray_st *a, size_t x, size_t y, size_t z)
+{
+	size_t layer = a->layers > 1 ? z : 0, tz = a->layers > 1 ? 0 : z / a->tile[2];
+
+	return ((layer * a->ntiles[2] + tz) * a->ntiles[1] + y / a->tile[1]) * a->ntiles[0] +
+	       x / a->elem / a->tile[0];
+}
+
+void sim_array_sparse_run(CUarray a, CUdeviceptr dst, size_t bytes, size_t *run, bool *mapped)
+{
+	size_t off = dst - a->base, rb = a->box.row_bytes;
+	size_t x = off % rb, y = off / rb % a->box.rows, z = off / rb / a->box.rows;
+	size_t tile_end = (x / a->elem / a->tile[0] + 1) * a->tile[0] * a->elem;
+
+	if (tile_end > rb)
+		tile_end = rb;
+	*run = tile_end - x < bytes ? tile_end - x : bytes;
+	pthread_mutex_lock(&array_lock);
+	*mapped = a->mapped[tile_index(a, x, y, z)];
+	pthread_mutex_unlock(&array_lock);
+}
+
+/* An entry's region in tiles: [t0, t1) along each axis, and its layer; CUDA_SUCCESS or why not. */
+static CUresult map_region(const CUarrayMapInfo *e, struct CUarray_st *a, unsigned t0[3], unsigned t1[3],
+			   unsigned *layer)
+{
+	const CUDA_ARRAY3D_DESCRIPTOR *d = &a->desc;
+	bool three_d = a->layers == 1 && d->Depth;
+	size_t dims[3] = {d->Width, d->Height, three_d ? d->Depth : 1};
+	unsigned off[3] = {e->subresource.sparseLevel.offsetX, e->subresource.sparseLevel.offsetY,
+			   e->subresource.sparseLevel.offsetZ};
+	unsigned ext[3] = {e->subresource.sparseLevel.extentWidth, e->subresource.sparseLevel.extentHeight,
+			   e->subresource.sparseLevel.extentDepth};
+
+	if (e->subresourceType != CU_ARRAY_SPARSE_SUBRESOURCE_TYPE_SPARSE_LEVEL ||
+	    e->subresource.sparseLevel.level || e->subresource.sparseLevel.layer >= a->layers ||
+	    (!three_d && (off[2] || ext[2] != 1)))
+		return CUDA_ERROR_INVALID_VALUE;
+	for (int i = 0; i < 3; i++) {
+		/* Tile-aligned, an extent ending on a tile or at the array's edge. */
+		if (!ext[i] || off[i] % a->tile[i] || off[i] >= dims[i] || ext[i] > dims[i] - off[i] ||
+		    (ext[i] % a->tile[i] && off[i] + ext[i] != dims[i]))
+			return CUDA_ERROR_INVALID_VALUE;
+		t0[i] = off[i] / a->tile[i];
+		t1[i] = (unsigned)((off[i] + ext[i] + a->tile[i] - 1) / a->tile[i]);
+	}
+	*layer = e->subresource.sparseLevel.layer;
+	return CUDA_SUCCESS;
+}
+
+static CUresult map_check(const CUarrayMapInfo *e)
+{
+	struct CUarray_st *a = e->resource.array;
+	unsigned t0[3], t1[3], layer;
+	size_t pool = 0, tiles = 1;
+	CUresult res;
+	int rc;
+
+	if (e->resourceType == CU_RESOURCE_TYPE_MIPMAPPED_ARRAY) {
+		bool live;
+
+		pthread_mutex_lock(&array_lock);
+		live = mipmap_find(e->resource.mipmap) != NULL;
+		pthread_mutex_unlock(&array_lock);
+		return live ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
+	}
+	if (e->resourceType != CU_RESOURCE_TYPE_ARRAY)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!array_live(a))
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!a->mapped || e->flags || e->reserved[0] || e->reserved[1] ||
+	    __builtin_popcount(e->deviceBitMask) != 1 || e->deviceBitMask >> sim_device_count)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = map_region(e, a, t0, t1, &layer);
+	if (res != CUDA_SUCCESS)
+		return res;
+	for (int i = 0; i < 3; i++)
+		tiles *= t1[i] - t0[i];
+	switch (e->memOperationType) {
+	case CU_MEM_OPERATION_TYPE_MAP:
+		if (e->memHandleType != CU_MEM_HANDLE_TYPE_GENERIC)
+			return CUDA_ERROR_INVALID_VALUE;
+		rc = sim_vmm_tile_pool(e->memHandle.memHandle, &pool);
+		if (rc == -1)
+			return CUDA_ERROR_INVALID_HANDLE;
+		if (rc || e->offset % SPARSE_TILE_BYTES || e->offset > pool ||
+		    tiles > (pool - e->offset) / SPARSE_TILE_BYTES)
+			return CUDA_ERROR_INVALID_VALUE;
+		return CUDA_SUCCESS;
+	case CU_MEM_OPERATION_TYPE_UNMAP:
+		return e->memHandle.memHandle ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+	}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Maps or unmaps an entry's tiles (checked); an unmapped tile's bytes become zeros. */
+static void map_apply(const CUarrayMapInfo *e)
+{
+	struct CUarray_st *a = e->resource.array;
+	bool map = e->memOperationType == CU_MEM_OPERATION_TYPE_MAP;
+	unsigned t0[3], t1[3], layer;
+
+	map_region(e, a, t0, t1, &layer);
+	pthread_mutex_lock(&array_lock);
+	for (unsigned tz = t0[2]; tz < t1[2]; tz++)
+		for (unsigned ty = t0[1]; ty < t1[1]; ty++)
+			for (unsigned tx = t0[0]; tx < t1[0]; tx++) {
+				size_t z0 = a->layers > 1 ? layer : (size_t)tz * a->tile[2];
+				size_t z1 = a->layers > 1 ? z0 + 1 : z0 + a->tile[2];
+				size_t y0 = (size_t)ty * a->tile[1], y1 = y0 + a->tile[1];
+				size_t x0 = (size_t)tx * a->tile[0] * a->elem, x1 = x0 + a->tile[0] * a->elem;
+
+				a->mapped[tile_index(a, x0, y0, z0)] = map;
+				if (map)
+					continue;
+				x1 = x1 < a->box.row_bytes ? x1 : a->box.row_bytes;
+				for (size_t z = z0; z < z1 && z < a->box.slices; z++)
+					for (size_t y = y0; y < y1 && y < a->box.rows; y++)
+						memset((void *)(uintptr_t)(a->base +
+									   (z * a->box.rows + y) *
+									       a->box.row_bytes +
+									   x0),
+						       0, x1 - x0);
+			}
+	pthread_mutex_unlock(&array_lock);
+}
+
+/* Checked whole first; applied after the stream's earlier work (then in order with its later work). */
+static CUresult map_array(bool pt, CUarrayMapInfo *list, unsigned count, CUstream h)
+{
+	struct CUstream_st *s;
+	CUresult res;
+
+	if (!list && count)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = sim_stream_resolve(h, pt, &s);
+	for (unsigned i = 0; i < count && res == CUDA_SUCCESS; i++)
+		res = map_check(&list[i]);
+	if (res != CUDA_SUCCESS)
+		return res;
+	sim_stream_wait_idle(s);
+	for (unsigned i = 0; i < count; i++)
+		map_apply(&list[i]);
+	return CUDA_SUCCESS;
+}
+
+SIM_STREAM_API_PAIR(cuMemMapArrayAsync, cuMemMapArrayAsync_ptsz, map_array,
+		    (CUarrayMapInfo * list, unsigned count, CUstream h), list, count, h)
 
 /* ---- copies: each array side becomes its memory ------------------------------------------------------ */
 static CUresult array_side(CUmemorytype *type, CUarray array, CUdeviceptr *dev, size_t *pitch, size_t *height)

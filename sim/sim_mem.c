@@ -1205,6 +1205,20 @@ static struct sim_vmm_alloc *vmm_alloc_lookup(CUmemGenericAllocationHandle handl
 	return NULL;
 }
 
+int sim_vmm_tile_pool(CUmemGenericAllocationHandle handle, size_t *size)
+{
+	struct sim_vmm_alloc *alloc;
+	int rc;
+
+	pthread_mutex_lock(&mem_lock);
+	alloc = vmm_alloc_lookup(handle);
+	rc = !alloc ? -1 : !(alloc->prop.allocFlags.usage & CU_MEM_CREATE_USAGE_TILE_POOL) ? -2 : 0;
+	if (alloc)
+		*size = alloc->size;
+	pthread_mutex_unlock(&mem_lock);
+	return rc;
+}
+
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
 	struct sim_vmm_alloc *alloc;

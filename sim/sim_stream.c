@@ -987,6 +987,34 @@ static CUresult copy2d_row(uint64_t dst, uint64_t src, size_t bytes, bool last, 
 	return memcpy_unified(on->pt, on->h, dst, src, bytes, on->async || !last);
 }
 
+/* Into a sparse array: the bytes bound for unmapped tiles are dropped; the rest goes asynchronously,
+ * a synchronous copy waiting for the stream at the end. */
+struct sparse_on {
+	bool pt;
+	CUstream h;
+	CUarray a;
+};
+
+static CUresult sparse_row(uint64_t dst, uint64_t src, size_t bytes, bool last, void *arg)
+{
+	const struct sparse_on *on = arg;
+	CUresult res = CUDA_SUCCESS;
+
+	(void)last;
+	while (bytes && res == CUDA_SUCCESS) {
+		size_t run;
+		bool mapped;
+
+		sim_array_sparse_run(on->a, dst, bytes, &run, &mapped);
+		if (mapped)
+			res = memcpy_unified(on->pt, on->h, dst, src, run, true);
+		dst += run;
+		src += run;
+		bytes -= run;
+	}
+	return res;
+}
+
 CUresult sim_copy3d(bool pt, const CUDA_MEMCPY3D *p, CUstream h, bool async)
 {
 	struct copy2d_on on = {pt, async, h};
@@ -996,6 +1024,12 @@ CUresult sim_copy3d(bool pt, const CUDA_MEMCPY3D *p, CUstream h, bool async)
 	if (!crc_copy3d_has_array(p))
 		return crc_copy3d_rows(p, copy2d_row, &on);
 	res = sim_array_resolve(p, &linear);
+	if (res == CUDA_SUCCESS && p->dstMemoryType == CU_MEMORYTYPE_ARRAY && sim_array_sparse(p->dstArray)) {
+		struct sparse_on so = {pt, h, p->dstArray};
+
+		res = crc_copy3d_rows(&linear, sparse_row, &so);
+		return res == CUDA_SUCCESS && !async ? stream_synchronize(pt, h) : res;
+	}
 	return res == CUDA_SUCCESS ? crc_copy3d_rows(&linear, copy2d_row, &on) : res;
 }
 

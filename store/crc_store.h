@@ -101,6 +101,8 @@ enum crc_jrec_type {
 	CRC_JREC_FUNCTION_SET = 22,   /* function/kernel attributes and cache configuration */
 	CRC_JREC_OBJECT_CREATE = 23,  /* any other call that created a handle */
 	CRC_JREC_OBJECT_DESTROY = 24, /* a destroy of such a handle (arrays) */
+	CRC_JREC_ARRAY_MAP = 25,      /* cuMemMapArrayAsync: one entry, tiles of a sparse array mapped or
+					 unmapped, replayed in order on the legacy stream */
 	CRC_JREC_TYPE_END
 };
 /* "MODULE_LOAD"; "UNKNOWN" for values outside the enum. */

@@ -116,6 +116,7 @@ const char *crc_jrec_type_name(uint32_t type)
 	    [CRC_JREC_FUNCTION_SET] = "FUNCTION_SET",
 	    [CRC_JREC_OBJECT_CREATE] = "OBJECT_CREATE",
 	    [CRC_JREC_OBJECT_DESTROY] = "OBJECT_DESTROY",
+	    [CRC_JREC_ARRAY_MAP] = "ARRAY_MAP",
 	};
 	return type < CRC_JREC_TYPE_END && names[type] ? names[type] : "UNKNOWN";
 }

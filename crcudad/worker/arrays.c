@@ -135,6 +135,109 @@ CUresult crc_raw_array_copy(struct crc_session *s, const struct crc_call_hdr *h,
 	return res;
 }
 
+/* ---- sparse arrays: cuMemMapArrayAsync ------------------------------------------------------------ */
+/* Each entry's array or mipmapped array and (a map's) memory handle are translated, and its device
+ * mask moved to the backend's ordinals; the driver gets the list at once. The journal keeps one
+ * record per entry, naming the context, the array and the memory handle it used, with the legacy
+ * stream for the stream (a stream destroyed later must not drop the mapping with it): a restore
+ * replays them in order, after the arrays and the memory handles exist again and before the arrays'
+ * contents are uploaded (restore.c), so the upload lands in the mapped tiles. */
+CUresult crc_raw_array_map(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+			   size_t len)
+{
+	const struct crc_array_map_req *r = (const void *)args;
+	uint64_t(*refs)[2] = NULL;
+	CUarrayMapInfo *list = NULL;
+	union crc_slot st;
+	unsigned njrefs = s->njrefs;
+	CUresult res;
+
+	if (len < sizeof(*r) || (len - sizeof(*r)) / sizeof(CUarrayMapInfo) < r->count)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* The stream is no reference of the journal's records. */
+	res = crc_translate(s, h, CRC_HT_STREAM, r->stream, &st);
+	s->njrefs = njrefs;
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (r->count) {
+		list = malloc(r->count * sizeof(*list));
+		refs = calloc(r->count, sizeof(*refs));
+		if (!list || !refs) {
+			res = CUDA_ERROR_OUT_OF_MEMORY;
+			goto out;
+		}
+		memcpy(list, r + 1, r->count * sizeof(*list));
+	}
+	for (unsigned i = 0; i < r->count && res == CUDA_SUCCESS; i++) {
+		CUarrayMapInfo *e = &list[i];
+		bool mipmap = e->resourceType == CU_RESOURCE_TYPE_MIPMAPPED_ARRAY;
+		uint64_t v = mipmap ? (uintptr_t)e->resource.mipmap : (uintptr_t)e->resource.array;
+		unsigned mask = 0;
+		union crc_slot real;
+
+		if (e->resourceType != CU_RESOURCE_TYPE_ARRAY && !mipmap) {
+			res = CUDA_ERROR_INVALID_VALUE;
+			break;
+		}
+		res = crc_translate(s, h, mipmap ? CRC_HT_MIPMAP : CRC_HT_ARRAY, v, &real);
+		if (res != CUDA_SUCCESS)
+			break;
+		refs[i][0] = v;
+		if (mipmap)
+			e->resource.mipmap = real.ptr;
+		else
+			e->resource.array = real.ptr;
+		/* An unmap's handle must be 0: the driver sees what the application gave. */
+		if (e->memOperationType == CU_MEM_OPERATION_TYPE_MAP && e->memHandle.memHandle) {
+			res = crc_translate(s, h, CRC_HT_MEMHANDLE, e->memHandle.memHandle, &real);
+			if (res != CUDA_SUCCESS)
+				break;
+			refs[i][1] = e->memHandle.memHandle;
+			e->memHandle.memHandle = (CUmemGenericAllocationHandle)real.u64;
+		}
+		for (int d = 0; d < 32; d++)
+			if (e->deviceBitMask & (1u << d)) {
+				int b = crc_dev_backend(s, d);
+
+				mask |= b >= 0 && b < 32 ? 1u << b : 0;
+			}
+		e->deviceBitMask = mask;
+	}
+	s->njrefs = njrefs;
+	if (res == CUDA_SUCCESS)
+		res = CALL(cuMemMapArrayAsync, list, r->count, st.ptr);
+	if (res != CUDA_SUCCESS)
+		goto out;
+	/* One record per entry, as the application gave it. */
+	for (unsigned i = 0; i < r->count; i++) {
+		struct crc_array_map_req *one = malloc(sizeof(*one) + sizeof(CUarrayMapInfo));
+
+		if (!one) {
+			pr_err("session %llu: out of memory journaling cuMemMapArrayAsync: checkpoints of "
+			       "this session will fail",
+			       (unsigned long long)s->id);
+			s->force_mismatch = true;
+			break;
+		}
+		*one = (struct crc_array_map_req){.stream = (uintptr_t)CU_STREAM_LEGACY, .count = 1};
+		memcpy(one + 1, (const CUarrayMapInfo *)(r + 1) + i, sizeof(CUarrayMapInfo));
+		s->jcapture = true;
+		s->njnew = 0;
+		s->njrefs = 0;
+		s->jrefs[s->njrefs++] = refs[i][0];
+		if (refs[i][1])
+			s->jrefs[s->njrefs++] = refs[i][1];
+		crc_journal_args(s, one, sizeof(*one) + sizeof(CUarrayMapInfo));
+		crc_journal_end(s, s->msg->op, h, NULL, 0);
+	}
+	/* The call's own record: already written, entry by entry. */
+	s->jdrop = true;
+out:
+	free(list);
+	free(refs);
+	return res;
+}
+
 /* ---- texture and surface objects ------------------------------------------------------------------ */
 struct crc_texobj {
 	unsigned long long value;
@@ -407,10 +510,12 @@ static int array_box(CUarray a, struct crc_array_box *b, size_t *bytes, char *wh
 		snprintf(why, why_len, "%s: its description: CUDA error %d", name, res);
 		return CRC_ECUDA;
 	}
-	if (crc_array_box_of(&d, b) || (d.Flags & (CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING))) {
+	/* A sparse array reads zeros where no tile is mapped, and drops writes there: the whole array
+	 * goes and comes back as any other, once the journal has mapped its tiles again. */
+	if (crc_array_box_of(&d, b) || (d.Flags & CUDA_ARRAY3D_DEFERRED_MAPPING)) {
 		snprintf(why, why_len,
 			 "%s: a CUDA array of format %#x (flags %#x) cannot be checkpointed yet (block-"
-			 "compressed, planar, sparse and deferred-mapping arrays)",
+			 "compressed, planar and deferred-mapping arrays)",
 			 name, (unsigned)d.Format, d.Flags);
 		return CRC_ENOTSUP;
 	}

@@ -386,6 +386,7 @@ CUresult crc_raw_vmm_create(struct crc_session *s, const struct crc_call_hdr *h,
 	prop.requestedHandleTypes = (CUmemAllocationHandleType)r->handle_types;
 	prop.allocFlags.compressionType = r->compression;
 	prop.allocFlags.gpuDirectRDMACapable = r->gpu_direct_rdma;
+	prop.allocFlags.usage = r->usage;
 	res = CALL(cuMemCreate, &mh, r->size, &prop, r->flags);
 	return res == CUDA_SUCCESS ? reply_mem_handle(s, mh, r->size) : res;
 }
@@ -419,7 +420,7 @@ CUresult crc_raw_vmm_props(struct crc_session *s, const struct crc_call_hdr *h, 
 					   .handle_types = prop.requestedHandleTypes,
 					   .compression = prop.allocFlags.compressionType,
 					   .gpu_direct_rdma = prop.allocFlags.gpuDirectRDMACapable,
-					   .usage_pad = {(uint8_t)prop.allocFlags.usage}};
+					   .usage = prop.allocFlags.usage};
 	return CUDA_SUCCESS;
 }
 

@@ -209,6 +209,8 @@ static uint32_t record_type(struct crc_session *s, int op)
 		return CRC_JREC_VMM_UNMAP;
 	case CRC_CU_cuMemSetAccess:
 		return CRC_JREC_VMM_ACCESS;
+	case CRC_CU_cuMemMapArrayAsync:
+		return CRC_JREC_ARRAY_MAP;
 	case CRC_CU_cuStreamCreate:
 	case CRC_CU_cuStreamCreateWithPriority:
 		return CRC_JREC_STREAM_CREATE;

@@ -481,6 +481,7 @@ typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h,
 	X(cuStreamGetAttribute, stream_attr)                                                                 \
 	X(cuMemcpy3D_v2, array_copy)                                                                         \
 	X(cuMemcpy3DAsync_v2, array_copy)                                                                    \
+	X(cuMemMapArrayAsync, array_map)                                                                     \
 	X(cuTexObjectCreate, texobj)                                                                         \
 	X(cuTexObjectDestroy, texobj)                                                                        \
 	X(cuTexObjectGetResourceDesc, texobj)                                                                \

@@ -525,7 +525,8 @@ struct crc_vmm_create_req {
 	uint32_t type, location_type;
 	int32_t location_id;
 	uint32_t handle_types;
-	uint8_t compression, gpu_direct_rdma, usage_pad[2];
+	uint8_t compression, gpu_direct_rdma;
+	uint16_t usage; /* allocFlags.usage (CU_MEM_CREATE_USAGE_TILE_POOL for sparse arrays' tiles) */
 	uint32_t pad;
 };
 
@@ -641,6 +642,14 @@ struct crc_array_copy_req {
 	struct crc_array_side src, dst;
 	uint64_t width, height, depth; /* bytes, rows, slices */
 	uint64_t stream;
+};
+
+/* cuMemMapArrayAsync: request = crc_call_hdr + crc_array_map_req + count CUarrayMapInfo as cuda.h lays
+ * them out, with the client's values: virtual array / mipmapped array and memory handles, the client's
+ * device ordinals in deviceBitMask. No reply. */
+struct crc_array_map_req {
+	uint64_t stream;
+	uint32_t count, pad;
 };
 
 /* cuTexObjectCreate / cuSurfObjectCreate and their destroy and get: the resource, texture and view
