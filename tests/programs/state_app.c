@@ -45,6 +45,10 @@
  * element) and rewrites the array through a surface object, and the array joins the checksum (a
  * different one); a texture object made and destroyed first leaves a hole below the live objects'
  * values. A restore must bring back the array's contents and both objects at their values.
+ * --sparse: a sparse CUDA array of 2x2 tiles, three mapped to tile-pool memory (cuMemMapArrayAsync)
+ * and then one of them unmapped; each step writes a row into every tile (the unmapped tiles drop it),
+ * and the whole array joins the checksum (a different one). A restore must map the tiles again, in
+ * order, before the array's contents come back.
  * --green: the steps run on a stream of a green context (a split of device 0's SMs, at least 16), whose
  * CUcontext is current from then on (the checksum's memory is allocated in it); the end checks that the
  * stream is still the green context's and the green context's SMs are the group's (the same checksum).
@@ -59,6 +63,7 @@
  * bring an over-budget notification within 2 s (the same checksum). */
 #include <cuda.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,7 +88,8 @@ struct opts {
 	unsigned long mb;
 	unsigned chunks, steps, ready_at, pause_ms, seed, devices;
 	const char *ready_file, *go_file;
-	int verify, graph, graph_pageable, ready_in_capture, managed, registered, pool, pinned_ready, texture;
+	int verify, graph, graph_pageable, ready_in_capture, managed, registered, pool, pinned_ready, texture,
+	    sparse;
 	int graph_params, graph_mem, graph_cond, settings, notify, green;
 };
 
@@ -220,6 +226,10 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->graph_params = 1;
 			continue;
 		}
+		if (!strcmp(a, "--sparse")) {
+			o->sparse = 1;
+			continue;
+		}
 		if (!strcmp(a, "--texture")) {
 			o->texture = 1;
 			continue;
@@ -303,6 +313,7 @@ static void parse(int argc, char **argv, struct opts *o)
 	    !(o->managed && (o->graph || o->verify)) && !(o->pool && o->devices != 1) &&
 	    !(o->settings && (o->pool || o->managed || o->registered)) && !(o->green && o->devices != 1) &&
 	    !(o->texture && (o->graph || o->verify || o->devices != 1)) &&
+	    !(o->sparse && (o->graph || o->graph_cond || o->verify || o->devices != 1)) &&
 	    !(o->graph_params && (o->graph || o->texture || o->managed || o->devices != 1)) &&
 	    !(o->graph_mem && o->graph_pageable) &&
 	    !(o->graph_cond && (o->graph || o->graph_params || o->texture || o->managed || o->devices != 1 ||
@@ -313,7 +324,7 @@ usage:
 		"usage: state_app [--mb N] [--chunks N] [--steps N] [--ready-at STEP] [--pause-ms MS]\n"
 		"                 [--ready-file PATH] [--go-file PATH] [--seed N] [--devices N] [--verify]\n"
 		"                 [--graph] [--graph-pageable] [--managed] [--registered] [--pool] "
-		"[--texture] [--graph-params]\n"
+		"[--texture] [--graph-params] [--sparse]\n"
 		"                 [--pinned-ready] [--graph-mem] [--graph-cond] [--settings]\n"
 		"                 [--notify] [--green]\n");
 	exit(2);
@@ -559,6 +570,131 @@ static unsigned long long texture_sum(struct texture *t)
 	return s;
 }
 
+/* --sparse: a sparse array of 2x2 tiles on tile-pool memory. */
+struct sparse {
+	CUarray array;
+	CUmemGenericAllocationHandle pool;
+	unsigned tw, th; /* a tile's extent in words */
+	unsigned *row;
+};
+
+static CUarrayMapInfo sparse_entry(struct sparse *sp, unsigned tx, unsigned ty, bool map,
+				   unsigned long long off)
+{
+	CUarrayMapInfo e = {.resourceType = CU_RESOURCE_TYPE_ARRAY,
+			    .subresourceType = CU_ARRAY_SPARSE_SUBRESOURCE_TYPE_SPARSE_LEVEL,
+			    .memOperationType = map ? CU_MEM_OPERATION_TYPE_MAP : CU_MEM_OPERATION_TYPE_UNMAP,
+			    .memHandleType = CU_MEM_HANDLE_TYPE_GENERIC,
+			    .offset = off,
+			    .deviceBitMask = 1};
+
+	e.resource.array = sp->array;
+	e.subresource.sparseLevel.offsetX = tx * sp->tw;
+	e.subresource.sparseLevel.offsetY = ty * sp->th;
+	e.subresource.sparseLevel.extentWidth = sp->tw;
+	e.subresource.sparseLevel.extentHeight = sp->th;
+	e.subresource.sparseLevel.extentDepth = 1;
+	e.memHandle.memHandle = map ? sp->pool : 0;
+	return e;
+}
+
+static void sparse_setup(struct sparse *sp, CUdevice dev, CUstream stream)
+{
+	CUDA_ARRAY3D_DESCRIPTOR d = {.Width = 1024,
+				     .Height = 1024,
+				     .Format = CU_AD_FORMAT_UNSIGNED_INT32,
+				     .NumChannels = 1,
+				     .Flags = CUDA_ARRAY3D_SPARSE};
+	CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev}};
+	CUDA_ARRAY_SPARSE_PROPERTIES props;
+	size_t gran = 0, size = 2u << 20;
+
+	/* The tile extent from a probe. */
+	CU_CHECK(cuArray3DCreate(&sp->array, &d));
+	CU_CHECK(cuArrayGetSparseProperties(&props, sp->array));
+	CU_CHECK(cuArrayDestroy(sp->array));
+	sp->tw = props.tileExtent.width;
+	sp->th = props.tileExtent.height;
+	d.Width = 2 * sp->tw;
+	d.Height = 2 * sp->th;
+	CU_CHECK(cuArray3DCreate(&sp->array, &d));
+	prop.allocFlags.usage = CU_MEM_CREATE_USAGE_TILE_POOL;
+	CU_CHECK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	size = (size + gran - 1) / gran * gran;
+	CU_CHECK(cuMemCreate(&sp->pool, size, &prop, 0));
+	/* Tiles (0,0), (1,0), (1,1) mapped, then (1,0) unmapped: the replay keeps the order. */
+	size_t tile = (size_t)sp->tw * sp->th * 4;
+	CUarrayMapInfo map[3] = {sparse_entry(sp, 0, 0, true, 0), sparse_entry(sp, 1, 0, true, tile),
+				 sparse_entry(sp, 1, 1, true, 2 * tile)};
+	CUarrayMapInfo un = sparse_entry(sp, 1, 0, false, 0);
+	CU_CHECK(cuMemMapArrayAsync(map, 3, stream));
+	CU_CHECK(cuMemMapArrayAsync(&un, 1, stream));
+	sp->row = calloc(2 * sp->tw, 4);
+	CHECK(sp->row);
+	/* Mapped tiles start with zeros too (a new tile pool's contents are not defined). */
+	CUDA_MEMCPY2D z = {.srcMemoryType = CU_MEMORYTYPE_HOST,
+			   .srcHost = sp->row,
+			   .srcPitch = 0,
+			   .dstMemoryType = CU_MEMORYTYPE_ARRAY,
+			   .dstArray = sp->array,
+			   .WidthInBytes = 2 * sp->tw * 4,
+			   .Height = 1};
+	for (unsigned y = 0; y < 2 * sp->th; y++) {
+		z.dstY = y;
+		CU_CHECK(cuMemcpy2DAsync(&z, stream));
+		CU_CHECK(cuStreamSynchronize(stream));
+	}
+}
+
+/* A row across both tile columns, at a row of each tile row that depends on the step. */
+static void sparse_step(struct sparse *sp, CUstream stream, unsigned step)
+{
+	CUDA_MEMCPY2D c = {.srcMemoryType = CU_MEMORYTYPE_HOST,
+			   .srcHost = sp->row,
+			   .dstMemoryType = CU_MEMORYTYPE_ARRAY,
+			   .dstArray = sp->array,
+			   .WidthInBytes = 2 * sp->tw * 4,
+			   .Height = 1};
+
+	for (unsigned ty = 0; ty < 2; ty++) {
+		for (unsigned x = 0; x < 2 * sp->tw; x++)
+			sp->row[x] = (x + 1) * 2654435761u ^ step * 40503u ^ ty;
+		c.dstY = ty * sp->th + (step * 7) % sp->th;
+		CU_CHECK(cuMemcpy2DAsync(&c, stream));
+		/* The row is rewritten next. */
+		CU_CHECK(cuStreamSynchronize(stream));
+	}
+}
+
+static unsigned long long sparse_sum(struct sparse *sp, CUstream stream)
+{
+	size_t n = (size_t)4 * sp->tw * sp->th;
+	unsigned *words = malloc(n * 4);
+	unsigned long long s = 0;
+	CUarrayMapInfo rest[2] = {sparse_entry(sp, 0, 0, false, 0), sparse_entry(sp, 1, 1, false, 0)};
+
+	CHECK(words);
+	CU_CHECK(cuStreamSynchronize(stream));
+	CUDA_MEMCPY2D out = {.srcMemoryType = CU_MEMORYTYPE_ARRAY,
+			     .srcArray = sp->array,
+			     .dstMemoryType = CU_MEMORYTYPE_HOST,
+			     .dstHost = words,
+			     .dstPitch = 2 * sp->tw * 4,
+			     .WidthInBytes = 2 * sp->tw * 4,
+			     .Height = 2 * sp->th};
+	CU_CHECK(cuMemcpy2D(&out));
+	for (size_t i = 0; i < n; i++)
+		s += (unsigned long long)(words[i] ^ (unsigned)i) * (i % 7 + 1);
+	CU_CHECK(cuMemMapArrayAsync(rest, 2, stream));
+	CU_CHECK(cuStreamSynchronize(stream));
+	CU_CHECK(cuArrayDestroy(sp->array));
+	CU_CHECK(cuMemRelease(sp->pool));
+	free(sp->row);
+	free(words);
+	return s;
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o;
@@ -654,6 +790,9 @@ int main(int argc, char **argv)
 	struct texture tx = {0};
 	if (o.texture)
 		texture_setup(&tx, d[0].mod, d[0].stream, o.seed);
+	struct sparse sp = {0};
+	if (o.sparse)
+		sparse_setup(&sp, d[0].dev, d[0].stream);
 	unsigned step = 0; /* host state: restored by CRIU, not by the layer */
 	CUgraphExec step_graph = NULL;
 	CUgraph pgraph = NULL;
@@ -746,6 +885,8 @@ int main(int argc, char **argv)
 		}
 		if (o.texture)
 			texture_step(&tx, d[0].stream, step);
+		if (o.sparse)
+			sparse_step(&sp, d[0].stream, step);
 	launched:
 		if (o.managed) {
 			/* The CPU's turn: it reads the step's result and writes it back changed. */
@@ -810,6 +951,8 @@ int main(int argc, char **argv)
 	}
 	if (o.texture)
 		total += texture_sum(&tx) * (o.chunks + 1);
+	if (o.sparse)
+		total += sparse_sum(&sp, d[0].stream) * (o.chunks + 2);
 	if (o.pool) {
 		cuuint64_t used = 0;
 		CUstreamAttrValue v = {0};
