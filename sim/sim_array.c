@@ -290,9 +290,9 @@ CUresult cuArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES *props, CUarray
 		return CUDA_ERROR_INVALID_HANDLE;
 	if (!array->mapped)
 		return CUDA_ERROR_INVALID_VALUE;
-	/* One level: no mip tail. */
-	*props = (CUDA_ARRAY_SPARSE_PROPERTIES){
-	    .tileExtent = {array->tile[0], array->tile[1], array->tile[2]}, .miptailFirstLevel = 1};
+	/* One level: the mip tail starts at level 0 and is empty (measured, H100, driver 580). */
+	*props =
+	    (CUDA_ARRAY_SPARSE_PROPERTIES){.tileExtent = {array->tile[0], array->tile[1], array->tile[2]}};
 	return CUDA_SUCCESS;
 }
 
@@ -382,8 +382,8 @@ static CUresult map_check(const CUarrayMapInfo *e)
 		pthread_mutex_unlock(&array_lock);
 		return live ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
 	}
-	if (e->resourceType != CU_RESOURCE_TYPE_ARRAY)
-		return CUDA_ERROR_INVALID_VALUE;
+	if (e->resourceType != CU_RESOURCE_TYPE_ARRAY || !a)
+		return CUDA_ERROR_INVALID_VALUE; /* a NULL array too (measured, H100, driver 580) */
 	if (!array_live(a))
 		return CUDA_ERROR_INVALID_HANDLE;
 	if (!a->mapped || e->flags || e->reserved[0] || e->reserved[1] ||

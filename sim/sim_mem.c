@@ -1379,8 +1379,11 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&mem_lock);
 	alloc = vmm_alloc_lookup(handle);
-	if (alloc)
+	if (alloc) {
 		*prop = alloc->prop;
+		prop->allocFlags.usage =
+		    0; /* not answered back (measured, H100, driver 580: a tile pool's) */
+	}
 	pthread_mutex_unlock(&mem_lock);
 	return alloc ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }

@@ -33,17 +33,23 @@ fail() {
 }
 
 start_daemon() {
+	local attempt
 	echo "s3cret-$RANDOM$RANDOM" >"$tmp/token"
 	chmod 600 "$tmp/token"
-	"$build/crcudad/crcudad" --backend sim --socket "$CRCUDA_SOCKET" --listen "127.0.0.1:$port" \
-		--token-file "$tmp/token" --foreground -v "$@" >"$tmp/daemon.out" 2>"$tmp/daemon.log" &
-	daemon_pid=$!
-	for _ in $(seq 100); do
-		grep -q ready "$tmp/daemon.out" 2>/dev/null && return 0
-		kill -0 "$daemon_pid" 2>/dev/null || fail "crcudad did not start"
-		sleep 0.1
+	# A random port may be taken (another test of this folder picked it too): a few ports are tried.
+	for attempt in 1 2 3 4 5; do
+		"$build/crcudad/crcudad" --backend sim --socket "$CRCUDA_SOCKET" --listen "127.0.0.1:$port" \
+			--token-file "$tmp/token" --foreground -v "$@" >"$tmp/daemon.out" 2>"$tmp/daemon.log" &
+		daemon_pid=$!
+		for _ in $(seq 100); do
+			grep -q ready "$tmp/daemon.out" 2>/dev/null && return 0
+			kill -0 "$daemon_pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -0 "$daemon_pid" 2>/dev/null && fail "crcudad not ready"
+		port=$((20000 + RANDOM % 20000))
 	done
-	fail "crcudad not ready"
+	fail "crcudad did not start"
 }
 
 client() { # client [ENV=VAL...] -- CMD...: runs CMD through libcrcuda, 60 s at most
