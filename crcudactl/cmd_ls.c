@@ -54,7 +54,8 @@ static const char *meta_or(const struct crc_manifest *m, const char *key, const 
 	return v ? v : def;
 }
 
-/* Checkpoints into list (JSON) or on stdout. 0, or -1 when the store cannot be read. */
+/* Checkpoints into list (JSON) or on stdout. 0; 1 when there is no store at dir; -1 when the store
+ * cannot be read. */
 static int list_checkpoints(const char *dir, json_t *list)
 {
 	struct crc_store *st;
@@ -65,7 +66,7 @@ static int list_checkpoints(const char *dir, json_t *list)
 	if (rc == CRC_ENOENT) {
 		if (!list)
 			printf("no store at %s\n", dir);
-		return 0;
+		return 1;
 	}
 	if (rc || (rc = crc_store_manifest_list(st, &ids, &n))) {
 		ctl_error("ls: the store %s: %s", dir, crc_strerror(rc));
@@ -184,6 +185,8 @@ int cmd_ls(int argc, char **argv, struct ctl_opts *opts)
 	};
 	const char *store_arg = NULL, *daemon_arg = NULL;
 	char store[PATH_MAX], daemon[PATH_MAX];
+	bool missing;
+	int rc;
 	json_t *doc = NULL, *list = NULL;
 	int c;
 
@@ -219,12 +222,18 @@ int cmd_ls(int argc, char **argv, struct ctl_opts *opts)
 		list = json_array();
 		json_object_set_new(doc, "checkpoints", list);
 	}
-	if (list_checkpoints(store, list)) {
+	rc = list_checkpoints(store, list);
+	if (rc < 0) {
 		json_decref(doc);
 		return CTL_EXIT_FAILURE;
 	}
+	/* A store the user named ($CRCUDA_STORE or --store) that is not there is an error (a typo must not
+	 * look like an empty store); the default one is simply not made yet. */
+	missing = rc == 1 && (store_arg || (getenv("CRCUDA_STORE") && *getenv("CRCUDA_STORE")));
+	if (missing)
+		ctl_error("ls: no store at %s", store);
 	list_sessions(daemon, doc);
 	if (doc)
 		ctl_json_print(doc);
-	return CTL_EXIT_OK;
+	return missing ? CTL_EXIT_FAILURE : CTL_EXIT_OK;
 }

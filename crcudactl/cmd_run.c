@@ -564,6 +564,7 @@ int cmd_run(int argc, char **argv, struct ctl_opts *opts)
 		OPT_VA_BASE,
 		OPT_VA_SESSION
 	};
+	int rc;
 	static const struct option longopts[] = {
 	    {"remote", required_argument, NULL, OPT_REMOTE},
 	    {"token-file", required_argument, NULL, OPT_TOKEN},
@@ -714,8 +715,10 @@ int cmd_run(int argc, char **argv, struct ctl_opts *opts)
 	}
 	fflush(NULL);
 	execvp(a.prog[0], a.prog);
-	ctl_error("run: cannot run %s: %s", a.prog[0], strerror(errno));
+	rc = errno;
+	ctl_error("run: cannot run %s: %s", a.prog[0], strerror(rc));
 	if (reg[0])
 		unlink(reg);
-	return CTL_EXIT_FAILURE;
+	/* As a shell says it: 127 not found, 126 found but not runnable. */
+	return rc == ENOENT ? 127 : 126;
 }

@@ -67,7 +67,8 @@ static void usage(FILE *f)
 		   "Exit status:\n"
 		   "  0  success\n"
 		   "  1  failure (including a store that verify finds damaged)\n"
-		   "  2  usage error (unknown command or option, missing argument)\n");
+		   "  2  usage error (unknown command or option, missing argument)\n"
+		   "  126, 127  run: the program cannot be run, or is not there (as a shell says)\n");
 }
 
 int main(int argc, char **argv)

@@ -44,7 +44,8 @@ static void usage(FILE *f)
 	    f, "usage: crcudad --backend sim|cuda [--backend-lib PATH] [--socket PATH]\n"
 	       "               [--listen ADDR:PORT --token-file FILE] [--va-base ADDR] [--va-session BYTES]\n"
 	       "               [--pool N] [--ring-size BYTES] [--idle-exit SECONDS] [--foreground]\n"
-	       "               [-v] [-q]\n");
+	       "               [-v] [-q]\n"
+	       "       crcudad --version | --help\n");
 }
 
 /* The simulated device next to the daemon: <build>/crcudad/crcudad -> <build>/sim/lib/libcuda.so.1. */
@@ -304,19 +305,13 @@ static void on_signal(int sig)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-	    {"backend", required_argument, NULL, 'b'},
-	    {"backend-lib", required_argument, NULL, 'l'},
-	    {"socket", required_argument, NULL, 's'},
-	    {"listen", required_argument, NULL, 'L'},
-	    {"token-file", required_argument, NULL, 't'},
-	    {"va-base", required_argument, NULL, 'B'},
-	    {"va-session", required_argument, NULL, 'S'},
-	    {"pool", required_argument, NULL, 'p'},
-	    {"ring-size", required_argument, NULL, 'r'},
-	    {"idle-exit", required_argument, NULL, 'i'},
-	    {"foreground", no_argument, NULL, 'f'},
-	    {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0},
+	    {"backend", required_argument, NULL, 'b'},	  {"backend-lib", required_argument, NULL, 'l'},
+	    {"socket", required_argument, NULL, 's'},	  {"listen", required_argument, NULL, 'L'},
+	    {"token-file", required_argument, NULL, 't'}, {"va-base", required_argument, NULL, 'B'},
+	    {"va-session", required_argument, NULL, 'S'}, {"pool", required_argument, NULL, 'p'},
+	    {"ring-size", required_argument, NULL, 'r'},  {"idle-exit", required_argument, NULL, 'i'},
+	    {"foreground", no_argument, NULL, 'f'},	  {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},	  {NULL, 0, NULL, 0},
 	};
 	const char *backend = NULL, *lib = NULL, *listen_addr = NULL, *token_file = NULL;
 	char path[PATH_MAX], sock_path[PATH_MAX] = "";
@@ -369,6 +364,9 @@ int main(int argc, char **argv)
 			break;
 		case 'h':
 			usage(stdout);
+			return 0;
+		case 'V':
+			printf("crcudad %s (protocol %u)\n", CRCUDA_VERSION, (unsigned)CRC_PROTO_VERSION);
 			return 0;
 		default:
 			usage(stderr);

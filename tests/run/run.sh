@@ -9,6 +9,8 @@
 #       no-gpu                   --backend cuda (and the default) without a driver: clear message, exit 1
 #       backend-mismatch         a daemon of another backend is refused; usage errors exit 2
 #       start-fails              a daemon that dies at start: exit 1 showing its log's last lines
+#       exec-fails               a program that is not there exits 127, one not runnable 126 (a shell's
+#                                codes); crcudad --version answers
 #       netns                    --remote across two network namespaces (root), right and wrong token
 set -u
 build=$1 case=$2
@@ -144,6 +146,19 @@ backend-mismatch)
 		rc=$?
 		[ $rc = 2 ] || fail "crcudactl run $bad: exit $rc, expected 2 (usage)"
 	done
+	;;
+exec-fails)
+	run --backend sim --idle-exit 1 -- "$tmp/no-such-program" >"$tmp/out" 2>&1
+	rc=$?
+	cat "$tmp/out"
+	[ $rc = 127 ] || fail "exit $rc for a program that is not there, expected 127"
+	grep -q "cannot run $tmp/no-such-program: No such file" "$tmp/out" || fail "no message naming it"
+	printf 'not a program\n' >"$tmp/plain"
+	run --backend sim --idle-exit 1 -- "$tmp/plain" >"$tmp/out" 2>&1
+	rc=$?
+	[ $rc = 126 ] || fail "exit $rc for a file that cannot run, expected 126"
+	"$build/crcudad/crcudad" --version >"$tmp/out" 2>&1 || fail "crcudad --version: exit $?"
+	grep -q "^crcudad [0-9][0-9.]* (protocol [0-9]*)$" "$tmp/out" || fail "crcudad --version: $(cat "$tmp/out")"
 	;;
 start-fails)
 	# A daemon that dies at start: exit 1 with its own words, no hang, no program run.

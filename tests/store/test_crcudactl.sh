@@ -33,6 +33,11 @@ expect 2 "store bad subcommand" "$ctl" store nope --store "$store"
 expect 0 "store --help" "$ctl" store --help
 expect 1 "ls of a missing store" "$ctl" store ls --store "$store"
 grep -q "no store there" "$tmp/err" || { echo "FAIL: missing store message"; fails=$((fails + 1)); }
+# `crcudactl ls`: a store the user names that is not there fails; the default one not made yet does not.
+expect 1 "top-level ls of a missing store" "$ctl" ls --store "$store" --daemon "$tmp/no.sock"
+grep -q "ls: no store at $store" "$tmp/err" || { echo "FAIL: ls names the missing store"; fails=$((fails + 1)); }
+CRCUDA_STORE=$store expect 1 "ls of a missing \$CRCUDA_STORE" "$ctl" ls --daemon "$tmp/no.sock"
+HOME=$tmp/home CRCUDA_STORE= expect 0 "ls before the default store exists" "$ctl" ls --daemon "$tmp/no.sock"
 
 expect 0 "demo-record" "$ctl" --json store demo-record --store "$store"
 json "d['id'] == 1 and d['version'] == 1"
