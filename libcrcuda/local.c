@@ -420,18 +420,9 @@ CUresult crc_local_cuStreamGetCtx_v2(CUstream hStream, CUcontext *pctx, CUgreenC
 
 CUresult crc_local_cuStreamGetGreenCtx(CUstream hStream, CUgreenCtx *phCtx)
 {
-	struct crc_ctx_info *ci;
-	uint64_t ctx;
-	CUresult res;
+	CUcontext ctx;
 
-	if (!phCtx)
-		return CUDA_ERROR_INVALID_VALUE;
-	res = stream_ctx(hStream, &ctx);
-	if (res != CUDA_SUCCESS)
-		return res;
-	ci = crc_ctx_info(ctx);
-	*phCtx = ci && ci->green ? (CUgreenCtx)(uintptr_t)ci->green : NULL;
-	return CUDA_SUCCESS;
+	return phCtx ? crc_local_cuStreamGetCtx_v2(hStream, &ctx, phCtx) : CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult crc_local_cuStreamGetDevice(CUstream hStream, CUdevice *device)

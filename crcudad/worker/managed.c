@@ -37,20 +37,27 @@ static bool move_pages(void *from, void *to, size_t bytes)
 	return mremap(from, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, to) == to;
 }
 
-/* Copies between the host view and the device memory at the pin's address, on a stream of its own. */
-static CUresult copy_view(struct crc_pin *p, bool to_device)
+/* Copies bytes between host memory and the device address dev, on a stream of its own: the legacy
+ * stream would wait for the work of every blocking stream. */
+static CUresult host_device_copy(uint64_t dev, void *host, size_t bytes, bool to_device)
 {
 	CUstream st;
 	CUresult res = CALL(cuStreamCreate, &st, CU_STREAM_NON_BLOCKING);
 
 	if (res != CUDA_SUCCESS)
 		return res;
-	res = to_device ? CALL(cuMemcpyHtoDAsync_v2, p->client_addr, p->host_view, p->bytes, st)
-			: CALL(cuMemcpyDtoHAsync_v2, p->host_view, p->client_addr, p->bytes, st);
+	res = to_device ? CALL(cuMemcpyHtoDAsync_v2, dev, host, bytes, st)
+			: CALL(cuMemcpyDtoHAsync_v2, host, dev, bytes, st);
 	if (res == CUDA_SUCCESS)
 		res = CALL(cuStreamSynchronize, st);
 	CALL(cuStreamDestroy_v2, st);
 	return res;
+}
+
+/* Copies between the host view and the device memory at the pin's address. */
+static CUresult copy_view(struct crc_pin *p, bool to_device)
+{
+	return host_device_copy(p->client_addr, p->host_view, p->bytes, to_device);
 }
 
 static void unmap_device(struct crc_pin *p)
@@ -166,7 +173,7 @@ static CUresult to_host(struct crc_session *s, struct crc_pin *p)
 /* A prefetch must not wait for work that waits for the program (a kernel spinning on a flag the CPU
  * sets after queueing the prefetch, as UnifiedMemoryPerf does): the session's contexts synchronise on
  * a thread of their own, and a prefetch whose wait outlasts PREFETCH_WAIT_MS leaves the memory where
- * it is (a hint not taken). The thread ends when the work does; one at a time. */
+ * it is (a hint not taken). The thread ends when the work does; a later wait joins it (drain_start). */
 #define PREFETCH_WAIT_MS 100
 
 struct drain_wait {
@@ -370,7 +377,6 @@ CUresult crc_ctl_mvar_copy(struct crc_session *s, bool push, const uint8_t *args
 {
 	const struct crc_mvar_req *r = (const void *)args;
 	CUcontext prev;
-	CUstream st;
 	CUresult res;
 	void *out = NULL;
 
@@ -387,15 +393,7 @@ CUresult crc_ctl_mvar_copy(struct crc_session *s, bool push, const uint8_t *args
 	res = crc_session_some_ctx(s, &prev);
 	if (res != CUDA_SUCCESS)
 		return res;
-	/* A stream of its own: the legacy stream would wait for the work of every blocking stream. */
-	res = CALL(cuStreamCreate, &st, CU_STREAM_NON_BLOCKING);
-	if (res == CUDA_SUCCESS) {
-		res = push ? CALL(cuMemcpyHtoDAsync_v2, r->addr, r + 1, r->bytes, st)
-			   : CALL(cuMemcpyDtoHAsync_v2, out, r->addr, r->bytes, st);
-		if (res == CUDA_SUCCESS)
-			res = CALL(cuStreamSynchronize, st);
-		CALL(cuStreamDestroy_v2, st);
-	}
+	res = host_device_copy(r->addr, push ? (void *)(r + 1) : out, r->bytes, push);
 	crc_session_ctx_back(prev);
 	return res;
 }
