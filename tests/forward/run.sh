@@ -150,6 +150,8 @@ client-killed)
 	wait "$cpid" 2>/dev/null
 	for _ in $(seq 50); do [ -e "/proc/$wpid" ] || break; sleep 0.1; done
 	[ -e "/proc/$wpid" ] && fail "worker $wpid of the dead client still runs after 5 s"
+	# The daemon logs the end when it reaps the worker, a moment after the process is gone.
+	for _ in $(seq 50); do grep -q "worker $wpid of session .* ended" "$tmp/daemon.log" && break; sleep 0.1; done
 	grep -q "worker $wpid of session .* ended" "$tmp/daemon.log" || fail "the daemon did not see worker $wpid end"
 	client -- "$build/tests/programs/vector_add" || fail "daemon no longer serves programs"
 	;;
