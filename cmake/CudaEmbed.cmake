@@ -3,10 +3,15 @@
 set(CRC_EMBED_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/embed.cmake)
 set(CRC_CUDA_ARCH_FLAGS -gencode "arch=compute_90,code=[sm_90,compute_90]")
 
-# crc_embed_cuda(<target> <kernel source> [CUBIN] [PTX]): nvcc builds the fatbin (and, if asked, an sm_90
-# cubin and the PTX) of <kernel source>, embedded in <target> as <name>_fatbin[, _cubin, _ptx].
+# crc_embed_cuda(<target> <kernel source> [CUBIN] [PTX] [ARCH nvcc-flags...]): nvcc builds the fatbin (for
+# sm_90, or the ARCH flags; and, if asked, an sm_90 cubin and the PTX) of <kernel source>, embedded in
+# <target> as <name>_fatbin[, _cubin, _ptx].
 function(crc_embed_cuda target cu)
-  cmake_parse_arguments(E "CUBIN;PTX" "" "" ${ARGN})
+  cmake_parse_arguments(E "CUBIN;PTX" "" "ARCH" ${ARGN})
+  set(arch_flags ${CRC_CUDA_ARCH_FLAGS})
+  if(E_ARCH)
+    set(arch_flags ${E_ARCH})
+  endif()
   get_filename_component(name ${cu} NAME_WE)
   set(kinds fatbin)
   if(E_CUBIN)
@@ -22,7 +27,7 @@ function(crc_embed_cuda target cu)
   foreach(kind ${kinds})
     set(image ${dir}/${name}.${kind})
     if(kind STREQUAL "fatbin")
-      set(nvcc_args -fatbin ${CRC_CUDA_ARCH_FLAGS})
+      set(nvcc_args -fatbin ${arch_flags})
     elseif(kind STREQUAL "cubin")
       set(nvcc_args -cubin -arch=sm_90)
     else()

@@ -251,7 +251,7 @@ int crc_ctl_checkpoint(struct crc_ctl *c, pid_t pid, const char *store_dir, stru
 	if (rc)
 		return rc;
 	w = data;
-	if (stats && len >= sizeof(*w))
+	if (stats && len >= CRC_CTL_CKPT_WIRE_V1)
 		*stats = (struct crc_ctl_ckpt_stats){
 		    .allocations = w->allocations,
 		    .globals = w->globals,
@@ -260,6 +260,8 @@ int crc_ctl_checkpoint(struct crc_ctl *c, pid_t pid, const char *store_dir, stru
 		    .new_bytes = w->new_bytes,
 		    .seconds = w->seconds,
 		    .copy_seconds = w->copy_seconds,
+		    .copied_bytes = len >= sizeof(*w) ? w->copied_bytes : w->device_bytes,
+		    .digest_seconds = len >= sizeof(*w) ? w->digest_seconds : 0,
 		};
 	free(data);
 	return 0;

@@ -162,8 +162,9 @@ crcuda_sim_kernel_fn *sim_host_kernel_lookup(const char *mangled)
 			p += sprintf(p, "_x%02x", c);
 	}
 	*p = '\0';
-	for (int i = 0; i < sim_kernel_lib_count && !fn; i++) {
-		void *sym = dlsym(sim_kernel_libs[i], symbol);
+	for (int i = 0; i <= sim_kernel_lib_count && !fn; i++) {
+		/* Then the process's own (crcudad's worker has kernels of its own). */
+		void *sym = dlsym(i < sim_kernel_lib_count ? sim_kernel_libs[i] : RTLD_DEFAULT, symbol);
 
 		/* POSIX guarantees object and function pointers convert through void *. */
 		memcpy(&fn, &sym, sizeof(fn));

@@ -290,6 +290,44 @@ int crc_ckpt_put_chunk_at(struct crc_ckpt *ck, unsigned lane, uint32_t region, u
 	return put_chunk(ck, lane, region, chunk_index, data, len, out_hash);
 }
 
+int crc_ckpt_ref_chunk_at(struct crc_ckpt *ck, unsigned lane, uint32_t region, uint32_t chunk_index,
+			  const struct crc_hash *hash, size_t len)
+{
+	bool known, exists = true, fresh = false;
+	struct hset_slot *slot;
+	int rc;
+
+	if (!ck || lane >= ck->nlanes || region >= ck->nregions ||
+	    chunk_index >= ck->regions[region].r.size || chunk_index == CHUNK_APPEND || !hash || !len ||
+	    len > CRC_CHUNK_MAX)
+		return CRC_EINVAL;
+	pthread_mutex_lock(&ck->lock);
+	rc = ck->error;
+	known = !rc && crc__hset_find(&ck->chunks, hash);
+	pthread_mutex_unlock(&ck->lock);
+	if (rc)
+		return rc;
+	/* Named by an earlier checkpoint, it may have been collected since. */
+	if (!known && (rc = chunk_exists(ck->st, &ck->lanes[lane], hash, &exists)))
+		return rc;
+	if (!exists)
+		return CRC_ENOTFOUND;
+	pthread_mutex_lock(&ck->lock);
+	if (!known) {
+		slot = crc__hset_insert(&ck->chunks, hash, &fresh);
+		if (!slot)
+			rc = CRC_ENOMEM;
+		else if (fresh)
+			slot->value = 0; /* in the store already */
+	}
+	if (!rc)
+		rc = region_set_chunk(&ck->regions[region], chunk_index, hash, len);
+	if (rc && !ck->error)
+		ck->error = rc;
+	pthread_mutex_unlock(&ck->lock);
+	return rc;
+}
+
 /* Seals every lane's pack files, each lane in a thread of its own (the fsyncs are the long part),
  * then syncs the packs directory once. */
 struct lane_seal {

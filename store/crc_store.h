@@ -218,6 +218,14 @@ int crc_ckpt_set_lanes(struct crc_ckpt *ck, unsigned n);
  * @retval as crc_ckpt_put_chunk otherwise */
 int crc_ckpt_put_chunk_at(struct crc_ckpt *ck, unsigned lane, uint32_t region, uint32_t chunk_index,
 			  const void *data, size_t len, struct crc_hash *out_hash);
+/** Names a chunk the store already holds (put by an earlier checkpoint, or by this one) as chunk
+ * chunk_index of a region, without its bytes: what an incremental checkpoint does for memory that
+ * has not changed since. Same threading as crc_ckpt_put_chunk_at.
+ * @retval 0 named
+ * @retval CRC_ENOTFOUND the store does not hold it (collected since): put the bytes instead
+ * @retval CRC_EINVAL bad arguments, or the chunk was put already */
+int crc_ckpt_ref_chunk_at(struct crc_ckpt *ck, unsigned lane, uint32_t region, uint32_t chunk_index,
+			  const struct crc_hash *hash, size_t len);
 /** Sets a free-form metadata key (e.g. "criu.images_dir"); a second call replaces the value.
  * @retval CRC_EINVAL bad arguments
  * @retval CRC_ENOMEM */

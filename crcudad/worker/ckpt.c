@@ -209,6 +209,7 @@ struct copy_job {
 	uint64_t region_off; /* where the buffer's bytes start in the region */
 	size_t len;
 	uint32_t nchunks, taken, left; /* store chunks: all, handed to writers, not written yet */
+	struct crc_inc_entry *ent;     /* the chunks' digests, whose store hashes the writers fill in */
 };
 
 /* The pipeline: the session thread issues device-to-host copies into free staging buffers and queues
@@ -293,7 +294,7 @@ static void *writer_main(void *arg)
 		if (!skip && res == CUDA_SUCCESS)
 			rc = crc_ckpt_put_chunk_at(p->ck, w->lane, j->region,
 						   (uint32_t)((j->region_off + off) / STORE_CHUNK),
-						   (uint8_t *)p->buf[b] + off, n, NULL);
+						   (uint8_t *)p->buf[b] + off, n, j->ent ? &j->ent[k].hash : NULL);
 		pthread_mutex_lock(&p->lock);
 		p->copy_ms += ms;
 		if (res != CUDA_SUCCESS)
@@ -333,11 +334,20 @@ static unsigned ckpt_writers(void)
 
 struct region_src {
 	uint64_t addr, size;
-	int dev; /* the daemon device whose context copies it (crc_addr_group) */
+	int dev;	/* the daemon device whose context copies it (crc_addr_group) */
+	bool digest;	/* its chunks are digested on the device: copied only when changed */
+	uint32_t index; /* the checkpoint's region */
 };
 
-static int copy_regions(struct crc_session *s, struct crc_ckpt *ck, CUcontext ctx, const struct region_src *r,
-			const uint32_t *idx, size_t n, double *copy_seconds, char *why, size_t why_len)
+/* Bytes of a region to copy: from region_off (a chunk boundary), at addr on the device. */
+struct copy_run {
+	uint64_t addr, region_off, len;
+	uint32_t region;
+	struct crc_inc_entry *ent; /* the digests of its chunks, or NULL */
+};
+
+static int copy_runs(struct crc_session *s, struct crc_ckpt *ck, CUcontext ctx, const struct copy_run *r,
+		     size_t n, double *copy_seconds, char *why, size_t why_len)
 {
 	struct pipeline p = {.ck = ck, .ctx = ctx, .pinned = true};
 	struct writer w[CKPT_WRITERS_MAX];
@@ -399,8 +409,8 @@ static int copy_regions(struct crc_session *s, struct crc_ckpt *ck, CUcontext ct
 		pr_warn("session %llu: %u of %u checkpoint writers started", (unsigned long long)s->id,
 			started, nwriters);
 	for (size_t i = 0; i < n && !rc; i++) {
-		for (uint64_t off = 0; off < r[i].size && !rc; off += STAGING_BYTES) {
-			size_t len = r[i].size - off < STAGING_BYTES ? r[i].size - off : STAGING_BYTES;
+		for (uint64_t off = 0; off < r[i].len && !rc; off += STAGING_BYTES) {
+			size_t len = r[i].len - off < STAGING_BYTES ? r[i].len - off : STAGING_BYTES;
 			unsigned b;
 
 			pthread_mutex_lock(&p.lock);
@@ -441,11 +451,12 @@ static int copy_regions(struct crc_session *s, struct crc_ckpt *ck, CUcontext ct
 			uint32_t nchunks = (uint32_t)((len + STORE_CHUNK - 1) / STORE_CHUNK);
 
 			pthread_mutex_lock(&p.lock);
-			p.job[b] = (struct copy_job){.region = idx[i],
-						     .region_off = off,
+			p.job[b] = (struct copy_job){.region = r[i].region,
+						     .region_off = r[i].region_off + off,
 						     .len = len,
 						     .nchunks = nchunks,
-						     .left = nchunks};
+						     .left = nchunks,
+						     .ent = r[i].ent ? r[i].ent + off / STORE_CHUNK : NULL};
 			p.q[(p.qhead + p.qlen) % p.nbufs] = (int)b;
 			p.qlen++;
 			pthread_cond_broadcast(&p.cond);
@@ -478,6 +489,165 @@ out:
 	*copy_seconds = p.copy_ms / 1e3;
 	pthread_mutex_destroy(&p.lock);
 	pthread_cond_destroy(&p.cond);
+	return rc;
+}
+
+/* ---- incremental: only the chunks that changed since the last checkpoint are copied ---------------- */
+void crc_inc_clear(struct crc_inc_table *t)
+{
+	free(t->e);
+	*t = (struct crc_inc_table){0};
+}
+
+static int by_digest(const void *a, const void *b)
+{
+	const struct crc_inc_entry *x = a, *y = b;
+
+	if (x->digest[0] != y->digest[0])
+		return x->digest[0] < y->digest[0] ? -1 : 1;
+	return x->digest[1] < y->digest[1] ? -1 : x->digest[1] > y->digest[1];
+}
+
+static const struct crc_inc_entry *inc_find(const struct crc_inc_table *t, const uint64_t digest[2])
+{
+	struct crc_inc_entry key = {.digest = {digest[0], digest[1]}};
+
+	return t->n ? bsearch(&key, t->e, t->n, sizeof(key), by_digest) : NULL;
+}
+
+/* Room for n more entries at the end of t (valid until the next call). */
+static struct crc_inc_entry *inc_grow(struct crc_inc_table *t, size_t n)
+{
+	if (t->n + n > t->cap) {
+		size_t cap = t->cap ? t->cap : 256;
+		struct crc_inc_entry *e;
+
+		while (cap < t->n + n)
+			cap *= 2;
+		if (!(e = realloc(t->e, cap * sizeof(*e))))
+			return NULL;
+		t->e = e;
+		t->cap = cap;
+	}
+	return t->e + t->n;
+}
+
+/* CRCUDA_CKPT_INCREMENTAL=0 copies everything every time. */
+static bool incremental_on(void)
+{
+	const char *v = getenv("CRCUDA_CKPT_INCREMENTAL");
+
+	return !v || strcmp(v, "0");
+}
+
+/* Is a mapping of the application's readable from device dev? (A kernel that read memory it may not
+ * would fault the application's context.) */
+static bool map_readable(uint64_t addr, int dev)
+{
+	CUmemLocation loc = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev};
+	unsigned long long flags = 0;
+
+	return dev >= 0 && CALL(cuMemGetAccess, &flags, &loc, addr) == CUDA_SUCCESS &&
+	       (flags == CU_MEM_ACCESS_FLAGS_PROT_READ || flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+}
+
+static uint64_t chunks_of(uint64_t size)
+{
+	return (size + STORE_CHUNK - 1) / STORE_CHUNK;
+}
+
+/* The regions of one device (src[i].dev == dev) into the checkpoint: their chunks digested on the
+ * device; those the last checkpoint holds are named by hash, the rest copied. */
+static int ckpt_group(struct crc_session *s, CUcontext ctx, const struct region_src *src, size_t n, int dev,
+		      struct crc_ctl_ckpt_wire *stats, char *why, size_t why_len)
+{
+	size_t nch = 0, nruns = 0, k = 0;
+	uint64_t *desc = NULL, *dig = NULL;
+	struct copy_run *runs;
+	struct crc_inc_entry *ent = NULL;
+	double secs = 0;
+	int rc = 0;
+
+	for (size_t i = 0; i < n; i++)
+		if (src[i].dev == dev) {
+			nruns += src[i].digest ? chunks_of(src[i].size) : 1;
+			nch += src[i].digest ? chunks_of(src[i].size) : 0;
+		}
+	if (!nruns)
+		return 0;
+	if (!(runs = malloc(nruns * sizeof(*runs))))
+		return CRC_ENOMEM;
+	if (nch && incremental_on()) {
+		desc = malloc(nch * 16);
+		dig = malloc(nch * 16);
+		ent = inc_grow(&s->inc_next, nch);
+		if (!desc || !dig || !ent)
+			rc = CRC_ENOMEM;
+		for (size_t i = 0; !rc && i < n; i++)
+			for (uint64_t off = 0; src[i].dev == dev && src[i].digest && off < src[i].size;
+			     off += STORE_CHUNK, k++) {
+				desc[2 * k] = src[i].addr + off;
+				desc[2 * k + 1] = src[i].size - off < STORE_CHUNK ? src[i].size - off : STORE_CHUNK;
+			}
+		if (!rc) {
+			rc = crc_digest_device(ctx, desc, nch, dig, &secs, why, why_len);
+			stats->digest_seconds += secs;
+			s->cur_ctx = UINT64_MAX;
+			if (rc) {
+				/* Then everything is copied: slower, as exact. */
+				pr_warn("session %llu: %s: copying all of device memory",
+					(unsigned long long)s->id, why);
+				why[0] = 0;
+				rc = 0;
+				ent = NULL;
+			}
+		}
+	}
+	nruns = k = 0;
+	for (size_t i = 0; !rc && i < n; i++) {
+		if (src[i].dev != dev)
+			continue;
+		if (!ent || !src[i].digest) {
+			runs[nruns++] = (struct copy_run){src[i].addr, 0, src[i].size, src[i].index, NULL};
+			stats->copied_bytes += src[i].size;
+			continue;
+		}
+		for (uint64_t off = 0; !rc && off < src[i].size; off += STORE_CHUNK, k++) {
+			uint64_t len = desc[2 * k + 1];
+			const struct crc_inc_entry *old = inc_find(&s->inc_prev, dig + 2 * k);
+
+			ent[k] = (struct crc_inc_entry){.digest = {dig[2 * k], dig[2 * k + 1]}, .len = len};
+			if (old && old->len == len) {
+				rc = crc_ckpt_ref_chunk_at(s->ckpt, 0, src[i].index, (uint32_t)(off / STORE_CHUNK),
+							   &old->hash, len);
+				if (!rc) {
+					ent[k].hash = old->hash;
+					continue;
+				}
+				if (rc != CRC_ENOTFOUND)
+					break;
+				rc = 0;
+			}
+			/* Changed (or collected since): copied, with the run before it if that ends here. */
+			stats->copied_bytes += len;
+			if (nruns && runs[nruns - 1].ent && runs[nruns - 1].region == src[i].index &&
+			    runs[nruns - 1].region_off + runs[nruns - 1].len == off)
+				runs[nruns - 1].len += len;
+			else
+				runs[nruns++] =
+				    (struct copy_run){src[i].addr + off, off, len, src[i].index, ent + k};
+		}
+	}
+	if (rc && !why[0])
+		snprintf(why, why_len, "naming unchanged memory in the store failed: %s", crc_strerror(rc));
+	if (!rc)
+		rc = copy_runs(s, s->ckpt, ctx, runs, nruns, &secs, why, why_len);
+	stats->copy_seconds += secs;
+	if (!rc && ent)
+		s->inc_next.n += nch;
+	free(runs);
+	free(desc);
+	free(dig);
 	return rc;
 }
 
@@ -659,8 +829,7 @@ char *crc_events_recorded(const struct crc_session *s)
 int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 {
 	struct crc_ctl_ckpt_wire stats = {0};
-	struct region_src *src = NULL, *gsrc = NULL;
-	uint32_t *idx = NULL, *gidx = NULL;
+	struct region_src *src = NULL;
 	size_t n = 0, cap = 0;
 	char why[CRC_CTL_MSG_MAX] = "", val[256], *graphs = NULL;
 	CUcontext ctx = crc_session_ctx(s), dctx[CRC_MAX_DEVICES];
@@ -686,6 +855,7 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 		free(s->store_dir);
 		s->store_dir = NULL;
 		s->store_session = 0;
+		crc_inc_clear(&s->inc_prev); /* its chunks are in the other store */
 	}
 	if (!s->store_dir && !(s->store_dir = strdup(store_dir))) {
 		free(graphs);
@@ -712,8 +882,7 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 		if (n == cap) {                                                                              \
 			cap = cap ? cap * 2 : 64;                                                            \
 			src = realloc(src, cap * sizeof(*src));                                              \
-			idx = realloc(idx, cap * sizeof(*idx));                                              \
-			if (!src || !idx) {                                                                  \
+			if (!src) {                                                                          \
 				rc = CRC_ENOMEM;                                                             \
 				goto fail;                                                                   \
 			}                                                                                    \
@@ -721,8 +890,8 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 		rc = crc_ckpt_region_add(s->ckpt, (desc), &ri_);                                             \
 		if (rc)                                                                                      \
 			goto fail;                                                                           \
-		src[n] = (struct region_src){(a), (sz), 0};                                                  \
-		idx[n++] = ri_;                                                                              \
+		src[n] = (struct region_src){(a), (sz), 0, false, ri_};                                      \
+		n++;                                                                                         \
 	} while (0)
 	/* Allocations: the layer's cuMemAlloc* and the application's own cuMemMap mappings. */
 	for (struct crc_alloc *a = s->allocs; a; a = a->next) {
@@ -731,6 +900,9 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 		struct crc_region_desc d = {.kind = CRC_REGION_DEVICE_ALLOC, .addr = a->ptr, .size = a->size};
 
 		ADD_REGION(&d, a->ptr, a->size);
+		/* Digested where a kernel may read it: the layer's own allocations (mapped and made
+		 * accessible by the worker), the application's mappings where it did (checked below). */
+		src[n - 1].digest = !(a->ptr % 16);
 		stats.allocations++;
 		stats.device_bytes += a->size;
 	}
@@ -776,26 +948,19 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 	/* Each device's memory is copied in a context of that device: VMM memory is accessible only
 	 * where cuMemSetAccess made it so. */
 	crc_session_dev_ctxs(s, dctx);
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		src[i].dev = crc_addr_group(src[i].addr, dctx);
-	gsrc = malloc((n ? n : 1) * sizeof(*gsrc));
-	gidx = malloc((n ? n : 1) * sizeof(*gidx));
-	rc = gsrc && gidx ? crc_ckpt_set_lanes(s->ckpt, ckpt_writers()) : CRC_ENOMEM;
-	for (int d = -1; d < CRC_MAX_DEVICES && !rc; d++) {
-		size_t gn = 0;
-		double secs = 0;
-
-		for (size_t i = 0; i < n; i++)
-			if (src[i].dev == d) {
-				gsrc[gn] = src[i];
-				gidx[gn++] = idx[i];
-			}
-		if (!gn)
-			continue;
-		rc =
-		    copy_regions(s, s->ckpt, d >= 0 ? dctx[d] : ctx, gsrc, gidx, gn, &secs, why, sizeof(why));
-		stats.copy_seconds += secs;
+		if (src[i].dev < 0)
+			src[i].digest = false;
 	}
+	for (struct crc_alloc *a = s->allocs; a; a = a->next)
+		for (size_t i = 0; a->kind == CRC_ALLOC_MAP && i < n; i++)
+			if (src[i].addr == a->ptr && src[i].digest)
+				src[i].digest = map_readable(a->ptr, src[i].dev);
+	crc_inc_clear(&s->inc_next);
+	rc = crc_ckpt_set_lanes(s->ckpt, ckpt_writers());
+	for (int d = -1; d < CRC_MAX_DEVICES && !rc; d++)
+		rc = ckpt_group(s, d >= 0 ? dctx[d] : ctx, src, n, d, &stats, why, sizeof(why));
 	if (!rc)
 		rc = crc_arrays_ckpt(s, s->ckpt, why, sizeof(why));
 	if (rc)
@@ -879,18 +1044,17 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 	}
 #undef META
 	free(src);
-	free(idx);
-	free(gsrc);
-	free(gidx);
 	free(graphs);
 	stats.seconds = crc_now_s() - t0;
 	stats.new_bytes = crc_ckpt_new_bytes(s->ckpt);
 	memcpy(s->cmd_out, &stats, sizeof(stats));
 	s->cmd_out_len = sizeof(stats);
 	s->state = CRC_CTL_CHECKPOINTED;
-	pr_info("session %llu: checkpoint copied %" PRIu64 " bytes (%" PRIu64 " allocations, %" PRIu64
-		" globals) in %.3f s (%.2f GB/s; the copies alone %.3f s, %.2f GB/s)",
+	pr_info("session %llu: checkpoint of %" PRIu64 " bytes (%" PRIu64 " allocations, %" PRIu64
+		" globals), %" PRIu64 " copied (digests %.3f s), in %.3f s (%.2f GB/s; the copies alone "
+		"%.3f s, %.2f GB/s)",
 		(unsigned long long)s->id, stats.device_bytes, stats.allocations, stats.globals,
+		stats.copied_bytes, stats.digest_seconds,
 		stats.seconds, stats.seconds > 0 ? (double)stats.device_bytes / stats.seconds / 1e9 : 0.0,
 		stats.copy_seconds,
 		stats.copy_seconds > 0 ? (double)stats.device_bytes / stats.copy_seconds / 1e9 : 0.0);
@@ -898,9 +1062,6 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 	return 0;
 fail:
 	free(src);
-	free(idx);
-	free(gsrc);
-	free(gidx);
 	free(graphs);
 	crc_ckpt_abort(s->ckpt);
 	s->ckpt = NULL;
@@ -939,6 +1100,15 @@ int crc_ckpt_commit_session(struct crc_session *s, const char *args, size_t len)
 	}
 	rc = crc_ckpt_commit(s->ckpt, &id);
 	s->ckpt = NULL;
+	if (!rc) {
+		/* The next checkpoint names what has not changed since this one. */
+		crc_inc_clear(&s->inc_prev);
+		s->inc_prev = s->inc_next;
+		s->inc_next = (struct crc_inc_table){0};
+		if (s->inc_prev.n)
+			qsort(s->inc_prev.e, s->inc_prev.n, sizeof(*s->inc_prev.e), by_digest);
+	}
+	crc_inc_clear(&s->inc_next);
 	crc_store_close(s->store);
 	s->store = NULL;
 	s->state = CRC_CTL_QUIESCED;
@@ -961,6 +1131,7 @@ void crc_ckpt_abort_session(struct crc_session *s)
 		s->ckpt = NULL;
 		pr_info("session %llu: checkpoint aborted", (unsigned long long)s->id);
 	}
+	crc_inc_clear(&s->inc_next);
 	crc_store_close(s->store);
 	s->store = NULL;
 	if (s->state == CRC_CTL_CHECKPOINTED)

@@ -923,6 +923,8 @@ static void session_dealloc(struct crc_session *s)
 	crc_texobjs_free(s);
 	crc_hostfn_free(s);
 	free(s->store_dir);
+	crc_inc_clear(&s->inc_prev);
+	crc_inc_clear(&s->inc_next);
 	free(s->graphs_pending);
 	free(s->ptstreams);
 	free(s->event_marks);

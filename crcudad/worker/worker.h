@@ -197,7 +197,7 @@ struct crc_session {
 	bool cmd_done;
 	int cmd_rc;
 	char cmd_msg[CRC_CTL_MSG_MAX];
-	uint8_t cmd_out[64];
+	uint8_t cmd_out[128];
 	size_t cmd_out_len;
 	/* The store a checkpoint writes to, and what of the journal it holds already. */
 	char *store_dir;
@@ -206,6 +206,16 @@ struct crc_session {
 	uint64_t journal_seq;
 	struct crc_store *store;
 	struct crc_ckpt *ckpt;
+	/* Incremental checkpoints: the digests of the last committed checkpoint's chunks with their
+	 * store hashes (prev), and those of the checkpoint under way (next, prev once committed). */
+	struct crc_inc_table {
+		struct crc_inc_entry {
+			uint64_t digest[2];
+			struct crc_hash hash;
+			uint64_t len;
+		} *e;
+		size_t n, cap;
+	} inc_prev, inc_next;
 
 	/* TCP quiesce and detach (tcp_park.c, crcuda/proto.h). */
 	uint8_t ticket[32];	 /* a detached client's proof when it takes the session back */
@@ -286,6 +296,12 @@ bool crc_tcp_take_back(struct crc_session *s, bool *end);
 int crc_ckpt_run(struct crc_session *s, const char *store_dir);
 /* Shared by checkpoint and restore (ckpt.c). */
 double crc_now_s(void);
+/* Chunk digests (digest.h) of n chunks {addr, len} (desc[2i], desc[2i + 1],
+ * addresses 16-byte aligned, memory accessible in ctx) on the device, into out[2i], out[2i + 1]: 0, CRC_ENOTSUP (no kernel in this build) or CRC_ECUDA, said in why. */
+int crc_digest_device(CUcontext ctx, const uint64_t *desc, size_t n, uint64_t *out, double *seconds, char *why,
+		      size_t why_len);
+/* Forgets a table of chunk digests. */
+void crc_inc_clear(struct crc_inc_table *t);
 CUcontext crc_session_ctx(struct crc_session *s);
 /* A live context of the session on each backend device (NULL where none); how many devices have one.
  * Leaves one of them current. */

@@ -79,6 +79,8 @@ struct crc_ctl_ckpt_stats {
 	uint64_t new_bytes;    /* bytes written to the store (the rest was already there) */
 	double seconds;	       /* device copy, hashing and writing */
 	double copy_seconds;   /* the device-to-host copies alone (timed on the device) */
+	uint64_t copied_bytes; /* bytes copied off the device (the rest had not changed since the last one) */
+	double digest_seconds; /* finding what changed */
 };
 
 /* store_dir: the store (crc_store_open, created if missing); the daemon opens it itself, so it must see

@@ -18,6 +18,7 @@
 #ifndef CRCUDA_PROTO_H
 #define CRCUDA_PROTO_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "crcuda/ring.h"
@@ -306,7 +307,11 @@ struct crc_ctl_ckpt_wire {
 	uint64_t device_bytes, new_bytes;
 	double seconds;
 	double copy_seconds; /* the copy engine's busy time: device-to-host copies alone */
+	/* Added later (a shorter reply leaves them 0). */
+	uint64_t copied_bytes; /* bytes copied off the device: what changed since the last checkpoint */
+	double digest_seconds; /* finding what changed (digests on the device) */
 };
+#define CRC_CTL_CKPT_WIRE_V1 offsetof(struct crc_ctl_ckpt_wire, copied_bytes)
 struct crc_ctl_restore_wire {
 	uint64_t ckpt_id;
 	int32_t gpu;

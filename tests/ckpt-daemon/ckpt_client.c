@@ -40,6 +40,10 @@ static unsigned char pattern(int b, size_t i)
 }
 
 static const char *go_file;
+/* --mutate FILE: once FILE exists, one byte of buffer 1's second 4 MiB chunk is flipped (FILE.done
+ * says so); an incremental checkpoint must copy that chunk alone. */
+#define MUTATED_BUF 1
+#define MUTATED_AT  ((4u << 20) + 12345)
 static CUcontext ctx;
 
 static int exists(const char *p)
@@ -114,7 +118,8 @@ int main(int argc, char **argv)
 	float ms;
 	unsigned char *host, *pinned;
 	int coefs[4] = {3, 1, 4, 1}, value, rounds = 2, churn = 0;
-	bool busy_thread = false, deferred = false, posted_error = false;
+	bool busy_thread = false, deferred = false, posted_error = false, mutated = false;
+	const char *mutate = NULL;
 	pthread_t swap, busy;
 	FILE *f;
 	void *kargs[] = {&rounds};
@@ -130,6 +135,8 @@ int main(int argc, char **argv)
 			deferred = true;
 		else if (!strcmp(argv[i], "--churn") && i + 1 < argc)
 			churn = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--mutate") && i + 1 < argc)
+			mutate = argv[++i];
 	}
 	go_file = argv[2];
 	if (getenv("CKPT_SWAP_SOCK"))
@@ -207,8 +214,18 @@ int main(int argc, char **argv)
 		fclose(f);
 		rename(tmp, argv[1]);
 	}
-	while (!exists(go_file))
+	while (!exists(go_file)) {
+		if (mutate && !mutated && exists(mutate)) {
+			unsigned char flipped = (unsigned char)~pattern(MUTATED_BUF, MUTATED_AT);
+			char done[4096];
+
+			CK(cuMemcpyHtoD(buf[MUTATED_BUF] + MUTATED_AT, &flipped, 1));
+			snprintf(done, sizeof(done), "%s.done", mutate);
+			fclose(fopen(done, "w"));
+			mutated = true;
+		}
 		usleep(20000);
+	}
 	if (posted_error) {
 		CUresult r = cuCtxSynchronize();
 
@@ -231,9 +248,13 @@ int main(int argc, char **argv)
 		host = malloc(sizes[b]);
 		CK(cuMemcpyDtoH(host, buf[b], sizes[b]));
 		for (size_t i = 0; i < sizes[b]; i++) {
-			if (host[i] != pattern(b, i)) {
+			unsigned char want = pattern(b, i);
+
+			if (mutated && b == MUTATED_BUF && i == MUTATED_AT)
+				want = (unsigned char)~want;
+			if (host[i] != want) {
 				fprintf(stderr, "ckpt_client: buffer %d byte %zu: %u, expected %u\n", b, i,
-					host[i], pattern(b, i));
+					host[i], want);
 				return 1;
 			}
 		}

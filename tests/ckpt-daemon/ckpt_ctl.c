@@ -7,6 +7,7 @@
  *   ckpt_ctl SOCK sessions
  *   ckpt_ctl - verify STORE ID READY          device-alloc regions against ckpt_client's pattern
  *   ckpt_ctl - count STORE                    prints the number of checkpoints
+ *   ckpt_ctl - drop STORE ID                  deletes a checkpoint and collects what it alone held
  * Exit 0 on success, 1 on failure (the reason on stderr). */
 #include <inttypes.h>
 #include <stdio.h>
@@ -108,6 +109,21 @@ int main(int argc, char **argv)
 		return 2;
 	if (!strcmp(cmd, "verify"))
 		return argc == 6 ? verify(argv[3], strtoull(argv[4], NULL, 0), argv[5]) : 2;
+	if (!strcmp(cmd, "drop") && argc == 5) {
+		struct crc_store *st;
+		struct crc_gc_report gr;
+		int r = crc_store_open(argv[3], 0, &st);
+
+		if (!r)
+			r = crc_store_manifest_delete(st, strtoull(argv[4], NULL, 0));
+		if (!r)
+			r = crc_store_gc(st, &gr);
+		if (!r)
+			crc_store_close(st);
+		if (r)
+			fprintf(stderr, "drop: %s\n", crc_strerror(r));
+		return r ? 1 : 0;
+	}
 	if (!strcmp(cmd, "count")) {
 		struct crc_store *st;
 		uint64_t *ids;
@@ -137,8 +153,8 @@ int main(int argc, char **argv)
 		rc = crc_ctl_checkpoint(c, atoi(argv[3]), argv[4], &s);
 		if (!rc)
 			printf("checkpoint: %" PRIu64 " allocations %" PRIu64 " globals %" PRIu64
-			       " modules %" PRIu64 " bytes %.3f s %.3f GB/s\n",
-			       s.allocations, s.globals, s.modules, s.device_bytes, s.seconds,
+			       " modules %" PRIu64 " bytes %" PRIu64 " copied %.3f s %.3f GB/s\n",
+			       s.allocations, s.globals, s.modules, s.device_bytes, s.copied_bytes, s.seconds,
 			       s.seconds > 0 ? (double)s.device_bytes / s.seconds / 1e9 : 0.0);
 	} else if (!strcmp(cmd, "commit")) {
 		const char *meta[] = {"test=ckpt-daemon", NULL};

@@ -14,6 +14,11 @@
 #       killed    a daemon killed mid-checkpoint leaves the previous checkpoint intact
 #       churn     a client that created and destroyed 1500 events, streams and allocations: the
 #                 daemon's journal dropped the dead pairs (fewer records than calls), restore works
+#       incremental  checkpoint, flip one byte of a 4 MiB chunk, checkpoint, checkpoint again: the
+#                 second copies that chunk (and the globals) only, the third the globals only; the
+#                 third restored elsewhere has the flipped byte and all the rest
+#       collected checkpoint, delete it and collect its chunks, checkpoint: everything is copied again
+#                 (the chunks the digests name are gone), and that checkpoint restores exactly
 #       tcp       the client's session is TCP (a remote GPU): quiesce (asked on its socket: the idle
 #                 client parks through its watcher thread), checkpoint, commit, verify, resume, twice;
 #                 the client continues correctly
@@ -103,7 +108,47 @@ restore_elsewhere() {
 	finish_client
 }
 
+# copied: the bytes the last checkpoint copied off the device (its stats in $tmp/stats)
+ckpt_copied() {
+	"$ctl" "$CRCUDA_SOCKET" quiesce "$pid" || fail "quiesce"
+	"$ctl" "$CRCUDA_SOCKET" checkpoint "$pid" "$store" >"$tmp/stats" || fail "checkpoint"
+	cat "$tmp/stats" >&2
+	"$ctl" "$CRCUDA_SOCKET" commit "$pid" >"$tmp/id" || fail "commit"
+	sed -n 's/.* \([0-9]*\) copied .*/\1/p' "$tmp/stats"
+}
+
 case $case in
+incremental)
+	start_daemon daemon1
+	start_client --mutate "$tmp/mutate"
+	c1=$(ckpt_copied) || exit 1
+	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume"
+	touch "$tmp/mutate"
+	for _ in $(seq 100); do [ -f "$tmp/mutate.done" ] && break; sleep 0.1; done
+	[ -f "$tmp/mutate.done" ] || fail "the client did not change its memory"
+	c2=$(ckpt_copied) || exit 1
+	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume"
+	c3=$(ckpt_copied) || exit 1
+	id=$(cat "$tmp/id")
+	echo "copied: first $c1, after one changed chunk $c2, unchanged $c3"
+	[ "$c3" -lt 4096 ] || fail "nothing changed, yet $c3 bytes were copied (only globals should be)"
+	[ $((c2 - c3)) = 4194304 ] || fail "one 4 MiB chunk changed, yet $((c2 - c3)) bytes more were copied"
+	[ "$c1" -gt $((12 << 20)) ] || fail "the first checkpoint copied only $c1 bytes"
+	grep -q "digests" "$tmp/daemon1.log" || fail "no digest line in the daemon log"
+	restore_elsewhere "$id"
+	;;
+collected)
+	start_daemon daemon1
+	start_client
+	c1=$(ckpt_copied) || exit 1
+	id1=$(cat "$tmp/id")
+	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume"
+	"$ctl" - drop "$store" "$id1" || fail "drop"
+	c2=$(ckpt_copied) || exit 1
+	echo "copied: first $c1, after it was collected $c2"
+	[ "$c2" = "$c1" ] || fail "the first checkpoint's chunks are gone, yet only $c2 of $c1 bytes were copied"
+	restore_elsewhere "$(cat "$tmp/id")"
+	;;
 restore)
 	start_daemon daemon1
 	start_client
