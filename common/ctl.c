@@ -239,7 +239,13 @@ int crc_ctl_quiesce_park(struct crc_ctl *c, pid_t pid, int timeout_ms, const cha
 
 int crc_ctl_checkpoint(struct crc_ctl *c, pid_t pid, const char *store_dir, struct crc_ctl_ckpt_stats *stats)
 {
-	struct crc_ctl_req r = {.pid = pid};
+	return crc_ctl_checkpoint_flags(c, pid, store_dir, 0, stats);
+}
+
+int crc_ctl_checkpoint_flags(struct crc_ctl *c, pid_t pid, const char *store_dir, unsigned flags,
+			     struct crc_ctl_ckpt_stats *stats)
+{
+	struct crc_ctl_req r = {.pid = pid, .timeout_ms = (int32_t)flags};
 	struct crc_ctl_ckpt_wire *w;
 	size_t len = 0;
 	void *data;
@@ -262,7 +268,26 @@ int crc_ctl_checkpoint(struct crc_ctl *c, pid_t pid, const char *store_dir, stru
 		    .copy_seconds = w->copy_seconds,
 		    .copied_bytes = len >= sizeof(*w) ? w->copied_bytes : w->device_bytes,
 		    .digest_seconds = len >= sizeof(*w) ? w->digest_seconds : 0,
+		    .snapshot_bytes = len >= sizeof(*w) ? w->snapshot_bytes : 0,
 		};
+	free(data);
+	return 0;
+}
+
+int crc_ctl_commit_wait(struct crc_ctl *c, pid_t pid, int timeout_ms, uint64_t *ckpt_id)
+{
+	struct crc_ctl_req r = {.pid = pid, .timeout_ms = timeout_ms};
+	size_t len = 0;
+	void *data;
+	int rc = exchange(c, CRC_OP_CTL_COMMIT_WAIT, &r, sizeof(r), NULL, 0, &data, &len);
+
+	if (rc)
+		return rc;
+	if (len < sizeof(*ckpt_id)) {
+		free(data);
+		return fail(c, CRC_EPROTO, "short commit-wait reply");
+	}
+	memcpy(ckpt_id, data, sizeof(*ckpt_id));
 	free(data);
 	return 0;
 }

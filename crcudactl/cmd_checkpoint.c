@@ -46,7 +46,10 @@ static void ckpt_usage(FILE *f)
 		"unless --leave-running. Needs root (CRIU).\n"
 		"\n"
 		"Options:\n"
-		"  -R, --leave-running  let the process run on after the checkpoint\n"
+		"  -R, --leave-running  let the process run on after the checkpoint: what changed is\n"
+		"                       snapshotted in free device memory and copied to the store while\n"
+		"                       it runs on (the command returns once that is committed)\n"
+		"      --no-background  with -R: copy device memory before the process runs on\n"
 		"  -s, --store DIR      the store (default $CRCUDA_STORE, else ~/.local/share/crcuda/store)\n"
 		"      --daemon ADDR    the program's crcudad (default: the program's CRCUDA_REMOTE, else\n"
 		"                       $CRCUDA_SOCKET, else /tmp/crcuda-UID/crcudad.sock)\n"
@@ -246,11 +249,52 @@ static uint64_t report_u64(const char *stats, const char *key)
 	return p ? strtoull(p + strlen(key), NULL, 10) : 0;
 }
 
+/* The commit of a checkpoint the daemon copies to the store in the background: its id, or 0 with why.
+ * Its daemon tells; if the program ended meanwhile (its session with it), the store does: the
+ * manifest that names this dump's image directory. */
+static uint64_t wait_background_commit(const char *daemon, const char *token, pid_t pid, const char *store,
+				       const char *rel, unsigned timeout, char *why, size_t why_len)
+{
+	struct crc_ctl *c = NULL;
+	struct crc_store *st = NULL;
+	uint64_t id = 0, *ids = NULL;
+	size_t n = 0;
+	int rc = crc_ctl_open(daemon, token, &c);
+
+	if (!rc && !(rc = crc_ctl_commit_wait(c, pid, (int)timeout * 1000, &id)) && id) {
+		crc_ctl_close(c);
+		return id;
+	}
+	snprintf(why, why_len, "%s", c ? crc_ctl_error(c) : crc_strerror(rc));
+	crc_ctl_close(c);
+	if (rc != CRC_ENOTFOUND && rc != CRC_EDAEMON)
+		return 0;
+	if (crc_store_open(store, 0, &st) || crc_store_manifest_list(st, &ids, &n)) {
+		crc_store_close(st);
+		return 0;
+	}
+	for (size_t i = n; i-- > 0 && !id;) {
+		struct crc_manifest *m;
+
+		if (crc_store_manifest_get(st, ids[i], &m))
+			continue;
+		const char *d = crc_manifest_meta_get(m, "criu.images_dir");
+
+		if (d && !strcmp(d, rel))
+			id = ids[i];
+		crc_manifest_free(m);
+	}
+	free(ids);
+	crc_store_close(st);
+	return id;
+}
+
 int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 {
-	enum { OPT_DAEMON = 256, OPT_REMOTE, OPT_TOKEN, OPT_TIMEOUT, OPT_JSON };
+	enum { OPT_DAEMON = 256, OPT_REMOTE, OPT_TOKEN, OPT_TIMEOUT, OPT_JSON, OPT_NO_BACKGROUND };
 	static const struct option longopts[] = {
 	    {"leave-running", no_argument, NULL, 'R'},
+	    {"no-background", no_argument, NULL, OPT_NO_BACKGROUND},
 	    {"store", required_argument, NULL, 's'},
 	    {"daemon", required_argument, NULL, OPT_DAEMON},
 	    {"remote", required_argument, NULL, OPT_REMOTE},
@@ -263,7 +307,7 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	const char *store_arg = NULL, *daemon_arg = NULL, *remote_arg = NULL, *token_file = NULL;
 	char token[CRC_TOKEN_MAX + 1] = "";
 	bool tcp = false;
-	bool leave = false;
+	bool leave = false, background = true;
 	unsigned timeout = CKPT_TIMEOUT_DEFAULT;
 	char store[PATH_MAX], daemon[PATH_MAX], criu[PATH_MAX], plugdir[PATH_MAX], dir[PATH_MAX + 64];
 	char report[PATH_MAX * 2], outlog[PATH_MAX * 2], dlog[PATH_MAX * 2], backend[64], host[256] = "",
@@ -297,6 +341,9 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 			break;
 		case OPT_JSON:
 			opts->json = true;
+			break;
+		case OPT_NO_BACKGROUND:
+			background = false;
 			break;
 		case 'h':
 			ckpt_usage(stdout);
@@ -403,7 +450,7 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	bool shell_job = getsid(pid) != pid;
 	const char *rel = dir + strlen(store) + 1;
 
-	char *env[10], e_daemon[PATH_MAX + 16], e_store[PATH_MAX + 16], e_img[PATH_MAX + 32],
+	char *env[11], e_daemon[PATH_MAX + 16], e_store[PATH_MAX + 16], e_img[PATH_MAX + 32],
 	    e_report[PATH_MAX * 2 + 32], e_meta[1024], e_timeout[64], e_token[CRC_TOKEN_MAX + 16];
 	snprintf(e_daemon, sizeof(e_daemon), "CRCUDA_DAEMON=%s", daemon);
 	snprintf(e_store, sizeof(e_store), "CRCUDA_STORE=%s", store);
@@ -417,10 +464,12 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	env[0] = e_daemon, env[1] = e_store, env[2] = e_img, env[3] = e_report, env[4] = e_meta;
 	env[5] = e_timeout, env[6] = "CRCUDA_PLUGIN=on";
 	/* Whether CRIU kills the process after the dump: a detached TCP session is then released. */
-	env[7] = leave ? "CRCUDA_LEAVE_RUNNING=1" : "CRCUDA_LEAVE_RUNNING=0", env[8] = NULL;
+	env[7] = leave ? "CRCUDA_LEAVE_RUNNING=1" : "CRCUDA_LEAVE_RUNNING=0";
+	/* Killed after the dump, the process has nothing to run on for: the copy comes first then. */
+	env[8] = leave && background ? "CRCUDA_CKPT_BACKGROUND=1" : "CRCUDA_CKPT_BACKGROUND=0", env[9] = NULL;
 	if (tcp) {
 		snprintf(e_token, sizeof(e_token), "CRCUDA_TOKEN=%s", token);
-		env[8] = e_token, env[9] = NULL;
+		env[9] = e_token, env[10] = NULL;
 	}
 
 	snprintf(pidbuf, sizeof(pidbuf), "%d", (int)pid);
@@ -456,6 +505,22 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 
 	if (ctl_report_get(report, "ckpt", 0, val, sizeof(val)) == 0)
 		id = strtoull(strchr(val, ' ') ? strchr(val, ' ') + 1 : val, NULL, 10);
+	double drain_wait = 0;
+	if (rc == 0 && !id && ctl_report_get(report, "pending", 0, val, sizeof(val)) == 0) {
+		double t1 = ctl_now();
+
+		id = wait_background_commit(daemon, tcp ? token : NULL, pid, store, rel, timeout, val,
+					    sizeof(val));
+		drain_wait = ctl_now() - t1;
+		if (!id) {
+			ctl_error("checkpoint of %d failed: %s", (int)pid, val);
+			fprintf(stderr, "crcudactl: nothing was committed; the previous checkpoints are "
+					"untouched and the process runs on\n");
+			rm_tree(dir);
+			goto out;
+		}
+		secs = ctl_now() - t0;
+	}
 	if (rc != 0 || !id) {
 		if (ctl_report_get(report, "error", 0, val, sizeof(val)) == 0)
 			ctl_error("checkpoint of %d failed: %s", (int)pid, val);
@@ -486,29 +551,51 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 		}
 		goto out;
 	}
-	uint64_t dev_bytes = 0, new_bytes = 0, allocs = 0, globals = 0;
-	double dev_secs = 0, copy_secs = 0;
+	uint64_t dev_bytes = 0, new_bytes = 0, allocs = 0, globals = 0, copied = 0, snap = 0;
+	double dev_secs = 0, copy_secs = 0, pause_q = 0, pause_d = 0, pause_c = 0;
 	if (ctl_report_get(report, "stats", 0, val, sizeof(val)) == 0) {
-		const char *p = strstr(val, " seconds="), *c = strstr(val, "copy_seconds=");
+		const char *p = strstr(val, " seconds="), *c = strstr(val, " copy_seconds=");
 		dev_bytes = report_u64(val, "device_bytes="), new_bytes = report_u64(val, "new_bytes=");
 		allocs = report_u64(val, "allocations="), globals = report_u64(val, "globals=");
+		copied = report_u64(val, "copied_bytes="), snap = report_u64(val, "snapshot_bytes=");
 		dev_secs = p ? strtod(p + 9, NULL) : 0;
-		copy_secs = c ? strtod(c + 13, NULL) : 0;
+		copy_secs = c ? strtod(c + 14, NULL) : 0;
+	}
+	if (ctl_report_get(report, "pause", 0, val, sizeof(val)) == 0) {
+		const char *q = strstr(val, "quiesce="), *d = strstr(val, "device="),
+			   *c = strstr(val, "criu=");
+		pause_q = q ? strtod(q + 8, NULL) : 0;
+		pause_d = d ? strtod(d + 7, NULL) : 0;
+		pause_c = c ? strtod(c + 5, NULL) : 0;
 	}
 	if (opts->json) {
-		ctl_json_print(json_pack(
+		json_t *j = json_pack(
 		    "{s:i, s:I, s:i, s:I, s:s, s:s, s:b, s:f, s:f, s:f, s:I, s:I, s:I, s:I}", "version",
 		    CKPT_JSON_VERSION, "id", (json_int_t)id, "pid", (int)pid, "session",
 		    (json_int_t)sess.session_id, "store", store, "criu_images", rel, "leave_running", leave,
 		    "seconds", secs, "device_seconds", dev_secs, "device_copy_seconds", copy_secs,
 		    "device_bytes", (json_int_t)dev_bytes, "new_bytes", (json_int_t)new_bytes, "allocations",
-		    (json_int_t)allocs, "globals", (json_int_t)globals));
+		    (json_int_t)allocs, "globals", (json_int_t)globals);
+
+		/* What changed and was copied; the pause the process saw, in parts; the background copy. */
+		json_object_set_new(j, "copied_bytes", json_integer((json_int_t)copied));
+		json_object_set_new(j, "snapshot_bytes", json_integer((json_int_t)snap));
+		json_object_set_new(j, "pause_quiesce_seconds", json_real(pause_q));
+		json_object_set_new(j, "pause_device_seconds", json_real(pause_d));
+		json_object_set_new(j, "pause_criu_seconds", json_real(pause_c));
+		json_object_set_new(j, "background_wait_seconds", json_real(drain_wait));
+		ctl_json_print(j);
 	} else {
-		printf("checkpoint %" PRIu64 ": pid %d, %.1f MiB of device memory (%.1f MiB new, %" PRIu64
-		       " allocations, %" PRIu64
-		       " globals) in %.2f s (device %.2f s); images %s; process %s\n",
-		       id, (int)pid, dev_bytes / 1048576.0, new_bytes / 1048576.0, allocs, globals, secs,
-		       dev_secs, rel, leave ? "left running" : "stopped");
+		printf("checkpoint %" PRIu64 ": pid %d, %.1f MiB of device memory (%.1f MiB changed and "
+		       "copied, %.1f MiB new, %" PRIu64 " allocations, %" PRIu64
+		       " globals) in %.2f s (device %.2f s); images %s; process %s",
+		       id, (int)pid, dev_bytes / 1048576.0, copied / 1048576.0, new_bytes / 1048576.0, allocs,
+		       globals, secs, dev_secs, rel, leave ? "left running" : "stopped");
+		if (leave && pause_q + pause_d + pause_c > 0)
+			printf(" (paused %.3f s: quiesce %.3f, device %.3f, CRIU %.3f%s)",
+			       pause_q + pause_d + pause_c, pause_q, pause_d, pause_c,
+			       snap ? "; device memory copied to the store after it" : "");
+		printf("\n");
 	}
 	ret = CTL_EXIT_OK;
 out:

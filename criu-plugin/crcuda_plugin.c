@@ -17,6 +17,9 @@
  *                        /tmp/crcuda-UID/crcudad.sock); token of a TCP one: CRCUDA_TOKEN /
  *                        CRCUDA_TOKEN_FILE, else the task's
  *   CRCUDA_LEAVE_RUNNING dump: 0 when CRIU kills the tasks (a detached TCP session then ends at once)
+ *   CRCUDA_CKPT_BACKGROUND dump: 1 to snapshot device memory and copy it to the store after the task
+ *                        runs on (with --leave-running): the commit then happens when that copy is
+ *                        done; the report says "pending PID" and crc_ctl_commit_wait tells the end
  *   CRCUDA_REMOTE        restore on the daemon at HOST:PORT (token: CRCUDA_TOKEN / CRCUDA_TOKEN_FILE)
  *   CRCUDA_STORE         the store (dump: default ~/.local/share/crcuda/store; restore: the dump's)
  *   CRCUDA_CRIU_IMAGES   the image directory relative to the store (default: computed)
@@ -38,6 +41,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -70,6 +74,7 @@ struct task {
 	bool quiesced, checkpointed;
 	uint32_t sk_ino; /* its socket to the daemon, once DUMP_UNIX_SK saw it */
 	struct crc_ctl_ckpt_stats stats;
+	double t_quiesce, t_quiesced, t_device; /* when its pause began, it was quiesced, copied */
 	/* A TCP client parks on a unix socket of ours instead of its connection (park_listen). */
 	char park[108];
 	int park_fd; /* our end, -1 */
@@ -154,6 +159,14 @@ static void phase(const char *name, int pid)
 	pr_info("test pause at phase %s\n", name);
 	for (int i = 0; i < 600 && access(file, F_OK) == 0; i++)
 		usleep(100000);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static int env_int(const char *name, int def)
@@ -428,6 +441,7 @@ static int pause_devices(int pid)
 		return -ENOTSUP;
 	}
 	phase("quiesce", pid);
+	t->t_quiesce = now_s();
 	if (tcp && (lfd = park_listen(t)) < 0)
 		return -1;
 	rc = tcp ? crc_ctl_quiesce_park(P.ctl, pid, P.timeout_ms, t->park)
@@ -441,6 +455,7 @@ static int pause_devices(int pid)
 		return -1;
 	}
 	t->quiesced = true;
+	t->t_quiesced = now_s();
 	if (tcp && park_accept(t, lfd))
 		return -1;
 	pr_info("task %d: session %" PRIu64 " quiesced\n", pid, t->session);
@@ -456,7 +471,10 @@ static int checkpoint_devices(int pid)
 	if (!P.enabled || !t)
 		return -ENOTSUP;
 	phase("device", pid);
-	rc = crc_ctl_checkpoint(P.ctl, pid, P.store, &t->stats);
+	rc = crc_ctl_checkpoint_flags(P.ctl, pid, P.store,
+				      env_int("CRCUDA_CKPT_BACKGROUND", 0) == 1 ? CRC_CTL_CKPT_BACKGROUND : 0,
+				      &t->stats);
+	t->t_device = now_s();
 	if (rc) {
 		fail("checkpoint of the device state of task %d into %s: %s%s", pid, P.store,
 		     crc_ctl_error(P.ctl),
@@ -470,9 +488,12 @@ static int checkpoint_devices(int pid)
 		pid, t->stats.allocations, t->stats.globals, t->stats.device_bytes, t->stats.new_bytes,
 		t->stats.seconds);
 	report("stats %d allocations=%" PRIu64 " globals=%" PRIu64 " modules=%" PRIu64
-	       " device_bytes=%" PRIu64 " new_bytes=%" PRIu64 " seconds=%.6f copy_seconds=%.6f",
+	       " device_bytes=%" PRIu64 " new_bytes=%" PRIu64
+	       " seconds=%.6f copy_seconds=%.6f copied_bytes=%" PRIu64 " snapshot_bytes=%" PRIu64
+	       " digest_seconds=%.6f",
 	       pid, t->stats.allocations, t->stats.globals, t->stats.modules, t->stats.device_bytes,
-	       t->stats.new_bytes, t->stats.seconds, t->stats.copy_seconds);
+	       t->stats.new_bytes, t->stats.seconds, t->stats.copy_seconds, t->stats.copied_bytes,
+	       t->stats.snapshot_bytes, t->stats.digest_seconds);
 	phase("criu", pid);
 	return 0;
 }
@@ -673,6 +694,11 @@ static void dump_fini(int ret)
 				fail("commit of the checkpoint of task %d: %s", (int)t->pid,
 				     crc_ctl_error(P.ctl));
 				crc_ctl_abort(P.ctl, t->pid);
+			} else if (!id) {
+				/* Committed by the daemon once its background copy is done. */
+				pr_info("task %d: checkpoint committed once drained (images %s)\n",
+					(int)t->pid, rel);
+				report("pending %d", (int)t->pid);
 			} else {
 				pr_info("task %d: checkpoint %" PRIu64 " committed (images %s)\n",
 					(int)t->pid, id, rel);
@@ -689,6 +715,12 @@ static void dump_fini(int ret)
 		if (t->quiesced &&
 		    (!ret && killed ? crc_ctl_release(P.ctl, t->pid) : crc_ctl_resume(P.ctl, t->pid)))
 			pr_warn("resuming session of task %d: %s\n", (int)t->pid, crc_ctl_error(P.ctl));
+		/* The task's pause: quiescing, the device part, and CRIU's (the task is thawed right after
+		 * this, when it runs on). */
+		if (t->quiesced && t->t_device > 0)
+			report("pause %d quiesce=%.6f device=%.6f criu=%.6f", (int)t->pid,
+			       t->t_quiesced - t->t_quiesce, t->t_device - t->t_quiesced,
+			       now_s() - t->t_device);
 		if (t->park_fd >= 0) {
 			struct crc_sock_notice n = {.magic = CRC_PROTO_MAGIC, .kind = CRC_NOTICE_RESUME};
 

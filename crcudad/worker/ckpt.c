@@ -292,9 +292,9 @@ static void *writer_main(void *arg)
 			ms = 0;
 
 		if (!skip && res == CUDA_SUCCESS)
-			rc = crc_ckpt_put_chunk_at(p->ck, w->lane, j->region,
-						   (uint32_t)((j->region_off + off) / STORE_CHUNK),
-						   (uint8_t *)p->buf[b] + off, n, j->ent ? &j->ent[k].hash : NULL);
+			rc = crc_ckpt_put_chunk_at(
+			    p->ck, w->lane, j->region, (uint32_t)((j->region_off + off) / STORE_CHUNK),
+			    (uint8_t *)p->buf[b] + off, n, j->ent ? &j->ent[k].hash : NULL);
 		pthread_mutex_lock(&p->lock);
 		p->copy_ms += ms;
 		if (res != CUDA_SUCCESS)
@@ -363,9 +363,9 @@ static int copy_runs(struct crc_session *s, struct crc_ckpt *ck, CUcontext ctx, 
 						    : nwriters + 2;
 	pthread_mutex_init(&p.lock, NULL);
 	pthread_cond_init(&p.cond, NULL);
+	/* May run on the background drain's thread: the session thread's current context is its own. */
 	if (ctx)
 		CALL(cuCtxSetCurrent, ctx);
-	s->cur_ctx = UINT64_MAX;
 	res = CALL(cuStreamCreate, &st, CU_STREAM_NON_BLOCKING);
 	for (unsigned b = 0; b < p.nbufs; b++) {
 		p.free_buf[b] = true;
@@ -556,6 +556,255 @@ static uint64_t chunks_of(uint64_t size)
 	return (size + STORE_CHUNK - 1) / STORE_CHUNK;
 }
 
+/* ---- background drain: the application runs on while its snapshot goes to the store -------------- */
+/* A checkpoint asked for with CRC_CTL_CKPT_BACKGROUND copies what changed into free device memory (a
+ * snapshot, at device bandwidth) and returns; this thread copies the snapshot to the store while the
+ * application runs on, then commits once the commit was asked for (crc_ckpt_commit_session hands it
+ * over and answers at once). */
+struct bg_group {
+	CUcontext ctx;
+	CUdeviceptr snap;
+	struct copy_run *runs; /* their addresses in the snapshot */
+	size_t nruns;
+};
+
+struct crc_bg {
+	pthread_t tid;
+	bool started;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct crc_session *s;
+	struct bg_group g[CRC_MAX_DEVICES + 1];
+	unsigned ng;
+	uint64_t bytes;
+	bool drained;	   /* copied (or failed), the snapshots freed */
+	bool commit_asked; /* ck, store and the commit's arguments are the thread's */
+	bool abort;
+	struct crc_ckpt *ck;
+	struct crc_store *store;
+	char *args;
+	size_t args_len;
+	bool done; /* committed or failed: rc, id, why */
+	int rc;
+	uint64_t id;
+	double drain_seconds;
+	char why[CRC_CTL_MSG_MAX];
+};
+
+/* CRCUDA_CKPT_SNAPSHOT=0: background checkpoints copy before they return, as others do. */
+static bool snapshot_on(void)
+{
+	const char *v = getenv("CRCUDA_CKPT_SNAPSHOT");
+
+	return !v || strcmp(v, "0");
+}
+
+/* Copies the runs into a snapshot of free device memory and hands them to the session's coming
+ * background drain: 0, or 1 when there is no room for it (the caller copies them now), or an error. */
+static int bg_snapshot(struct crc_session *s, CUcontext ctx, struct copy_run *runs, size_t nruns, char *why,
+		       size_t why_len)
+{
+	struct crc_bg *bg = s->bg;
+	uint64_t need = 0, off = 0;
+	size_t free_b = 0, total = 0;
+	CUdeviceptr snap = 0;
+	CUstream st = NULL;
+	CUresult res;
+
+	for (size_t i = 0; i < nruns; i++)
+		need += runs[i].len;
+	if (!need || !snapshot_on() || !bg || bg->ng == sizeof(bg->g) / sizeof(bg->g[0]))
+		return 1;
+	res = CALL(cuCtxSetCurrent, ctx);
+	if (res == CUDA_SUCCESS)
+		res = CALL(cuMemGetInfo_v2, &free_b, &total);
+	/* Room left for the application beside it: a sixteenth of the device, 256 MiB at least (a
+	 * failed allocation of its waits for the drain, see crc_bg_release). */
+	uint64_t keep = total / 16 > (256u << 20) ? total / 16 : (256u << 20);
+
+	if (res != CUDA_SUCCESS || free_b < need + keep)
+		return 1;
+	if (CALL(cuMemAlloc_v2, &snap, need) != CUDA_SUCCESS)
+		return 1;
+	res = CALL(cuStreamCreate, &st, CU_STREAM_NON_BLOCKING);
+	for (size_t i = 0; i < nruns && res == CUDA_SUCCESS; i++) {
+		res = CALL(cuMemcpyDtoDAsync_v2, snap + off, runs[i].addr, runs[i].len, st);
+		runs[i].addr = snap + off;
+		off += runs[i].len;
+	}
+	if (res == CUDA_SUCCESS)
+		res = CALL(cuStreamSynchronize, st);
+	if (st)
+		CALL(cuStreamDestroy_v2, st);
+	if (res != CUDA_SUCCESS) {
+		CALL(cuMemFree_v2, snap);
+		snprintf(why, why_len, "snapshotting device memory failed: CUDA error %d", res);
+		return CRC_ECUDA;
+	}
+	bg->g[bg->ng++] = (struct bg_group){ctx, snap, runs, nruns};
+	bg->bytes += need;
+	return 0;
+}
+
+static int bg_apply_commit_args(struct crc_ckpt *ck, const char *args, size_t len);
+
+static void *bg_main(void *arg)
+{
+	struct crc_bg *bg = arg;
+	struct crc_session *s = bg->s;
+	double t0 = crc_now_s(), secs;
+	const char *delay = getenv("CRCUDA_TEST_DRAIN_DELAY_MS"); /* tests: the application runs first */
+	int rc = 0;
+
+	if (delay && atoi(delay) > 0)
+		usleep((useconds_t)atoi(delay) * 1000);
+	for (unsigned i = 0; i < bg->ng; i++) {
+		if (!rc && !bg->abort)
+			rc = copy_runs(s, bg->ck, bg->g[i].ctx, bg->g[i].runs, bg->g[i].nruns, &secs, bg->why,
+				       sizeof(bg->why));
+		CALL(cuCtxSetCurrent, bg->g[i].ctx);
+		CALL(cuMemFree_v2, bg->g[i].snap);
+	}
+	pthread_mutex_lock(&bg->lock);
+	bg->drained = true;
+	bg->rc = rc;
+	bg->drain_seconds = crc_now_s() - t0;
+	pthread_cond_broadcast(&bg->cond);
+	while (!bg->commit_asked && !bg->abort)
+		pthread_cond_wait(&bg->cond, &bg->lock);
+	pthread_mutex_unlock(&bg->lock);
+	if (!bg->abort && bg->commit_asked) {
+		if (!rc && (rc = bg_apply_commit_args(bg->ck, bg->args, bg->args_len)))
+			snprintf(bg->why, sizeof(bg->why), "cannot set the checkpoint's metadata: %s",
+				 crc_strerror(rc));
+		if (!rc && (rc = crc_ckpt_commit(bg->ck, &bg->id)))
+			snprintf(bg->why, sizeof(bg->why), "committing the checkpoint failed: %s",
+				 crc_strerror(rc));
+		else if (rc)
+			crc_ckpt_abort(bg->ck);
+		bg->ck = NULL;
+		if (!rc) {
+			crc_inc_clear(&s->inc_prev);
+			s->inc_prev = s->inc_next;
+			s->inc_next = (struct crc_inc_table){0};
+			if (s->inc_prev.n)
+				qsort(s->inc_prev.e, s->inc_prev.n, sizeof(*s->inc_prev.e), by_digest);
+			pr_info("session %llu: checkpoint %" PRIu64 " committed to %s (%" PRIu64
+				" bytes drained in the background in %.3f s)",
+				(unsigned long long)s->id, bg->id, s->store_dir, bg->bytes,
+				bg->drain_seconds);
+		} else {
+			pr_warn("session %llu: background checkpoint failed: %s", (unsigned long long)s->id,
+				bg->why);
+		}
+		crc_inc_clear(&s->inc_next);
+		crc_store_close(bg->store);
+		bg->store = NULL;
+	}
+	pthread_mutex_lock(&bg->lock);
+	bg->rc = rc ? rc : bg->abort ? CRC_ECANCELED : 0;
+	if (bg->abort && !bg->why[0])
+		snprintf(bg->why, sizeof(bg->why), "the checkpoint was aborted");
+	bg->done = true;
+	pthread_cond_broadcast(&bg->cond);
+	pthread_mutex_unlock(&bg->lock);
+	return NULL;
+}
+
+/* Ends the session's background checkpoint: committed if it was asked to be, else aborted. Keeps its
+ * result for crc_bg_wait. */
+void crc_bg_end(struct crc_session *s)
+{
+	struct crc_bg *bg = s->bg;
+
+	if (!bg)
+		return;
+	pthread_mutex_lock(&bg->lock);
+	if (!bg->commit_asked)
+		bg->abort = true;
+	pthread_cond_broadcast(&bg->cond);
+	pthread_mutex_unlock(&bg->lock);
+	if (bg->started) {
+		pthread_join(bg->tid, NULL);
+	} else {
+		for (unsigned i = 0; i < bg->ng; i++) {
+			CALL(cuCtxSetCurrent, bg->g[i].ctx);
+			CALL(cuMemFree_v2, bg->g[i].snap);
+		}
+		s->cur_ctx = UINT64_MAX;
+	}
+	for (unsigned i = 0; i < bg->ng; i++)
+		free(bg->g[i].runs);
+	/* Handed over by a commit and not committed: the thread's to abort (it did); else the session's. */
+	if (bg->commit_asked && bg->ck)
+		crc_ckpt_abort(bg->ck);
+	if (bg->commit_asked)
+		crc_store_close(bg->store);
+	free(bg->args);
+	pthread_mutex_lock(&s->ctl_lock);
+	if (bg->started) {
+		s->bg_last_rc = bg->rc;
+		s->bg_last_id = bg->id;
+		snprintf(s->bg_last_why, sizeof(s->bg_last_why), "%s", bg->why);
+	}
+	s->bg = NULL;
+	pthread_cond_broadcast(&s->ctl_cond);
+	pthread_mutex_unlock(&s->ctl_lock);
+	pthread_mutex_destroy(&bg->lock);
+	pthread_cond_destroy(&bg->cond);
+	free(bg);
+}
+
+bool crc_bg_release(struct crc_session *s)
+{
+	struct crc_bg *bg = s->bg;
+	bool held;
+
+	if (!bg || !bg->started)
+		return false;
+	pthread_mutex_lock(&bg->lock);
+	held = !bg->drained;
+	while (!bg->drained)
+		pthread_cond_wait(&bg->cond, &bg->lock);
+	pthread_mutex_unlock(&bg->lock);
+	return held;
+}
+
+int crc_bg_wait(struct crc_session *s, int timeout_ms, uint64_t *id, char *why, size_t why_len)
+{
+	struct timespec until;
+	struct crc_bg *bg;
+	int rc;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += (timeout_ms > 0 ? timeout_ms : 600000) / 1000;
+	pthread_mutex_lock(&s->ctl_lock);
+	bg = s->bg;
+	if (bg) {
+		/* Its lock is taken under ctl_lock nowhere else: no order to break. */
+		pthread_mutex_lock(&bg->lock);
+		pthread_mutex_unlock(&s->ctl_lock);
+		while (!bg->done && pthread_cond_timedwait(&bg->cond, &bg->lock, &until) != ETIMEDOUT)
+			;
+		rc = bg->done ? bg->rc : CRC_ETIMEDOUT;
+		*id = bg->id;
+		snprintf(why, why_len, "%s",
+			 bg->done ? bg->why : "the background checkpoint is still draining");
+		pthread_mutex_unlock(&bg->lock);
+		return rc;
+	}
+	rc = s->bg_last_rc;
+	*id = s->bg_last_id;
+	snprintf(why, why_len, "%s", s->bg_last_why);
+	if (!rc && !*id) {
+		rc = CRC_ENOTFOUND;
+		snprintf(why, why_len, "session %llu has no background checkpoint",
+			 (unsigned long long)s->id);
+	}
+	pthread_mutex_unlock(&s->ctl_lock);
+	return rc;
+}
+
 /* The regions of one device (src[i].dev == dev) into the checkpoint: their chunks digested on the
  * device; those the last checkpoint holds are named by hash, the rest copied. */
 static int ckpt_group(struct crc_session *s, CUcontext ctx, const struct region_src *src, size_t n, int dev,
@@ -587,7 +836,8 @@ static int ckpt_group(struct crc_session *s, CUcontext ctx, const struct region_
 			for (uint64_t off = 0; src[i].dev == dev && src[i].digest && off < src[i].size;
 			     off += STORE_CHUNK, k++) {
 				desc[2 * k] = src[i].addr + off;
-				desc[2 * k + 1] = src[i].size - off < STORE_CHUNK ? src[i].size - off : STORE_CHUNK;
+				desc[2 * k + 1] =
+				    src[i].size - off < STORE_CHUNK ? src[i].size - off : STORE_CHUNK;
 			}
 		if (!rc) {
 			rc = crc_digest_device(ctx, desc, nch, dig, &secs, why, why_len);
@@ -618,8 +868,8 @@ static int ckpt_group(struct crc_session *s, CUcontext ctx, const struct region_
 
 			ent[k] = (struct crc_inc_entry){.digest = {dig[2 * k], dig[2 * k + 1]}, .len = len};
 			if (old && old->len == len) {
-				rc = crc_ckpt_ref_chunk_at(s->ckpt, 0, src[i].index, (uint32_t)(off / STORE_CHUNK),
-							   &old->hash, len);
+				rc = crc_ckpt_ref_chunk_at(s->ckpt, 0, src[i].index,
+							   (uint32_t)(off / STORE_CHUNK), &old->hash, len);
 				if (!rc) {
 					ent[k].hash = old->hash;
 					continue;
@@ -640,8 +890,16 @@ static int ckpt_group(struct crc_session *s, CUcontext ctx, const struct region_
 	}
 	if (rc && !why[0])
 		snprintf(why, why_len, "naming unchanged memory in the store failed: %s", crc_strerror(rc));
-	if (!rc)
+	/* A background checkpoint snapshots the runs and drains them later (1: no room, copy now). */
+	if (!rc && s->bg && !(rc = bg_snapshot(s, ctx, runs, nruns, why, why_len))) {
+		stats->snapshot_bytes = s->bg->bytes;
+		runs = NULL;
+	} else if (rc == 1) {
+		rc = 0;
+	}
+	if (!rc && runs)
 		rc = copy_runs(s, s->ckpt, ctx, runs, nruns, &secs, why, why_len);
+	s->cur_ctx = UINT64_MAX;
 	stats->copy_seconds += secs;
 	if (!rc && ent)
 		s->inc_next.n += nch;
@@ -826,7 +1084,7 @@ char *crc_events_recorded(const struct crc_session *s)
 	return list;
 }
 
-int crc_ckpt_run(struct crc_session *s, const char *store_dir)
+int crc_ckpt_run(struct crc_session *s, const char *store_dir, unsigned flags)
 {
 	struct crc_ctl_ckpt_wire stats = {0};
 	struct region_src *src = NULL;
@@ -836,7 +1094,18 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 	double t0 = crc_now_s();
 	int rc;
 
+	/* The last background checkpoint first: committed (or failed) before this one starts. */
+	crc_bg_end(s);
+	if (flags & CRC_CTL_CKPT_BACKGROUND) {
+		s->bg = calloc(1, sizeof(*s->bg));
+		if (s->bg) {
+			s->bg->s = s;
+			pthread_mutex_init(&s->bg->lock, NULL);
+			pthread_cond_init(&s->bg->cond, NULL);
+		}
+	}
 	if (s->force_mismatch) {
+		crc_bg_end(s);
 		crc_session_cmd_done(s, CRC_EINVAL,
 				     "session %llu's journal is incomplete (out of memory earlier)",
 				     (unsigned long long)s->id);
@@ -1047,6 +1316,18 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 	free(graphs);
 	stats.seconds = crc_now_s() - t0;
 	stats.new_bytes = crc_ckpt_new_bytes(s->ckpt);
+	if (s->bg && !s->bg->ng) {
+		crc_bg_end(s); /* nothing snapshotted: an ordinary checkpoint */
+	} else if (s->bg) {
+		s->bg->ck = s->ckpt;
+		s->bg->store = s->store;
+		if (pthread_create(&s->bg->tid, NULL, bg_main, s->bg)) {
+			rc = CRC_ENOMEM;
+			snprintf(why, sizeof(why), "cannot start the background drain");
+			goto fail;
+		}
+		s->bg->started = true;
+	}
 	memcpy(s->cmd_out, &stats, sizeof(stats));
 	s->cmd_out_len = sizeof(stats);
 	s->state = CRC_CTL_CHECKPOINTED;
@@ -1054,13 +1335,14 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir)
 		" globals), %" PRIu64 " copied (digests %.3f s), in %.3f s (%.2f GB/s; the copies alone "
 		"%.3f s, %.2f GB/s)",
 		(unsigned long long)s->id, stats.device_bytes, stats.allocations, stats.globals,
-		stats.copied_bytes, stats.digest_seconds,
-		stats.seconds, stats.seconds > 0 ? (double)stats.device_bytes / stats.seconds / 1e9 : 0.0,
+		stats.copied_bytes, stats.digest_seconds, stats.seconds,
+		stats.seconds > 0 ? (double)stats.device_bytes / stats.seconds / 1e9 : 0.0,
 		stats.copy_seconds,
 		stats.copy_seconds > 0 ? (double)stats.device_bytes / stats.copy_seconds / 1e9 : 0.0);
 	crc_session_cmd_done(s, 0, NULL);
 	return 0;
 fail:
+	crc_bg_end(s);
 	free(src);
 	free(graphs);
 	crc_ckpt_abort(s->ckpt);
@@ -1073,15 +1355,14 @@ fail:
 	return rc;
 }
 
-int crc_ckpt_commit_session(struct crc_session *s, const char *args, size_t len)
+/* The commit's arguments: the image directory, then key=value strings, then an empty string. */
+static int bg_apply_commit_args(struct crc_ckpt *ck, const char *args, size_t len)
 {
 	const char *p = args, *end = args + len;
-	uint64_t id = 0;
 	int rc = 0;
 
-	/* The image directory, then key=value strings, then an empty string. */
 	if (len && *p)
-		rc = crc_ckpt_meta_set(s->ckpt, "criu.images_dir", p);
+		rc = crc_ckpt_meta_set(ck, "criu.images_dir", p);
 	p += strlen(p) + 1;
 	while (!rc && p < end && *p) {
 		char key[256];
@@ -1090,10 +1371,44 @@ int crc_ckpt_commit_session(struct crc_session *s, const char *args, size_t len)
 		if (eq && (size_t)(eq - p) < sizeof(key)) {
 			memcpy(key, p, (size_t)(eq - p));
 			key[eq - p] = 0;
-			rc = crc_ckpt_meta_set(s->ckpt, key, eq + 1);
+			rc = crc_ckpt_meta_set(ck, key, eq + 1);
 		}
 		p += strlen(p) + 1;
 	}
+	return rc;
+}
+
+int crc_ckpt_commit_session(struct crc_session *s, const char *args, size_t len)
+{
+	uint64_t id = 0;
+	int rc = 0;
+
+	if (s->bg) {
+		/* Committed by the drain once it is done: the answer is id 0, crc_bg_wait tells the end. */
+		struct crc_bg *bg = s->bg;
+		char *copy = malloc(len ? len : 1);
+
+		if (!copy) {
+			crc_session_cmd_done(s, CRC_ENOMEM, "out of memory");
+			return CRC_ENOMEM;
+		}
+		memcpy(copy, args, len);
+		pthread_mutex_lock(&bg->lock);
+		bg->args = copy;
+		bg->args_len = len;
+		bg->commit_asked = true;
+		pthread_cond_broadcast(&bg->cond);
+		pthread_mutex_unlock(&bg->lock);
+		s->ckpt = NULL;
+		s->store = NULL;
+		s->state = CRC_CTL_QUIESCED;
+		memcpy(s->cmd_out, &id, sizeof(id));
+		s->cmd_out_len = sizeof(id);
+		pr_info("session %llu: commit once the background drain is done", (unsigned long long)s->id);
+		crc_session_cmd_done(s, 0, NULL);
+		return 0;
+	}
+	rc = bg_apply_commit_args(s->ckpt, args, len);
 	if (rc) {
 		crc_session_cmd_done(s, rc, "cannot set the checkpoint's metadata: %s", crc_strerror(rc));
 		return rc;
@@ -1126,6 +1441,7 @@ int crc_ckpt_commit_session(struct crc_session *s, const char *args, size_t len)
 
 void crc_ckpt_abort_session(struct crc_session *s)
 {
+	crc_bg_end(s); /* not asked to commit: it stops */
 	if (s->ckpt) {
 		crc_ckpt_abort(s->ckpt);
 		s->ckpt = NULL;

@@ -124,7 +124,7 @@ void crc_session_command(struct crc_session *s)
 							     : "running");
 			break;
 		}
-		rc = crc_ckpt_run(s, s->cmd_arg);
+		rc = crc_ckpt_run(s, s->cmd_arg, (unsigned)s->cmd_timeout_ms);
 		break;
 	case CRC_OP_CTL_COMMIT:
 		if (s->state != CRC_CTL_CHECKPOINTED) {
@@ -163,7 +163,7 @@ void crc_session_command(struct crc_session *s)
 static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const uint8_t *p, size_t len)
 {
 	char why[CRC_CTL_MSG_MAX] = "";
-	uint8_t out[64];
+	uint8_t out[128];
 	size_t out_len = 0;
 	struct crc_session *s;
 	const struct crc_ctl_req *r = (const void *)p;
@@ -188,7 +188,8 @@ static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const 
 		 * reply said why, and this worker, with nothing left to do, goes (closing it). */
 		return rc != 0;
 	}
-	if (len < sizeof(*r) || h->op < CRC_OP_CTL_QUIESCE || h->op > CRC_OP_CTL_RESUME) {
+	if (len < sizeof(*r) || h->op < CRC_OP_CTL_QUIESCE ||
+	    (h->op > CRC_OP_CTL_RESUME && h->op != CRC_OP_CTL_COMMIT_WAIT)) {
 		crc_ctl_reply_send(c->fd, h, CRC_EINVAL, "malformed control request", NULL, 0);
 		return true;
 	}
@@ -204,8 +205,17 @@ static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const 
 		crc_ctl_reply_send(c->fd, h, CRC_ENOTFOUND, why, NULL, 0);
 		return true;
 	}
-	rc = run_command(s, h->op, p + sizeof(*r), len - sizeof(*r), r->timeout_ms, why, sizeof(why), out,
-			 &out_len);
+	if (h->op == CRC_OP_CTL_COMMIT_WAIT) {
+		/* Here, not on the session thread: that one serves the application meanwhile. */
+		uint64_t id = 0;
+
+		rc = crc_bg_wait(s, r->timeout_ms, &id, why, sizeof(why));
+		memcpy(out, &id, sizeof(id));
+		out_len = sizeof(id);
+	} else {
+		rc = run_command(s, h->op, p + sizeof(*r), len - sizeof(*r), r->timeout_ms, why, sizeof(why),
+				 out, &out_len);
+	}
 	/* A detached client waits for this connection's owner (the CRIU plugin): if it drops, resume. */
 	if (!rc && h->op == CRC_OP_CTL_QUIESCE && s->detached)
 		s->quiesced_by = c;

@@ -31,8 +31,8 @@ extern const unsigned char digest_kernel_fatbin[];
 /* Chunks per launch: a bound on the descriptor buffers (8 GiB of 4 MiB chunks is 2048). */
 #define DIGEST_BATCH 4096u
 
-int crc_digest_device(CUcontext ctx, const uint64_t *desc, size_t n, uint64_t *out, double *seconds, char *why,
-		      size_t why_len)
+int crc_digest_device(CUcontext ctx, const uint64_t *desc, size_t n, uint64_t *out, double *seconds,
+		      char *why, size_t why_len)
 {
 #ifdef CRCUDA_HAVE_DIGEST_KERNEL
 	CUmodule mod = NULL;
@@ -64,8 +64,8 @@ int crc_digest_device(CUcontext ctx, const uint64_t *desc, size_t n, uint64_t *o
 
 		res = CALL(cuMemcpyHtoDAsync_v2, ddesc, desc + 2 * at, k * 16, st);
 		if (res == CUDA_SUCCESS)
-			res = CALL(cuLaunchKernel, fn, (unsigned)k, 1, 1, CRC_DIGEST_THREADS, 1, 1, 0, st, args,
-				   NULL);
+			res = CALL(cuLaunchKernel, fn, (unsigned)k, 1, 1, CRC_DIGEST_THREADS, 1, 1, 0, st,
+				   args, NULL);
 		if (res == CUDA_SUCCESS)
 			res = CALL(cuMemcpyDtoHAsync_v2, out + 2 * at, dout, k * 16, st);
 		if (res == CUDA_SUCCESS)

@@ -67,8 +67,8 @@ CRC_DIGEST_FN crc_digest_u64 crc_digest_avalanche(crc_digest_u64 h)
 }
 
 /* Folds the lanes' accumulators, then the tail (len % 16 bytes at tail), into out[2]. */
-CRC_DIGEST_FN void crc_digest_finish(const crc_digest_u64 *a, const crc_digest_u64 *b, const unsigned char *tail,
-				     crc_digest_u64 len, crc_digest_u64 out[2])
+CRC_DIGEST_FN void crc_digest_finish(const crc_digest_u64 *a, const crc_digest_u64 *b,
+				     const unsigned char *tail, crc_digest_u64 len, crc_digest_u64 out[2])
 {
 	crc_digest_u64 ha = CRC_DIGEST_P5 ^ len, hb = CRC_DIGEST_P4 + len, w = 0;
 	unsigned n = (unsigned)(len % 16);

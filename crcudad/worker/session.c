@@ -710,6 +710,12 @@ CUresult crc_session_execute(struct crc_session *s, const struct crc_msg_hdr *m)
 	s->msg = m;
 	crc_journal_begin(s);
 	res = execute(s, m);
+	/* Out of device memory while a background checkpoint's snapshot holds some: once it is drained
+	 * and freed, the call again (natively that memory was free; a failed allocation did nothing). */
+	if (res == CUDA_ERROR_OUT_OF_MEMORY && crc_bg_release(s)) {
+		crc_journal_begin(s);
+		res = execute(s, m);
+	}
 	if (res == CUDA_SUCCESS)
 		crc_journal_end(s, m->op, h, (const uint8_t *)(h + 1), len - sizeof(*h));
 	if (res == CUDA_SUCCESS &&
@@ -937,6 +943,7 @@ static void session_dealloc(struct crc_session *s)
 
 static void session_free(struct crc_session *s)
 {
+	crc_bg_end(s); /* committed if the commit was asked for: the client may end before the drain */
 	crc_worker_session_ended();
 	crc_session_release_resources(s);
 	pthread_mutex_lock(&crcd.lock);

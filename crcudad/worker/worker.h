@@ -213,9 +213,14 @@ struct crc_session {
 			uint64_t digest[2];
 			struct crc_hash hash;
 			uint64_t len;
-		} *e;
+		} * e;
 		size_t n, cap;
 	} inc_prev, inc_next;
+	/* A checkpoint being drained in the background (ckpt.c), and how the last one ended. */
+	struct crc_bg *bg;
+	int bg_last_rc;
+	uint64_t bg_last_id;
+	char bg_last_why[CRC_CTL_MSG_MAX];
 
 	/* TCP quiesce and detach (tcp_park.c, crcuda/proto.h). */
 	uint8_t ticket[32];	 /* a detached client's proof when it takes the session back */
@@ -293,13 +298,22 @@ int crc_tcp_reclaim(int fd, const struct crc_hello *hello);
 /* On the session thread: takes a reclaiming connection (aborting a checkpoint it abandoned). false
  * while detached with nothing to take (the caller keeps waiting), or when the session must end. */
 bool crc_tcp_take_back(struct crc_session *s, bool *end);
-int crc_ckpt_run(struct crc_session *s, const char *store_dir);
+/* flags: CRC_CTL_CKPT_* (crcuda/ctl.h). */
+int crc_ckpt_run(struct crc_session *s, const char *store_dir, unsigned flags);
+/* Background checkpoints (ckpt.c). crc_bg_end: commits it if asked to, else aborts it, and waits
+ * (session thread). crc_bg_release: waits until its snapshot is freed; true if one was held (a call
+ * that ran out of device memory meanwhile may try again). crc_bg_wait (control thread): waits up to
+ * timeout_ms for the last one's end: 0 and its id, or its error said in why. */
+void crc_bg_end(struct crc_session *s);
+bool crc_bg_release(struct crc_session *s);
+int crc_bg_wait(struct crc_session *s, int timeout_ms, uint64_t *id, char *why, size_t why_len);
 /* Shared by checkpoint and restore (ckpt.c). */
 double crc_now_s(void);
 /* Chunk digests (digest.h) of n chunks {addr, len} (desc[2i], desc[2i + 1],
- * addresses 16-byte aligned, memory accessible in ctx) on the device, into out[2i], out[2i + 1]: 0, CRC_ENOTSUP (no kernel in this build) or CRC_ECUDA, said in why. */
-int crc_digest_device(CUcontext ctx, const uint64_t *desc, size_t n, uint64_t *out, double *seconds, char *why,
-		      size_t why_len);
+ * addresses 16-byte aligned, memory accessible in ctx) on the device, into out[2i], out[2i + 1]: 0,
+ * CRC_ENOTSUP (no kernel in this build) or CRC_ECUDA, said in why. */
+int crc_digest_device(CUcontext ctx, const uint64_t *desc, size_t n, uint64_t *out, double *seconds,
+		      char *why, size_t why_len);
 /* Forgets a table of chunk digests. */
 void crc_inc_clear(struct crc_inc_table *t);
 CUcontext crc_session_ctx(struct crc_session *s);

@@ -81,6 +81,7 @@ struct crc_ctl_ckpt_stats {
 	double copy_seconds;   /* the device-to-host copies alone (timed on the device) */
 	uint64_t copied_bytes; /* bytes copied off the device (the rest had not changed since the last one) */
 	double digest_seconds; /* finding what changed */
+	uint64_t snapshot_bytes; /* of the copied bytes, those snapshotted on the device, drained later */
 };
 
 /* store_dir: the store (crc_store_open, created if missing); the daemon opens it itself, so it must see
@@ -96,6 +97,15 @@ struct crc_ctl_ckpt_stats {
  * UUID NAME" of the application's device I), crcuda.daemon_session, crcuda.pid,
  * crcuda.handles (next index of each handle table), criu.images_dir. */
 int crc_ctl_checkpoint(struct crc_ctl *c, pid_t pid, const char *store_dir, struct crc_ctl_ckpt_stats *stats);
+/* CRC_CTL_CKPT_BACKGROUND: what changed is snapshotted into free device memory (when there is room)
+ * and copied to the store after the application resumes; the commit then answers id 0 at once and
+ * happens when the copy is done: crc_ctl_commit_wait tells its end. */
+#define CRC_CTL_CKPT_BACKGROUND 0x1u
+int crc_ctl_checkpoint_flags(struct crc_ctl *c, pid_t pid, const char *store_dir, unsigned flags,
+			     struct crc_ctl_ckpt_stats *stats);
+/* Waits (up to timeout_ms) for the session's last background checkpoint to be committed: 0 and its
+ * id, or its error. */
+int crc_ctl_commit_wait(struct crc_ctl *c, pid_t pid, int timeout_ms, uint64_t *ckpt_id);
 /* criu_images: the CRIU image directory, relative to store_dir; meta: NULL-terminated key=value
  * strings stored in the manifest. *ckpt_id: the committed checkpoint. */
 int crc_ctl_commit(struct crc_ctl *c, pid_t pid, const char *criu_images, const char *const *meta,

@@ -16,6 +16,7 @@
 	XX(CRC_EPERM, -1, "operation not permitted")                                                         \
 	XX(CRC_EAGAIN, -11, "resource temporarily unavailable")                                              \
 	XX(CRC_ENOSPC, -28, "no space left on device")                                                       \
+	XX(CRC_ECANCELED, -125, "operation canceled")                                                        \
 	XX(CRC_ECORRUPT, CRC_ERRBASE - 1, "store data is corrupt")                                           \
 	XX(CRC_ESCHEMA, CRC_ERRBASE - 2, "store schema version not supported")                               \
 	XX(CRC_ETRUNC, CRC_ERRBASE - 3, "file is truncated")                                                 \

@@ -79,6 +79,7 @@ enum crc_ctl_op {
 	CRC_OP_CTL_ABORT,			  /* struct crc_ctl_req */
 	CRC_OP_CTL_RESUME,			  /* struct crc_ctl_req */
 	CRC_OP_CTL_RESTORE,			  /* crc_ctl_restore_wire + store dir; see ctl.h */
+	CRC_OP_CTL_COMMIT_WAIT,			  /* struct crc_ctl_req; reply: u64 id */
 };
 
 /* ---- handshake ---------------------------------------------------------------------------------- */
@@ -288,7 +289,7 @@ struct crc_ctl_reply {
 };
 struct crc_ctl_req {
 	int32_t pid;	     /* the client process; 0: use session_id */
-	int32_t timeout_ms;  /* quiesce */
+	int32_t timeout_ms;  /* quiesce, commit wait; checkpoint: CRC_CTL_CKPT_* flags */
 	uint64_t session_id; /* when pid is 0 */
 };
 struct crc_ctl_session_wire {
@@ -308,8 +309,9 @@ struct crc_ctl_ckpt_wire {
 	double seconds;
 	double copy_seconds; /* the copy engine's busy time: device-to-host copies alone */
 	/* Added later (a shorter reply leaves them 0). */
-	uint64_t copied_bytes; /* bytes copied off the device: what changed since the last checkpoint */
-	double digest_seconds; /* finding what changed (digests on the device) */
+	uint64_t copied_bytes;	 /* bytes copied off the device: what changed since the last checkpoint */
+	double digest_seconds;	 /* finding what changed (digests on the device) */
+	uint64_t snapshot_bytes; /* of them, snapshotted on the device and drained in the background */
 };
 #define CRC_CTL_CKPT_WIRE_V1 offsetof(struct crc_ctl_ckpt_wire, copied_bytes)
 struct crc_ctl_restore_wire {

@@ -2,7 +2,9 @@
  * a checkpoint's manifest against the pattern ckpt_client wrote.
  *   ckpt_ctl SOCK quiesce|abort|resume PID
  *   ckpt_ctl SOCK checkpoint PID STORE        prints the stats
- *   ckpt_ctl SOCK commit PID                  prints the checkpoint id
+ *   ckpt_ctl SOCK checkpoint-bg PID STORE     the same, drained in the background
+ *   ckpt_ctl SOCK commit PID                  prints the checkpoint id (0: committed once drained)
+ *   ckpt_ctl SOCK commit-wait PID             waits for that, prints its id
  *   ckpt_ctl SOCK restore STORE ID PID SWAP   restores, hands the socket to the client at SWAP
  *   ckpt_ctl SOCK sessions
  *   ckpt_ctl - verify STORE ID READY          device-alloc regions against ckpt_client's pattern
@@ -147,14 +149,23 @@ int main(int argc, char **argv)
 		rc = crc_ctl_abort(c, atoi(argv[3]));
 	} else if (!strcmp(cmd, "resume")) {
 		rc = crc_ctl_resume(c, atoi(argv[3]));
-	} else if (!strcmp(cmd, "checkpoint")) {
+	} else if (!strcmp(cmd, "commit-wait")) {
+		uint64_t id = 0;
+
+		rc = crc_ctl_commit_wait(c, atoi(argv[3]), 30000, &id);
+		if (!rc)
+			printf("%" PRIu64 "\n", id);
+	} else if (!strcmp(cmd, "checkpoint") || !strcmp(cmd, "checkpoint-bg")) {
 		struct crc_ctl_ckpt_stats s;
 
-		rc = crc_ctl_checkpoint(c, atoi(argv[3]), argv[4], &s);
+		rc = crc_ctl_checkpoint_flags(c, atoi(argv[3]), argv[4],
+					      strcmp(cmd, "checkpoint") ? CRC_CTL_CKPT_BACKGROUND : 0, &s);
 		if (!rc)
 			printf("checkpoint: %" PRIu64 " allocations %" PRIu64 " globals %" PRIu64
-			       " modules %" PRIu64 " bytes %" PRIu64 " copied %.3f s %.3f GB/s\n",
-			       s.allocations, s.globals, s.modules, s.device_bytes, s.copied_bytes, s.seconds,
+			       " modules %" PRIu64 " bytes %" PRIu64 " copied %" PRIu64
+			       " snapshot %.3f s %.3f GB/s\n",
+			       s.allocations, s.globals, s.modules, s.device_bytes, s.copied_bytes,
+			       s.snapshot_bytes, s.seconds,
 			       s.seconds > 0 ? (double)s.device_bytes / s.seconds / 1e9 : 0.0);
 	} else if (!strcmp(cmd, "commit")) {
 		const char *meta[] = {"test=ckpt-daemon", NULL};

@@ -19,6 +19,10 @@
 #                 third restored elsewhere has the flipped byte and all the rest
 #       collected checkpoint, delete it and collect its chunks, checkpoint: everything is copied again
 #                 (the chunks the digests name are gone), and that checkpoint restores exactly
+#       background   checkpoint drained in the background (its drain held back 1.5 s): the commit
+#                 answers at once (id 0), the client resumes and changes its memory meanwhile; the
+#                 committed checkpoint holds the memory as it was at the checkpoint; a second one,
+#                 whose client ends before the drain, is committed all the same
 #       tcp       the client's session is TCP (a remote GPU): quiesce (asked on its socket: the idle
 #                 client parks through its watcher thread), checkpoint, commit, verify, resume, twice;
 #                 the client continues correctly
@@ -118,6 +122,32 @@ ckpt_copied() {
 }
 
 case $case in
+background)
+	export CRCUDA_TEST_DRAIN_DELAY_MS=1500
+	start_daemon daemon1
+	start_client --mutate "$tmp/mutate"
+	"$ctl" "$CRCUDA_SOCKET" quiesce "$pid" || fail "quiesce"
+	"$ctl" "$CRCUDA_SOCKET" checkpoint-bg "$pid" "$store" | tee "$tmp/stats" || fail "checkpoint"
+	grep -q " snapshot " "$tmp/stats" && ! grep -q " 0 snapshot " "$tmp/stats" || fail "nothing was snapshotted"
+	[ "$("$ctl" "$CRCUDA_SOCKET" commit "$pid")" = 0 ] || fail "the commit did not wait for the drain (id not 0)"
+	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume"
+	touch "$tmp/mutate"
+	for _ in $(seq 100); do [ -f "$tmp/mutate.done" ] && break; sleep 0.05; done
+	[ -f "$tmp/mutate.done" ] || fail "the client did not run on while the checkpoint drained"
+	[ "$("$ctl" - count "$store")" = 0 ] || fail "committed before the drain"
+	id=$("$ctl" "$CRCUDA_SOCKET" commit-wait "$pid") || fail "commit-wait"
+	[ "$id" -gt 0 ] || fail "commit-wait gave id $id"
+	# The pattern as written before the checkpoint: the flipped byte came after it.
+	"$ctl" - verify "$store" "$id" "$tmp/ready" || fail "the checkpoint holds memory written after it"
+	# A second one whose client ends while it drains: committed all the same.
+	"$ctl" "$CRCUDA_SOCKET" quiesce "$pid" || fail "quiesce 2"
+	"$ctl" "$CRCUDA_SOCKET" checkpoint-bg "$pid" "$store" >/dev/null || fail "checkpoint 2"
+	"$ctl" "$CRCUDA_SOCKET" commit "$pid" >/dev/null || fail "commit 2"
+	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume 2"
+	finish_client
+	for _ in $(seq 100); do [ "$("$ctl" - count "$store")" = 2 ] && break; sleep 0.1; done
+	[ "$("$ctl" - count "$store")" = 2 ] || fail "the second checkpoint was lost when its client ended"
+	;;
 incremental)
 	start_daemon daemon1
 	start_client --mutate "$tmp/mutate"

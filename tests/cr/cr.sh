@@ -4,7 +4,8 @@
 # checksum over its device memory) bit for bit against an uninterrupted run under the layer.
 #   cr.sh BUILD CASE
 # CASE: basic          checkpoint mid-run (async steps in flight), kill, restore, finish
-#       twice          two --leave-running checkpoints while it runs; the original finishes; then the
+#       twice          two --leave-running checkpoints while it runs (device memory snapshotted and
+#                      copied to the store while it rewrites it); the original finishes; then the
 #                      earlier and the later one are each restored and finish
 #       restore-twice  one checkpoint restored twice (one after the other)
 #       netns          restore in another network namespace ("another node"): a daemon there, by its
@@ -139,6 +140,7 @@ checkpoint() {
 		fail "checkpoint of $pid failed: $(cat "$tmp/ckpt.err")"
 	id=$(echo "$out" | sed -n 's/^  "id": \([0-9]*\),*$/\1/p')
 	[ -n "$id" ] || fail "no checkpoint id in: $out"
+	echo "$out" >"$tmp/ckpt$id.json"
 	stat -c %s "$dir/out" >"$tmp/ckpt$id.out.size"
 	stat -c %s "$dir/err" >"$tmp/ckpt$id.err.size"
 	echo "$id"
@@ -246,6 +248,8 @@ twice)
 	sleep 0.3
 	second=$(checkpoint "$app" --leave-running)
 	[ "$second" -gt "$first" ] || fail "second checkpoint $second not after $first"
+	grep -q '"snapshot_bytes": [1-9]' "$tmp/ckpt$first.json" ||
+		fail "the first checkpoint was not copied in the background: $(cat "$tmp/ckpt$first.json")"
 	gone "$app" && fail "the program did not run on after --leave-running"
 	finish "$app" "original (after two --leave-running checkpoints)"
 	for id in "$first" "$second"; do

@@ -45,7 +45,8 @@ int main(void)
 			digest(buf, LEN, d);
 			buf[i] ^= (unsigned char)(1u << bit);
 			if (same(base, d)) {
-				fprintf(stderr, "flipping bit %d of byte %zu left the digest unchanged\n", bit, i);
+				fprintf(stderr, "flipping bit %d of byte %zu left the digest unchanged\n",
+					bit, i);
 				return 1;
 			}
 		}
