@@ -26,8 +26,10 @@
 #       tcp       the client's session is TCP (a remote GPU): quiesce (asked on its socket: the idle
 #                 client parks through its watcher thread), checkpoint, commit, verify, resume, twice;
 #                 the client continues correctly
+# CKPT_BACKEND=cuda runs a case on the GPU machine's driver instead of the simulated device.
 set -u
 build=$1 case=$2
+backend=${CKPT_BACKEND:-sim}
 tmp=$(mktemp -d /tmp/crcuda-ckptd.XXXXXX)
 chmod 755 "$tmp"
 export CRCUDA_SOCKET=$tmp/crcudad.sock
@@ -54,7 +56,7 @@ fail() {
 start_daemon() { # start_daemon LOGNAME [DAEMON ARGS...]
 	local name=$1
 	shift
-	"$build/crcudad/crcudad" --backend sim --socket "$CRCUDA_SOCKET" --foreground -v "$@" \
+	"$build/crcudad/crcudad" --backend "$backend" --socket "$CRCUDA_SOCKET" --foreground -v "$@" \
 		>"$tmp/$name.out" 2>"$tmp/$name.log" &
 	daemon_pid=$!
 	for _ in $(seq 100); do

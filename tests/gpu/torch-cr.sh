@@ -47,3 +47,42 @@ fi
 awk -v a="$t0" -v b="$t1" -v c="$t2" -v d="$t3" 'BEGIN { printf "INFO torch_cr_times                   checkpoint %.2f s, restore %.2f s\n", b - a, d - c }'
 grep -E '"device_bytes"|"seconds"' "$tmp/ckpt.json" | tr -d ' \n'
 echo
+
+# Incremental and background checkpoints every K steps (--leave-running; each after the first copies
+# what changed, and the training runs on while it goes to the store); the last is restored after a
+# kill and must finish with the uninterrupted run's losses.
+every=${TORCH_CR_EVERY:-40}
+rm -rf "$CRCUDA_STORE"
+setsid "$ctl" run --backend cuda -- "$py" "$top/tests/torch/train.py" --steps "$steps" --pause-every "$every" \
+	--ready-file "$tmp/inc.ready" --go-file "$tmp/inc.go" </dev/null >"$tmp/inc.out" 2>"$tmp/inc.err" &
+pid=$!
+disown $pid
+last= info=
+for ((s = every; s < steps; s += every)); do
+	for _ in $(seq 1200); do [ -e "$tmp/inc.ready.$s" ] && break; sleep 0.1; done
+	[ -e "$tmp/inc.ready.$s" ] || { result FAIL torch_cr_incremental "not ready at step $s: $(tail -2 "$tmp/inc.err" | tr '\n' ' ')"; exit 1; }
+	"$ctl" checkpoint --json -R "$pid" >"$tmp/inc.$s.json" 2>"$tmp/inc.$s.err" ||
+		{ result FAIL torch_cr_incremental "checkpoint at step $s: $(tail -3 "$tmp/inc.$s.err" | tr '\n' ' ')"; exit 1; }
+	last=$(sed -n 's/^ *"id": *\([0-9]*\).*/\1/p' "$tmp/inc.$s.json")
+	out_size=$(stat -c %s "$tmp/inc.out") err_size=$(stat -c %s "$tmp/inc.err")
+	info+=$(awk -v s="$s" -F'[:,]' '/"device_bytes"/ {d = $2} /"copied_bytes"/ {c = $2} /"pause_quiesce_seconds"/ {q = $2}
+		/"pause_device_seconds"/ {v = $2} /"pause_criu_seconds"/ {r = $2}
+		END { printf " step %d: %.0f of %.0f MiB copied, pause %.0f ms;", s, c / 1048576, d / 1048576, (q + v + r) * 1000 }' "$tmp/inc.$s.json")
+	touch "$tmp/inc.go.$s"
+done
+# A few steps past the last checkpoint, then killed and restored from it.
+sleep 1
+kill -9 "$pid"
+for _ in $(seq 500); do [ -e "/proc/$pid" ] || break; sleep 0.01; done
+truncate -s "$out_size" "$tmp/inc.out"
+truncate -s "$err_size" "$tmp/inc.err"
+"$ctl" restore --json "$last" >"$tmp/inc.restore.json" 2>"$tmp/inc.restore.err" ||
+	{ result FAIL torch_cr_incremental "restore: $(tail -3 "$tmp/inc.restore.err" | tr '\n' ' ')"; exit 1; }
+for _ in $(seq 3000); do [ -e "/proc/$pid" ] || break; grep -q '^State:.*Z' "/proc/$pid/status" 2>/dev/null && break; sleep 0.02; done
+if cmp -s <(grep '^step ' "$tmp/ref.txt") <(grep '^step ' "$tmp/inc.out") && [ "$(grep -c '^step ' "$tmp/inc.out")" = "$steps" ]; then
+	result PASS torch_cr_incremental "checkpoints every $every steps, last restored, losses equal;$info"
+else
+	result FAIL torch_cr_incremental "$(grep -c '^step ' "$tmp/inc.out") steps after restore;$info"
+	diff <(grep '^step ' "$tmp/ref.txt") <(grep '^step ' "$tmp/inc.out") | head -6
+fi
+

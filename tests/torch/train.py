@@ -6,6 +6,8 @@ step, "step N loss <float.hex()>", and at the end "step_time_ms <mean of steps a
 
 --ready-at N --ready-file F --go-file G: after step N, write F and wait until G exists (a test
 checkpoints the process there; the restored run must print the same losses as an uninterrupted one).
+--pause-every K (with --ready-file F --go-file G): the same after every K-th step, with F.N and G.N
+(a test takes a checkpoint at each: incremental ones after the first).
 """
 import argparse
 import os
@@ -48,6 +50,7 @@ def main():
     p.add_argument("--ready-at", type=int, default=-1)
     p.add_argument("--ready-file")
     p.add_argument("--go-file")
+    p.add_argument("--pause-every", type=int, default=0)
     p.add_argument("--no-cudnn", action="store_true", help="diagnostics: convolutions without cuDNN")
     args = p.parse_args()
 
@@ -79,11 +82,13 @@ def main():
         value = loss.item()  # synchronises: the step is done
         times.append(time.perf_counter() - t0)
         print(f"step {step} loss {value.hex()}", flush=True)
-        if step == args.ready_at and args.ready_file:
-            with open(args.ready_file + ".tmp", "w") as f:
+        if args.ready_file and (step == args.ready_at or (args.pause_every and step % args.pause_every == 0)):
+            suffix = "" if step == args.ready_at else f".{step}"
+            ready, go = args.ready_file + suffix, args.go_file and args.go_file + suffix
+            with open(ready + ".tmp", "w") as f:
                 f.write(f"ready {step}\n")
-            os.rename(args.ready_file + ".tmp", args.ready_file)
-            while args.go_file and not os.path.exists(args.go_file):
+            os.rename(ready + ".tmp", ready)
+            while go and not os.path.exists(go):
                 time.sleep(0.01)
     warm = times[min(20, len(times) - 1):]
     print(f"step_time_ms {1000 * sum(warm) / len(warm):.4f}", flush=True)
