@@ -70,14 +70,19 @@ if [ "${CRCUDA_BENCH_NVIDIA:-1}" = 1 ]; then
 	gap "$d" >/dev/null
 	mkdir -p "$d/img"
 	t0=$(now)
-	"$nv" "$pid" lock >/dev/null && "$nv" "$pid" checkpoint >/dev/null || die "nvidia checkpoint"
-	"$criu" dump -t "$pid" -D "$d/img" -o dump.log --leave-running >/dev/null 2>&1 || die "criu dump (nvidia)"
-	"$nv" "$pid" restore >/dev/null && "$nv" "$pid" unlock >/dev/null || die "nvidia restore"
-	t1=$(now)
-	nv_pause=$(gap "$d")
-	send "$d" exit >/dev/null
-	rows+=("$(printf 'nvidia    %6s MiB  pause %8s ms (program-observed; lock..unlock %.0f ms)' "$mb" "$nv_pause" \
-		"$(awk -v a="$t0" -v b="$t1" 'BEGIN { print (b - a) * 1000 }')")")
+	# Its failure is reported, not fatal: crcuda's part still runs.
+	if "$nv" "$pid" lock >"$d/nv.log" 2>&1 && "$nv" "$pid" checkpoint >>"$d/nv.log" 2>&1 &&
+		"$criu" dump -t "$pid" -D "$d/img" -o dump.log --leave-running >>"$d/nv.log" 2>&1 &&
+		"$nv" "$pid" restore >>"$d/nv.log" 2>&1 && "$nv" "$pid" unlock >>"$d/nv.log" 2>&1; then
+		t1=$(now)
+		nv_pause=$(gap "$d")
+		rows+=("$(printf 'nvidia    %6s MiB  pause %8s ms (program-observed; lock..unlock %.0f ms)' "$mb" "$nv_pause" \
+			"$(awk -v a="$t0" -v b="$t1" 'BEGIN { print (b - a) * 1000 }')")")
+	else
+		rows+=("$(printf 'nvidia    %6s MiB  failed: %s' "$mb" "$(tr '\n' ' ' <"$d/nv.log")")")
+		"$nv" "$pid" unlock >/dev/null 2>&1
+	fi
+	send "$d" exit >/dev/null || kill -9 "$pid"
 	rm -rf "$d/img"
 fi
 
