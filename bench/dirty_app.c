@@ -1,6 +1,6 @@
 /* dirty_app: device memory of which a chosen share changes between checkpoints, and a thread that
  * measures how long the program stands still. bench/incremental.sh drives it.
- *   dirty_app --mb N --dir DIR
+ *   dirty_app --mb N --dir DIR [--ticker 0]
  * --mb MiB in 4 MiB chunks (allocations of 256 MiB), each chunk filled with a word of its own. It
  * writes DIR/ready, then serves commands: DIR/cmd.K holds "dirty P" (rewrite P% of the chunks,
  * spread evenly, with this round's words), "gap" (the longest time a cuCtxSynchronize loop in
@@ -70,6 +70,7 @@ int main(int argc, char **argv)
 {
 	uint64_t mb = 256, nchunks, *ck_round;
 	const char *dir = NULL;
+	int tick = 1; /* --ticker 0: no synchronising thread (NVIDIA's checkpoint failed with one, 304) */
 	CUdeviceptr *alloc;
 	size_t nallocs;
 	unsigned round = 0;
@@ -81,6 +82,8 @@ int main(int argc, char **argv)
 			mb = strtoull(argv[i + 1], NULL, 10);
 		else if (!strcmp(argv[i], "--dir"))
 			dir = argv[i + 1];
+		else if (!strcmp(argv[i], "--ticker"))
+			tick = atoi(argv[i + 1]);
 	}
 	if (!dir || mb < 4) {
 		fprintf(stderr, "usage: dirty_app --mb N --dir DIR\n");
@@ -104,7 +107,8 @@ int main(int argc, char **argv)
 	for (uint64_t c = 0; c < nchunks; c++)
 		CK(cuMemsetD32(CHUNK_PTR(c), word_of(0, c), CHUNK / 4));
 	CK(cuCtxSynchronize());
-	pthread_create(&tid, NULL, ticker, NULL);
+	if (tick)
+		pthread_create(&tid, NULL, ticker, NULL);
 	snprintf(path, sizeof(path), "%s/ready", dir);
 	fclose(fopen(path, "w"));
 	for (unsigned k = 0;; k++) {
@@ -146,7 +150,8 @@ int main(int argc, char **argv)
 			fflush(stdout);
 		} else if (!strncmp(cmd, "exit", 4)) {
 			atomic_store(&stop, 1);
-			pthread_join(tid, NULL);
+			if (tick)
+				pthread_join(tid, NULL);
 			snprintf(reply, sizeof(reply), "bye\n");
 		} else {
 			snprintf(reply, sizeof(reply), "unknown command: %s\n", cmd);

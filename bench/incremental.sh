@@ -30,16 +30,22 @@ send() {
 	k=$(cat "$d/k")
 	echo "$2" >"$d/cmd.tmp"
 	mv "$d/cmd.tmp" "$d/cmd.$k" # whole when the program opens it
-	wait_for_file "$d/reply.$k" || die "no answer to '$2'"
+	for ((i = 0; i < 12000; i++)); do
+		[ -e "$d/reply.$k" ] && break
+		kill -0 "$pid" 2>/dev/null || die "the program ended before it answered '$2'"
+		sleep 0.005
+	done
+	[ -e "$d/reply.$k" ] || die "no answer to '$2' in 60 s"
 	echo $((k + 1)) >"$d/k"
 	cat "$d/reply.$k"
 }
-start() { # start DIR [PREFIX...]
+start() { # start DIR [PREFIX...] (APP_ARGS: more arguments for the program)
 	local d=$1
 	shift
 	mkdir -p "$d"
 	echo 0 >"$d/k"
-	setsid "$@" "$app" --mb "$mb" --dir "$d" </dev/null >"$d/out" 2>"$d/err" &
+	# shellcheck disable=SC2086
+	setsid "$@" "$app" --mb "$mb" --dir "$d" ${APP_ARGS:-} </dev/null >"$d/out" 2>"$d/err" &
 	pid=$!
 	disown "$pid"
 	for ((i = 0; i < 12000; i++)); do
@@ -65,7 +71,7 @@ rows+=("$(printf 'native    %6s MiB  longest wait between synchronisations: %s m
 if [ "${CRCUDA_BENCH_NVIDIA:-1}" = 1 ]; then
 	# NVIDIA: lock, device memory into the process, criu dump --leave-running, back and unlock.
 	d=$work/nv
-	start "$d"
+	APP_ARGS="--ticker 0" start "$d"
 	send "$d" "dirty 100" >/dev/null
 	gap "$d" >/dev/null
 	mkdir -p "$d/img"
@@ -75,8 +81,7 @@ if [ "${CRCUDA_BENCH_NVIDIA:-1}" = 1 ]; then
 		"$criu" dump -t "$pid" -D "$d/img" -o dump.log --leave-running >>"$d/nv.log" 2>&1 &&
 		"$nv" "$pid" restore >>"$d/nv.log" 2>&1 && "$nv" "$pid" unlock >>"$d/nv.log" 2>&1; then
 		t1=$(now)
-		nv_pause=$(gap "$d")
-		rows+=("$(printf 'nvidia    %6s MiB  pause %8s ms (program-observed; lock..unlock %.0f ms)' "$mb" "$nv_pause" \
+		rows+=("$(printf 'nvidia    %6s MiB  pause %.0f ms (lock .. checkpoint, CRIU dump, restore .. unlock: the program is stopped throughout)' "$mb" \
 			"$(awk -v a="$t0" -v b="$t1" 'BEGIN { print (b - a) * 1000 }')")")
 	else
 		rows+=("$(printf 'nvidia    %6s MiB  failed: %s' "$mb" "$(tr '\n' ' ' <"$d/nv.log")")")
