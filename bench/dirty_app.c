@@ -132,9 +132,11 @@ int main(int argc, char **argv)
 					n++;
 				}
 			CK(cuCtxSynchronize());
-			snprintf(reply, sizeof(reply), "dirty %u of %llu chunks\n", n, (unsigned long long)nchunks);
+			snprintf(reply, sizeof(reply), "dirty %u of %llu chunks\n", n,
+				 (unsigned long long)nchunks);
 		} else if (!strncmp(cmd, "gap", 3)) {
-			snprintf(reply, sizeof(reply), "gap_ms %.3f\n", atomic_exchange(&max_gap_ns, 0) / 1e6);
+			snprintf(reply, sizeof(reply), "gap_ms %.3f\n",
+				 atomic_exchange(&max_gap_ns, 0) / 1e6);
 		} else if (!strncmp(cmd, "sum", 3)) {
 			uint32_t *host = malloc(CHUNK);
 			uint64_t h = 1469598103934665603ull;

@@ -708,6 +708,16 @@ CUresult crc_session_execute(struct crc_session *s, const struct crc_msg_hdr *m)
 	if (len < sizeof(*h) || m->op >= CRC_CU_COUNT)
 		return CUDA_ERROR_INVALID_VALUE;
 	s->msg = m;
+	/* A context may go: a background drain's snapshot and the checkpoint's staging buffers live in
+	 * one; the drain ends first and the buffers are let go. */
+	if (m->op == CRC_CU_cuCtxDestroy || m->op == CRC_CU_cuCtxDestroy_v2 ||
+	    m->op == CRC_CU_cuDevicePrimaryCtxRelease || m->op == CRC_CU_cuDevicePrimaryCtxRelease_v2 ||
+	    m->op == CRC_CU_cuDevicePrimaryCtxReset || m->op == CRC_CU_cuDevicePrimaryCtxReset_v2 ||
+	    m->op == CRC_CU_cuGreenCtxDestroy) {
+		crc_bg_release(s);
+		crc_staging_free(s);
+		s->cur_ctx = UINT64_MAX;
+	}
 	crc_journal_begin(s);
 	res = execute(s, m);
 	/* Out of device memory while a background checkpoint's snapshot holds some: once it is drained
@@ -944,6 +954,7 @@ static void session_dealloc(struct crc_session *s)
 static void session_free(struct crc_session *s)
 {
 	crc_bg_end(s); /* committed if the commit was asked for: the client may end before the drain */
+	crc_staging_free(s);
 	crc_worker_session_ended();
 	crc_session_release_resources(s);
 	pthread_mutex_lock(&crcd.lock);

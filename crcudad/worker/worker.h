@@ -216,6 +216,12 @@ struct crc_session {
 		} * e;
 		size_t n, cap;
 	} inc_prev, inc_next;
+	/* Pinned staging buffers of checkpoints, kept between them (ckpt.c). */
+	struct crc_staging {
+		CUcontext ctx;
+		void *buf[16];
+		unsigned n;
+	} staging;
 	/* A checkpoint being drained in the background (ckpt.c), and how the last one ended. */
 	struct crc_bg *bg;
 	int bg_last_rc;
@@ -305,6 +311,8 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir, unsigned flags);
  * that ran out of device memory meanwhile may try again). crc_bg_wait (control thread): waits up to
  * timeout_ms for the last one's end: 0 and its id, or its error said in why. */
 void crc_bg_end(struct crc_session *s);
+/* Frees the kept staging buffers (before a context goes; session thread, no drain running). */
+void crc_staging_free(struct crc_session *s);
 bool crc_bg_release(struct crc_session *s);
 int crc_bg_wait(struct crc_session *s, int timeout_ms, uint64_t *id, char *why, size_t why_len);
 /* Shared by checkpoint and restore (ckpt.c). */
