@@ -10,18 +10,18 @@ _crcudactl()
 	}
 	for ((i = 1; i < cword; i++)); do
 		case ${words[i]} in
-		--) [ "$cmd" = run ] && { COMPREPLY=($(compgen -c -- "$cur")); return; } ;;
+		--) [ "$cmd" = run ] && { mapfile -t COMPREPLY < <(compgen -c -- "$cur"); return; } ;;
 		-*) ;;
 		*) [ -z "$cmd" ] && cmd=${words[i]} ;;
 		esac
 	done
 	case $prev in
 	--store | -s | --token-file | --daemon-log | --socket | --daemon)
-		COMPREPLY=($(compgen -f -- "$cur"))
+		mapfile -t COMPREPLY < <(compgen -f -- "$cur")
 		return
 		;;
 	--backend)
-		COMPREPLY=($(compgen -W "cuda sim" -- "$cur"))
+		mapfile -t COMPREPLY < <(compgen -W "cuda sim" -- "$cur")
 		return
 		;;
 	--remote | --timeout | --gpu | --idle-exit | --va-base | --va-session) return ;;
@@ -35,6 +35,6 @@ _crcudactl()
 	inspect) opts="-s --store --chunks --json -h --help" ;;
 	store) opts="ls inspect verify gc -s --store --json -h --help" ;;
 	esac
-	COMPREPLY=($(compgen -W "$opts" -- "$cur"))
+	mapfile -t COMPREPLY < <(compgen -W "$opts" -- "$cur")
 }
 complete -F _crcudactl crcudactl
