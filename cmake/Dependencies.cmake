@@ -9,11 +9,14 @@ if(NOT CUDA_INCLUDE_DIR)
   message(FATAL_ERROR "CUDA toolkit headers (cuda.h, cudaTypedefs.h) not found under ${CUDA_HOME}/include; "
                       "install the CUDA 13 toolkit or set CUDA_HOME")
 endif()
-find_program(NVCC_EXECUTABLE nvcc HINTS ${CUDA_HOME}/bin NO_DEFAULT_PATH)
-if(NOT NVCC_EXECUTABLE)
-  message(FATAL_ERROR "nvcc not found under ${CUDA_HOME}/bin")
+if(CRCUDA_BUILD_TESTS)
+  find_program(NVCC_EXECUTABLE nvcc HINTS ${CUDA_HOME}/bin NO_DEFAULT_PATH)
+  if(NOT NVCC_EXECUTABLE)
+    message(FATAL_ERROR "nvcc not found under ${CUDA_HOME}/bin: the tests and benchmarks need it "
+                        "(configure with -DCRCUDA_BUILD_TESTS=OFF to build and install crcuda without them)")
+  endif()
+  set(CUDA_STUB_LIBCUDA ${CUDA_HOME}/lib64/stubs/libcuda.so)
 endif()
-set(CUDA_STUB_LIBCUDA ${CUDA_HOME}/lib64/stubs/libcuda.so)
 
 # crc_debian_library(<target> <header> <library> <what> <Debian package>): an imported target for a
 # library that scripts/setup.sh installs, or a clear error naming the package.
@@ -43,3 +46,9 @@ find_package(Threads REQUIRED)
 
 # Where scripts/setup.sh builds CRIU (project-local prefix).
 set(CRCUDA_DEPS_DIR ${PROJECT_SOURCE_DIR}/.deps CACHE PATH "project-local dependency prefix")
+# CRIU's plugin headers (criu-plugin.h): the project's CRIU build, else a system copy.
+find_path(CRCUDA_CRIU_INCLUDE_DIR criu-plugin.h HINTS ${CRCUDA_DEPS_DIR}/criu/include
+          PATH_SUFFIXES criu DOC "directory of CRIU's criu-plugin.h (the CRIU plugin is built only where found)")
+# The criu crcudactl runs when $CRCUDA_CRIU is unset and no criu >= 4.1 is on $PATH. Empty: none.
+set(CRCUDA_CRIU_DEFAULT ${CRCUDA_DEPS_DIR}/criu/bin/criu CACHE FILEPATH
+    "criu used when CRCUDA_CRIU is unset and $PATH has no criu >= 4.1 (empty: none)")

@@ -61,7 +61,8 @@ static void ckpt_usage(FILE *f)
 		"      --json           machine-readable result on stdout\n"
 		"  -h, --help           this help\n"
 		"\n"
-		"Environment: CRCUDA_CRIU (criu binary), CRCUDA_CRIU_PLUGIN_DIR (crcuda_plugin.so).\n"
+		"Environment: CRCUDA_CRIU (criu binary; default: criu on $PATH if >= 4.1, else the\n"
+		"configured one), CRCUDA_CRIU_PLUGIN_DIR (crcuda_plugin.so; default: beside crcudactl).\n"
 		"Exit status: 0 checkpointed, 1 failed (previous checkpoints untouched), 2 usage error.\n",
 		CKPT_TIMEOUT_DEFAULT);
 }

@@ -55,6 +55,7 @@ static void restore_usage(FILE *f)
 	    "      --json             machine-readable result on stdout\n"
 	    "  -h, --help             this help\n"
 	    "\n"
+	    "Environment: CRCUDA_CRIU, CRCUDA_CRIU_PLUGIN_DIR (as for checkpoint).\n"
 	    "Exit status: 0 restored (the pid is printed), 1 failed (the checkpoint is untouched),\n"
 	    "2 usage error.\n",
 	    RESTORE_TIMEOUT_DEFAULT);

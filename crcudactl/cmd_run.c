@@ -95,10 +95,10 @@ static bool find_beside(const char *const *cands, const char *file, char *out, s
 	return false;
 }
 
-/* libcrcuda's directory: CRCUDA_LIBDIR, <build>/libcrcuda, or <prefix>/lib/crcuda. */
+/* libcrcuda's directory: CRCUDA_LIBDIR, <build>/libcrcuda, or <libdir>/crcuda (installed). */
 static int find_libdir(char *out, size_t len)
 {
-	static const char *const cands[] = {"../libcrcuda", "../lib/crcuda", NULL};
+	static const char *const cands[] = {"../libcrcuda", CRCUDA_REL_PKGLIBDIR, NULL};
 	const char *env = getenv("CRCUDA_LIBDIR");
 	char path[PATH_MAX + 32];
 
@@ -113,7 +113,8 @@ static int find_libdir(char *out, size_t len)
 	if (find_beside(cands, "libcuda.so.1", out, len))
 		return 0;
 	ctl_error("cannot find libcrcuda (libcuda.so.1) beside crcudactl, in ../libcrcuda or "
-		  "../lib/crcuda: set CRCUDA_LIBDIR");
+		  "%s: set CRCUDA_LIBDIR",
+		  CRCUDA_REL_PKGLIBDIR);
 	return -1;
 }
 

@@ -92,9 +92,74 @@ int ctl_self_dir(char *buf, size_t len)
 	return 0;
 }
 
+/* `criu --version` of path: "Version: MAJOR.MINOR[.SUBLEVEL]" on its first line. The version as
+ * MAJOR * 10000 + MINOR * 100 + SUBLEVEL, or -1 when it does not run or say so. */
+static long criu_version(const char *path)
+{
+	char buf[256];
+	int fds[2], status;
+	unsigned maj = 0, min = 0, sub = 0;
+	size_t got = 0;
+	ssize_t n;
+	pid_t pid;
+
+	if (pipe2(fds, O_CLOEXEC))
+		return -1;
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		int null = open("/dev/null", O_RDWR);
+
+		dup2(fds[1], 1);
+		if (null >= 0) {
+			dup2(null, 0);
+			dup2(null, 2);
+		}
+		execl(path, path, "--version", (char *)NULL);
+		_exit(127);
+	}
+	close(fds[1]);
+	if (pid < 0) {
+		close(fds[0]);
+		return -1;
+	}
+	while (got < sizeof(buf) - 1 && (n = read(fds[0], buf + got, sizeof(buf) - 1 - got)) > 0)
+		got += (size_t)n;
+	buf[got] = 0;
+	close(fds[0]);
+	if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status))
+		return -1;
+	if (sscanf(buf, "Version: %u.%u.%u", &maj, &min, &sub) < 2)
+		return -1;
+	return (long)maj * 10000 + (long)min * 100 + (long)sub;
+}
+
+#define CRIU_MIN_VERSION 40100 /* 4.1: Debian 12's criu 3.17 fails on recent kernels */
+
+/* The first executable "criu" on $PATH: 0, or -1 where there is none. */
+static int criu_on_path(char *out, size_t len)
+{
+	const char *path = getenv("PATH");
+	char dirs[4096], *save = NULL;
+
+	if (!path || !*path || strlen(path) >= sizeof(dirs))
+		return -1;
+	snprintf(dirs, sizeof(dirs), "%s", path);
+	for (char *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+		struct stat st;
+		int n = snprintf(out, len, "%s/criu", *d ? d : ".");
+
+		if (n > 0 && (size_t)n < len && !stat(out, &st) && S_ISREG(st.st_mode) && !access(out, X_OK))
+			return 0;
+	}
+	return -1;
+}
+
 int ctl_find_criu(char *out, size_t len)
 {
 	const char *env = getenv("CRCUDA_CRIU");
+	char found[PATH_MAX] = "";
+	long ver = -1;
 
 	if (env && *env) {
 		if (access(env, X_OK)) {
@@ -104,19 +169,34 @@ int ctl_find_criu(char *out, size_t len)
 		snprintf(out, len, "%s", env);
 		return 0;
 	}
-	/* The project's own (scripts/build-criu.sh): Debian 12's criu 3.17 fails on recent kernels. */
-	if (!access(CRCUDA_CRIU_DEFAULT, X_OK)) {
+	if (!criu_on_path(found, sizeof(found))) {
+		ver = criu_version(found);
+		if (ver >= CRIU_MIN_VERSION) {
+			snprintf(out, len, "%s", found);
+			return 0;
+		}
+	}
+	/* The configured one (by default the project's own, scripts/build-criu.sh). */
+	if (*CRCUDA_CRIU_DEFAULT && !access(CRCUDA_CRIU_DEFAULT, X_OK)) {
 		snprintf(out, len, "%s", CRCUDA_CRIU_DEFAULT);
 		return 0;
 	}
-	ctl_error("CRIU not found at %s: run scripts/build-criu.sh, or set CRCUDA_CRIU to a criu >= 4.1",
-		  CRCUDA_CRIU_DEFAULT);
+	if (found[0] && ver >= 0)
+		ctl_error(
+		    "CRIU: %s on $PATH is version %ld.%ld.%ld, crcuda needs >= 4.1; and no criu at '%s'",
+		    found, ver / 10000, ver / 100 % 100, ver % 100, CRCUDA_CRIU_DEFAULT);
+	else if (found[0])
+		ctl_error("CRIU: %s on $PATH does not say its version; and no criu at '%s'", found,
+			  CRCUDA_CRIU_DEFAULT);
+	else
+		ctl_error("CRIU: no criu on $PATH and none at '%s'", CRCUDA_CRIU_DEFAULT);
+	ctl_error("install CRIU >= 4.1 (scripts/build-criu.sh builds one), or set CRCUDA_CRIU to it");
 	return -1;
 }
 
 int ctl_find_plugin_dir(char *out, size_t len)
 {
-	static const char *const cands[] = {"../criu-plugin/plugin", "../lib/crcuda/criu", NULL};
+	static const char *const cands[] = {"../criu-plugin/plugin", CRCUDA_REL_PKGLIBDIR "/criu", NULL};
 	const char *env = getenv("CRCUDA_CRIU_PLUGIN_DIR");
 	char dir[PATH_MAX], path[PATH_MAX * 2];
 
@@ -138,8 +218,9 @@ int ctl_find_plugin_dir(char *out, size_t len)
 				return 0;
 		}
 	ctl_error("cannot find the CRIU plugin (crcuda_plugin.so) beside crcudactl (../criu-plugin/plugin "
-		  "or ../lib/crcuda/criu): build it (needs CRIU's headers, scripts/build-criu.sh) or set "
-		  "CRCUDA_CRIU_PLUGIN_DIR");
+		  "or %s/criu): build it (needs CRIU's headers, scripts/build-criu.sh) or set "
+		  "CRCUDA_CRIU_PLUGIN_DIR",
+		  CRCUDA_REL_PKGLIBDIR);
 	return -1;
 }
 

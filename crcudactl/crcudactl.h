@@ -42,7 +42,8 @@ int ctl_parse_timeout(const char *cmd, const char *arg, unsigned *out);
 int ctl_store_dir(const char *given, char *out, size_t len);
 /* --daemon ADDR, else $CRCUDA_SOCKET, else /tmp/crcuda-UID/crcudad.sock. */
 int ctl_daemon_addr(const char *given, char *out, size_t len);
-/* CRIU: $CRCUDA_CRIU, else the project's (.deps/criu/bin/criu). */
+/* CRIU: $CRCUDA_CRIU, else the first criu on $PATH if it is >= 4.1, else the configured one
+ * (CRCUDA_CRIU_DEFAULT; by default the project's .deps/criu/bin/criu). 0, or -1 (message printed). */
 int ctl_find_criu(char *out, size_t len);
 /* The directory crcudactl's executable is in: 0 or -errno. */
 int ctl_self_dir(char *buf, size_t len);

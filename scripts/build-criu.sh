@@ -3,6 +3,11 @@
 # .deps/criu, idempotently. Called by scripts/setup.sh at the start of every test run: where
 # .deps/criu/bin/criu already reports version 4.1.1 it does nothing.
 #
+# A copy of each build is kept outside the clone, in
+# ${XDG_CACHE_HOME:-~/.cache}/crcuda/criu-<version>-<SHA-256 of criu_<version>.orig.tar.xz>: a new clone
+# on a machine that built it once copies it from there (no download, no build). A fresh machine builds
+# it as before and fills the cache; an existing .deps/criu of the same version and source fills it too.
+#
 # Result (everything needed to carry CRIU to a machine without a package registry):
 #   .deps/criu/bin/criu        wrapper: sets LD_LIBRARY_PATH=.deps/criu/lib, execs sbin/criu
 #   .deps/criu/sbin/criu       the stripped CRIU binary
@@ -13,16 +18,23 @@
 # live under .deps/criu-build/apt. Logs go to .deps/criu-build/logs.
 #
 # Environment: CRCUDA_DEPS_DIR (default <repo>/.deps), CRIU_DEBIAN_MIRROR (default: the URI of the
-# machine's Debian source list, else http://deb.debian.org/debian), CRIU_BUILD_JOBS (default nproc).
+# machine's Debian source list, else http://deb.debian.org/debian), CRIU_BUILD_JOBS (default nproc),
+# CRCUDA_CRIU_CACHE (the cache's directory, default ${XDG_CACHE_HOME:-$HOME/.cache}/crcuda; "none": no
+# cache).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 
 CRIU_VERSION=4.1.1
+# SHA-256 of criu_$CRIU_VERSION.orig.tar.xz: the cache key, and checked against the source index's.
+CRIU_ORIG_SHA256=f80a66cb3726bb2116266d4759ce3bcbfab7abdb6b6d430bf20dd41911717afe
 CRIU_SUITE=trixie
 deps=${CRCUDA_DEPS_DIR:-$top/.deps}
 prefix=$deps/criu
 work=$deps/criu-build
 logs=$work/logs
+cache_root=${CRCUDA_CRIU_CACHE:-${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/crcuda}
+cache=""
+[ "$cache_root" = none ] || cache=$cache_root/criu-$CRIU_VERSION-$CRIU_ORIG_SHA256
 
 die() {
 	echo "build-criu: error: $1" >&2
@@ -35,20 +47,52 @@ die() {
 }
 note() { echo "build-criu: $*"; }
 
+# A CRIU install of ours at $1 (default $prefix) that runs and reports $CRIU_VERSION.
 installed_ok() {
-	[ -x "$prefix/bin/criu" ] && [ -x "$prefix/sbin/criu" ] &&
-		[ -f "$prefix/include/criu-plugin.h" ] &&
-		"$prefix/bin/criu" --version 2>/dev/null | grep -qx "Version: $CRIU_VERSION"
+	local p=${1:-$prefix}
+	[ -x "$p/bin/criu" ] && [ -x "$p/sbin/criu" ] &&
+		[ -f "$p/include/criu-plugin.h" ] &&
+		"$p/bin/criu" --version 2>/dev/null | grep -qx "Version: $CRIU_VERSION"
+}
+# ... built from the source the cache key names (its VERSION line records the tarball's SHA-256).
+from_key_source() { grep -qs "sha256 $CRIU_ORIG_SHA256)" "${1:-$prefix}/VERSION"; }
+
+# Copies a good $prefix into the cache (best effort: a cache that cannot be written is no error).
+cache_store() {
+	[ -n "$cache" ] && [ ! -d "$cache" ] && from_key_source || return 0
+	local tmp="$cache.tmp.$$"
+	if mkdir -p "$cache_root" 2>/dev/null && cp -a "$prefix" "$tmp" 2>/dev/null && mv -T "$tmp" "$cache" 2>/dev/null; then
+		note "cached in $cache"
+	else
+		rm -rf "$tmp"
+	fi
+	return 0
 }
 
 # Fast path: nothing to do.
-installed_ok && exit 0
+if installed_ok; then
+	cache_store
+	exit 0
+fi
 
 mkdir -p "$deps" "$work" "$logs"
 # One build at a time (several test runs may start together).
 exec 9>"$work/lock"
 flock 9
 installed_ok && exit 0
+
+# --- 0. The cache: a build of this version and source made on this machine before. -------------
+if [ -n "$cache" ] && installed_ok "$cache" && from_key_source "$cache"; then
+	rm -rf "$work/stage"
+	cp -a "$cache" "$work/stage"
+	rm -rf "$prefix"
+	mv "$work/stage" "$prefix"
+	if installed_ok; then
+		note "CRIU $CRIU_VERSION copied from the cache $cache"
+		exit 0
+	fi
+	note "the cached CRIU in $cache does not run here: building it"
+fi
 
 start=$(date +%s)
 note "building CRIU $CRIU_VERSION into $prefix (logs in $logs)"
@@ -109,6 +153,8 @@ if [ -z "$want_sha" ] || [ -z "$deb_version" ]; then
 	rm -f "$apt_dir"/lists/*Sources* # maybe stale: fetch the index again next time
 	die "the $CRIU_SUITE source index at $mirror does not list $orig (it has criu $(awk '$1 == "Version:" { printf "%s ", $2 }' "$logs/showsrc.log")); update CRIU_VERSION in $0" "$logs/showsrc.log"
 fi
+[ "$want_sha" = "$CRIU_ORIG_SHA256" ] ||
+	die "the $CRIU_SUITE source index lists SHA-256 $want_sha for $orig, $0 expects $CRIU_ORIG_SHA256 (CRIU_ORIG_SHA256)"
 
 # --- 3. The upstream tarball (the .dsc and .debian.tar.xz may 404: they are not needed). -------
 tarball=$work/dl/$orig
@@ -195,3 +241,4 @@ mv "$stage" "$prefix"
 # The build tree stays in $src for reference (CRIU sources, e.g. plugin hooks); it is not carried.
 
 note "installed CRIU $CRIU_VERSION in $prefix ($(du -sh "$prefix" | cut -f1)) in $(($(date +%s) - start)) s"
+cache_store

@@ -4,12 +4,24 @@
 # crcuda, is checkpointed halfway with work in flight, killed, restored, and finishes; its checksum must
 # equal an uninterrupted run's. The simulated device where no GPU is present, the real one otherwise.
 # Needs root (CRIU). Everything lives in a temporary directory, removed at the end.
-# Usage: scripts/demo-run.sh BUILD_DIR
+# Usage: scripts/demo-run.sh BUILD_DIR | PREFIX
+# PREFIX: an installed crcuda (cmake --install, docs/install.md): its crcudactl, and the demo program
+# installed with it (<libexecdir>/crcuda/demo); nothing of a build tree.
 set -euo pipefail
-build=$(cd "${1:?usage: demo-run.sh BUILD_DIR}" && pwd)
-ctl=$build/crcudactl/crcudactl
-app=$build/tests/programs/state_app
-[ -x "$ctl" ] && [ -x "$app" ] || { echo "demo: $ctl or $app not built" >&2; exit 1; }
+build=$(cd "${1:?usage: demo-run.sh BUILD_DIR|PREFIX}" && pwd)
+if [ -x "$build/bin/crcudactl" ]; then
+	ctl=$build/bin/crcudactl
+	app=$(find "$build" -path '*/crcuda/demo/state_app' | head -n 1)
+	kernels=$(dirname "$app")/libcrcuda_test_kernels.so
+	mine=$build/ # libcrcuda's libcuda.so.1 is somewhere under the prefix
+	echo "demo: the installed crcuda in $build"
+else
+	ctl=$build/crcudactl/crcudactl
+	app=$build/tests/programs/state_app
+	kernels=$build/tests/programs/libcrcuda_test_kernels.so
+	mine=$build/libcrcuda
+fi
+[ -x "$ctl" ] && [ -x "$app" ] || { echo "demo: $ctl or the demo program '$app' not there" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "demo: needs root (CRIU dumps and restores the program)" >&2; exit 1; }
 TOP=$(cd "$(dirname "$0")/.." && pwd)
 . "$TOP/scripts/criu-env.sh"
@@ -21,7 +33,7 @@ for fd in /proc/$$/fd/*; do
 done
 work=$(mktemp -d "${TMPDIR:-/tmp}/crcuda-demo-XXXXXX")
 export CRCUDA_STORE=$work/store CRCUDA_SOCKET=$work/d/crcudad.sock
-export CRCUDA_SIM_KERNELS=$build/tests/programs/libcrcuda_test_kernels.so
+export CRCUDA_SIM_KERNELS=$kernels
 pid=""
 cleanup() {
 	[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
@@ -34,7 +46,7 @@ cleanup() {
 trap cleanup EXIT
 
 backend=sim
-if ldconfig -p 2>/dev/null | grep 'libcuda.so.1 ' | grep -v stubs | grep -qv "$build/libcrcuda"; then
+if ldconfig -p 2>/dev/null | grep 'libcuda.so.1 ' | grep -v stubs | grep -qv "$mine"; then
 	backend=cuda
 fi
 args=(--mb 64 --chunks 4 --steps 20)

@@ -20,6 +20,16 @@ TOP=$top . "$top/scripts/criu-env.sh"
 echo "== tests (plain): unit, sim, criu"
 ctest --test-dir "$top/build" -L 'unit|sim|criu' --output-on-failure -j "$jobs"
 
+echo "== install into a scratch prefix, the demo from it"
+prefix=$(mktemp -d "${TMPDIR:-/tmp}/crcuda-prefix.XXXXXX")
+cmake --install "$top/build" --prefix "$prefix" >/dev/null
+if [ "$(id -u)" = 0 ]; then
+	"$top/scripts/demo-run.sh" "$prefix"
+else
+	echo "(the demo needs root for CRIU: skipped)"
+fi
+rm -rf "$prefix"
+
 echo "== build (ASan+UBSan)"
 build "$top/build-asan" -DCRCUDA_SANITIZE=ON
 echo "== tests (ASan+UBSan): unit, sim"

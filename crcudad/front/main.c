@@ -48,8 +48,8 @@ static void usage(FILE *f)
 	       "       crcudad --version | --help\n");
 }
 
-/* The simulated device next to the daemon: <build>/crcudad/crcudad -> <build>/sim/lib/libcuda.so.1. */
-static int sim_path(char *buf, size_t len)
+/* The directory of this executable: 0 or -errno. */
+static int self_dir(char *buf, size_t len)
 {
 	char exe[PATH_MAX];
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
@@ -57,27 +57,59 @@ static int sim_path(char *buf, size_t len)
 	if (n < 0)
 		return -errno;
 	exe[n] = 0;
-	if (snprintf(buf, len, "%s/../sim/lib/libcuda.so.1", dirname(exe)) >= (int)len)
-		return CRC_EINVAL;
+	snprintf(buf, len, "%s", dirname(exe));
 	return 0;
 }
 
-/* The worker beside the front: <dir>/crcudad -> <dir>/crcudad-worker (CRCUDAD_WORKER overrides). */
+/* The first of the candidates (relative to this executable's directory) where file exists, into buf:
+ * 0, or CRC_ENOENT with buf the first candidate (for the message). */
+static int find_beside(const char *const *cands, const char *file, char *buf, size_t len)
+{
+	char dir[PATH_MAX];
+	int rc;
+
+	buf[0] = 0;
+	rc = self_dir(dir, sizeof(dir));
+	if (rc)
+		return rc;
+	for (const char *const *c = cands; *c; c++) {
+		if (snprintf(buf, len, "%s/%s/%s", dir, *c, file) >= (int)len)
+			return CRC_EINVAL;
+		if (!access(buf, F_OK)) {
+			char real[PATH_MAX];
+
+			/* <bindir>/../lib/crcuda/sim/libcuda.so.1 as /usr/lib/crcuda/sim/libcuda.so.1 */
+			if (realpath(buf, real) && strlen(real) < len)
+				snprintf(buf, len, "%s", real);
+			return 0;
+		}
+	}
+	if (snprintf(buf, len, "%s/%s/%s", dir, cands[0], file) >= (int)len)
+		buf[0] = 0;
+	return CRC_ENOENT;
+}
+
+/* The simulated device: <build>/crcudad/crcudad -> <build>/sim/lib/libcuda.so.1; installed,
+ * <bindir>/crcudad -> <libdir>/crcuda/sim/libcuda.so.1. */
+static int sim_path(char *buf, size_t len)
+{
+	static const char *const cands[] = {"../sim/lib", CRCUDA_REL_PKGLIBDIR "/sim", NULL};
+
+	return find_beside(cands, "libcuda.so.1", buf, len);
+}
+
+/* The worker beside the front (build tree: <dir>/crcudad -> <dir>/crcudad-worker), else installed
+ * (<bindir>/crcudad -> <libexecdir>/crcuda/crcudad-worker); CRCUDAD_WORKER overrides. */
 static int worker_path(char *buf, size_t len)
 {
+	static const char *const cands[] = {".", CRCUDA_REL_PKGLIBEXECDIR, NULL};
 	const char *env = getenv("CRCUDAD_WORKER");
-	char exe[PATH_MAX];
-	ssize_t n;
+	int rc;
 
-	if (env && *env) {
+	if (env && *env)
 		snprintf(buf, len, "%s", env);
-	} else {
-		n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-		if (n < 0)
-			return -errno;
-		exe[n] = 0;
-		snprintf(buf, len, "%s/crcudad-worker", dirname(exe));
-	}
+	else if ((rc = find_beside(cands, "crcudad-worker", buf, len)) && rc != CRC_ENOENT)
+		return rc;
 	if (access(buf, X_OK)) {
 		pr_err("cannot run the GPU worker %s: %m (set CRCUDAD_WORKER)", buf);
 		return CRC_ENOENT;
@@ -388,7 +420,13 @@ int main(int argc, char **argv)
 	if (lib)
 		snprintf(path, sizeof(path), "%s", lib);
 	else if (!strcmp(backend, "sim") ? sim_path(path, sizeof(path)) : cuda_path(path, sizeof(path))) {
-		pr_err("cannot find the %s backend library: give --backend-lib", backend);
+		if (!strcmp(backend, "sim"))
+			pr_err(
+			    "cannot find the simulated device (%s, or installed beside crcudad in %s/sim): "
+			    "give --backend-lib",
+			    path, CRCUDA_REL_PKGLIBDIR);
+		else
+			pr_err("cannot find the %s backend library: give --backend-lib", backend);
 		return 1;
 	}
 	snprintf(fr.backend_lib, sizeof(fr.backend_lib), "%s", path);

@@ -43,9 +43,17 @@
 #                      kill -9 of crcudactl, criu or the daemon at each step of a checkpoint and of a
 #                      restore: the previous checkpoint still restores and verifies
 # Needs root and CRIU (.deps/criu): exit 77 otherwise.
+# CR_PREFIX: crcudactl and crcudad of an installed tree (tests/install), which find their plugin
+# themselves; the programs are still the build tree's. CR_CRIU_FROM_PATH=1: crcudactl is not told
+# which criu (CRCUDA_CRIU unset): it must find one on $PATH.
 set -u
 build=$1 case=$2
 ctl=$build/crcudactl/crcudactl
+crcudad=$build/crcudad/crcudad
+plugin=$build/criu-plugin/plugin/crcuda_plugin.so
+if [ -n "${CR_PREFIX:-}" ]; then
+	ctl=$CR_PREFIX/bin/crcudactl crcudad=$CR_PREFIX/bin/crcudad plugin=""
+fi
 progs=$build/tests/programs
 # CR_APP: another program with state_app's options and checksum line (tests/cudart/state_rt, built
 # with static or shared cudart), with CR_SIM_KERNELS naming its host kernels. CR_APP_EXTRA: more
@@ -57,7 +65,7 @@ skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root (CRIU)"
 criu=${CRCUDA_CRIU:-$top/.deps/criu/bin/criu}
 [ -x "$criu" ] || skip "no CRIU at $criu (scripts/build-criu.sh)"
-[ -f "$build/criu-plugin/plugin/crcuda_plugin.so" ] || skip "the CRIU plugin was not built"
+[ -z "$plugin" ] || [ -f "$plugin" ] || skip "the CRIU plugin was not built"
 
 # Descriptors inherited from ctest (its log pipes) would be dumped with the program and break the
 # restore: only stdin/out/err go on.
@@ -72,6 +80,7 @@ log=$tmp/d/crcudad.log
 store=$tmp/store
 export CRCUDA_SIM_KERNELS=${CR_SIM_KERNELS:-$progs/libcrcuda_test_kernels.so} CRCUDA_SOCKET=$sock CRCUDA_STORE=$store
 export CRCUDA_CRIU=$criu
+[ "${CR_CRIU_FROM_PATH:-}" = 1 ] && unset CRCUDA_CRIU
 unset CRCUDA_REMOTE CRCUDA_TOKEN CRCUDA_TOKEN_FILE CRCUDA_LIBDIR CRCUDAD CRCUDA_DAEMON
 read -r -a app_extra <<<"${CR_APP_EXTRA:-}"
 app_args=(--mb 8 --chunks 4 --steps 24 "${app_extra[@]}")
@@ -195,7 +204,7 @@ start_tcp_daemon() {
 	port=$((20000 + RANDOM % 20000))
 	echo "tok-$RANDOM$RANDOM" >"$tmp/token"
 	chmod 600 "$tmp/token"
-	"$build/crcudad/crcudad" --backend sim --socket "$tmp/r/crcudad.sock" --listen "127.0.0.1:$port" \
+	"$crcudad" --backend sim --socket "$tmp/r/crcudad.sock" --listen "127.0.0.1:$port" \
 		--token-file "$tmp/token" --foreground -v >"$tmp/r.out" 2>"$tmp/r.log" &
 	extra_daemons+=($!)
 	disown $!
@@ -304,7 +313,7 @@ netns)
 	echo "tok-$RANDOM$RANDOM" >"$tmp/token"
 	chmod 600 "$tmp/token"
 	# "The other node": its own daemon, in its own network namespace, seeing the same store.
-	ip netns exec "$ns" "$build/crcudad/crcudad" --backend sim --socket "$tmp/ns/crcudad.sock" \
+	ip netns exec "$ns" "$crcudad" --backend sim --socket "$tmp/ns/crcudad.sock" \
 		--listen "127.0.0.1:$port" --token-file "$tmp/token" --foreground -v \
 		>"$tmp/ns.out" 2>"$tmp/ns.log" &
 	extra_daemons+=($!)
@@ -406,7 +415,7 @@ window)
 		kill -9 "$p"
 		wait_for 30 gone "$p" || fail "daemon $p does not die"
 	done
-	"$build/crcudad/crcudad" --backend sim --socket "$sock" --va-base 0x700000000000 --idle-exit 60 --foreground -v \
+	"$crcudad" --backend sim --socket "$sock" --va-base 0x700000000000 --idle-exit 60 --foreground -v \
 		>"$tmp/w.out" 2>>"$log" &
 	disown $!
 	wait_for 30 grep -q ready "$tmp/w.out" || fail "no daemon with another window"

@@ -12,10 +12,17 @@
 #       exec-fails               a program that is not there exits 127, one not runnable 126 (a shell's
 #                                codes); crcudad --version answers
 #       netns                    --remote across two network namespaces (root), right and wrong token
+# RUN_PREFIX: crcudactl and crcudad of an installed tree (tests/install) instead of the build tree's (the
+# programs are still the build tree's); RUN_LIBDIR: libcrcuda's directory there.
 set -u
 build=$1 case=$2
 shift 2
 ctl=$build/crcudactl/crcudactl
+crcudad=$build/crcudad/crcudad
+libdir=$build/libcrcuda
+if [ -n "${RUN_PREFIX:-}" ]; then
+	ctl=$RUN_PREFIX/bin/crcudactl crcudad=$RUN_PREFIX/bin/crcudad libdir=${RUN_LIBDIR:?RUN_LIBDIR with RUN_PREFIX}
+fi
 progs=$build/tests/programs
 tmp=$(mktemp -d /tmp/crcuda-run.XXXXXX)
 sock=$tmp/d/crcudad.sock
@@ -78,7 +85,12 @@ programs)
 	wait $pid || fail "sh under crcudactl run failed"
 	read -r got_pid ldpath got_sock <"$tmp/env"
 	[ "$got_pid" = "$pid" ] || fail "the program's pid is $got_pid, crcudactl's was $pid"
-	[ "${ldpath%%:*}" = "$(realpath "$build/libcrcuda")" ] || fail "LD_LIBRARY_PATH=$ldpath"
+	[ "${ldpath%%:*}" = "$(realpath "$libdir")" ] || fail "LD_LIBRARY_PATH=$ldpath"
+	# The daemon's simulated device: the installed one, when testing an installed tree.
+	if [ -n "${RUN_PREFIX:-}" ]; then
+		grep -q "serving on .* (backend $(realpath "$RUN_PREFIX")/" "$log" ||
+			fail "the daemon does not use the installed simulated device: $(grep "serving on" "$log")"
+	fi
 	[ "$got_sock" = "$sock" ] || fail "CRCUDA_SOCKET=$got_sock"
 	# The program's exit status comes back.
 	run --backend sim -- sh -c 'exit 7'
@@ -102,7 +114,7 @@ idle-exit)
 	;;
 concurrent)
 	# A daemon slow to start (through CRCUDAD) leaves every run time to find no daemon and start one.
-	printf '#!/bin/sh\nsleep 0.5\nexec "%s" "$@"\n' "$build/crcudad/crcudad" >"$tmp/slow-crcudad"
+	printf '#!/bin/sh\nsleep 0.5\nexec "%s" "$@"\n' "$crcudad" >"$tmp/slow-crcudad"
 	chmod +x "$tmp/slow-crcudad"
 	export CRCUDAD=$tmp/slow-crcudad
 	pids=()
@@ -157,7 +169,7 @@ exec-fails)
 	run --backend sim --idle-exit 1 -- "$tmp/plain" >"$tmp/out" 2>&1
 	rc=$?
 	[ $rc = 126 ] || fail "exit $rc for a file that cannot run, expected 126"
-	"$build/crcudad/crcudad" --version >"$tmp/out" 2>&1 || fail "crcudad --version: exit $?"
+	"$crcudad" --version >"$tmp/out" 2>&1 || fail "crcudad --version: exit $?"
 	grep -q "^crcudad [0-9][0-9.]* (protocol [0-9]*)$" "$tmp/out" || fail "crcudad --version: $(cat "$tmp/out")"
 	;;
 start-fails)
@@ -191,7 +203,7 @@ netns)
 	echo "not-the-token" >"$tmp/wrong"
 	chmod 600 "$tmp/token" "$tmp/wrong"
 	# The "GPU host": a daemon listening on its namespace's address only.
-	ip netns exec "$ns_gpu" "$build/crcudad/crcudad" --backend sim --socket "$tmp/gpu/crcudad.sock" \
+	ip netns exec "$ns_gpu" "$crcudad" --backend sim --socket "$tmp/gpu/crcudad.sock" \
 		--listen "10.231.0.1:$port" --token-file "$tmp/token" --foreground -v \
 		>"$tmp/daemon.out" 2>"$tmp/daemon.log" &
 	pids_to_kill+=($!)
