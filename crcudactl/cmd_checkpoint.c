@@ -10,7 +10,18 @@
  * the store at CHECKPOINT_DEVICES, commit once CRIU's images are written); this command finds the
  * pieces, makes the image directory <store>/criu/<name> (locked while in use, so that gc leaves it),
  * runs CRIU, shows progress and reports. On failure nothing is committed, the session is resumed and
- * the directory removed: the previous checkpoints are untouched. */
+ * the directory removed: the previous checkpoints are untouched.
+ *
+ * SIGINT or SIGTERM while CRIU runs cancels the checkpoint: CRIU's post-dump action script (crcudactl
+ * itself, ctl_action_script) and this
+ * command race for one symlink in the image directory (CRCUDA_CKPT_DECISION, "commit" or "cancel");
+ * on "cancel" the plugin fails the dump at its next step, or CRIU's post-dump script fails after the
+ * images, so CRIU lets the process go and nothing is committed (CRIU is killed where it does not stop
+ * within CTL_CANCEL_GRACE_S). A cancel after "commit" is too late and says so.
+ *
+ * The program's CRCUDA_LINEAGE (set by `crcudactl run`, kept by a restored process) goes into the
+ * manifest as crcuda.lineage: the checkpoints of one program, whatever its restores, for --keep and
+ * `store prune`. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -61,9 +72,13 @@ static void ckpt_usage(FILE *f)
 		"      --json           machine-readable result on stdout\n"
 		"  -h, --help           this help\n"
 		"\n"
+		"SIGINT or SIGTERM while CRIU runs cancels the checkpoint: nothing is committed, the image\n"
+		"directory goes, and the process runs on (a second signal kills CRIU at once).\n"
+		"\n"
 		"Environment: CRCUDA_CRIU (criu binary; default: criu on $PATH if >= 4.1, else the\n"
 		"configured one), CRCUDA_CRIU_PLUGIN_DIR (crcuda_plugin.so; default: beside crcudactl).\n"
-		"Exit status: 0 checkpointed, 1 failed (previous checkpoints untouched), 2 usage error.\n",
+		"Exit status: 0 checkpointed, 1 failed or cancelled (previous checkpoints untouched),\n"
+		"2 usage error.\n",
 		CKPT_TIMEOUT_DEFAULT);
 }
 
@@ -196,6 +211,47 @@ static int task_remote(pid_t pid, const char *token_file, char *addr, size_t len
 	return ctl_read_token(token_file, token, tlen) < 0 ? -1 : 0;
 }
 
+/* The program's CRCUDA_LINEAGE (from /proc/PID/environ) into out ("" when it has none), made safe for
+ * a metadata line. */
+static void task_lineage(pid_t pid, char *out, size_t len)
+{
+	char path[64], buf[65536];
+	ssize_t n;
+	int fd;
+
+	out[0] = 0;
+	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0)
+		return;
+	buf[n] = 0;
+	for (char *p = buf; p < buf + n; p += strlen(p) + 1)
+		if (!strncmp(p, CTL_LINEAGE_ENV "=", strlen(CTL_LINEAGE_ENV) + 1))
+			snprintf(out, len, "%s", p + strlen(CTL_LINEAGE_ENV) + 1);
+	for (char *c = out; *c; c++)
+		if (*c == '\n' || *c == '\r')
+			*c = '_';
+}
+
+/* CRIU's action script (crcudactl itself, main() sees CRTOOLS_SCRIPT_ACTION): at post-dump it takes
+ * the decision for a commit, unless a cancel took it first (CRIU then lets the tasks run on). */
+int ctl_action_script(void)
+{
+	const char *action = getenv("CRTOOLS_SCRIPT_ACTION"), *link = getenv("CRCUDA_CKPT_DECISION");
+
+	if (!action || strcmp(action, "post-dump"))
+		return 0;
+	if (link && *link && symlink("commit", link)) {
+		fprintf(stderr, "crcudactl: post-dump: %s: %s (the checkpoint was cancelled)\n", link,
+			strerror(errno));
+		return 1;
+	}
+	return 0;
+}
+
 /* The session of pid on the daemon at daemon. 0, or -1 with the reason printed. */
 static int find_session(const char *daemon, const char *token, pid_t pid, int wait_ms,
 			struct crc_ctl_session *out)
@@ -313,7 +369,9 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	char store[PATH_MAX], daemon[PATH_MAX], criu[PATH_MAX], plugdir[PATH_MAX], dir[PATH_MAX + 64];
 	char report[PATH_MAX * 2], outlog[PATH_MAX * 2], dlog[PATH_MAX * 2], backend[64], host[256] = "",
 											  comm[64] = "";
-	char *end, val[PATH_MAX], pidbuf[32];
+	char *end, val[PATH_MAX], pidbuf[32], lineage[CTL_LINEAGE_MAX], script[PATH_MAX],
+	    decision[PATH_MAX * 2];
+	struct ctl_cancel cancel = {0};
 	struct crc_ctl_session sess = {0};
 	struct crc_store *st = NULL;
 	int c, lockfd = -1, rc, ret = CTL_EXIT_FAILURE;
@@ -411,6 +469,9 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	}
 	snprintf(store, sizeof(store), "%s", val);
 
+	/* From here on SIGINT/SIGTERM cancel (before CRIU runs: nothing is done yet). */
+	ctl_cancel_requested = 0;
+	ctl_cancel_catch(true);
 	/* <store>/criu/<time>-<pid>-<random>: unique across concurrent checkpoints. */
 	time_t now = time(NULL);
 	struct tm tm;
@@ -421,13 +482,14 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	snprintf(dir, sizeof(dir), "%s/criu", store);
 	if (mkdir(dir, 0700) && errno != EEXIST) {
 		ctl_error("checkpoint: cannot create %s: %s", dir, strerror(errno));
-		return CTL_EXIT_FAILURE;
+		goto out;
 	}
 	snprintf(dir, sizeof(dir), "%s/criu/%s-%d-XXXXXX", store, stamp, (int)pid);
 	if (!mkdtemp(dir)) {
 		ctl_error("checkpoint: cannot create an image directory in %s/criu: %s", store,
 			  strerror(errno));
-		return CTL_EXIT_FAILURE;
+		dir[0] = 0;
+		goto out;
 	}
 	/* Held until the manifest names the directory (or it is removed): gc skips locked ones. */
 	lockfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -437,6 +499,14 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	}
 	snprintf(report, sizeof(report), "%s/crcuda-plugin.report", dir);
 	snprintf(outlog, sizeof(outlog), "%s/criu-dump.out", dir);
+	snprintf(decision, sizeof(decision), "%s/crcuda-decision", dir);
+	cancel.link = decision;
+	{
+		ssize_t n = readlink("/proc/self/exe", script, sizeof(script) - 1);
+
+		script[n > 0 ? n : 0] = 0;
+	}
+	task_lineage(pid, lineage, sizeof(lineage));
 
 	daemon_backend(daemon, backend, sizeof(backend));
 	gethostname(host, sizeof(host) - 1);
@@ -451,34 +521,39 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	bool shell_job = getsid(pid) != pid;
 	const char *rel = dir + strlen(store) + 1;
 
-	char *env[11], e_daemon[PATH_MAX + 16], e_store[PATH_MAX + 16], e_img[PATH_MAX + 32],
-	    e_report[PATH_MAX * 2 + 32], e_meta[1024], e_timeout[64], e_token[CRC_TOKEN_MAX + 16];
+	char *env[13], e_daemon[PATH_MAX + 16], e_store[PATH_MAX + 16], e_img[PATH_MAX + 32],
+	    e_report[PATH_MAX * 2 + 32], e_meta[1024 + CTL_LINEAGE_MAX], e_timeout[64],
+	    e_token[CRC_TOKEN_MAX + 16], e_decision[PATH_MAX * 2 + 32];
+	int ne;
 	snprintf(e_daemon, sizeof(e_daemon), "CRCUDA_DAEMON=%s", daemon);
 	snprintf(e_store, sizeof(e_store), "CRCUDA_STORE=%s", store);
 	snprintf(e_img, sizeof(e_img), "CRCUDA_CRIU_IMAGES=%s", rel);
 	snprintf(e_report, sizeof(e_report), "CRCUDA_PLUGIN_REPORT=%s", report);
 	snprintf(e_meta, sizeof(e_meta),
 		 "CRCUDA_CKPT_META=crcuda.backend=%s\ncrcuda.host=%s\ncrcuda.comm=%s\ncriu.shell_job=%d\n"
-		 "crcuda.leave_running=%d",
-		 backend, host, comm, shell_job, leave);
+		 "crcuda.leave_running=%d%s%s",
+		 backend, host, comm, shell_job, leave, lineage[0] ? "\ncrcuda.lineage=" : "", lineage);
+	snprintf(e_decision, sizeof(e_decision), "CRCUDA_CKPT_DECISION=%s", decision);
 	snprintf(e_timeout, sizeof(e_timeout), "CRCUDA_TIMEOUT_MS=%u", timeout * 1000);
 	env[0] = e_daemon, env[1] = e_store, env[2] = e_img, env[3] = e_report, env[4] = e_meta;
 	env[5] = e_timeout, env[6] = "CRCUDA_PLUGIN=on";
 	/* Whether CRIU kills the process after the dump: a detached TCP session is then released. */
-	env[7] = leave ? "CRCUDA_LEAVE_RUNNING=1" : "CRCUDA_LEAVE_RUNNING=0";
+	env[7] = leave ? "CRCUDA_LEAVE_RUNNING=1" : "CRCUDA_LEAVE_RUNNING=0", env[8] = e_decision;
 	/* Killed after the dump, the process has nothing to run on for: the copy comes first then. */
-	env[8] = leave && background ? "CRCUDA_CKPT_BACKGROUND=1" : "CRCUDA_CKPT_BACKGROUND=0", env[9] = NULL;
+	env[9] = leave && background ? "CRCUDA_CKPT_BACKGROUND=1" : "CRCUDA_CKPT_BACKGROUND=0";
+	ne = 10;
 	if (tcp) {
 		snprintf(e_token, sizeof(e_token), "CRCUDA_TOKEN=%s", token);
-		env[9] = e_token, env[10] = NULL;
+		env[ne++] = e_token;
 	}
+	env[ne] = NULL;
 
 	snprintf(pidbuf, sizeof(pidbuf), "%d", (int)pid);
 	/* CRIU gives the seize phase, where the plugin quiesces the session (draining its streams), 10 s
 	 * by default: long kernels, or a loaded machine, need ours. */
 	char criu_timeout[16];
 	snprintf(criu_timeout, sizeof(criu_timeout), "%u", timeout);
-	char *args[18];
+	char *args[20];
 	int na = 0;
 	args[na++] = criu;
 	args[na++] = "dump";
@@ -493,6 +568,8 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	args[na++] = "-v4";
 	args[na++] = "--timeout";
 	args[na++] = criu_timeout;
+	args[na++] = "--action-script";
+	args[na++] = script;
 	if (leave)
 		args[na++] = "--leave-running";
 	if (shell_job)
@@ -500,12 +577,26 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	args[na] = NULL;
 
 	double t0 = ctl_now();
-	rc = ctl_run_criu(args, env, outlog, report, "checkpoint", timeout, isatty(2) && !opts->json);
+	if (ctl_cancel_requested)
+		rc = -1, cancel.state = CTL_CANCELLED; /* before CRIU ran: nothing to undo */
+	else
+		rc = ctl_run_criu(args, env, outlog, report, "checkpoint", timeout, isatty(2) && !opts->json,
+				  &cancel);
 	double secs = ctl_now() - t0;
 	uint64_t id = 0;
 
 	if (ctl_report_get(report, "ckpt", 0, val, sizeof(val)) == 0)
 		id = strtoull(strchr(val, ' ') ? strchr(val, ' ') + 1 : val, NULL, 10);
+	if (cancel.state == CTL_CANCELLED && !id) {
+		/* CRIU let the process go (or was killed): the session resumes, as after a failure. */
+		undo(daemon, tcp ? token : NULL, pid);
+		rm_tree(dir);
+		fprintf(stderr,
+			"crcudactl: checkpoint of %d cancelled: nothing was committed, the previous "
+			"checkpoints are untouched%s\n",
+			(int)pid, kill(pid, 0) == 0 ? " and the process runs on" : " (the process is gone)");
+		goto out;
+	}
 	double drain_wait = 0;
 	if (rc == 0 && !id && ctl_report_get(report, "pending", 0, val, sizeof(val)) == 0) {
 		double t1 = ctl_now();
@@ -599,7 +690,9 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 		printf("\n");
 	}
 	ret = CTL_EXIT_OK;
+	unlink(decision); /* not an image */
 out:
+	ctl_cancel_catch(false);
 	if (lockfd >= 0)
 		close(lockfd);
 	return ret;

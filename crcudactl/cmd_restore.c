@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -52,12 +53,17 @@ static void restore_usage(FILE *f)
 	    "                         inspect); N puts device 0 on GPU N and the others on the GPUs\n"
 	    "                         after it (default: the checkpointed ones)\n"
 	    "      --timeout SEC      give up after SEC seconds (default %d)\n"
+	    "  -w, --wait             stay until the restored program ends, passing it the signals this\n"
+	    "                         command gets (HUP, INT, QUIT, TERM, USR1, USR2, ALRM, WINCH,\n"
+	    "                         CONT, XCPU, PWR) and exit with its status (CRIU restores it as\n"
+	    "                         this command's child: --restore-sibling)\n"
 	    "      --json             machine-readable result on stdout\n"
 	    "  -h, --help             this help\n"
 	    "\n"
 	    "Environment: CRCUDA_CRIU, CRCUDA_CRIU_PLUGIN_DIR (as for checkpoint).\n"
 	    "Exit status: 0 restored (the pid is printed), 1 failed (the checkpoint is untouched),\n"
-	    "2 usage error.\n",
+	    "2 usage error; with --wait, once restored, the program's own (128+N when signal N ended\n"
+	    "it).\n",
 	    RESTORE_TIMEOUT_DEFAULT);
 }
 
@@ -67,6 +73,7 @@ struct restore_args {
 	struct crc_ctl_restore_opts gpus;
 	unsigned timeout;
 	uint64_t id;
+	bool wait; /* --wait: the restored program is our child; its status is ours */
 };
 
 /* A daemon answers on the socket; else one is started through `crcudactl run` (same locking and
@@ -176,14 +183,18 @@ static int parse(int argc, char **argv, struct restore_args *a, struct ctl_opts 
 	    {"gpu", required_argument, NULL, OPT_GPU},
 	    {"timeout", required_argument, NULL, OPT_TIMEOUT},
 	    {"json", no_argument, NULL, OPT_JSON},
+	    {"wait", no_argument, NULL, 'w'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
 	char *end;
 	int c;
 
-	while ((c = getopt_long(argc, argv, "s:h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:wh", longopts, NULL)) != -1) {
 		switch (c) {
+		case 'w':
+			a->wait = true;
+			break;
 		case 's':
 			a->store_arg = optarg;
 			break;
@@ -259,7 +270,8 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 	struct crc_store *st = NULL;
 	int rc, ret = CTL_EXIT_FAILURE;
 	bool keep_work = true;
-	pid_t pid = 0;
+	pid_t pid = 0, wait_for = 0;
+	int imgfd = -1;
 
 	rc = parse(argc, argv, &a, opts);
 	if (rc >= 0)
@@ -409,11 +421,19 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 	args[na++] = plugdir;
 	if (shell && !strcmp(shell, "1"))
 		args[na++] = "--shell-job";
+	/* The restored tree's root becomes our child (CLONE_PARENT), so that its status reaches us. */
+	if (a.wait)
+		args[na++] = "--restore-sibling";
 	args[na] = NULL;
+
+	/* A shared lock on the images while CRIU reads them: rm and gc (exclusive) leave them. */
+	imgfd = open(imgdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (imgfd >= 0)
+		flock(imgfd, LOCK_SH);
 
 	double t0 = ctl_now();
 	snprintf(idbuf, sizeof(idbuf), "%" PRIu64, a.id);
-	rc = ctl_run_criu(args, env, outlog, report, "restore", a.timeout, isatty(2) && !opts->json);
+	rc = ctl_run_criu(args, env, outlog, report, "restore", a.timeout, isatty(2) && !opts->json, NULL);
 	double secs = ctl_now() - t0;
 	FILE *pf = fopen(pidfile, "r");
 	int got = 0;
@@ -433,6 +453,8 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 		fprintf(stderr, "crcudactl: CRIU's log: %s; checkpoint %s is untouched\n", rlog, idbuf);
 		goto out;
 	}
+	if (imgfd >= 0)
+		close(imgfd), imgfd = -1;
 	continue_tree(got, 0);
 	keep_work = false;
 	if (opts->json)
@@ -443,7 +465,11 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 		printf("restored checkpoint %s as pid %d in %.2f s (daemon %s)\n", idbuf, got, secs,
 		       a.remote ? a.remote : daemon);
 	ret = CTL_EXIT_OK;
+	if (a.wait)
+		wait_for = got;
 out:
+	if (imgfd >= 0)
+		close(imgfd);
 	if (!keep_work && work[strlen(work) - 1] != 'X') {
 		const char *files[] = {report, outlog, pidfile, rlog};
 		for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
@@ -454,5 +480,9 @@ out:
 		rmdir(work);
 	}
 	crc_manifest_free(m);
+	if (wait_for > 0) {
+		fflush(NULL);
+		ret = ctl_wait_program(wait_for, "restore");
+	}
 	return ret;
 }

@@ -5,7 +5,11 @@
  * makes sure a daemon answers on the socket first, starting one when none does: detached, with an idle
  * exit, serialised by a lock file next to the socket so that runs started together start one daemon.
  * One daemon per socket: a daemon of another backend than asked is refused, not replaced (a second
- * backend needs its own --socket). */
+ * backend needs its own --socket).
+ *
+ * The program gets CRCUDA_LINEAGE (unless set already): its checkpoints carry it, through restores, so
+ * that retention (--keep, `store prune`) counts them per program. With --checkpoint-on or --every,
+ * crcudactl stays the program's parent and checkpoints it (run_ckpt.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -28,6 +32,7 @@
 #include "crcuda/proto.h"
 #include "crcuda/sock.h"
 #include "crcudactl.h"
+#include "run_ckpt.h"
 
 #define RUN_IDLE_EXIT_DEFAULT 30 /* seconds a daemon we start lingers with nothing to serve */
 #define RUN_START_TIMEOUT_MS  30000
@@ -70,9 +75,28 @@ static void run_usage(FILE *f)
 	    "      --token-file FILE    its token (else $CRCUDA_TOKEN or $CRCUDA_TOKEN_FILE)\n"
 	    "  -h, --help               this help\n"
 	    "\n"
+	    "Checkpointing (crcudactl then stays PROG's parent: PROG runs as its child, in a process\n"
+	    "group of its own, and gets every other signal crcudactl gets: HUP, INT, QUIT, TERM, USR1,\n"
+	    "USR2, ALRM, WINCH, CONT, XCPU, PWR). Needs root (CRIU), as crcudactl checkpoint does:\n"
+	    "      --checkpoint-on SIG[,SIG...]\n"
+	    "                           checkpoint PROG when crcudactl gets SIG. SIGTERM, SIGINT, SIGHUP,\n"
+	    "                           SIGQUIT, SIGXCPU, SIGPWR take the final checkpoint: PROG stops once\n"
+	    "                           it is committed and crcudactl exits 0 (where it fails, SIG goes on\n"
+	    "                           to PROG, whose status becomes crcudactl's); SIGUSR1, SIGUSR2,\n"
+	    "                           SIGALRM leave PROG running. SIG:stop or SIG:run chooses.\n"
+	    "      --every DURATION     also checkpoint it every DURATION (90, 90s, 10m, 2h), counted from\n"
+	    "                           the end of the previous checkpoint; PROG runs on\n"
+	    "      --keep N             after each checkpoint, remove all but the newest N of PROG's\n"
+	    "                           (its CRCUDA_LINEAGE; as crcudactl rm does)\n"
+	    "  -s, --store DIR          the store of these checkpoints (default $CRCUDA_STORE, else\n"
+	    "                           ~/.local/share/crcuda/store)\n"
+	    "\n"
 	    "Environment: CRCUDA_LIBDIR (directory of libcrcuda's libcuda.so.1), CRCUDAD (the daemon\n"
 	    "binary); by default both are found beside this program (build tree or <prefix>/bin).\n"
-	    "Exit status: PROG's own once it runs; 1 when it cannot be started, 2 on a usage error.\n",
+	    "PROG gets CRCUDA_LINEAGE (a name for its checkpoints, kept across restores) unless it is set.\n"
+	    "Exit status: PROG's own once it runs (128+N where signal N ended it, with --checkpoint-on or\n"
+	    "--every); 0 after a final checkpoint; 1 when it cannot be started; 126/127 when PROG cannot\n"
+	    "be run or is not there; 2 on a usage error.\n",
 	    RUN_IDLE_EXIT_DEFAULT);
 }
 
@@ -563,7 +587,10 @@ int cmd_run(int argc, char **argv, struct ctl_opts *opts)
 		OPT_LOG,
 		OPT_IDLE,
 		OPT_VA_BASE,
-		OPT_VA_SESSION
+		OPT_VA_SESSION,
+		OPT_CKPT_ON,
+		OPT_EVERY,
+		OPT_KEEP,
 	};
 	int rc;
 	static const struct option longopts[] = {
@@ -575,19 +602,49 @@ int cmd_run(int argc, char **argv, struct ctl_opts *opts)
 	    {"idle-exit", required_argument, NULL, OPT_IDLE},
 	    {"va-base", required_argument, NULL, OPT_VA_BASE},
 	    {"va-session", required_argument, NULL, OPT_VA_SESSION},
+	    {"checkpoint-on", required_argument, NULL, OPT_CKPT_ON},
+	    {"every", required_argument, NULL, OPT_EVERY},
+	    {"keep", required_argument, NULL, OPT_KEEP},
+	    {"store", required_argument, NULL, 's'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
 	struct run_args a = {.backend = "cuda", .idle_exit = RUN_IDLE_EXIT_DEFAULT};
 	char libdir[PATH_MAX], sock[PATH_MAX], abs[PATH_MAX], reg[PATH_MAX + 32] = "";
 	bool local_only = false;
+	struct run_ckpt ck = {0};
+	char store_dir[PATH_MAX], lineage[CTL_LINEAGE_MAX], *orig_ldlp = NULL;
+	bool keep_given = false;
 	char *end;
 	int c;
 
 	(void)opts;
+	sigemptyset(&ck.on);
+	sigemptyset(&ck.stop);
 	/* "+": the program's own options are not ours. */
-	while ((c = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+hs:", longopts, NULL)) != -1) {
 		switch (c) {
+		case OPT_CKPT_ON:
+			if (run_ckpt_parse_signals(optarg, &ck))
+				return CTL_EXIT_USAGE;
+			break;
+		case OPT_EVERY:
+			if (run_ckpt_parse_every(optarg, &ck.every))
+				return CTL_EXIT_USAGE;
+			break;
+		case OPT_KEEP:
+			errno = 0;
+			ck.keep = (unsigned)strtoul(optarg, &end, 10);
+			if (errno || *end || !*optarg || optarg[0] == '-' || !ck.keep || ck.keep > 1000000) {
+				ctl_error("run: --keep wants a number of checkpoints (1 or more), got '%s'",
+					  optarg);
+				return CTL_EXIT_USAGE;
+			}
+			keep_given = true;
+			break;
+		case 's':
+			ck.store = optarg;
+			break;
 		case OPT_REMOTE:
 			a.remote = optarg;
 			break;
@@ -652,6 +709,13 @@ int cmd_run(int argc, char **argv, struct ctl_opts *opts)
 			  "--remote");
 		return CTL_EXIT_USAGE;
 	}
+	if ((keep_given || ck.store) && !ck.any && !ck.every) {
+		ctl_error("run: --keep and --store go with --checkpoint-on or --every");
+		return CTL_EXIT_USAGE;
+	}
+	if ((ck.any || ck.every) &&
+	    (ctl_store_dir(ck.store, store_dir, sizeof(store_dir)) || !(ck.store_dir = store_dir)))
+		return CTL_EXIT_USAGE;
 	if (find_libdir(libdir, sizeof(libdir)))
 		return CTL_EXIT_FAILURE;
 
@@ -710,9 +774,33 @@ int cmd_run(int argc, char **argv, struct ctl_opts *opts)
 		unsetenv("CRCUDA_REMOTE");
 		setenv("CRCUDA_SOCKET", sock, 1);
 	}
+	/* One name for the program's checkpoints, whatever its restores (a given one is kept: a job's
+	 * runs may share one). */
+	if (!getenv(CTL_LINEAGE_ENV) || !*getenv(CTL_LINEAGE_ENV)) {
+		char host[64] = "";
+		const char *base = strrchr(a.prog[0], '/');
+
+		gethostname(host, sizeof(host) - 1);
+		host[strcspn(host, ".")] = 0;
+		snprintf(lineage, sizeof(lineage), "%.40s-%s-%d-%lld", base ? base + 1 : a.prog[0], host,
+			 (int)getpid(), (long long)time(NULL));
+		setenv(CTL_LINEAGE_ENV, lineage, 1);
+	}
+	snprintf(lineage, sizeof(lineage), "%s", getenv(CTL_LINEAGE_ENV));
+	ck.lineage = lineage;
+	if (getenv("LD_LIBRARY_PATH") && !(orig_ldlp = strdup(getenv("LD_LIBRARY_PATH"))))
+		return CTL_EXIT_FAILURE;
+	ck.orig_ldlp = orig_ldlp;
 	if (prepend_env("LD_LIBRARY_PATH", libdir)) {
 		ctl_error("run: cannot set LD_LIBRARY_PATH: %s", strerror(errno));
 		return CTL_EXIT_FAILURE;
+	}
+	if (ck.any || ck.every) {
+		rc = run_ckpt_supervise(&ck, a.prog);
+		if (reg[0])
+			unlink(reg);
+		free(orig_ldlp);
+		return rc;
 	}
 	fflush(NULL);
 	execvp(a.prog[0], a.prog);

@@ -19,26 +19,34 @@ struct store_args {
 	int argc; /* operands after the subcommand name */
 	char **argv;
 	struct ctl_opts *opts;
+	long keep; /* prune --keep N; -1 when not given */
+	bool dry;  /* prune --dry-run */
 };
 
 typedef int (*store_cmd_fn)(struct store_args *a);
 
 static void store_usage(FILE *f)
 {
-	fprintf(f, "Usage: crcudactl store SUBCOMMAND [--store DIR] [--json]\n"
-		   "\n"
-		   "Subcommands:\n"
-		   "  ls           list checkpoints\n"
-		   "  inspect ID   show a checkpoint's manifest: regions, chunks, metadata\n"
-		   "  verify       read every chunk and check its hash, and that every checkpoint is whole\n"
-		   "               (exit 1 when anything is damaged or missing)\n"
-		   "  gc           remove chunks and pack files no checkpoint needs\n"
-		   "  demo-record  (developer) record a demo checkpoint, creating the store if needed\n"
-		   "\n"
-		   "Options:\n"
-		   "  -s, --store DIR  the store (default $CRCUDA_STORE, else ~/.local/share/crcuda/store)\n"
-		   "      --json       machine-readable output\n"
-		   "  -h, --help       this help\n");
+	fprintf(f,
+		"Usage: crcudactl store SUBCOMMAND [--store DIR] [--json]\n"
+		"\n"
+		"Subcommands:\n"
+		"  ls           list checkpoints\n"
+		"  inspect ID   show a checkpoint's manifest: regions, chunks, metadata\n"
+		"  verify       read every chunk and check its hash, and that every checkpoint is whole\n"
+		"               (exit 1 when anything is damaged or missing)\n"
+		"  gc           remove chunks and pack files no checkpoint needs\n"
+		"  prune --keep N [-n|--dry-run]\n"
+		"               keep the newest N checkpoints of each program (its CRCUDA_LINEAGE, which\n"
+		"               `crcudactl run` sets and a restore keeps) and remove the others, as rm does\n"
+		"  demo-record  (developer) record a demo checkpoint, creating the store if needed\n"
+		"\n"
+		"Options:\n"
+		"  -s, --store DIR  the store (default $CRCUDA_STORE, else ~/.local/share/crcuda/store)\n"
+		"      --keep N     prune: checkpoints kept of each program\n"
+		"  -n, --dry-run    prune: only say what would go\n"
+		"      --json       machine-readable output\n"
+		"  -h, --help       this help\n");
 }
 
 static void format_time(int64_t ns, char *buf, size_t len)
@@ -302,6 +310,19 @@ static int store_gc(struct store_args *a)
 	return CTL_EXIT_OK;
 }
 
+static int store_prune(struct store_args *a)
+{
+	if (a->argc) {
+		ctl_error("store prune takes no operands (store prune --keep N [--dry-run])");
+		return CTL_EXIT_USAGE;
+	}
+	if (a->keep < 0) {
+		ctl_error("store prune: say how many to keep of each program: --keep N");
+		return CTL_EXIT_USAGE;
+	}
+	return ctl_prune(a->dir, NULL, (unsigned)a->keep, a->dry, stdout) ? CTL_EXIT_FAILURE : CTL_EXIT_OK;
+}
+
 /* Deterministic bytes, different for each (seed, position). */
 static void demo_fill(uint8_t *buf, size_t len, uint64_t seed)
 {
@@ -391,29 +412,47 @@ static const struct {
 	const char *name;
 	store_cmd_fn fn;
 } store_cmds[] = {
-    {"ls", store_ls}, {"inspect", store_inspect},	  {"verify", store_verify},
-    {"gc", store_gc}, {"demo-record", store_demo_record},
+    {"ls", store_ls}, {"inspect", store_inspect}, {"verify", store_verify},
+    {"gc", store_gc}, {"prune", store_prune},	  {"demo-record", store_demo_record},
 };
 
 int cmd_store(int argc, char **argv, struct ctl_opts *opts)
 {
-	enum { OPT_JSON = 256 };
+	enum { OPT_JSON = 256, OPT_KEEP, OPT_DRY };
 	static const struct option longopts[] = {
 	    {"store", required_argument, NULL, 's'},
 	    {"json", no_argument, NULL, OPT_JSON},
+	    {"keep", required_argument, NULL, OPT_KEEP},
+	    {"dry-run", no_argument, NULL, OPT_DRY},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
-	struct store_args a = {.opts = opts};
+	struct store_args a = {.opts = opts, .keep = -1};
 	char *def = NULL;
 	int c, ret;
-	while ((c = getopt_long(argc, argv, "s:h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:nh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			a.dir = optarg;
 			break;
 		case OPT_JSON:
 			opts->json = true;
+			break;
+		case OPT_KEEP: {
+			char *end;
+
+			errno = 0;
+			a.keep = strtol(optarg, &end, 10);
+			if (errno || *end || !*optarg || a.keep < 0 || a.keep > 1000000) {
+				ctl_error("store prune: --keep wants a number of checkpoints, got '%s'",
+					  optarg);
+				return CTL_EXIT_USAGE;
+			}
+			break;
+		}
+		case OPT_DRY:
+		case 'n':
+			a.dry = true;
 			break;
 		case 'h':
 			store_usage(stdout);
@@ -440,6 +479,11 @@ int cmd_store(int argc, char **argv, struct ctl_opts *opts)
 	}
 	a.argc = argc - optind - 1;
 	a.argv = argv + optind + 1;
+	if ((a.keep >= 0 || a.dry) && strcmp(argv[optind], "prune")) {
+		ctl_error("store: --keep and --dry-run are prune's");
+		free(def);
+		return CTL_EXIT_USAGE;
+	}
 	for (size_t i = 0; i < sizeof(store_cmds) / sizeof(store_cmds[0]); i++) {
 		if (!strcmp(argv[optind], store_cmds[i].name)) {
 			ret = store_cmds[i].fn(&a);

@@ -258,10 +258,53 @@ static const char *phase_words(const char *phase)
 	return phase;
 }
 
-int ctl_run_criu(char *const argv[], char *const env[], const char *out_log, const char *report,
-		 const char *what, unsigned timeout_s, bool progress)
+volatile sig_atomic_t ctl_cancel_requested;
+
+static void on_cancel(int sig)
 {
-	double start = ctl_now(), last_print = 0;
+	(void)sig;
+	if (ctl_cancel_requested < 100)
+		ctl_cancel_requested++;
+}
+
+void ctl_cancel_catch(bool on)
+{
+	struct sigaction sa = {.sa_handler = on ? on_cancel : SIG_DFL};
+
+	/* No SA_RESTART: a wait in progress returns, and the loop looks at the flag. */
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+}
+
+/* The first cancel request while CRIU runs: it takes the decision if CRIU's post-dump script has not
+ * yet (whichever symlink comes first stands). */
+static void cancel_decide(struct ctl_cancel *cancel, const char *what)
+{
+	char buf[16];
+	ssize_t n;
+
+	if (symlink("cancel", cancel->link) == 0) {
+		cancel->state = CTL_CANCELLED;
+		return;
+	}
+	n = readlink(cancel->link, buf, sizeof(buf) - 1);
+	buf[n > 0 ? n : 0] = 0;
+	if (!strcmp(buf, "cancel")) {
+		cancel->state = CTL_CANCELLED;
+		return;
+	}
+	cancel->state = CTL_CANCEL_TOO_LATE;
+	fprintf(stderr,
+		"crcudactl: %s: too late to cancel: CRIU has written the images and the checkpoint "
+		"is being committed\n",
+		what);
+}
+
+int ctl_run_criu(char *const argv[], char *const env[], const char *out_log, const char *report,
+		 const char *what, unsigned timeout_s, bool progress, struct ctl_cancel *cancel)
+{
+	double start = ctl_now(), last_print = 0, cancel_at = 0;
 	char phase[256] = "starting CRIU", shown[256] = "";
 	int status = 0;
 	pid_t pid;
@@ -299,6 +342,22 @@ int ctl_run_criu(char *const argv[], char *const env[], const char *out_log, con
 			break;
 		if (r < 0 && errno != EINTR) {
 			ctl_error("waitpid: %s", strerror(errno));
+			return -1;
+		}
+		if (cancel && ctl_cancel_requested && cancel->state == CTL_CANCEL_NONE) {
+			cancel_decide(cancel, what);
+			cancel_at = t;
+		}
+		/* CRIU lets the tasks go at the plugin's next step (or after its images, through the
+		 * post-dump script): it is killed only where that takes too long, or on a second signal. */
+		if (cancel && cancel->state == CTL_CANCELLED &&
+		    (t - cancel_at > CTL_CANCEL_GRACE_S || ctl_cancel_requested > 1)) {
+			kill(-pid, SIGKILL);
+			waitpid(pid, &status, 0);
+			ctl_error("%s: CRIU was killed (%s)", what,
+				  ctl_cancel_requested > 1 ? "a second signal"
+							   : "it did not stop within " CTL_STR(
+								 CTL_CANCEL_GRACE_S) " s of the cancel");
 			return -1;
 		}
 		if (timeout_s && t > timeout_s) {
@@ -398,4 +457,73 @@ int ctl_read_token(const char *file, char *out, size_t len)
 	}
 	out[n] = 0;
 	return (int)n;
+}
+
+const int ctl_forward_signals[] = {SIGHUP,  SIGINT,   SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2,
+				   SIGALRM, SIGWINCH, SIGCONT, SIGXCPU, SIGPWR,	 0};
+
+int ctl_exit_status(int status)
+{
+	if (WIFEXITED(status))
+		return WEXITSTATUS(status);
+	if (WIFSIGNALED(status))
+		return 128 + WTERMSIG(status);
+	return CTL_EXIT_FAILURE;
+}
+
+/* Not our child: its end without its status (a zombie counts as ended). */
+static int wait_stranger(pid_t pid, const char *what)
+{
+	char path[64], line[256];
+
+	ctl_error("%s: pid %d is not this command's child: waiting for its end, whose status cannot be known",
+		  what, (int)pid);
+	for (;;) {
+		FILE *f;
+		bool zombie = false;
+
+		if (kill(pid, 0) && errno == ESRCH)
+			break;
+		snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+		f = fopen(path, "r");
+		while (f && fgets(line, sizeof(line), f))
+			if (!strncmp(line, "State:", 6))
+				zombie = strchr(line, 'Z') != NULL;
+		if (f)
+			fclose(f);
+		if (zombie)
+			break;
+		usleep(200000);
+	}
+	ctl_error("%s: pid %d ended (exit status unknown)", what, (int)pid);
+	return CTL_EXIT_FAILURE;
+}
+
+int ctl_wait_program(pid_t pid, const char *what)
+{
+	sigset_t set, old;
+	int status = 0;
+
+	sigemptyset(&set);
+	for (const int *s = ctl_forward_signals; *s; s++)
+		sigaddset(&set, *s);
+	sigaddset(&set, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &set, &old);
+	for (;;) {
+		struct timespec ts = {.tv_nsec = 200000000};
+		pid_t r = waitpid(pid, &status, WNOHANG);
+		int sig;
+
+		if (r == pid)
+			break;
+		if (r < 0 && errno != EINTR) {
+			sigprocmask(SIG_SETMASK, &old, NULL);
+			return wait_stranger(pid, what);
+		}
+		sig = sigtimedwait(&set, NULL, &ts);
+		if (sig > 0 && sig != SIGCHLD)
+			kill(pid, sig);
+	}
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	return ctl_exit_status(status);
 }

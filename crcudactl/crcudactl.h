@@ -25,6 +25,22 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts);
 int cmd_restore(int argc, char **argv, struct ctl_opts *opts);
 int cmd_ls(int argc, char **argv, struct ctl_opts *opts);
 int cmd_inspect(int argc, char **argv, struct ctl_opts *opts);
+int cmd_rm(int argc, char **argv, struct ctl_opts *opts);
+
+/* ---- cmd_rm.c: retention ---- */
+#include <stdio.h>
+/* Keeps the newest keep checkpoints of each program (crcuda.lineage; only lineage `only` when not
+ * NULL) in the store at dir and removes the others (manifest, CRIU images, then gc of the chunks);
+ * dry: only says which. Lines on out (NULL: quiet). Returns the number that could not be removed, or
+ * -1 when the store cannot be read. */
+int ctl_prune(const char *store, const char *only, unsigned keep, bool dry, FILE *out);
+
+/* The environment variable `crcudactl run` gives a program (unless set already): one name for its
+ * checkpoints across restores (crcuda.lineage in their manifests). */
+#define CTL_LINEAGE_ENV "CRCUDA_LINEAGE"
+#define CTL_LINEAGE_MAX 128
+/* crcudactl run by CRIU as checkpoint's --action-script (CRTOOLS_SCRIPT_ACTION set): its exit status. */
+int ctl_action_script(void);
 
 /* Prints "crcudactl: " + message on stderr. */
 void ctl_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -33,6 +49,7 @@ int ctl_json_print(json_t *v);
 
 /* ---- cr_util.c: shared by checkpoint, restore, ls and inspect ---- */
 #include <stddef.h>
+#include <sys/types.h>
 
 /* CLOCK_MONOTONIC seconds. */
 double ctl_now(void);
@@ -49,11 +66,28 @@ int ctl_find_criu(char *out, size_t len);
 int ctl_self_dir(char *buf, size_t len);
 /* The directory holding crcuda_plugin.so: $CRCUDA_CRIU_PLUGIN_DIR, else beside crcudactl. */
 int ctl_find_plugin_dir(char *out, size_t len);
+/* A checkpoint that SIGINT/SIGTERM may cancel while CRIU runs (ctl_cancel_catch). link is the
+ * plugin's CRCUDA_CKPT_DECISION: symlink(2) to "cancel" there wins unless CRIU's post-dump script made
+ * it "commit" first. state says what came of a request. */
+enum ctl_cancel_state { CTL_CANCEL_NONE, CTL_CANCELLED, CTL_CANCEL_TOO_LATE };
+struct ctl_cancel {
+	const char *link;
+	enum ctl_cancel_state state;
+};
+/* Seconds CRIU has, after a cancel, to let the tasks go by itself before it is killed. */
+#define CTL_CANCEL_GRACE_S 10
+#define CTL_STR_(x)	   #x
+#define CTL_STR(x)	   CTL_STR_(x)
+/* SIGINT and SIGTERM received since ctl_cancel_catch(true) (which catches them; false: default). */
+#include <signal.h>
+extern volatile sig_atomic_t ctl_cancel_requested;
+void ctl_cancel_catch(bool on);
 /* Runs argv (env: extra NAME=VALUE strings) with stdout/stderr into out_log, killing it after
  * timeout_s (0: never); with progress, prints the plugin's phase (from report) on stderr while it
- * takes long. Returns its exit status, 128+signal, or -1. */
+ * takes long. With cancel (NULL: none), a SIGINT/SIGTERM caught meanwhile cancels the checkpoint (see
+ * struct ctl_cancel). Returns its exit status, 128+signal, or -1. */
 int ctl_run_criu(char *const argv[], char *const env[], const char *out_log, const char *report,
-		 const char *what, unsigned timeout_s, bool progress);
+		 const char *what, unsigned timeout_s, bool progress, struct ctl_cancel *cancel);
 /* The nth (from 0) "KEY value" line of the plugin's report: value into out. 0 or -1. */
 int ctl_report_get(const char *report, const char *key, int nth, char *out, size_t len);
 /* The token for a remote daemon: the first line of file, else $CRCUDA_TOKEN when file is NULL ("" when
@@ -62,6 +96,13 @@ int ctl_read_token(const char *file, char *out, size_t len);
 /* Where a remote daemon's token comes from: --token-file (given), else $CRCUDA_TOKEN (NULL: read it
  * with ctl_read_token), else $CRCUDA_TOKEN_FILE; NULL also when none is set. */
 const char *ctl_token_file(const char *given);
+/* The signals a waiting crcudactl passes on to its program (0-terminated). */
+extern const int ctl_forward_signals[];
+/* A wait status as a shell says it: the exit code, or 128+N for signal N. */
+int ctl_exit_status(int status);
+/* Waits for the program pid (our child), passing ctl_forward_signals on to it; returns its status as
+ * ctl_exit_status. A pid that is not our child is waited for through /proc, and 1 returned. */
+int ctl_wait_program(pid_t pid, const char *what);
 /* Prints CRIU's "Error (...)" lines of log (at most max) on stderr. */
 void ctl_show_criu_errors(const char *log, int max);
 

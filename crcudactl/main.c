@@ -20,6 +20,7 @@ static const struct ctl_cmd {
     {"restore", cmd_restore, "restore a checkpoint (locally, or with --remote onto another GPU host)"},
     {"ls", cmd_ls, "list the checkpoints in the store and the sessions of the daemon"},
     {"inspect", cmd_inspect, "show a checkpoint: regions, metadata, CRIU images, journal"},
+    {"rm", cmd_rm, "remove checkpoints (manifest, CRIU images, chunks no other one needs)"},
     {"store", cmd_store, "list, inspect, verify and garbage-collect the checkpoint store"},
 };
 
@@ -68,7 +69,8 @@ static void usage(FILE *f)
 		   "  0  success\n"
 		   "  1  failure (including a store that verify finds damaged)\n"
 		   "  2  usage error (unknown command or option, missing argument)\n"
-		   "  126, 127  run: the program cannot be run, or is not there (as a shell says)\n");
+		   "  126, 127  run: the program cannot be run, or is not there (as a shell says)\n"
+		   "  other     run, restore --wait: the program's own (128+N when signal N ended it)\n");
 }
 
 int main(int argc, char **argv)
@@ -81,6 +83,10 @@ int main(int argc, char **argv)
 	};
 	struct ctl_opts opts = {0};
 	int level = CRC_LOG_WARN, c;
+
+	/* CRIU runs us as `crcudactl checkpoint`'s action script (no arguments). */
+	if (argc == 1 && getenv("CRTOOLS_SCRIPT_ACTION") && getenv("CRCUDA_CKPT_DECISION"))
+		return ctl_action_script();
 	/* "+": stop at the command name; what follows belongs to the command. */
 	while ((c = getopt_long(argc, argv, "+hVvq", longopts, NULL)) != -1) {
 		switch (c) {

@@ -28,6 +28,11 @@
  *   CRCUDA_TIMEOUT_MS    quiesce and replay timeout (default 60000)
  *   CRCUDA_CKPT_META     dump: extra manifest metadata, key=value lines
  *   CRCUDA_PLUGIN_REPORT file the plugin appends its results and errors to (for crcudactl)
+ *   CRCUDA_CKPT_DECISION dump: a symlink path that decides, once, between a commit and a cancel
+ *                        (crcudactl checkpoint): CRIU's post-dump action script makes it "commit",
+ *                        crcudactl makes it "cancel" on SIGINT/SIGTERM; whichever comes first wins
+ *                        (symlink(2) is atomic). With it set, fini commits only on "commit"; each
+ *                        hook fails the dump at once on "cancel" (CRIU lets the tasks go)
  *   CRCUDA_PLUGIN=off    disables the plugin */
 #include <ctype.h>
 #include <dirent.h>
@@ -167,6 +172,31 @@ static double now_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* CRCUDA_CKPT_DECISION reads "cancel": crcudactl was told to stop the checkpoint. */
+static bool decision_is(const char *what)
+{
+	const char *path = getenv("CRCUDA_CKPT_DECISION");
+	char buf[16];
+	ssize_t n;
+
+	if (!path || !*path)
+		return false;
+	n = readlink(path, buf, sizeof(buf) - 1);
+	if (n < 0)
+		return false;
+	buf[n] = 0;
+	return !strcmp(buf, what);
+}
+
+/* At each step of a dump: a cancelled checkpoint fails here (CRIU lets the tasks go, fini aborts). */
+static int cancelled(int pid)
+{
+	if (!decision_is("cancel"))
+		return 0;
+	fail("checkpoint of task %d cancelled", pid);
+	return -1;
 }
 
 static int env_int(const char *name, int def)
@@ -441,6 +471,8 @@ static int pause_devices(int pid)
 		return -ENOTSUP;
 	}
 	phase("quiesce", pid);
+	if (cancelled(pid))
+		return -1;
 	t->t_quiesce = now_s();
 	if (tcp && (lfd = park_listen(t)) < 0)
 		return -1;
@@ -471,6 +503,8 @@ static int checkpoint_devices(int pid)
 	if (!P.enabled || !t)
 		return -ENOTSUP;
 	phase("device", pid);
+	if (cancelled(pid))
+		return -1;
 	rc = crc_ctl_checkpoint_flags(P.ctl, pid, P.store,
 				      env_int("CRCUDA_CKPT_BACKGROUND", 0) == 1 ? CRC_CTL_CKPT_BACKGROUND : 0,
 				      &t->stats);
@@ -495,7 +529,7 @@ static int checkpoint_devices(int pid)
 	       t->stats.new_bytes, t->stats.seconds, t->stats.copy_seconds, t->stats.copied_bytes,
 	       t->stats.snapshot_bytes, t->stats.digest_seconds);
 	phase("criu", pid);
-	return 0;
+	return cancelled(pid);
 }
 
 /* The owner of socket inode ino among the tasks with a session. */
@@ -671,10 +705,19 @@ static int sync_images(void)
 static void dump_fini(int ret)
 {
 	/* crcudactl says whether CRIU kills the tasks after this (plain criu: not known). */
-	const char *lr = getenv("CRCUDA_LEAVE_RUNNING");
+	const char *lr = getenv("CRCUDA_LEAVE_RUNNING"), *dec = getenv("CRCUDA_CKPT_DECISION");
 	bool killed = lr && !strcmp(lr, "0");
 	uint64_t last = 0;
-	int synced = ret ? 0 : sync_images(); /* CRIU's images on disk before any commit */
+	int synced;
+
+	/* crcudactl decides through the post-dump script: no "commit" there (a cancel won, or the script
+	 * failed) means CRIU lets the tasks run on, so nothing may be committed. */
+	if (!ret && dec && *dec && !decision_is("commit")) {
+		fail("checkpoint %s: nothing committed, the tasks run on",
+		     decision_is("cancel") ? "cancelled" : "not confirmed by the post-dump script");
+		ret = -1;
+	}
+	synced = ret ? 0 : sync_images(); /* CRIU's images on disk before any commit */
 	char rel[PATH_MAX], metabuf[8192];
 	const char *meta[32];
 

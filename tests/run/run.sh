@@ -12,6 +12,11 @@
 #       exec-fails               a program that is not there exits 127, one not runnable 126 (a shell's
 #                                codes); crcudad --version answers
 #       netns                    --remote across two network namespaces (root), right and wrong token
+#       supervise                --checkpoint-on without a checkpoint: the program runs as crcudactl's
+#                                child in a process group of its own with CRCUDA_LINEAGE (a given one
+#                                kept), its exit status and signal death (128+N) are crcudactl's,
+#                                other signals reach it (also one the shell made the job ignore, when
+#                                named), a missing program is 127; usage errors exit 2
 # RUN_PREFIX: crcudactl and crcudad of an installed tree (tests/install) instead of the build tree's (the
 # programs are still the build tree's); RUN_LIBDIR: libcrcuda's directory there.
 set -u
@@ -171,6 +176,41 @@ exec-fails)
 	[ $rc = 126 ] || fail "exit $rc for a file that cannot run, expected 126"
 	"$crcudad" --version >"$tmp/out" 2>&1 || fail "crcudad --version: exit $?"
 	grep -q "^crcudad [0-9][0-9.]* (protocol [0-9]*)$" "$tmp/out" || fail "crcudad --version: $(cat "$tmp/out")"
+	;;
+supervise)
+	sup() { run --backend sim --idle-exit 5 "$@"; }
+	sup --checkpoint-on SIGUSR1 -- sh -c 'exit 3' >"$tmp/out" 2>&1
+	rc=$?
+	[ $rc = 3 ] || fail "exit $rc, the program's 3: $(cat "$tmp/out")"
+	# Child of crcudactl, its own process group, a lineage.
+	sup --checkpoint-on SIGUSR1 -- sh -c 'echo "$$ $PPID $(ps -o pgid= $$) $CRCUDA_LINEAGE"' >"$tmp/out" 2>&1 ||
+		fail "exit $?: $(cat "$tmp/out")"
+	read -r me parent pgid lineage <"$tmp/out"
+	[ "$me" != "$parent" ] && [ "$pgid" = "$me" ] && [ -n "$lineage" ] ||
+		fail "pid $me, parent $parent, process group $pgid, lineage '$lineage'"
+	CRCUDA_LINEAGE=job-42 sup --every 1h -- sh -c 'echo "$CRCUDA_LINEAGE"' >"$tmp/out" 2>&1
+	[ "$(cat "$tmp/out")" = job-42 ] || fail "a given CRCUDA_LINEAGE is not kept: $(cat "$tmp/out")"
+	# Signals: HUP is passed on (129), and so is TERM when only USR1 checkpoints (143).
+	for s in HUP:129 TERM:143; do
+		sup --checkpoint-on SIGUSR1 -- sleep 30 >"$tmp/out" 2>&1 &
+		p=$!
+		pids_to_kill+=("$p")
+		sleep 1
+		kill "-${s%%:*}" "$p"
+		wait "$p"
+		rc=$?
+		[ $rc = "${s#*:}" ] || fail "SIG${s%%:*} to crcudactl: exit $rc, expected ${s#*:} ($(cat "$tmp/out"))"
+	done
+	sup --checkpoint-on SIGUSR1 -- "$tmp/no-such-program" >"$tmp/out" 2>&1
+	rc=$?
+	[ $rc = 127 ] || fail "exit $rc for a program that is not there, expected 127"
+	for bad in "--checkpoint-on SIGKILL" "--checkpoint-on TERM:later" "--every 0" "--every 5x" \
+		"--keep 2" "--checkpoint-on TERM --keep 0" "--store $tmp/s"; do
+		read -r -a a <<<"$bad"
+		sup "${a[@]}" -- true >"$tmp/out" 2>&1
+		rc=$?
+		[ $rc = 2 ] || fail "run $bad: exit $rc, expected 2 ($(cat "$tmp/out"))"
+	done
 	;;
 start-fails)
 	# A daemon that dies at start: exit 1 with its own words, no hang, no program run.

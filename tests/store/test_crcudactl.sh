@@ -57,6 +57,29 @@ expect 0 "verify" "$ctl" store verify --store "$store"
 expect 0 "verify --json" "$ctl" --json store verify --store "$store"
 json "d['ok'] is True and d['chunks'] == 4 and d['problems'] == []"
 
+# rm and store prune (retention) on a store of their own: demo checkpoints carry no lineage, so prune
+# counts them as one program; the demo's images are named outside the store and stay.
+rs=$tmp/rstore
+for i in 1 2 3 4 5; do "$ctl" store demo-record --store "$rs" >/dev/null; done
+expect 0 "rm" "$ctl" rm --store "$rs" 2
+grep -q "^removed checkpoint 2$" "$tmp/out" || { echo "FAIL: rm says what it removed"; fails=$((fails + 1)); }
+expect 1 "rm of a removed checkpoint" "$ctl" rm --store "$rs" 2
+expect 1 "rm of one missing and one there" "$ctl" rm --store "$rs" 9 1
+expect 2 "rm without ID" "$ctl" rm --store "$rs"
+expect 2 "rm of a non-number" "$ctl" rm --store "$rs" x
+expect 0 "prune --dry-run" "$ctl" store prune --keep 1 --dry-run --store "$rs"
+[ "$(grep -c "^would remove checkpoint" "$tmp/out")" = 2 ] || { echo "FAIL: prune --dry-run"; cat "$tmp/out"; fails=$((fails + 1)); }
+expect 0 "ls after --dry-run" "$ctl" --json store ls --store "$rs"
+json "[c['id'] for c in d['checkpoints']] == [3, 4, 5]"
+expect 0 "prune --keep 2" "$ctl" store prune --keep 2 --store "$rs"
+expect 0 "ls after prune" "$ctl" --json store ls --store "$rs"
+json "[c['id'] for c in d['checkpoints']] == [4, 5]"
+expect 2 "prune without --keep" "$ctl" store prune --store "$rs"
+expect 2 "--keep elsewhere than prune" "$ctl" store gc --keep 2 --store "$rs"
+expect 0 "rm --json" "$ctl" --json rm --store "$rs" 4
+json "d['removed'] == [4] and d['failed'] == []"
+expect 0 "verify after rm and prune" "$ctl" store verify --store "$rs"
+
 # Flip one byte inside the first chunk's data (pack header 32 + chunk header 32 + 1000).
 pack=$(ls -S "$store"/packs/*.pack | head -1)
 python3 - "$pack" <<'PY'
