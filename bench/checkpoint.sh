@@ -43,10 +43,29 @@ start_app() {
 }
 
 results=()
-# The pinned device-to-host bandwidth of this machine, natively: what the device copy is held to.
-pcie=$(timeout 120 "$build/bench/overhead" --size-mb 1024 --launches 1000 --syncs 100 2>/dev/null |
-	awk '/^d2h_pinned_gbs/ {print $2}')
-results+=("pinned D2H natively: ${pcie:--} GB/s (the device copy's goal: >= 70% of it)")
+# The pinned bandwidths of this machine, natively: what the device copies are held to.
+"$build/bench/overhead" --size-mb 1024 --launches 1000 --syncs 100 >"$work/overhead.txt" 2>/dev/null
+pcie=$(awk '/^d2h_pinned_gbs/ {print $2}' "$work/overhead.txt")
+h2d=$(awk '/^h2d_pinned_gbs/ {print $2}' "$work/overhead.txt")
+results+=("pinned D2H natively: ${pcie:--} GB/s (the device copy's goal: >= 70% of it); pinned H2D ${h2d:--} GB/s")
+# The disk under the store: fsync'd write and cold read bandwidth (2 GiB), the durable checkpoint's
+# and the cold restore's yardsticks.
+dd if=/dev/zero of="$work/disk.test" bs=64M count=32 conv=fsync status=none
+t0=$(date +%s.%N)
+dd if=/dev/urandom of="$work/disk.rand" bs=64M count=32 status=none
+sync
+t0=$(date +%s.%N)
+dd if="$work/disk.rand" of="$work/disk.test" bs=64M conv=fsync,notrunc status=none
+t1=$(date +%s.%N)
+disk_w=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", 2.147483648 / (b - a) }')
+sync
+echo 3 >/proc/sys/vm/drop_caches 2>/dev/null
+t0=$(date +%s.%N)
+dd if="$work/disk.test" of=/dev/null bs=64M status=none
+t1=$(date +%s.%N)
+disk_r=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", 2.147483648 / (b - a) }')
+rm -f "$work/disk.test" "$work/disk.rand"
+results+=("disk under the store: ${disk_w} GB/s written with fsync, ${disk_r} GB/s read cold")
 for mb in "${sizes[@]}"; do
 	# shellcheck disable=SC2086
 	ref=$($ref_run "$app" --mb "$mb" --chunks 8 --steps $steps | sed -n 's/.*checksum=\([0-9a-f]*\).*/\1/p')
@@ -84,9 +103,15 @@ for mb in "${sizes[@]}"; do
 
 	# Durable (the store fsyncs its packs before the commit: the default) and, like CRIU's own images,
 	# without fsync (CRCUDA_STORE_SYNC=0: safe against a killed process, not against power loss).
-	for sync in ${CRCUDA_BENCH_SYNC_MODES:-1 0}; do
-	export CRCUDA_STORE_SYNC=$sync
+	# lazy: not durable, restored with CRCUDA_RESTORE_LAZY=1 (device memory uploads while CRIU
+	# restores the process); cold: durable, restored with the page cache dropped.
+	for sync in ${CRCUDA_BENCH_SYNC_MODES:-1 0 lazy cold}; do
+	export CRCUDA_STORE_SYNC=$sync CRCUDA_RESTORE_LAZY=0
 	label=$([ "$sync" = 1 ] && echo crcuda || echo crcuda-nosync)
+	case $sync in
+	lazy) export CRCUDA_STORE_SYNC=0 CRCUDA_RESTORE_LAZY=1 label=crcuda-lazy ;;
+	cold) export CRCUDA_STORE_SYNC=1 label=crcuda-cold ;;
+	esac
 		# crcuda: the app under the layer (its own daemon on the real driver), crcudactl checkpoint
 		# (quiesce, device copy into the store, CRIU dump of a process without GPU state, commit) and
 		# crcudactl restore (replay + upload, CRIU restore).
@@ -98,11 +123,13 @@ for mb in "${sizes[@]}"; do
 		t1=$(now)
 		wait_gone "$app_pid"
 		id=$(sed -n 's/^ *"id": *\([0-9]*\).*/\1/p' "$d/ckpt.json")
+		[ "$sync" = cold ] && { sync; echo 3 >/proc/sys/vm/drop_caches; }
 		t2=$(now)
 		"$crcudactl" restore --json "$id" >"$d/restore.json" || { cat "$d/restore.json"; exit 1; }
 		t3=$(now)
 		touch "$d/go"
 		wait_gone "$app_pid"
+		t4=$(now)
 		crc_ok=$([ "$(checksum "$d/out")" = "$ref" ] && echo ok || echo WRONG)
 		crc_img=$(du -sm "$CRCUDA_STORE" | cut -f1)
 		crc_ck=$(elapsed "$t0" "$t1")
@@ -111,8 +138,15 @@ for mb in "${sizes[@]}"; do
 		# The device copy alone: the copy engine's busy time, timed with events by the daemon.
 		dcopy=$(awk -F'[:,]' -v pcie="${pcie:-0}" '/"device_bytes"/ {b = $2} /"device_copy_seconds"/ {s = $2}
 			END { if (s > 0) { g = b / s / 1e9; printf "%.1f GB/s", g; if (pcie > 0) printf " = %.0f%% of pinned D2H", 100 * g / pcie } else print "-" }' "$d/ckpt.json")
-		results+=("$(printf '%-8s %6s MiB  ckpt %6ss (copy+hash+write %s GB/s; device copy %s)  restore %6ss  store %6s MiB  result %s' \
-			"$label" "$mb" "$crc_ck" "$copy" "$dcopy" "$crc_rs" "$crc_img" "$crc_ok")")
+		results+=("$(printf '%-13s %6s MiB  ckpt %6ss (copy+hash+write %s GB/s; device copy %s)  restore %6ss, to the end %ss  store %6s MiB  result %s' \
+			"$label" "$mb" "$crc_ck" "$copy" "$dcopy" "$crc_rs" "$(elapsed "$t2" "$t4")" "$crc_img" "$crc_ok")")
+		# Durable: against the disk's fsync'd write bandwidth; restores: against pinned H2D and the
+		# cold read bandwidth.
+		results+=("$(awk -v mb="$mb" -v c="$crc_ck" -v w="$disk_w" -v r="$([ "$sync" = lazy ] && elapsed "$t2" "$t4" || echo "$crc_rs")" -v h="${h2d:-0}" -v dr="$disk_r" -v label="$label" 'BEGIN {
+			gb = mb * 1048576 / 1e9
+			if (label == "crcuda") printf "durable  %6s MiB  ckpt %.2fx of bytes / fsync bandwidth (goal <= 1.2)", mb, c / (gb / w)
+			else if (label == "crcuda-cold") printf "cold     %6s MiB  restore at %.2f GB/s = %.0f%% of the disk read bandwidth (goal >= 80%%)", mb, gb / r, 100 * gb / r / dr
+			else printf "restore  %6s MiB  %s: %.2f GB/s (restore%s) = %.0f%% of pinned H2D (goal >= 70%%)", mb, label, gb / r, label == "crcuda-lazy" ? " to the program'"'"'s end" : "", h > 0 ? 100 * gb / r / h : 0 }')")
 		results+=("$(awk -v c="$crc_ck" -v n="$nv_ck" -v r="$crc_rs" -v nr="$nv_rs" -v mb="$mb" -v label="$label" 'BEGIN {
 			if (n > 0) printf "ratio    %6s MiB  %s  ckpt %.3fx of nvidia (goal <= 0.2 at 8 GiB)  restore %.3fx of nvidia, %.2f s (goal <= 1.5 s)", mb, label, c / n, r / nr, r }')")
 		pkill -f "crcudad.*$CRCUDA_SOCKET" 2>/dev/null

@@ -104,6 +104,7 @@ void crc_session_command(struct crc_session *s)
 {
 	int op, rc = 0;
 
+	crc_upload_wait(s); /* a checkpoint of a lazily restored session needs its memory resident */
 	pthread_mutex_lock(&s->ctl_lock);
 	op = s->cmd;
 	pthread_mutex_unlock(&s->ctl_lock);

@@ -151,8 +151,18 @@ static int replay_one(struct crc_session *s, struct crc_store *st, uint64_t seq,
  * context on each device) in a context of that device: double-buffered pinned staging of UPLOAD_BATCH
  * chunks, each batch read and hash-checked by UPLOAD_READERS threads while the other batch's async
  * copies run. */
-#define UPLOAD_BATCH   16
-#define UPLOAD_READERS 4
+#define UPLOAD_BATCH	       16
+#define UPLOAD_READERS_DEFAULT 8 /* at most: half the CPUs, 4 at least (CRCUDA_RESTORE_READERS) */
+
+static unsigned upload_readers(void)
+{
+	const char *env = getenv("CRCUDA_RESTORE_READERS");
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN) / 2;
+
+	if (env && atoi(env) >= 1 && atoi(env) <= UPLOAD_BATCH)
+		return (unsigned)atoi(env);
+	return cpus < 4 ? 4 : cpus > UPLOAD_READERS_DEFAULT ? UPLOAD_READERS_DEFAULT : (unsigned)cpus;
+}
 /* Records again, in their order, the events that were recorded before the checkpoint (list from
  * crc_events_recorded; NULL in older checkpoints): each on its context's default stream, where
  * nothing runs yet, so each is complete at once, as every event was when the checkpoint drained. */
@@ -188,6 +198,79 @@ int crc_events_rerecord(struct crc_session *s, const char *list, char *why, size
 }
 
 static int upload(struct crc_session *s, struct crc_store *st, const struct crc_manifest *mf, int group,
+		  CUcontext *dctx, char *why, size_t why_len);
+
+/* ---- lazy upload: device memory goes up while the restored process comes back ------------------- */
+/* With CRCUDA_RESTORE_LAZY=1 the restore answers once the journal is replayed, and a thread uploads
+ * device memory meanwhile (while CRIU restores the rest of the process); the session's first request
+ * waits for it (crc_upload_wait: every request, since the layer cannot tell which memory a kernel
+ * touches). An upload that fails then (a chunk corrupt or gone) leaves the session lost: every later
+ * call fails, as after a lost context, and the worker's log says why. */
+struct crc_upload {
+	pthread_t tid;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct crc_session *s;
+	struct crc_store *st;
+	struct crc_manifest *mf;
+	CUcontext dctx[CRC_MAX_DEVICES];
+	bool any;
+	bool done;
+	int rc;
+	double t0, seconds;
+	char why[CRC_CTL_MSG_MAX];
+};
+
+static bool restore_lazy(void)
+{
+	const char *v = getenv("CRCUDA_RESTORE_LAZY");
+
+	return v && !strcmp(v, "1");
+}
+
+static void *upload_main(void *arg)
+{
+	struct crc_upload *u = arg;
+	int rc = 0;
+
+	/* The session thread serves nothing before this is done (crc_upload_wait). */
+	for (int g = u->any ? 0 : -1; g < CRC_MAX_DEVICES && !rc; g++)
+		if (g < 0 || u->dctx[g])
+			rc = upload(u->s, u->st, u->mf, g, u->dctx, u->why, sizeof(u->why));
+	pthread_mutex_lock(&u->lock);
+	u->rc = rc;
+	u->seconds = crc_now_s() - u->t0;
+	u->done = true;
+	pthread_cond_broadcast(&u->cond);
+	pthread_mutex_unlock(&u->lock);
+	return NULL;
+}
+
+void crc_upload_wait(struct crc_session *s)
+{
+	struct crc_upload *u = s->upload;
+
+	if (!u)
+		return;
+	pthread_join(u->tid, NULL);
+	if (u->rc) {
+		pr_err("session %llu: uploading the restored device memory failed: %s: the session is lost",
+		       (unsigned long long)s->id, u->why);
+		s->sticky = CUDA_ERROR_ILLEGAL_STATE;
+	} else {
+		pr_info("session %llu: restored device memory resident %.3f s after the replay",
+			(unsigned long long)s->id, u->seconds);
+	}
+	crc_manifest_free(u->mf);
+	crc_store_close(u->st);
+	pthread_mutex_destroy(&u->lock);
+	pthread_cond_destroy(&u->cond);
+	free(u);
+	s->upload = NULL;
+	s->cur_ctx = UINT64_MAX;
+}
+
+static int upload(struct crc_session *s, struct crc_store *st, const struct crc_manifest *mf, int group,
 		  CUcontext *dctx, char *why, size_t why_len)
 {
 	size_t max = 0;
@@ -204,9 +287,9 @@ static int upload(struct crc_session *s, struct crc_store *st, const struct crc_
 				max = mf->regions[i].chunks[c].length;
 	if (!max)
 		return 0;
+	/* The session thread's current context is its own (this may run on the upload thread). */
 	if (ctx)
 		CALL(cuCtxSetCurrent, ctx);
-	s->cur_ctx = UINT64_MAX;
 	res = CALL(cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
 	for (int b = 0; b < 2 && res == CUDA_SUCCESS; b++) {
 		res = CALL(cuMemAllocHost_v2, &buf[b], max * UPLOAD_BATCH);
@@ -267,7 +350,7 @@ static int upload(struct crc_session *s, struct crc_store *st, const struct crc_
 			}
 			res = CALL(cuEventSynchronize, ev[k]);
 			if (res == CUDA_SUCCESS)
-				rc = crc_store_chunks_read(st, hashes, nb, bufs, lens, UPLOAD_READERS);
+				rc = crc_store_chunks_read(st, hashes, nb, bufs, lens, upload_readers());
 			if (res != CUDA_SUCCESS || rc) {
 				snprintf(why, why_len, "region %u chunks %u..%u: %s", i, c, c + nb - 1,
 					 rc ? crc_strerror(rc) : "CUDA error waiting for a copy");
@@ -455,7 +538,7 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 		if (*handles == ',')
 			handles++;
 	}
-	{
+	if (!restore_lazy()) {
 		CUcontext dctx[CRC_MAX_DEVICES];
 
 		bool any = crc_session_dev_ctxs(s, dctx) > 0;
@@ -536,6 +619,38 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 			crc_now_s() - t0);
 	}
 	jload_free(&j);
+	if (restore_lazy()) {
+		/* The upload goes on: the store and the manifest are its until crc_upload_wait. */
+		struct crc_upload *u = calloc(1, sizeof(*u));
+
+		if (u) {
+			*u = (struct crc_upload){.s = s, .st = st, .mf = mf, .t0 = crc_now_s()};
+			u->any = crc_session_dev_ctxs(s, u->dctx) > 0;
+			pthread_mutex_init(&u->lock, NULL);
+			pthread_cond_init(&u->cond, NULL);
+			if (!pthread_create(&u->tid, NULL, upload_main, u)) {
+				s->upload = u;
+				st = NULL;
+				mf = NULL;
+			} else {
+				free(u);
+			}
+		}
+		if (st) {
+			/* No thread: uploaded here, before the session serves anything. */
+			CUcontext dctx[CRC_MAX_DEVICES];
+			bool any = crc_session_dev_ctxs(s, dctx) > 0;
+
+			for (int g = any ? 0 : -1; g < CRC_MAX_DEVICES && !rc; g++)
+				if (g < 0 || dctx[g])
+					rc = upload(s, st, mf, g, dctx, why, why_len);
+			if (rc) {
+				pr_err("session %llu: uploading the restored device memory failed: %s",
+				       (unsigned long long)s->id, why);
+				s->sticky = CUDA_ERROR_ILLEGAL_STATE;
+			}
+		}
+	}
 	crc_manifest_free(mf);
 	crc_store_close(st);
 	rc = crc_session_run(s);

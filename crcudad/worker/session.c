@@ -825,6 +825,7 @@ bool crc_session_serve_one(struct crc_session *s, int timeout_ms)
 	}
 	s->out_len = 0;
 	s->msg = m;
+	crc_upload_wait(s); /* a lazy restore's memory resident before any request is served */
 	if (m->op < CRC_CU_COUNT && s->sticky) {
 		/* The context is lost, as a native one is; the driver does not refuse every call (VMM
 		 * ones go on), so the session does. */
@@ -953,6 +954,7 @@ static void session_dealloc(struct crc_session *s)
 
 static void session_free(struct crc_session *s)
 {
+	crc_upload_wait(s);
 	crc_bg_end(s); /* committed if the commit was asked for: the client may end before the drain */
 	crc_staging_free(s);
 	crc_worker_session_ended();
@@ -1153,6 +1155,7 @@ int crc_session_run(struct crc_session *s)
 
 void crc_session_destroy(struct crc_session *s)
 {
+	crc_upload_wait(s);
 	crc_session_release_resources(s);
 	pthread_mutex_lock(&crcd.lock);
 	crcd.session = NULL;

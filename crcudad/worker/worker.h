@@ -222,6 +222,8 @@ struct crc_session {
 		void *buf[16];
 		unsigned n;
 	} staging;
+	/* A restore's device memory still going up (restore.c, CRCUDA_RESTORE_LAZY). */
+	struct crc_upload *upload;
 	/* A checkpoint being drained in the background (ckpt.c), and how the last one ended. */
 	struct crc_bg *bg;
 	int bg_last_rc;
@@ -311,6 +313,8 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir, unsigned flags);
  * that ran out of device memory meanwhile may try again). crc_bg_wait (control thread): waits up to
  * timeout_ms for the last one's end: 0 and its id, or its error said in why. */
 void crc_bg_end(struct crc_session *s);
+/* Waits for a lazy restore's upload (restore.c); a failed one leaves the session lost (sticky). */
+void crc_upload_wait(struct crc_session *s);
 /* Frees the kept staging buffers (before a context goes; session thread, no drain running). */
 void crc_staging_free(struct crc_session *s);
 bool crc_bg_release(struct crc_session *s);

@@ -23,6 +23,10 @@
 #                 answers at once (id 0), the client resumes and changes its memory meanwhile; the
 #                 committed checkpoint holds the memory as it was at the checkpoint; a second one,
 #                 whose client ends before the drain, is committed all the same
+#       lazy      restore with CRCUDA_RESTORE_LAZY=1: the restore answers after the replay, device memory
+#                 goes up meanwhile, the client's first call waits for it and finds its bytes
+#       lazy-corrupt  the same from a store whose chunks were damaged after the checkpoint: the
+#                 restored client's calls fail (a CUDA error, never the wrong bytes), the log says why
 #       tcp       the client's session is TCP (a remote GPU): quiesce (asked on its socket: the idle
 #                 client parks through its watcher thread), checkpoint, commit, verify, resume, twice;
 #                 the client continues correctly
@@ -124,6 +128,37 @@ ckpt_copied() {
 }
 
 case $case in
+lazy | lazy-corrupt)
+	start_daemon daemon1
+	start_client
+	id=$(checkpoint) || exit 1
+	if [ "$case" = lazy-corrupt ]; then
+		# One byte in the middle of every pack of device memory (not the module image's, which
+		# the replay reads: it would fail the restore itself, cleanly): chunks that no longer
+		# match their hashes.
+		for f in "$store"/packs/*.pack; do
+			size=$(stat -c %s "$f")
+			[ "$size" -gt 1048576 ] || continue
+			printf '\xff' | dd of="$f" bs=1 seek=$((size / 2)) conv=notrunc status=none
+		done
+	fi
+	export CRCUDA_RESTORE_LAZY=1
+	if [ "$case" = lazy ]; then
+		restore_elsewhere "$id"
+		grep -q "restored device memory resident" "$tmp/daemon2.log" || fail "the upload was not lazy"
+	else
+		touch "$tmp/go"
+		sleep 0.3
+		kill -9 "$daemon_pid"
+		wait "$daemon_pid" 2>/dev/null
+		start_daemon daemon2
+		"$ctl" "$CRCUDA_SOCKET" restore "$store" "$id" "$pid" "$tmp/swap.sock" || fail "restore"
+		wait "$client_pid" && fail "the client finished with a damaged store: $(cat "$tmp/client.log")"
+		client_pid=
+		grep -q "the session is lost" "$tmp/daemon2.log" || fail "no word of the failed upload in the log"
+		grep -q "error" "$tmp/client.log" || fail "the client saw no error: $(cat "$tmp/client.log")"
+	fi
+	;;
 background)
 	export CRCUDA_TEST_DRAIN_DELAY_MS=1500
 	start_daemon daemon1
