@@ -67,7 +67,7 @@ for ((s = every; s < steps; s += every)); do
 	out_size=$(stat -c %s "$tmp/inc.out") err_size=$(stat -c %s "$tmp/inc.err")
 	info+=$(awk -v s="$s" -F'[:,]' '/"device_bytes"/ {d = $2} /"copied_bytes"/ {c = $2} /"pause_quiesce_seconds"/ {q = $2}
 		/"pause_device_seconds"/ {v = $2} /"pause_criu_seconds"/ {r = $2}
-		END { printf " step %d: %.0f of %.0f MiB copied, pause %.0f ms;", s, c / 1048576, d / 1048576, (q + v + r) * 1000 }' "$tmp/inc.$s.json")
+		END { printf " step %d: %.0f of %.0f MiB copied, pause %.0f ms (device %.0f, CRIU %.0f);", s, c / 1048576, d / 1048576, (q + v + r) * 1000, (q + v) * 1000, r * 1000 }' "$tmp/inc.$s.json")
 	touch "$tmp/inc.go.$s"
 done
 # A few steps past the last checkpoint, then killed and restored from it.
