@@ -35,7 +35,7 @@ trace() {
 	env CALLTRACE_REAL="$target" CALLTRACE_WRAP_EXPORT="${CALLTRACE_WRAP_EXPORT:-21318c60,42d85a81}" CALLTRACE_LOG="$tmp/$name.$side" LD_PRELOAD="$tracer" \
 		CRCUDA_SOCKET="$sock" \
 		LD_LIBRARY_PATH="$([ "$side" = layer ] && echo "$build/libcrcuda:")${LD_LIBRARY_PATH:-}" \
-		timeout 300 "$@" >"$tmp/$name.$side.out" 2>&1
+		timeout "${CALLTRACE_TIMEOUT:-300}" "$@" >"$tmp/$name.$side.out" 2>&1
 	echo "$name $side: exit $? ($(tail -1 "$tmp/$name.$side.out"))"
 	# The largest log is the program's own (python may fork helpers that touch no driver).
 	# shellcheck disable=SC2012
