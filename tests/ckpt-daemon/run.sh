@@ -27,6 +27,8 @@
 #                 goes up meanwhile, the client's first call waits for it and finds its bytes
 #       lazy-corrupt  the same from a store whose chunks were damaged after the checkpoint: the
 #                 restored client's calls fail (a CUDA error, never the wrong bytes), the log says why
+#       background-killed  a background checkpoint whose worker is killed (kill -9) while it drains,
+#                 after the commit was asked for: nothing new is committed, the one before is whole
 #       tcp       the client's session is TCP (a remote GPU): quiesce (asked on its socket: the idle
 #                 client parks through its watcher thread), checkpoint, commit, verify, resume, twice;
 #                 the client continues correctly
@@ -300,6 +302,26 @@ tcp)
 		"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "round $round: resume"
 	done
 	finish_client
+	;;
+background-killed)
+	export CRCUDA_TEST_DRAIN_DELAY_MS=3000
+	start_daemon daemon1
+	start_client
+	id=$(checkpoint) || exit 1
+	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume"
+	"$ctl" "$CRCUDA_SOCKET" quiesce "$pid" || fail "quiesce"
+	"$ctl" "$CRCUDA_SOCKET" checkpoint-bg "$pid" "$store" >/dev/null || fail "checkpoint"
+	[ "$("$ctl" "$CRCUDA_SOCKET" commit "$pid")" = 0 ] || fail "the commit did not wait for the drain"
+	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume"
+	worker=$(sed -n 's/.*session 1: pid .* -> worker \([0-9]*\).*/\1/p' "$tmp/daemon1.log" | head -1)
+	[ -n "$worker" ] || fail "no worker pid in the log"
+	kill -9 "$worker" "$daemon_pid"
+	wait "$daemon_pid" 2>/dev/null
+	daemon_pid=
+	sleep 3.5 # past the drain's delay: a worker that survived would commit by now
+	[ "$("$ctl" - count "$store")" = 1 ] || fail "expected exactly one checkpoint"
+	"$ctl" - verify "$store" "$id" "$tmp/ready" || fail "the first checkpoint is damaged"
+	kill -9 "$client_pid" 2>/dev/null
 	;;
 killed)
 	start_daemon daemon1
