@@ -38,6 +38,44 @@ static int unix_addr(const char *path, struct sockaddr_un *sa)
 	return 0;
 }
 
+/* The daemon's socket directory must be its own: a directory (not a symlink) of this uid that no one
+ * else may write to, or another user could replace the socket, or read what it names. */
+static int check_sock_dir(const char *dir)
+{
+	uid_t me = geteuid();
+	struct stat st;
+
+	if (lstat(dir, &st)) {
+		int rc = -errno;
+
+		pr_perror("socket directory %s", dir);
+		return rc;
+	}
+	if (S_ISLNK(st.st_mode)) {
+		pr_err("the socket directory %s is a symbolic link: refusing it (give a directory of uid "
+		       "%u that only it may write to)",
+		       dir, (unsigned)me);
+		return CRC_EPERM;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		pr_err("the socket directory %s is not a directory", dir);
+		return CRC_EPERM;
+	}
+	if (st.st_uid != me) {
+		pr_err("the socket directory %s belongs to uid %u, not to crcudad's uid %u: refusing it "
+		       "(remove it, or give another with --socket)",
+		       dir, (unsigned)st.st_uid, (unsigned)me);
+		return CRC_EPERM;
+	}
+	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+		pr_err("the socket directory %s is writable by others (mode %04o): refusing it (give a "
+		       "directory only uid %u may write to with --socket, or chmod go-w it if it is that)",
+		       dir, (unsigned)(st.st_mode & 07777), (unsigned)me);
+		return CRC_EPERM;
+	}
+	return 0;
+}
+
 int crc_unix_listen(const char *path)
 {
 	struct sockaddr_un sa;
@@ -48,13 +86,20 @@ int crc_unix_listen(const char *path)
 	char dir[sizeof(sa.sun_path)];
 	strcpy(dir, path);
 	char *slash = strrchr(dir, '/');
-	if (slash && slash != dir) {
+	if (!slash)
+		strcpy(dir, ".");
+	else if (slash == dir)
+		dir[1] = 0;
+	else
 		*slash = 0;
-		if (mkdir(dir, 0700) && errno != EEXIST) {
-			pr_perror("mkdir %s", dir);
-			return -errno;
-		}
+	if (slash && slash != dir && mkdir(dir, 0700) && errno != EEXIST) {
+		rc = -errno;
+		pr_perror("mkdir %s", dir);
+		return rc;
 	}
+	rc = check_sock_dir(dir);
+	if (rc)
+		return rc;
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;

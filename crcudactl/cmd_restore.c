@@ -295,11 +295,18 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 		return CTL_EXIT_FAILURE;
 	}
 	rc = crc_store_manifest_get(st, a.id, &m);
-	crc_store_close(st);
 	if (rc) {
+		crc_store_close(st);
 		ctl_error("restore: checkpoint %" PRIu64 " in %s: %s", a.id, store,
 			  rc == CRC_ENOTFOUND ? "no such checkpoint (see crcudactl ls)" : crc_strerror(rc));
 		return CTL_EXIT_FAILURE;
+	}
+	/* Another user's checkpoint: root only. */
+	rc = crc_manifest_check_owner(st, m, (unsigned)geteuid(), val, sizeof(val));
+	crc_store_close(st);
+	if (rc) {
+		ctl_error("restore: %s", val);
+		goto out;
 	}
 	const char *rel = crc_manifest_meta_get(m, "criu.images_dir"),
 		   *pidm = crc_manifest_meta_get(m, "crcuda.pid"),

@@ -304,6 +304,11 @@ static int socket_dir(const char *sock)
 		ctl_error("%s is not a directory of yours: refusing to use a socket there", dir);
 		return -1;
 	}
+	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+		ctl_error("%s is writable by others (mode %04o): refusing to use a socket there", dir,
+			  (unsigned)(st.st_mode & 07777));
+		return -1;
+	}
 	return 0;
 }
 

@@ -348,6 +348,7 @@ static int store_demo_record(struct store_args *a)
 	uint64_t session, ckpt, seq;
 	uint32_t alloc_region, global_region;
 	struct crc_hash module;
+	char uid[16];
 	int rc = CRC_ENOMEM;
 	const char *step = "allocating";
 	if (a->argc) {
@@ -383,9 +384,11 @@ static int store_demo_record(struct store_args *a)
 			goto fail;
 	}
 	demo_fill(buf, GLOBAL, 1000);
+	/* The caller's checkpoint (only it, or root, may restore it). */
+	snprintf(uid, sizeof(uid), "%u", (unsigned)geteuid());
 	if ((rc = crc_ckpt_put_chunk(ck, global_region, buf, GLOBAL, NULL)) ||
 	    (rc = crc_ckpt_meta_set(ck, "criu.images_dir", "/var/lib/crcuda/demo/criu")) ||
-	    (rc = crc_ckpt_meta_set(ck, "demo", "true")))
+	    (rc = crc_ckpt_meta_set(ck, "demo", "true")) || (rc = crc_ckpt_meta_set(ck, "crcuda.uid", uid)))
 		goto fail;
 	rc = crc_ckpt_commit(ck, &ckpt);
 	ck = NULL;

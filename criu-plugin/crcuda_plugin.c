@@ -392,39 +392,82 @@ static void dump_daemon(pid_t pid)
 		snprintf(P.daemon, sizeof(P.daemon), "%s", base);
 }
 
+/* The park socket and its private directory go. */
+static void park_remove(struct task *t)
+{
+	char *slash;
+
+	if (!t->park[0])
+		return;
+	unlink(t->park);
+	slash = strrchr(t->park, '/');
+	if (slash) {
+		*slash = 0;
+		rmdir(t->park);
+		*slash = '/';
+	}
+}
+
 /* A TCP client cannot be dumped with its connection: it parks on a unix socket connected to this
- * one (owned by the task's user), which DUMP_UNIX_SK claims and a restore replaces like a unix
- * client's. Listening before the quiesce, accepted after. */
+ * one, which DUMP_UNIX_SK claims and a restore replaces like a unix client's. Listening before the
+ * quiesce, accepted after. The socket is in a directory of its own (mkdtemp: no name to guess, no
+ * one else's file in the way) that belongs to the task's user and that no one else may enter; the
+ * connection accepted is the task's own (SO_PEERCRED). */
 static int park_listen(struct task *t)
 {
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
-	char proc[32];
+	char proc[32], dir[64] = "/tmp/crcuda-park-XXXXXX";
 	struct stat st;
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int fd = -1;
 
-	snprintf(t->park, sizeof(t->park), "/tmp/crcuda-park-%d-%d.sock", (int)getpid(), (int)t->pid);
-	snprintf(a.sun_path, sizeof(a.sun_path), "%s", t->park);
 	snprintf(proc, sizeof(proc), "/proc/%d", (int)t->pid);
-	unlink(t->park);
+	t->park[0] = 0;
+	if (!mkdtemp(dir)) {
+		fail("cannot make a directory for the TCP client %d to park on: %s", (int)t->pid,
+		     strerror(errno));
+		return -1;
+	}
+	snprintf(t->park, sizeof(t->park), "%s/park.sock", dir);
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", t->park);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 1) || stat(proc, &st) ||
-	    chown(t->park, st.st_uid, st.st_gid) || chmod(t->park, 0600)) {
+	    chown(t->park, st.st_uid, st.st_gid) || chmod(t->park, 0600) ||
+	    chown(dir, st.st_uid, st.st_gid)) {
 		fail("cannot listen on %s for the TCP client %d: %s", t->park, (int)t->pid, strerror(errno));
 		if (fd >= 0)
 			close(fd);
-		unlink(t->park);
+		park_remove(t);
 		return -1;
 	}
 	return fd;
 }
 
-/* The parked client's connection (it connects before it acknowledges the quiesce). */
+/* The parked client's connection (it connects before it acknowledges the quiesce); a connection of
+ * any other process is refused. */
 static int park_accept(struct task *t, int lfd)
 {
 	struct pollfd p = {.fd = lfd, .events = POLLIN};
+	double end = now_s() + 5;
+	struct crc_peer peer;
+	int fd;
 
-	t->park_fd = poll(&p, 1, 5000) == 1 ? accept4(lfd, NULL, NULL, SOCK_CLOEXEC) : -1;
+	t->park_fd = -1;
+	while (t->park_fd < 0 && now_s() < end) {
+		if (poll(&p, 1, (int)((end - now_s()) * 1000) + 1) != 1)
+			continue;
+		fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd < 0)
+			continue;
+		if (crc_unix_peer(fd, &peer) == 0 && peer.pid == t->pid) {
+			t->park_fd = fd;
+			break;
+		}
+		pr_warn("refusing a connection to %s of pid %d: the park socket is task %d's\n", t->park,
+			(int)peer.pid, (int)t->pid);
+		close(fd);
+	}
 	close(lfd);
-	unlink(t->park);
+	park_remove(t);
 	if (t->park_fd < 0) {
 		fail("task %d acknowledged the quiesce but did not connect to %s", (int)t->pid, t->park);
 		return -1;
@@ -482,7 +525,7 @@ static int pause_devices(int pid)
 		fail("quiescing session %" PRIu64 " of task %d: %s", t->session, pid, crc_ctl_error(P.ctl));
 		if (lfd >= 0) {
 			close(lfd);
-			unlink(t->park);
+			park_remove(t);
 		}
 		return -1;
 	}
@@ -639,6 +682,26 @@ static void images_rel(char *out, size_t len)
 		snprintf(out, len, "%s", img); /* outside the store: absolute */
 }
 
+/* The real uid of a task: 0 or -1. */
+static int task_uid(pid_t pid, unsigned *uid)
+{
+	char path[64], line[256];
+	int rc = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Uid: %u", uid) == 1) {
+			rc = 0;
+			break;
+		}
+	fclose(f);
+	return rc;
+}
+
 /* Metadata for the manifest: the task's pid, the image directory, and CRCUDA_CKPT_META's lines
  * (key=value each; crcudactl adds the backend, host, ...). meta[] points into buf. */
 static void dump_meta(const struct task *t, const char *rel, char *buf, size_t len, const char **meta,
@@ -646,6 +709,8 @@ static void dump_meta(const struct task *t, const char *rel, char *buf, size_t l
 {
 	const char *extra = getenv("CRCUDA_CKPT_META");
 	size_t n = 0, used = 0;
+	const char *uid_kv = NULL;
+	unsigned uid;
 	int w;
 
 	w = snprintf(buf, len, "crcuda.pid=%d", (int)t->pid);
@@ -654,15 +719,26 @@ static void dump_meta(const struct task *t, const char *rel, char *buf, size_t l
 	w = snprintf(buf + used, len - used, "criu.images_dir=%s", rel);
 	meta[n++] = buf + used;
 	used += (size_t)w + 1;
+	/* Whose checkpoint it is (a restore by another user is refused): the task's real uid, set last
+	 * so that it wins over CRCUDA_CKPT_META. */
+	if (used < len && task_uid(t->pid, &uid) == 0) {
+		w = snprintf(buf + used, len - used, "crcuda.uid=%u", uid);
+		if ((size_t)w < len - used) {
+			uid_kv = buf + used;
+			used += (size_t)w + 1;
+		}
+	}
 	if (extra && used < len) {
 		char *p = buf + used;
 
 		snprintf(p, len - used, "%s", extra);
-		for (char *save = NULL, *kv = strtok_r(p, "\n", &save); kv && n < max - 1;
+		for (char *save = NULL, *kv = strtok_r(p, "\n", &save); kv && n < max - 2;
 		     kv = strtok_r(NULL, "\n", &save))
 			if (strchr(kv, '='))
 				meta[n++] = kv;
 	}
+	if (uid_kv)
+		meta[n++] = uid_kv;
 	meta[n] = NULL;
 }
 

@@ -123,6 +123,7 @@ static int handshake(void)
 	    .uid = getuid(),
 	};
 	struct crc_hello_reply *r = &crc_client.info;
+	struct crc_peer srv = {0};
 	char path[256];
 	int fd, memfd = -1, nfds = 0, rc;
 
@@ -146,9 +147,22 @@ static int handshake(void)
 			pr_err("cannot reach crcudad at %s: %s", path, crc_strerror(fd));
 			return fd;
 		}
+		/* Our memory goes through that process: it must be our user's, or root's (a socket
+		 * another user put there is not a daemon to trust). */
+		rc = crc_unix_peer(fd, &srv);
+		if (!rc && srv.uid != geteuid() && srv.uid != 0) {
+			pr_err(
+			    "the process serving %s (pid %d) runs as uid %u, neither this process's uid %u "
+			    "nor root: not using it (is the socket another user's?)",
+			    path, (int)srv.pid, (unsigned)srv.uid, (unsigned)geteuid());
+			rc = CRC_EPERM;
+			goto fail;
+		}
 	}
 	rc = crc_sock_write_all(fd, &hello, sizeof(hello));
-	if (!rc)
+	/* A daemon that refuses a unix client (another uid) answers before it reads the hello, and
+	 * closes: its answer is there to read even when the hello could not be written. */
+	if (!rc || hello.transport == CRC_TRANSPORT_UNIX)
 		rc = hello.transport == CRC_TRANSPORT_UNIX
 			 ? crc_sock_recv_fds(fd, r, sizeof(*r), &memfd, 1, &nfds)
 			 : crc_sock_read_all(fd, r, sizeof(*r));
@@ -161,6 +175,13 @@ static int handshake(void)
 		pr_err("crcudad speaks protocol %#x/%u, not %#x/%u", r->magic, r->version, CRC_PROTO_MAGIC,
 		       CRC_PROTO_VERSION);
 		rc = CRC_EPROTO;
+		goto fail;
+	}
+	if (r->status == CRC_EPERM && hello.transport == CRC_TRANSPORT_UNIX) {
+		rc = r->status;
+		pr_err("crcudad at %s (uid %u) refused the session: it serves only its own user and root, "
+		       "and this process runs as uid %u (start a crcudad of your own: crcudactl run does)",
+		       path, (unsigned)srv.uid, (unsigned)geteuid());
 		goto fail;
 	}
 	if (r->status) {

@@ -56,6 +56,7 @@ void crc_hash_compute(const void *data, size_t len, struct crc_hash *out);
  * @retval CRC_EINVAL dir or out is NULL, or unknown flags
  * @retval CRC_ENOENT no store in dir and CRC_STORE_CREATE not given
  * @retval CRC_ESCHEMA the store was written with another schema version (the log names both)
+ * @retval CRC_EPERM the store directory belongs to another user and the caller is not root
  * @retval CRC_ECORRUPT the LMDB environment or its schema record is damaged
  * @retval CRC_EDB another LMDB failure
  * @retval CRC_ENOMEM, or -errno from mkdir/open */
@@ -287,6 +288,14 @@ int crc_store_manifest_get(struct crc_store *st, uint64_t ckpt_id, struct crc_ma
 void crc_manifest_free(struct crc_manifest *m);
 /* The value of a metadata key, or NULL. */
 const char *crc_manifest_meta_get(const struct crc_manifest *m, const char *key);
+/* The uid a checkpoint belongs to: its crcuda.uid (the checkpointed process's user, which crcudad
+ * records), else the owner of the store. */
+unsigned crc_manifest_owner(const struct crc_store *st, const struct crc_manifest *m);
+/** Whether uid may restore the checkpoint: root, or the checkpoint's owner (crc_manifest_owner).
+ * @param[out] why the reason, naming both uids, when it may not (may be NULL)
+ * @retval CRC_EPERM it may not */
+int crc_manifest_check_owner(const struct crc_store *st, const struct crc_manifest *m, unsigned uid,
+			     char *why, size_t why_len);
 /** Lists checkpoint ids, ascending.
  * @param[out] out_ids malloc'd array (free() it; NULL when there are none)
  * @param[out] out_count number of ids

@@ -6,6 +6,9 @@
  * (16), length (u64); each meta entry: key length (u32), key, value length (u32), value. */
 #define LOG_PREFIX "store: "
 
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "crcuda/errno.h"
@@ -248,6 +251,36 @@ const char *crc_manifest_meta_get(const struct crc_manifest *m, const char *key)
 		if (!strcmp(m->meta[i].key, key))
 			return m->meta[i].value;
 	return NULL;
+}
+
+unsigned crc_manifest_owner(const struct crc_store *st, const struct crc_manifest *m)
+{
+	const char *v = crc_manifest_meta_get(m, "crcuda.uid");
+	char *end;
+	unsigned long uid;
+
+	if (v && *v) {
+		errno = 0;
+		uid = strtoul(v, &end, 10);
+		if (!*end && !errno && uid <= UINT32_MAX)
+			return (unsigned)uid;
+	}
+	return st ? (unsigned)st->owner : 0;
+}
+
+int crc_manifest_check_owner(const struct crc_store *st, const struct crc_manifest *m, unsigned uid,
+			     char *why, size_t why_len)
+{
+	unsigned owner = crc_manifest_owner(st, m);
+
+	if (uid == 0 || uid == owner)
+		return 0;
+	if (why && why_len)
+		snprintf(why, why_len,
+			 "checkpoint %" PRIu64 " belongs to uid %u, and uid %u may not restore it (only its "
+			 "owner, or root)",
+			 m ? m->ckpt_id : 0, owner, uid);
+	return CRC_EPERM;
 }
 
 int crc_store_manifest_get(struct crc_store *st, uint64_t ckpt_id, struct crc_manifest **out)

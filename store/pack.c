@@ -122,7 +122,7 @@ static int pw_new_file(struct pack_writer *pw)
 		if (getrandom(&id, sizeof(id), 0) != sizeof(id))
 			return -errno;
 		crc__pack_path(pw->st, id, path, sizeof(path));
-		fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 		if (fd < 0 && errno == EEXIST)
 			continue;
 		if (fd < 0) {

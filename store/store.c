@@ -137,7 +137,7 @@ const char *crc_region_kind_name(uint32_t kind)
 	}
 }
 
-/* mkdir -p */
+/* mkdir -p; the last one private (0700): checkpoints hold process and device memory. */
 static int make_dirs(const char *path)
 {
 	char buf[PATH_MAX];
@@ -151,8 +151,33 @@ static int make_dirs(const char *path)
 			return -errno;
 		*p = '/';
 	}
-	if (mkdir(buf, 0755) && errno != EEXIST)
+	if (mkdir(buf, 0700) && errno != EEXIST)
 		return -errno;
+	return 0;
+}
+
+/* A store is its owner's (and root's): another user may not open it, whatever its modes say. */
+static int check_owner(struct crc_store *st)
+{
+	struct stat sb;
+	uid_t me = geteuid();
+
+	if (stat(st->dir, &sb)) {
+		int rc = -errno;
+		pr_perror("%s", st->dir);
+		return rc;
+	}
+	if (!S_ISDIR(sb.st_mode)) {
+		pr_err("%s: not a directory", st->dir);
+		return -ENOTDIR;
+	}
+	st->owner = sb.st_uid;
+	if (me != 0 && sb.st_uid != me) {
+		pr_err("%s: the store belongs to uid %u, and uid %u may not use it (a store holds process "
+		       "and device memory: it is private to its owner, and root)",
+		       st->dir, (unsigned)sb.st_uid, (unsigned)me);
+		return CRC_EPERM;
+	}
 	return 0;
 }
 
@@ -236,14 +261,25 @@ int crc_store_open(const char *dir, unsigned flags, struct crc_store **out)
 
 	snprintf(path, sizeof(path), "%s/data.mdb", dir);
 	if (create) {
-		rc = make_dirs(st->packs_dir);
+		rc = make_dirs(dir);
 		if (rc) {
-			pr_err("creating %s: %s", st->packs_dir, strerror(-rc));
+			pr_err("creating %s: %s", dir, strerror(-rc));
 			goto fail;
 		}
-	} else if (access(path, F_OK)) {
+		/* Checked before anything is created in it. */
+		rc = check_owner(st);
+		if (rc)
+			goto fail;
+		if (mkdir(st->packs_dir, 0700) && errno != EEXIST) {
+			rc = -errno;
+			pr_perror("creating %s", st->packs_dir);
+			goto fail;
+		}
+	} else if (access(path, F_OK) && errno != EACCES) {
 		rc = errno == ENOENT ? CRC_ENOENT : -errno;
 		pr_err("%s: no store there (%s: %s)", dir, path, strerror(errno));
+		goto fail;
+	} else if ((rc = check_owner(st))) {
 		goto fail;
 	}
 
@@ -255,7 +291,7 @@ int crc_store_open(const char *dir, unsigned flags, struct crc_store **out)
 	mdb_env_set_maxdbs(st->env, 8);
 	mdb_env_set_mapsize(st->env, STORE_MAP_SIZE);
 	/* MDB_NOTLS: read transactions are not tied to threads (the daemon hands work between them). */
-	rc = mdb_env_open(st->env, dir, MDB_NOTLS, 0644);
+	rc = mdb_env_open(st->env, dir, MDB_NOTLS, 0600);
 	if (rc) {
 		pr_err("%s: cannot open the LMDB environment", dir);
 		rc = crc__mdb_err(rc, "mdb_env_open");

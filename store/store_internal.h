@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include "crc_store.h"
 
@@ -36,6 +37,7 @@ struct crc_store {
 	char *packs_dir;
 	int packs_dir_fd;
 	bool nosync; /* CRC_STORE_NOSYNC */
+	uid_t owner; /* of the store directory */
 	/* The last pack file opened for reading, kept open for sequential chunk reads. */
 	int read_fd;
 	uint64_t read_pack;

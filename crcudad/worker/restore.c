@@ -489,6 +489,10 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 			 crc_strerror(rc));
 		goto fail;
 	}
+	/* Another user's checkpoint is restored by root only (peer: the control connection's; over TCP
+	 * the token is the authority). */
+	if (!tcp && (rc = crc_manifest_check_owner(st, mf, (unsigned)peer->uid, why, why_len)))
+		goto fail;
 	session = meta_u64(mf, "crcuda.session", &ok);
 	j.upto = meta_u64(mf, "crcuda.journal_seq", &ok);
 	va_base = meta_u64(mf, "crcuda.va_base", &ok);

@@ -224,6 +224,15 @@ basic)
 		fail "no device allocation in the manifest"
 	"$ctl" inspect "$id" >"$tmp/inspect.txt" || fail "crcudactl inspect $id (text)"
 	grep -q "MODULE_LOAD" "$tmp/inspect.txt" || fail "no module load in the journal: $(cat "$tmp/inspect.txt")"
+	# Private: the store's directories 0700 (CRIU's images too), its files 0600; the checkpoint names
+	# its owner (the process's uid).
+	for f in "$store" "$store/packs" "$store/criu" "$store"/criu/*/; do
+		[ "$(stat -c %a "$f")" = 700 ] || fail "$f has mode $(stat -c %a "$f"), expected 700"
+	done
+	for f in "$store"/*.mdb "$store"/packs/*; do
+		[ "$(stat -c %a "$f")" = 600 ] || fail "$f has mode $(stat -c %a "$f"), expected 600"
+	done
+	grep -q "crcuda.uid = $(id -u)\$" "$tmp/inspect.txt" || fail "the checkpoint does not name its owner"
 	# gc: CRIU images no checkpoint names go (a killed checkpoint's), those of a checkpoint in
 	# progress (locked) and the checkpoint's own stay.
 	mkdir -p "$store/criu/orphan" "$store/criu/busy"

@@ -4,7 +4,12 @@
 # CASE: programs unix|tcp PROG...   the driver-API programs, unchanged, through the layer
 #       same-output PROG             PROG prints the same natively (on the sim) and through the layer
 #       bad-token                    TCP with a wrong (and with no) token: refused, no hang
-#       other-uid                    a client of another uid is refused (root only; else skipped)
+#       other-uid                    a client of another uid is refused, and told why (root only; else
+#                                    skipped)
+#       socket-dir                   crcudad refuses a socket directory that is a symlink, another
+#                                    user's, or writable by others
+#       other-daemon                 a client does not use a socket served by another user's process
+#                                    (root only; else skipped)
 #       daemon-killed                SIGKILL the daemon mid-run: the client gets errors and exits
 #       client-killed                SIGKILL a client: the daemon frees its memory, serves others
 set -u
@@ -118,7 +123,64 @@ other-uid)
 	cat "$tmp/out"
 	[ $rc = 3 ] || fail "client as nobody: exit $rc, expected 3"
 	grep -q "refusing client pid .*uid 65534" "$tmp/daemon.log" || fail "no refusal line in the daemon log"
+	grep -q "crcudad at $CRCUDA_SOCKET (uid 0) refused the session: it serves only its own user and root, and this process runs as uid 65534" \
+		"$tmp/out" || fail "no clear refusal on the client side"
 	client -- "$loop" smoke || fail "own uid refused"
+	;;
+socket-dir)
+	# The daemon's socket directory must be its own: a symlink planted in its place, a directory of
+	# another user, or one others may write to, is refused at start with the reason.
+	refused() { # refused DIR WHY-PATTERN
+		"$build/crcudad/crcudad" --backend sim --socket "$1/crcudad.sock" --foreground \
+			>"$tmp/daemon.out" 2>"$tmp/daemon.log" &
+		daemon_pid=$!
+		for _ in $(seq 100); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
+		kill -0 "$daemon_pid" 2>/dev/null && fail "crcudad started on $1"
+		wait "$daemon_pid"
+		rc=$?
+		daemon_pid=
+		[ $rc = 1 ] || fail "crcudad on $1: exit $rc, expected 1"
+		grep -q "$2" "$tmp/daemon.log" || fail "no clear reason for $1"
+		[ -e "$1/crcudad.sock" ] && fail "a socket was made in $1"
+		echo "refused $1: $(grep -o 'the socket directory.*' "$tmp/daemon.log")"
+	}
+	mkdir -m 700 "$tmp/real"
+	ln -s "$tmp/real" "$tmp/link"
+	refused "$tmp/link" "the socket directory $tmp/link is a symbolic link: refusing it"
+	mkdir -m 777 "$tmp/open"
+	refused "$tmp/open" "the socket directory $tmp/open is writable by others (mode 0777): refusing it"
+	mkdir -m 730 "$tmp/group"
+	refused "$tmp/group" "the socket directory $tmp/group is writable by others (mode 0730): refusing it"
+	if [ "$(id -u)" = 0 ]; then
+		mkdir -m 700 "$tmp/theirs"
+		chown 65534:65534 "$tmp/theirs"
+		refused "$tmp/theirs" "the socket directory $tmp/theirs belongs to uid 65534, not to crcudad's uid 0"
+	fi
+	# A private directory of its own is fine (missing: made 0700).
+	CRCUDA_SOCKET=$tmp/new/crcudad.sock
+	start_daemon
+	[ "$(stat -c %a "$tmp/new")" = 700 ] || fail "socket directory made with mode $(stat -c %a "$tmp/new")"
+	client -- "$loop" smoke || fail "a daemon on a private directory does not serve"
+	;;
+other-daemon)
+	# A socket at the client's path served by a process of another user (say, one that made the
+	# directory first): the client does not hand its memory to it, and says why.
+	[ "$(id -u)" = 0 ] || { echo "skipped: needs root to run a daemon as another user"; exit 77; }
+	command -v setpriv >/dev/null || exit 77
+	mkdir -m 700 "$tmp/theirs"
+	chown 65534:65534 "$tmp/theirs"
+	setpriv --reuid=65534 --regid=65534 --clear-groups "$build/crcudad/crcudad" --backend sim \
+		--socket "$tmp/theirs/crcudad.sock" --foreground >"$tmp/daemon.out" 2>"$tmp/daemon.log" &
+	daemon_pid=$!
+	for _ in $(seq 100); do grep -q ready "$tmp/daemon.out" 2>/dev/null && break; sleep 0.1; done
+	grep -q ready "$tmp/daemon.out" || fail "crcudad as uid 65534 not ready"
+	client CRCUDA_SOCKET="$tmp/theirs/crcudad.sock" -- "$loop" smoke >"$tmp/out" 2>&1
+	rc=$?
+	cat "$tmp/out"
+	[ $rc = 3 ] || fail "client of a daemon of uid 65534: exit $rc, expected 3"
+	grep -q "the process serving $tmp/theirs/crcudad.sock (pid [0-9]*) runs as uid 65534, neither this process's uid 0 nor root: not using it" \
+		"$tmp/out" || fail "no clear refusal on the client side"
+	grep -q "session .* uid 0 -> worker" "$tmp/daemon.log" && fail "the client started a session there"
 	;;
 daemon-killed)
 	start_daemon

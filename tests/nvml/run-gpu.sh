@@ -16,9 +16,12 @@ if [ ! -e "$build/libcrcuda/libcuda.so.1" ]; then
 	exit 77
 fi
 # crcudactl run starts a private daemon on the real driver (it puts libcrcuda first on the path).
-sock=$(mktemp -u /tmp/crcuda-gpu-nvml.XXXXXX).sock
+# In a directory of its own: crcudad refuses a socket directory others may write to (/tmp).
+sockdir=$(mktemp -d /tmp/crcuda-gpu-nvml.XXXXXX)
+sock=$sockdir/crcudad.sock
 "$build/crcudactl/crcudactl" run --backend cuda --socket "$sock" --idle-exit 2 -- \
 	"$test_nvml" "$build/libcrcuda/libnvidia-ml.so.1" --script "$script"
 rc=$?
 pkill -f "crcudad.*$sock" 2>/dev/null
+rm -rf "$sockdir"
 exit $rc
