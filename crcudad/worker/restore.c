@@ -82,6 +82,13 @@ static int load_record(void *arg, uint64_t seq, uint32_t type, const void *paylo
 	return 0;
 }
 
+static double oom_wait_s(void)
+{
+	const char *v = getenv("CRCUDA_RESTORE_OOM_WAIT_MS");
+
+	return (v && *v ? atof(v) : 10000.0) / 1000.0;
+}
+
 static int replay_one(struct crc_session *s, struct crc_store *st, uint64_t seq,
 		      const struct crc_jrec_item *r, char *why, size_t why_len)
 {
@@ -124,6 +131,29 @@ static int replay_one(struct crc_session *s, struct crc_store *st, uint64_t seq,
 	s->out_len = 0;
 	s->call_why[0] = '\0';
 	res = crc_session_execute(s, m);
+	/* Out of device memory: a restore right after its process was killed may find that process's
+	 * worker still freeing what the session held. Waited for (CRCUDA_RESTORE_OOM_WAIT_MS, default
+	 * 10 s), then it fails as before. A failed allocation did nothing, so it is tried again whole. */
+	for (double until = crc_now_s() + oom_wait_s();
+	     res == CUDA_ERROR_OUT_OF_MEMORY && crc_now_s() < until;) {
+		static bool said;
+
+		if (!said) {
+			said = true;
+			pr_info("session %llu: out of device memory replaying record %" PRIu64
+				": waiting for memory another session is freeing",
+				(unsigned long long)s->id, seq);
+		}
+		usleep(50 * 1000);
+		s->force = r->v.handles;
+		s->nforce = c->nhandles;
+		s->force_mismatch = false;
+		s->force_addr =
+		    r->type == CRC_JREC_MEM_ALLOC || r->type == CRC_JREC_MEM_RESERVE ? c->addr : 0;
+		s->out_len = 0;
+		s->call_why[0] = '\0';
+		res = crc_session_execute(s, m);
+	}
 	if (res != CUDA_SUCCESS) {
 		snprintf(why, why_len,
 			 "journal record %" PRIu64 " (%s): %s failed on this daemon: CUDA error %d%s%s", seq,
