@@ -123,7 +123,7 @@ void crc_ctl_close(struct crc_ctl *c)
 }
 
 /* One request, one reply. *data (malloc'd, may be NULL) gets the reply's bytes after struct
- * crc_ctl_reply. Returns the reply's status, with its message in c->err. */
+ * crc_ctl_reply when its status is 0. Returns the reply's status, with its message in c->err. */
 static int exchange(struct crc_ctl *c, uint16_t op, const void *a, size_t alen, const void *b, size_t blen,
 		    void **data, size_t *data_len)
 {
@@ -159,7 +159,8 @@ static int exchange(struct crc_ctl *c, uint16_t op, const void *a, size_t alen, 
 	rc = r->status;
 	if (rc)
 		snprintf(c->err, sizeof(c->err), "%s", r->msg[0] ? r->msg : crc_strerror(rc));
-	if (data && h.len - sizeof(h) > sizeof(*r)) {
+	/* A refusal's data, if any, is dropped: the callers return the status (and leaked it). */
+	if (data && !rc && h.len - sizeof(h) > sizeof(*r)) {
 		size_t n = h.len - sizeof(h) - sizeof(*r);
 
 		*data = malloc(n);

@@ -1,3 +1,4 @@
+#include <limits.h>
 #include <string.h>
 
 #include "crcuda/errno.h"
@@ -13,7 +14,8 @@ const char *crc_strerror(int err)
 		CRC_ERRNO_MAP(CRC__ERR_STR)
 #undef CRC__ERR_STR
 	default:
-		return err < 0 ? strerror(-err) : "unknown error";
+		/* Codes come from peers too (a daemon's reply status): INT_MIN has no -errno. */
+		return err < 0 && err != INT_MIN ? strerror(-err) : "unknown error";
 	}
 }
 

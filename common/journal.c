@@ -1,6 +1,7 @@
 /* Journal record layout checks and formatting (crcuda/journal.h). */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "crcuda/cuda_api.h"
@@ -42,6 +43,8 @@ int crc_jrec_decode(const void *payload, size_t len, struct crc_jrec_view *v)
 	const uint8_t *p = payload;
 	size_t off = sizeof(*c);
 
+	if ((uintptr_t)payload % _Alignof(struct crc_jrec_call))
+		return CRC_EINVAL;
 	if (len < sizeof(*c) || c->version != CRC_JREC_VERSION ||
 	    len < crc_jrec_size(c->nhandles, c->nrefs, c->name_len, c->args_len))
 		return CRC_ECORRUPT;
@@ -56,6 +59,21 @@ int crc_jrec_decode(const void *payload, size_t len, struct crc_jrec_view *v)
 	off += a8(c->name_len);
 	v->args = p + off;
 	return 0;
+}
+
+/* Decodes a payload where it lies, or a copy of it (*copy, to free) where it is not aligned for
+ * struct crc_jrec_call: the store's payloads are only 2-byte aligned (LMDB values). */
+static int decode_any(const void *payload, size_t len, struct crc_jrec_view *v, void **copy)
+{
+	*copy = NULL;
+	if ((uintptr_t)payload % _Alignof(struct crc_jrec_call)) {
+		*copy = malloc(len ? len : 1);
+		if (!*copy)
+			return CRC_ENOMEM;
+		memcpy(*copy, payload, len);
+		payload = *copy;
+	}
+	return crc_jrec_decode(payload, len, v);
 }
 
 static const char *call_name(uint16_t op)
@@ -91,11 +109,13 @@ int crc_jrec_format_text(char *buf, size_t len, uint64_t seq, uint32_t type, con
 	struct crc_jrec_view v;
 	size_t used = 0;
 	char hex[33];
+	void *copy;
 
 	if (len)
 		buf[0] = 0;
 	PUT("%6" PRIu64 " %-15s", seq, type_name(type));
-	if (crc_jrec_decode(payload, plen, &v)) {
+	if (decode_any(payload, plen, &v, &copy)) {
+		free(copy);
 		PUT(" (undecodable, %zu bytes)", plen);
 		return (int)used;
 	}
@@ -119,6 +139,7 @@ int crc_jrec_format_text(char *buf, size_t len, uint64_t seq, uint32_t type, con
 	}
 	if (v.call->flags & CRC_JREC_LIBRARY)
 		PUT(" library");
+	free(copy);
 	return (int)used;
 }
 
@@ -127,11 +148,13 @@ int crc_jrec_format_json(char *buf, size_t len, uint64_t seq, uint32_t type, con
 	struct crc_jrec_view v;
 	size_t used = 0;
 	char hex[33];
+	void *copy;
 
 	if (len)
 		buf[0] = 0;
 	PUT("{\"seq\":%" PRIu64 ",\"type\":\"%s\"", seq, type_name(type));
-	if (crc_jrec_decode(payload, plen, &v)) {
+	if (decode_any(payload, plen, &v, &copy)) {
+		free(copy);
 		PUT(",\"error\":\"undecodable\",\"bytes\":%zu}", plen);
 		return (int)used;
 	}
@@ -164,5 +187,6 @@ int crc_jrec_format_json(char *buf, size_t len, uint64_t seq, uint32_t type, con
 	}
 	PUT(",\"library\":%s,\"args_bytes\":%u}", v.call->flags & CRC_JREC_LIBRARY ? "true" : "false",
 	    v.call->args_len);
+	free(copy);
 	return (int)used;
 }

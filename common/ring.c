@@ -235,10 +235,13 @@ int crc_ring_next(struct crc_ring *r, int timeout_ms, const struct crc_msg_hdr *
 		uint64_t tail = atomic_load_explicit(&r->ctl->tail, memory_order_relaxed) + r->reserved;
 		uint64_t pos = tail & r->mask;
 		const struct crc_msg_hdr *h = (const struct crc_msg_hdr *)(r->data + pos);
-		uint64_t len = h->len;
-		if (len < sizeof(*h) || len > r->ctl->size - pos) {
+		uint64_t len;
+		/* The peer can write the whole ring, the tail included: records start aligned, and a pad
+		 * runs from where it starts (never the start) to the end, as crc_ring_reserve writes them. */
+		if (pos % RING_ALIGN || (len = h->len) < sizeof(*h) || len > r->ctl->size - pos ||
+		    (h->op == OP_PAD && (!pos || len != r->ctl->size - pos))) {
 			pr_err("corrupt record at %llu (len %llu)", (unsigned long long)tail,
-			       (unsigned long long)len);
+			       pos % RING_ALIGN ? 0ull : (unsigned long long)h->len);
 			return CRC_EPROTO;
 		}
 		if (h->op == OP_PAD) {
@@ -257,10 +260,13 @@ int crc_ring_pending(struct crc_ring *r)
 	uint64_t tail = atomic_load_explicit(&r->ctl->tail, memory_order_relaxed) + r->reserved;
 
 	while (tail != head) {
-		const struct crc_msg_hdr *h = (const struct crc_msg_hdr *)(r->data + (tail & r->mask));
+		uint64_t pos = tail & r->mask;
+		const struct crc_msg_hdr *h = (const struct crc_msg_hdr *)(r->data + pos);
 
-		/* A corrupt length is crc_ring_next's to report. */
-		if (h->op != OP_PAD || h->len < sizeof(*h))
+		/* A record, or a corrupt one (crc_ring_next's to report): a misaligned position, a pad
+		 * that does not run from after the start to the end. At most one pad comes before a
+		 * record. */
+		if (pos % RING_ALIGN || h->op != OP_PAD || !pos || h->len != r->ctl->size - pos)
 			return 0;
 		tail += h->len;
 	}

@@ -23,6 +23,7 @@ packages=(build-essential cmake pkg-config python3 clang-format liblmdb-dev lmdb
 	libnl-3-dev libnl-route-3-dev libnet1-dev libcap-dev libbsd-dev uuid-dev
 	libgnutls28-dev libnftables-dev xz-utils)
 packages+=(liblz4-dev libzstd-dev) # fatbin decompression (common/modimage.c)
+packages+=(clang libclang-rt-dev)  # the libFuzzer targets (fuzz/): clang and its sanitizer runtimes
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

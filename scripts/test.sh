@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: sets everything up, builds crcuda twice (plain, and with ASan+UBSan)
-# and runs the tests that need no GPU. gpu-labelled tests run on the GPU machine:
-# tests/gpu/run-on-gpu.sh.
+# and runs the tests that need no GPU, then the fuzz targets briefly (clang; fuzz/README.md).
+# gpu-labelled tests run on the GPU machine: tests/gpu/run-on-gpu.sh.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
@@ -35,6 +35,12 @@ build "$top/build-asan" -DCRCUDA_SANITIZE=ON
 echo "== tests (ASan+UBSan): unit, sim"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	ctest --test-dir "$top/build-asan" -L 'unit|sim' --output-on-failure -j "$jobs"
+
+echo "== fuzz (clang, libFuzzer): every committed input of fuzz/corpus, then 3 s of fuzzing per target"
+CC=clang cmake -S "$top" -B "$top/build-fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCRCUDA_FUZZ=ON \
+	-DCRCUDA_FUZZ_SECONDS=3 >/dev/null
+cmake --build "$top/build-fuzz" --target crc_fuzz -j "$jobs"
+ctest --test-dir "$top/build-fuzz" -L fuzz --output-on-failure -j "$jobs"
 
 echo "== clang-format"
 "$top/scripts/format.sh" --check

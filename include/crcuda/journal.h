@@ -49,13 +49,15 @@ struct crc_jrec_view {
 	const uint8_t *args;
 };
 
-/* Checks a payload's layout and fills *v. 0 or CRC_ECORRUPT. */
+/* Checks a payload's layout and fills *v. 0, CRC_ECORRUPT, or CRC_EINVAL when payload is not aligned
+ * for struct crc_jrec_call (the store's are not: copy them). */
 int crc_jrec_decode(const void *payload, size_t len, struct crc_jrec_view *v);
 /* Bytes of a payload with these parts. */
 size_t crc_jrec_size(unsigned nhandles, unsigned nrefs, size_t name_len, size_t args_len);
 
-/* One line, no newline: "MEM_ALLOC cuMemAlloc_v2 ctx=0x10100000001 addr=0x680000000000 size=2097152".
- * Writes at most len bytes (NUL included); returns what snprintf returns. */
+/* The formatters take a payload as the store gives it (any alignment). One line, no newline: "MEM_ALLOC
+ * cuMemAlloc_v2 ctx=0x10100000001 addr=0x680000000000 size=2097152". Writes at most len bytes (NUL included);
+ * returns what snprintf returns. */
 int crc_jrec_format_text(char *buf, size_t len, uint64_t seq, uint32_t type, const void *payload,
 			 size_t plen);
 /* One JSON object, no newline: {"seq":1,"type":"MEM_ALLOC","call":"cuMemAlloc_v2",...}. */

@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <limits.h>
 
 #include "check.h"
 #include "crcuda/errno.h"
@@ -13,6 +14,8 @@ int main(void)
 	CHECK_EQ_STR(crc_err_name(-9999), "CRC_E?");
 	/* An errno without a crcuda name still gets the libc message. */
 	CHECK(strstr(crc_strerror(-ENOTDIR), "directory") != NULL);
+	/* A peer's status of INT_MIN (found by fuzz/fuzz_ctl_client.c: -INT_MIN overflowed). */
+	CHECK_EQ_STR(crc_strerror(INT_MIN), "unknown error");
 	/* Codes of the private range are distinct and below every errno. */
 	CHECK(CRC_ECORRUPT < -4096 && CRC_ESCHEMA != CRC_ECORRUPT);
 	return 0;

@@ -1,5 +1,6 @@
 /* The shared-memory ring: ordered, intact delivery across wraps, between threads and between
- * processes; a dead peer ends a wait with an error instead of a hang. */
+ * processes; a dead peer ends a wait with an error instead of a hang; a peer that scribbles on the
+ * ring gets a protocol error, never a read outside it or a spin. */
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -137,5 +138,39 @@ int main(void)
 	crc_ring_close(&prod);
 	CHECK_EQ_INT(crc_ring_next(&cons, -1, &m), CRC_EDAEMON);
 	CHECK_EQ_INT(crc_ring_reserve(&prod, 1, 0, 0, 8, &p), CRC_EDAEMON);
+
+	/* Corrupt rings (found by fuzz/fuzz_ring.c). The tail is in shared memory too: one the peer
+	 * left misaligned made the consumer read a header across the ring's end (and misaligned). */
+	struct crc_ring_ctl *ctl;
+	struct crc_msg_hdr *h;
+	mem = map_ring();
+	ctl = mem;
+	CHECK_EQ_INT(crc_ring_attach(&cons, mem, sz), 0);
+	atomic_store(&ctl->tail, DATA_SIZE - 4);
+	atomic_store(&ctl->head, DATA_SIZE + 64);
+	CHECK_EQ_INT(crc_ring_pending(&cons), 0);
+	CHECK_EQ_INT(crc_ring_next(&cons, 0, &m), CRC_EPROTO);
+	/* A pad of any length but to the end put the next record out of alignment. */
+	atomic_store(&ctl->tail, 0);
+	h = (struct crc_msg_hdr *)((uint8_t *)mem + CRC_RING_DATA_OFFSET);
+	*h = (struct crc_msg_hdr){.len = 20, .op = 0xffff};
+	CHECK_EQ_INT(crc_ring_next(&cons, 0, &m), CRC_EPROTO);
+	/* Pads of the whole ring at its start, the head far ahead: crc_ring_pending went round and round. */
+	*h = (struct crc_msg_hdr){.len = DATA_SIZE, .op = 0xffff};
+	atomic_store(&ctl->head, 1ull << 62);
+	CHECK_EQ_INT(crc_ring_pending(&cons), 0);
+	CHECK_EQ_INT(crc_ring_next(&cons, 0, &m), CRC_EPROTO);
+	/* A pad to the end is what a producer writes: the record after it, at the start, comes. */
+	h = (struct crc_msg_hdr *)((uint8_t *)mem + CRC_RING_DATA_OFFSET + DATA_SIZE - 32);
+	*h = (struct crc_msg_hdr){.len = 32, .op = 0xffff};
+	*(struct crc_msg_hdr *)((uint8_t *)mem + CRC_RING_DATA_OFFSET) =
+	    (struct crc_msg_hdr){.len = 24, .op = 3, .seq = 9};
+	atomic_store(&ctl->tail, DATA_SIZE - 32);
+	atomic_store(&ctl->head, DATA_SIZE + 32);
+	CHECK_EQ_INT(crc_ring_pending(&cons), 0);
+	CHECK_EQ_INT(crc_ring_next(&cons, 0, &m), 0);
+	CHECK_EQ_INT(m->seq, 9);
+	crc_ring_release(&cons);
+	CHECK_EQ_INT(crc_ring_pending(&cons), CRC_EAGAIN);
 	return 0;
 }
