@@ -26,6 +26,8 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts);
 int cmd_ls(int argc, char **argv, struct ctl_opts *opts);
 int cmd_inspect(int argc, char **argv, struct ctl_opts *opts);
 int cmd_rm(int argc, char **argv, struct ctl_opts *opts);
+int cmd_export(int argc, char **argv, struct ctl_opts *opts);
+int cmd_import(int argc, char **argv, struct ctl_opts *opts);
 
 /* ---- cmd_rm.c: retention ---- */
 #include <stdio.h>

@@ -21,6 +21,8 @@ static const struct ctl_cmd {
     {"ls", cmd_ls, "list the checkpoints in the store and the sessions of the daemon"},
     {"inspect", cmd_inspect, "show a checkpoint: regions, metadata, CRIU images, journal"},
     {"rm", cmd_rm, "remove checkpoints (manifest, CRIU images, chunks no other one needs)"},
+    {"export", cmd_export, "write a checkpoint as one self-contained stream (for another node's store)"},
+    {"import", cmd_import, "read a checkpoint that export wrote into the store"},
     {"store", cmd_store, "list, inspect, verify and garbage-collect the checkpoint store"},
 };
 

@@ -16,7 +16,7 @@ _crcudactl()
 		esac
 	done
 	case $prev in
-	--store | -s | --token-file | --daemon-log | --socket | --daemon)
+	--store | -s | --token-file | --daemon-log | --socket | --daemon | --output | -o | --input | -i)
 		mapfile -t COMPREPLY < <(compgen -f -- "$cur")
 		return
 		;;
@@ -27,10 +27,12 @@ _crcudactl()
 	--remote | --timeout | --gpu | --idle-exit | --va-base | --va-session) return ;;
 	esac
 	case $cmd in
-	"") opts="run checkpoint restore ls inspect store -h --help -V --version -v --verbose -q --quiet --json" ;;
+	"") opts="run checkpoint restore export import ls inspect store -h --help -V --version -v --verbose -q --quiet --json" ;;
 	run) opts="--backend --socket --daemon-log --idle-exit --va-base --va-session --remote --token-file -h --help --" ;;
 	checkpoint) opts="-R --leave-running -s --store --daemon --remote --token-file --timeout --json -h --help" ;;
 	restore) opts="-s --store --remote --token-file --daemon --backend --gpu --timeout --json -h --help" ;;
+	export) opts="-s --store -o --output --json -h --help" ;;
+	import) opts="-s --store -i --input --json -h --help" ;;
 	ls) opts="-s --store --daemon --json -h --help" ;;
 	inspect) opts="-s --store --chunks --json -h --help" ;;
 	store) opts="ls inspect verify gc -s --store --json -h --help" ;;

@@ -42,6 +42,14 @@
 #       kill9-ctl|kill9-criu|kill9-daemon
 #                      kill -9 of crcudactl, criu or the daemon at each step of a checkpoint and of a
 #                      restore: the previous checkpoint still restores and verifies
+#       export         a checkpoint exported (to a file and to a pipe: the same bytes; into a pipe
+#                      closed early: a clear error), the source node's daemon and store then gone; a
+#                      truncated export, one with a byte flipped in its middle (a chunk) and one with a
+#                      byte flipped in its info record (which only the trailer's checksum covers) each
+#                      fail import with a one-line reason and leave the target store without a
+#                      checkpoint or CRIU images; the export imported from a pipe into an empty store
+#                      and restored from there by a daemon of its own (in another network namespace,
+#                      where one can be made)
 # Needs root and CRIU (.deps/criu): exit 77 otherwise.
 # CR_PREFIX: crcudactl and crcudad of an installed tree (tests/install), which find their plugin
 # themselves; the programs are still the build tree's. CR_CRIU_FROM_PATH=1: crcudactl is not told
@@ -569,6 +577,94 @@ devices)
 	pid=$(restore "$id" --gpu 1,0)
 	grep -q "session .* restored checkpoint $id" "$log" || fail "no restore in the daemon log"
 	finish "$pid" "two devices restored swapped (--gpu 1,0)"
+	;;
+export)
+	start_app export
+	id=$(checkpoint "$app")
+	wait_for 30 gone "$app" || fail "the program still runs after the checkpoint"
+	"$ctl" export -o "$tmp/ckpt.crcx" "$id" >"$tmp/export.out" 2>&1 || fail "export -o: $(cat "$tmp/export.out")"
+	echo "cr: $(cat "$tmp/export.out")"
+	"$ctl" export "$id" 2>"$tmp/export.err" | cat >"$tmp/pipe.crcx"
+	[ "${PIPESTATUS[0]}" = 0 ] || fail "export to a pipe: $(cat "$tmp/export.err")"
+	cmp -s "$tmp/ckpt.crcx" "$tmp/pipe.crcx" || fail "export to a pipe and to a file differ"
+	"$ctl" export "$id" 2>"$tmp/export.err" | head -c 100 >/dev/null
+	rc=${PIPESTATUS[0]}
+	[ "$rc" = 1 ] && grep -q "the reader went away" "$tmp/export.err" ||
+		fail "export into a pipe closed early: exit $rc, $(cat "$tmp/export.err")"
+	other=$tmp/other
+	size=$(stat -c %s "$tmp/ckpt.crcx")
+	flip() { # flip FILE OFFSET: one bit of the byte at OFFSET
+		local b
+		b=$(od -An -tu1 -j "$2" -N1 "$1" | tr -d ' ')
+		# shellcheck disable=SC2059
+		printf "$(printf '\\%03o' $((b ^ 1)))" | dd of="$1" bs=1 seek="$2" conv=notrunc status=none
+	}
+	head -c $((size * 2 / 3)) "$tmp/ckpt.crcx" >"$tmp/truncated.crcx"
+	cp "$tmp/ckpt.crcx" "$tmp/chunk-flip.crcx"
+	flip "$tmp/chunk-flip.crcx" $((size / 2))
+	# In the info record's "host:store" (after the 48-byte header, a record header and 88 bytes):
+	# only the trailer's checksum sees it, after every chunk and CRIU file was written.
+	cp "$tmp/ckpt.crcx" "$tmp/info-flip.crcx"
+	flip "$tmp/info-flip.crcx" 154
+	cmp -s "$tmp/ckpt.crcx" "$tmp/info-flip.crcx" && fail "flip changed nothing"
+	echo "not an export" >"$tmp/text.crcx"
+	for bad in truncated chunk-flip info-flip text; do
+		if CRCUDA_STORE=$other "$ctl" import -i "$tmp/$bad.crcx" >"$tmp/import.out" 2>"$tmp/import.err"; then
+			fail "a $bad export was imported: $(cat "$tmp/import.out")"
+		fi
+		case $bad in
+		truncated) grep -q "the export is truncated: it ends at byte $((size * 2 / 3))" "$tmp/import.err" ;;
+		chunk-flip)
+			# Where no region has chunks (managed memory: CRIU carries it), the flip is in a CRIU
+			# image, which only the checksum covers.
+			if grep -q " 0 chunks" "$tmp/export.out"; then
+				grep -q "the export is corrupt: its checksum .* does not match" "$tmp/import.err"
+			else
+				grep -q "the export is corrupt: chunk [0-9a-f]* does not match its hash" "$tmp/import.err"
+			fi
+			;;
+		info-flip) grep -q "the export is corrupt: its checksum .* does not match" "$tmp/import.err" ;;
+		text) grep -q "not a crcuda export" "$tmp/import.err" ;;
+		esac || fail "no clear reason for a $bad export: $(cat "$tmp/import.err")"
+		[ "$(wc -l <"$tmp/import.err")" = 1 ] || fail "more than one line for a $bad export: $(cat "$tmp/import.err")"
+		echo "cr: $bad export refused: $(cat "$tmp/import.err")"
+		[ -z "$(CRCUDA_STORE=$other "$ctl" store ls | tail -n +2)" ] ||
+			fail "a $bad export left a checkpoint: $(CRCUDA_STORE=$other "$ctl" store ls)"
+		[ -z "$(ls -A "$other/criu" 2>/dev/null)" ] || fail "a $bad export left CRIU images: $(ls "$other/criu")"
+	done
+	# The source node goes away: its daemon and its store.
+	for p in $(daemon_pids); do kill -9 "$p"; done
+	mv "$store" "$tmp/store.gone"
+	# A socket of its own (in $tmp/d/, where daemon_pids looks; its log is crcudad.log there too).
+	store=$other sock=$tmp/d/other.sock
+	export CRCUDA_STORE=$store CRCUDA_SOCKET=$sock
+	in_ns=()
+	if command -v ip >/dev/null; then
+		ns=crcr-$(printf %04x%04x $((RANDOM)) $$ | tail -c 8)
+		if ip netns add "$ns" 2>/dev/null; then
+			ip -n "$ns" link set lo up || fail "lo up in $ns"
+			in_ns=(ip netns exec "$ns")
+		else
+			ns=""
+		fi
+	fi
+	out=$("${in_ns[@]}" "$ctl" --json import <"$tmp/pipe.crcx" 2>&1) || fail "import: $out"
+	id2=$(echo "$out" | sed -n 's/^  "id": \([0-9]*\),*$/\1/p')
+	[ -n "$id2" ] || fail "no checkpoint id in: $out"
+	"$ctl" ls >"$tmp/ls" 2>&1
+	grep -q "^$id2 " "$tmp/ls" || fail "checkpoint $id2 not listed in the target store: $(cat "$tmp/ls")"
+	"$ctl" inspect "$id2" >"$tmp/inspect.txt" || fail "inspect $id2"
+	grep -q "crcuda.imported_from = .* checkpoint $id$" "$tmp/inspect.txt" ||
+		fail "no crcuda.imported_from: $(grep meta "$tmp/inspect.txt")"
+	"$ctl" store verify >/dev/null || fail "store verify of the target store"
+	truncate -s "$(cat "$tmp/ckpt$id.out.size")" "$dir/out"
+	truncate -s "$(cat "$tmp/ckpt$id.err.size")" "$dir/err"
+	out=$("${in_ns[@]}" timeout 120 "$ctl" restore "$id2" 2>&1) || fail "restore of the imported checkpoint: $out"
+	pid=$(echo "$out" | sed -n 's/.* as pid \([0-9]*\) .*/\1/p')
+	[ "$pid" = "$app" ] || fail "restored pid '$pid', checkpointed $app"
+	[ -z "$ns" ] || [ "$(readlink "/proc/$pid/ns/net")" = "$(ip netns exec "$ns" readlink /proc/self/ns/net)" ] ||
+		fail "the restored process is not in $ns"
+	finish "$pid" "exported, imported into another store${ns:+ in $ns}, restored"
 	;;
 *)
 	echo "unknown case $case" >&2

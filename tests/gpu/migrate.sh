@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # tests/gpu/migrate.sh checkpoint BUILD DIR | restore BUILD DIR: moves a running CUDA program to another
 # machine. "checkpoint" (on the first GPU machine) runs state_app under crcuda on the real driver,
-# checkpoints it mid-run into the store DIR/store (the process is killed) and packs into DIR/migrate.tar
-# the store and what the restored process maps from the build (the program, libcrcuda, the carried
-# libraries), with the uninterrupted run's checksum. "restore" (on the second machine, same paths, any
-# GPU) unpacks it, restores the checkpoint with crcudactl restore, lets the program finish and compares
-# its checksum. Prints PASS/FAIL lines. Used with the device tool: checkpoint on nvidia-h200, restore on
-# nvidia-h100-x1 (another GPU model, another node).
+# checkpoints it mid-run into the store DIR/store (the process is killed) and exports the checkpoint
+# (crcudactl export: device state, journal, module images, CRIU images) to DIR/migrate.crcx; what the
+# restored process maps from the build (the program, libcrcuda, the carried libraries), its output
+# files and the uninterrupted run's checksum go into DIR/migrate.tar. "restore" (on the second machine,
+# same paths, any GPU) unpacks the tar, imports the export into a fresh store DIR/imported (crcudactl
+# import: no store is shared), restores the checkpoint with crcudactl restore, lets the program finish
+# and compares its checksum. Prints PASS/FAIL lines. Used with the device tool: checkpoint on
+# nvidia-h200, restore on nvidia-h100-x1 (another GPU model, another node).
 set -u
 mode=${1:?usage: migrate.sh checkpoint|restore BUILD DIR}
 build=$(cd "${2:?}" && pwd)
@@ -38,14 +40,24 @@ checkpoint)
 	echo "$pid" >"$dir/pid"
 	echo "$gpu" >"$dir/from"
 	pkill -f "crcudad.*$CRCUDA_SOCKET"
-	# What the restored process maps from this tree (system libraries are the machines' own).
-	tar -C / -cf "$dir/migrate.tar" "${dir#/}/store" "${dir#/}/ref.txt" "${dir#/}/id" "${dir#/}/from" \
+	# The checkpoint as one checksummed stream: all the other machine needs of the store.
+	"$ctl" export -o "$dir/migrate.crcx" "$(cat "$dir/id")" >"$dir/export.out" 2>&1 ||
+		{ result FAIL migrate_export "$(tail -2 "$dir/export.out" | tr '\n' ' ')"; exit 1; }
+	# What the restored process maps from this tree (system libraries are the machines' own), which an
+	# export does not carry, and its output files.
+	tar -C / -cf "$dir/migrate.tar" "${dir#/}/ref.txt" "${dir#/}/id" "${dir#/}/from" \
 		"${dir#/}/out" "${dir#/}/err" "${app#/}" "${build#/}/libcrcuda" "${top#/}/.deps/gpu/lib"
-	result PASS migrate_checkpoint "pid $pid on $gpu: checkpoint $(cat "$dir/id"), $(du -sm "$dir/store" | cut -f1) MiB store"
+	result PASS migrate_checkpoint "pid $pid on $gpu: checkpoint $(cat "$dir/id"), $(du -sm "$dir/store" | cut -f1) MiB store, $(du -m "$dir/migrate.crcx" | cut -f1) MiB export"
 	;;
 restore)
 	tar -C / -xf "$dir/migrate.tar"
-	id=$(cat "$dir/id")
+	# A store of this machine's own, with nothing but the imported checkpoint.
+	export CRCUDA_STORE=$dir/imported
+	rm -rf "$CRCUDA_STORE"
+	"$ctl" --json import -i "$dir/migrate.crcx" >"$dir/import.json" 2>"$dir/import.err" ||
+		{ result FAIL migrate_import "$(tail -2 "$dir/import.err" | tr '\n' ' ')"; exit 1; }
+	id=$(sed -n 's/^  "id": *\([0-9]*\).*/\1/p' "$dir/import.json")
+	result PASS migrate_import "exported checkpoint $(cat "$dir/id") is checkpoint $id in $CRCUDA_STORE"
 	rm -f "$dir/go"
 	# CRIU gives the process its own pid back, which another machine may have in use: the restore
 	# runs in a pid namespace of its own, whose init (this shell) lives until the program has ended.
