@@ -501,6 +501,8 @@ static CUresult exec_generic(struct crc_session *s, int id, const struct crc_cal
 		case CRC_ARG_STR:
 			argv[i] = NULL;
 			if (word) {
+				/* A length near 2^64 would wrap crc_align8 to 0 and pass NEED. */
+				NEED(word);
 				NEED(crc_align8(word));
 				if (a[off + word - 1] != '\0') {
 					res = CUDA_ERROR_INVALID_VALUE;
@@ -672,7 +674,7 @@ const char *crc_request_str_arg(int op, const uint8_t *a, size_t len)
 		if ((sp->kind == CRC_ARG_IN || sp->kind == CRC_ARG_OUT) && word)
 			off += crc_align8(sp->size);
 		if (sp->kind == CRC_ARG_STR && word)
-			return off + word <= len && !a[off + word - 1] ? (const char *)a + off : NULL;
+			return off <= len && word <= len - off && !a[off + word - 1] ? (const char *)a + off : NULL;
 	}
 	return NULL;
 }
