@@ -67,7 +67,14 @@ static void *daemon_thread(void *arg)
 
 static void cleanup(void)
 {
+	char *slash;
+
 	unlink(sock_path);
+	slash = strrchr(sock_path, '/');
+	if (slash) {
+		*slash = 0;
+		rmdir(sock_path);
+	}
 }
 
 static void setup(void)
@@ -78,8 +85,11 @@ static void setup(void)
 	if (ready)
 		return;
 	ready = 1;
-	snprintf(sock_path, sizeof(sock_path), "/tmp/crcuda-fuzz-ctl-%d.sock", (int)getpid());
-	unlink(sock_path);
+	/* In a private directory: a socket straight in /tmp is refused (crc_unix_listen). */
+	static char dir[] = "/tmp/crcuda-fuzz-ctl.XXXXXX";
+
+	FUZZ_CHECK(mkdtemp(dir) != NULL);
+	snprintf(sock_path, sizeof(sock_path), "%s/ctl.sock", dir);
 	listen_fd = crc_unix_listen(sock_path);
 	FUZZ_CHECK(listen_fd >= 0);
 	atexit(cleanup);
