@@ -1290,6 +1290,7 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir, unsigned flags)
 		if (rc)                                                                                      \
 			goto fail;                                                                           \
 	} while (0)
+	META("crcuda.version", "%s", CRCUDA_VERSION); /* the worker that wrote it */
 	META("crcuda.session", "%" PRIu64, s->store_session);
 	META("crcuda.journal_seq", "%" PRIu64, s->journal_seq);
 	META("crcuda.va_base", "%#" PRIx64, s->va_base);

@@ -232,6 +232,7 @@ basic)
 		fail "no device allocation in the manifest"
 	"$ctl" inspect "$id" >"$tmp/inspect.txt" || fail "crcudactl inspect $id (text)"
 	grep -q "MODULE_LOAD" "$tmp/inspect.txt" || fail "no module load in the journal: $(cat "$tmp/inspect.txt")"
+	grep -q "crcuda.version" "$tmp/inspect.txt" || fail "the checkpoint does not record the version that wrote it"
 	# Private: the store's directories 0700 (CRIU's images too), its files 0600; the checkpoint names
 	# its owner (the process's uid).
 	for f in "$store" "$store/packs" "$store/criu" "$store"/criu/*/; do
