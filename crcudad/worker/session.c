@@ -674,7 +674,8 @@ const char *crc_request_str_arg(int op, const uint8_t *a, size_t len)
 		if ((sp->kind == CRC_ARG_IN || sp->kind == CRC_ARG_OUT) && word)
 			off += crc_align8(sp->size);
 		if (sp->kind == CRC_ARG_STR && word)
-			return off <= len && word <= len - off && !a[off + word - 1] ? (const char *)a + off : NULL;
+			return off <= len && word <= len - off && !a[off + word - 1] ? (const char *)a + off
+										     : NULL;
 	}
 	return NULL;
 }
