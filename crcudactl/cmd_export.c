@@ -488,33 +488,47 @@ static int write_header_info(struct export *e, const char *from)
 	return e->w.err ? write_io_err(e) : 0;
 }
 
+/* One record of stored bytes (a module image or a chunk): read back, hash-checked, through *buf. */
+static int export_stored(struct export *e, int type, const char *what, const struct crc_hash *hash,
+			 uint64_t len, uint8_t **buf, size_t *cap)
+{
+	char hex[CRC_HASH_HEX_LEN + 1];
+	size_t got = 0;
+	int rc;
+
+	if (len > *cap) {
+		free(*buf);
+		*cap = 0;
+		if (!(*buf = malloc(len)))
+			return ex_fail(e, "out of memory");
+		*cap = len;
+	}
+	rc = crc_store_chunk_read(e->st, hash, *buf, len, &got);
+	if (rc || got != len) {
+		crc_hash_to_hex(hash, hex);
+		return ex_fail(e, "%s %s: %s", what, hex, crc_strerror(rc ? rc : CRC_ETRUNC));
+	}
+	if (xw_rec(&e->w, type, 16 + len) || xw_put(&e->w, hash->bytes, 16) || xw_put(&e->w, *buf, len))
+		return write_io_err(e);
+	return 0;
+}
+
 static int write_blobs_chunks(struct export *e)
 {
 	uint8_t *buf = NULL;
-	size_t cap = 0, got;
-	char hex[CRC_HASH_HEX_LEN + 1];
+	size_t cap = 0;
 	int rc;
 
 	for (size_t i = 0; i < e->nblobs; i++) {
 		struct blob *b = &e->blobs[i];
 
-		if (!b->len || b->len > CRC_CHUNK_MAX)
+		if (!b->len || b->len > CRC_CHUNK_MAX) {
+			free(buf);
 			return ex_fail(e, "the journal names a module image of %" PRIu64 " bytes", b->len);
-		if (b->len > cap) {
-			free(buf);
-			if (!(buf = malloc(cap = b->len)))
-				return ex_fail(e, "out of memory");
 		}
-		rc = crc_store_chunk_read(e->st, &b->hash, buf, b->len, &got);
-		if (rc || got != b->len) {
-			crc_hash_to_hex(&b->hash, hex);
+		if ((rc = export_stored(e, EX_BLOB, "module image", &b->hash, b->len, &buf, &cap))) {
 			free(buf);
-			return ex_fail(e, "module image %s: %s", hex, crc_strerror(rc ? rc : CRC_ETRUNC));
-		}
-		if (xw_rec(&e->w, EX_BLOB, 16 + b->len) || xw_put(&e->w, b->hash.bytes, 16) ||
-		    xw_put(&e->w, buf, b->len)) {
-			free(buf);
-			return write_io_err(e);
+			return rc;
 		}
 	}
 	/* In the regions' order (the order their pack files hold them), each distinct chunk once. */
@@ -531,21 +545,9 @@ static int write_blobs_chunks(struct export *e)
 				return ex_fail(e, "region %u names a chunk of %" PRIu64 " bytes", r,
 					       ch->length);
 			}
-			if (ch->length > cap) {
+			if ((rc = export_stored(e, EX_CHUNK, "chunk", &ch->hash, ch->length, &buf, &cap))) {
 				free(buf);
-				if (!(buf = malloc(cap = ch->length)))
-					return ex_fail(e, "out of memory");
-			}
-			rc = crc_store_chunk_read(e->st, &ch->hash, buf, ch->length, &got);
-			if (rc || got != ch->length) {
-				crc_hash_to_hex(&ch->hash, hex);
-				free(buf);
-				return ex_fail(e, "chunk %s: %s", hex, crc_strerror(rc ? rc : CRC_ETRUNC));
-			}
-			if (xw_rec(&e->w, EX_CHUNK, 16 + ch->length) || xw_put(&e->w, ch->hash.bytes, 16) ||
-			    xw_put(&e->w, buf, ch->length)) {
-				free(buf);
-				return write_io_err(e);
+				return rc;
 			}
 		}
 	}

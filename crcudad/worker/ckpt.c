@@ -563,6 +563,16 @@ static const struct crc_inc_entry *inc_find(const struct crc_inc_table *t, const
 	return t->n ? bsearch(&key, t->e, t->n, sizeof(key), by_digest) : NULL;
 }
 
+/* A checkpoint committed: the next one names what has not changed since this one. */
+static void inc_adopt(struct crc_session *s)
+{
+	crc_inc_clear(&s->inc_prev);
+	s->inc_prev = s->inc_next;
+	s->inc_next = (struct crc_inc_table){0};
+	if (s->inc_prev.n)
+		qsort(s->inc_prev.e, s->inc_prev.n, sizeof(*s->inc_prev.e), by_digest);
+}
+
 /* Room for n more entries at the end of t (valid until the next call). */
 static struct crc_inc_entry *inc_grow(struct crc_inc_table *t, size_t n)
 {
@@ -732,11 +742,7 @@ static void *bg_main(void *arg)
 			crc_ckpt_abort(bg->ck);
 		bg->ck = NULL;
 		if (!rc) {
-			crc_inc_clear(&s->inc_prev);
-			s->inc_prev = s->inc_next;
-			s->inc_next = (struct crc_inc_table){0};
-			if (s->inc_prev.n)
-				qsort(s->inc_prev.e, s->inc_prev.n, sizeof(*s->inc_prev.e), by_digest);
+			inc_adopt(s);
 			pr_info("session %llu: checkpoint %" PRIu64 " committed to %s (%" PRIu64
 				" bytes drained in the background in %.3f s)",
 				(unsigned long long)s->id, bg->id, s->store_dir, bg->bytes,
@@ -1464,14 +1470,8 @@ int crc_ckpt_commit_session(struct crc_session *s, const char *args, size_t len)
 	}
 	rc = crc_ckpt_commit(s->ckpt, &id);
 	s->ckpt = NULL;
-	if (!rc) {
-		/* The next checkpoint names what has not changed since this one. */
-		crc_inc_clear(&s->inc_prev);
-		s->inc_prev = s->inc_next;
-		s->inc_next = (struct crc_inc_table){0};
-		if (s->inc_prev.n)
-			qsort(s->inc_prev.e, s->inc_prev.n, sizeof(*s->inc_prev.e), by_digest);
-	}
+	if (!rc)
+		inc_adopt(s);
 	crc_inc_clear(&s->inc_next);
 	crc_store_close(s->store);
 	s->store = NULL;
