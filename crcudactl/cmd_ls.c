@@ -1,6 +1,8 @@
 /* crcudactl ls [--store DIR] [--daemon ADDR] [--json]: the checkpoints in the store (with the process
  * each one holds) and the sessions the daemon, and those started beside it by restores, serve now. */
+#include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -236,4 +238,88 @@ int cmd_ls(int argc, char **argv, struct ctl_opts *opts)
 	if (doc)
 		ctl_json_print(doc);
 	return missing ? CTL_EXIT_FAILURE : CTL_EXIT_OK;
+}
+
+/* crcudactl status PID: the state of one program's session (running, quiesced, checkpointed,
+ * restoring), as NVIDIA's cuda-checkpoint --get-state tells a process's. */
+int cmd_status(int argc, char **argv, struct ctl_opts *opts)
+{
+	enum { OPT_DAEMON = 256, OPT_JSON };
+	static const struct option longopts[] = {
+	    {"daemon", required_argument, NULL, OPT_DAEMON},
+	    {"json", no_argument, NULL, OPT_JSON},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
+	};
+	const char *daemon_arg = NULL;
+	char daemon[PATH_MAX], *end;
+	struct crc_ctl *c = NULL;
+	struct crc_ctl_session *s = NULL;
+	unsigned n = 0;
+	long pid;
+	int ch, rc;
+
+	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		switch (ch) {
+		case OPT_DAEMON:
+			daemon_arg = optarg;
+			break;
+		case OPT_JSON:
+			opts->json = true;
+			break;
+		case 'h':
+			printf(
+			    "Usage: crcudactl status [--daemon ADDR] [--json] PID\n"
+			    "\n"
+			    "The state of PID's session on its daemon: running, quiesced, checkpointed or\n"
+			    "restoring, with its worker, GPUs and device memory.\n"
+			    "Exit status: 0 PID has a session, 1 it has none (or the daemon does not "
+			    "answer),\n"
+			    "2 usage error.\n");
+			return CTL_EXIT_OK;
+		default:
+			return CTL_EXIT_USAGE;
+		}
+	}
+	if (optind != argc - 1 || (pid = strtol(argv[optind], &end, 10)) <= 0 || *end) {
+		ctl_error("status: give one PID");
+		return CTL_EXIT_USAGE;
+	}
+	if (ctl_daemon_addr(daemon_arg, daemon, sizeof(daemon)))
+		return CTL_EXIT_USAGE;
+	if (kill((pid_t)pid, 0) && errno == ESRCH) {
+		ctl_error("status: no process %ld", pid);
+		return CTL_EXIT_FAILURE;
+	}
+	rc = crc_ctl_open(daemon, NULL, &c);
+	if (!rc)
+		rc = crc_ctl_sessions(c, &s, &n);
+	crc_ctl_close(c);
+	if (rc) {
+		ctl_error("status: crcudad at %s does not answer: %s", daemon, crc_strerror(rc));
+		return CTL_EXIT_FAILURE;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		if (s[i].pid != pid)
+			continue;
+		if (opts->json)
+			ctl_json_print(json_pack(
+			    "{s:i, s:s, s:I, s:i, s:I, s:s, s:s}", "pid", (int)pid, "state",
+			    state_name(s[i].state), "session", (json_int_t)s[i].session_id, "worker_pid",
+			    (int)s[i].worker_pid, "device_bytes", (json_int_t)s[i].device_bytes, "transport",
+			    s[i].transport == CRC_TRANSPORT_TCP ? "tcp" : "unix", "daemon", daemon));
+		else
+			printf("pid %ld: %s (session %" PRIu64
+			       ", worker %d, %.1f MiB of device memory, %s)\n",
+			       pid, state_name(s[i].state), s[i].session_id, (int)s[i].worker_pid,
+			       s[i].device_bytes / 1048576.0,
+			       s[i].transport == CRC_TRANSPORT_TCP ? "TCP" : "shared memory");
+		free(s);
+		return CTL_EXIT_OK;
+	}
+	free(s);
+	ctl_error("status: pid %ld has no session on crcudad at %s (not a crcuda program, no CUDA call "
+		  "yet, or another daemon's: --daemon)",
+		  pid, daemon);
+	return CTL_EXIT_FAILURE;
 }

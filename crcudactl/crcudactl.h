@@ -24,6 +24,7 @@ int cmd_store(int argc, char **argv, struct ctl_opts *opts);
 int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts);
 int cmd_restore(int argc, char **argv, struct ctl_opts *opts);
 int cmd_ls(int argc, char **argv, struct ctl_opts *opts);
+int cmd_status(int argc, char **argv, struct ctl_opts *opts);
 int cmd_inspect(int argc, char **argv, struct ctl_opts *opts);
 int cmd_rm(int argc, char **argv, struct ctl_opts *opts);
 int cmd_export(int argc, char **argv, struct ctl_opts *opts);

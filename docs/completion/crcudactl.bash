@@ -27,7 +27,7 @@ _crcudactl()
 	--remote | --timeout | --gpu | --idle-exit | --va-base | --va-session) return ;;
 	esac
 	case $cmd in
-	"") opts="run checkpoint restore export import ls inspect store -h --help -V --version -v --verbose -q --quiet --json" ;;
+	"") opts="run checkpoint restore export import ls status rm inspect store -h --help -V --version -v --verbose -q --quiet --json" ;;
 	run) opts="--backend --socket --daemon-log --idle-exit --va-base --va-session --remote --token-file -h --help --" ;;
 	checkpoint) opts="-R --leave-running -s --store --daemon --remote --token-file --timeout --json -h --help" ;;
 	restore) opts="-s --store --remote --token-file --daemon --backend --gpu --timeout --json -h --help" ;;
@@ -35,6 +35,7 @@ _crcudactl()
 	import) opts="-s --store -i --input --json -h --help" ;;
 	ls) opts="-s --store --daemon --json -h --help" ;;
 	inspect) opts="-s --store --chunks --json -h --help" ;;
+	status) opts="--daemon --json -h --help" ;;
 	store) opts="ls inspect verify gc -s --store --json -h --help" ;;
 	esac
 	mapfile -t COMPREPLY < <(compgen -W "$opts" -- "$cur")

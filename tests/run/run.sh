@@ -12,6 +12,8 @@
 #       exec-fails               a program that is not there exits 127, one not runnable 126 (a shell's
 #                                codes); crcudad --version answers
 #       netns                    --remote across two network namespaces (root), right and wrong token
+#       status                   crcudactl status PID: a running program's session is "running" (text
+#                                and --json); a process without a session and a missing pid exit 1
 #       supervise                --checkpoint-on without a checkpoint: the program runs as crcudactl's
 #                                child in a process group of its own with CRCUDA_LINEAGE (a given one
 #                                kept), its exit status and signal death (128+N) are crcudactl's,
@@ -176,6 +178,23 @@ exec-fails)
 	[ $rc = 126 ] || fail "exit $rc for a file that cannot run, expected 126"
 	"$crcudad" --version >"$tmp/out" 2>&1 || fail "crcudad --version: exit $?"
 	grep -q "^crcudad [0-9][0-9.]* (protocol [0-9]*)$" "$tmp/out" || fail "crcudad --version: $(cat "$tmp/out")"
+	;;
+status)
+	run --backend sim -- "$progs/state_app" --mb 8 --chunks 2 --steps 4 --ready-at 1 \
+		--ready-file "$tmp/ready" --go-file "$tmp/go" >"$tmp/out" 2>&1 &
+	p=$!
+	pids_to_kill+=("$p")
+	for _ in $(seq 300); do [ -e "$tmp/ready" ] && break; sleep 0.1; done
+	[ -e "$tmp/ready" ] || fail "state_app did not get ready: $(cat "$tmp/out")"
+	app=$(pgrep -f "^$progs/state_app" | head -1)
+	out=$("$ctl" status "$app") || fail "status of a running program: exit $?: $out"
+	echo "$out" | grep -q "^pid $app: running (session" || fail "status says: $out"
+	"$ctl" --json status "$app" | grep -q '"state": "running"' || fail "status --json: $("$ctl" --json status "$app")"
+	out=$("$ctl" status $$ 2>&1) && fail "status of a process without a session succeeded: $out"
+	echo "$out" | grep -q "has no session" || fail "no reason given: $out"
+	"$ctl" status 999999 >/dev/null 2>&1 && fail "status of a missing pid succeeded"
+	touch "$tmp/go"
+	wait "$p" || fail "state_app failed: $(cat "$tmp/out")"
 	;;
 supervise)
 	sup() { run --backend sim --idle-exit 5 "$@"; }
