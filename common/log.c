@@ -41,7 +41,9 @@ int crc_log_level(void)
 
 void crc_log_set_level(int level)
 {
-	atomic_store(&log_level, level < CRC_LOG_ERROR ? CRC_LOG_ERROR : level);
+	atomic_store(&log_level, level == CRC_LOG_SILENT ? CRC_LOG_SILENT
+				 : level < CRC_LOG_ERROR ? CRC_LOG_ERROR
+							 : level);
 }
 
 int crc_log_set_file(const char *path)

@@ -60,8 +60,8 @@ static void usage(FILE *f)
 		   "Options:\n"
 		   "  -h, --help     show this help (COMMAND --help for a command's own)\n"
 		   "  -V, --version  print the version\n"
-		   "  -v, --verbose  more log output (repeat for debug)\n"
-		   "  -q, --quiet    errors only\n"
+		   "  -v, --verbose  the library's log lines too (warnings and progress; repeat for debug)\n"
+		   "  -q, --quiet    crcudactl's own messages only (the default)\n"
 		   "      --json     machine-readable output on stdout (also accepted after COMMAND)\n"
 		   "\n"
 		   "Environment:\n"
@@ -85,7 +85,8 @@ int main(int argc, char **argv)
 	    {"json", no_argument, NULL, OPT_JSON}, {NULL, 0, NULL, 0},
 	};
 	struct ctl_opts opts = {0};
-	int level = CRC_LOG_WARN, c;
+	/* One line of crcudactl's own per failure; the library's log lines (with their prefixes) on -v. */
+	int level = CRC_LOG_SILENT, c;
 
 	/* CRIU runs us as `crcudactl checkpoint`'s action script (no arguments). */
 	if (argc == 1 && getenv("CRTOOLS_SCRIPT_ACTION") && getenv("CRCUDA_CKPT_DECISION"))
@@ -100,10 +101,12 @@ int main(int argc, char **argv)
 			printf("crcudactl %s (store schema %d)\n", CRCUDA_VERSION, CRC_STORE_SCHEMA_VERSION);
 			return CTL_EXIT_OK;
 		case 'v':
-			level = level < CRC_LOG_DEBUG ? level + 1 : level;
+			level = level == CRC_LOG_SILENT ? CRC_LOG_INFO
+				: level < CRC_LOG_DEBUG ? level + 1
+							: level;
 			break;
 		case 'q':
-			level = CRC_LOG_ERROR;
+			level = CRC_LOG_SILENT;
 			break;
 		case OPT_JSON:
 			opts.json = true;
@@ -113,7 +116,7 @@ int main(int argc, char **argv)
 			return CTL_EXIT_USAGE;
 		}
 	}
-	if (level != CRC_LOG_WARN || !getenv("CRCUDA_LOG_LEVEL"))
+	if (level != CRC_LOG_SILENT || !getenv("CRCUDA_LOG_LEVEL"))
 		crc_log_set_level(level);
 	if (optind >= argc) {
 		ctl_error("no command given");

@@ -5,6 +5,7 @@
 #define CRCUDA_LOG_H
 
 enum crc_log_level {
+	CRC_LOG_SILENT = -1, /* nothing (crcudactl's default: it says what failed itself) */
 	CRC_LOG_ERROR = 1,
 	CRC_LOG_WARN = 2,
 	CRC_LOG_INFO = 3,
@@ -19,7 +20,7 @@ void crc_log(enum crc_log_level level, const char *file, int line, const char *f
     __attribute__((format(printf, 4, 5)));
 /* Current threshold; read once from the environment on first use. */
 int crc_log_level(void);
-/* Overrides the environment (crcudactl -v / -q). */
+/* Overrides the environment (crcudactl -v / -q); CRC_LOG_SILENT prints nothing. */
 void crc_log_set_level(int level);
 /* Redirects output to path (append); NULL means stderr. Returns 0 or -errno. */
 int crc_log_set_file(const char *path);
