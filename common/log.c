@@ -14,6 +14,17 @@
 static atomic_int log_level;	  /* 0 = not yet read from the environment */
 static atomic_int log_fd = -1;	  /* -1 = stderr */
 static struct timespec log_start; /* lines are stamped relative to the first message */
+static _Thread_local char last_error[512];
+
+const char *crc_log_last_error(void)
+{
+	return last_error;
+}
+
+void crc_log_clear_last_error(void)
+{
+	last_error[0] = 0;
+}
 
 static int parse_level(const char *s)
 {
@@ -67,6 +78,19 @@ void crc_log(enum crc_log_level level, const char *file, int line, const char *f
 	char buf[1024];
 	int saved_errno = errno;
 	struct timespec now;
+
+	if (level == CRC_LOG_ERROR) {
+		va_list cp;
+
+		va_start(cp, fmt);
+		vsnprintf(last_error, sizeof(last_error), fmt, cp);
+		va_end(cp);
+		errno = saved_errno;
+		last_error[strcspn(last_error, "\n")] = 0;
+	}
+	/* Errors come here below the threshold too, to be remembered only. */
+	if ((int)level > crc_log_level())
+		return;
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	if (!log_start.tv_sec && !log_start.tv_nsec)
 		log_start = now;

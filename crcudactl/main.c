@@ -29,12 +29,19 @@ static const struct ctl_cmd {
 
 void ctl_error(const char *fmt, ...)
 {
+	char msg[2048];
+	const char *why = crc_log_last_error();
 	va_list ap;
-	fputs("crcudactl: ", stderr);
+
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	/* The library's own reason, when its log lines are not shown (-v shows them). */
+	if (why[0] && crc_log_level() == CRC_LOG_SILENT && !strstr(msg, why))
+		fprintf(stderr, "crcudactl: %s (%s)\n", msg, why);
+	else
+		fprintf(stderr, "crcudactl: %s\n", msg);
+	crc_log_clear_last_error();
 }
 
 int ctl_json_print(json_t *v)

@@ -22,12 +22,16 @@ void crc_log(enum crc_log_level level, const char *file, int line, const char *f
 int crc_log_level(void);
 /* Overrides the environment (crcudactl -v / -q); CRC_LOG_SILENT prints nothing. */
 void crc_log_set_level(int level);
+/* The last error logged by this thread, printed or not ("" when none, or after the clear): what a
+ * tool that prints its own one-line messages adds as the reason. */
+const char *crc_log_last_error(void);
+void crc_log_clear_last_error(void);
 /* Redirects output to path (append); NULL means stderr. Returns 0 or -errno. */
 int crc_log_set_file(const char *path);
 
 #define crc__log(lvl, fmt, ...)                                                                              \
 	do {                                                                                                 \
-		if ((lvl) <= crc_log_level())                                                                \
+		if ((lvl) <= crc_log_level() || (lvl) == CRC_LOG_ERROR)                                      \
 			crc_log((lvl), __FILE__, __LINE__, LOG_PREFIX fmt, ##__VA_ARGS__);                   \
 	} while (0)
 
