@@ -60,6 +60,14 @@
 #include "crcuda/proto.h"
 #include "crcuda/sock.h"
 
+/* From crcuda/log.h (common/log.c), which cannot be included beside CRIU's criu-log.h (both define
+ * pr_info and its kin). */
+#define CRC_LOG_SILENT (-1)
+int crc_log_level(void);
+void crc_log_set_level(int level);
+const char *crc_log_last_error(void);
+void crc_log_clear_last_error(void);
+
 #undef LOG_PREFIX
 #define LOG_PREFIX "crcuda_plugin: "
 
@@ -279,10 +287,15 @@ static struct task *task_find(pid_t pid)
 	return NULL;
 }
 
+/* Quietly: CRIU asks about every task it dumps, crcuda's or not; the caller says what failed. */
 static int ctl_connect(struct crc_ctl **out)
 {
-	int rc = crc_ctl_open(P.daemon, is_tcp(P.daemon) ? P.token : NULL, out);
+	int level = crc_log_level(), rc;
 
+	crc_log_set_level(CRC_LOG_SILENT);
+	crc_log_clear_last_error();
+	rc = crc_ctl_open(P.daemon, is_tcp(P.daemon) ? P.token : NULL, out);
+	crc_log_set_level(level);
 	if (rc)
 		*out = NULL;
 	return rc;
@@ -488,8 +501,8 @@ static int pause_devices(int pid)
 	if (!P.ctl && (rc = ctl_connect(&P.ctl))) {
 		if (!looks_like_client(pid))
 			return -ENOTSUP;
-		fail("task %d is a crcuda client, but its daemon at %s cannot be reached: %s", pid, P.daemon,
-		     crc_strerror(rc));
+		fail("task %d is a crcuda client, but its daemon at %s cannot be reached: %s (%s)", pid,
+		     P.daemon, crc_strerror(rc), crc_log_last_error());
 		return -1;
 	}
 	/* A task connected to the daemon whose session is still starting (its first CUDA call) is

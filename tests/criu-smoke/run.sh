@@ -3,6 +3,8 @@
 # restore it, and check that it counts on from where it stopped (no restart, no gap).
 # Usage: run.sh [COUNTER]: COUNTER is the built counter.c (ctest passes it); without it, run.sh
 # compiles counter.c with ${CC:-cc}.
+# CRIU_SMOKE_PLUGIN_DIR: dump and restore with crcuda's plugin loaded (--libdir) and no daemon: the
+# plugin must leave a process that is no crcuda client alone, without an error in CRIU's log.
 # Exit 77 (skip) when not root or when CRIU is missing. CRIU: path of the criu to use (default
 # <repo>/.deps/criu/bin/criu, as scripts/build-criu.sh installs it).
 set -euo pipefail
@@ -64,8 +66,16 @@ disown "$pid" # bash still reaps it (so its pid is free for the restore), withou
 wait_for 10 above 20 || fail "the counter does not count (last value $(last))"
 
 # Dump (CRIU kills the tree after a successful dump).
-timeout 120 "$criu" dump -t "$pid" -D "$imgs" -o dump.log -v4 ||
-	fail "criu dump -t $pid failed" "$imgs/dump.log"
+plugin=()
+[ -n "${CRIU_SMOKE_PLUGIN_DIR:-}" ] && plugin=(--libdir "$CRIU_SMOKE_PLUGIN_DIR")
+CRCUDA_SOCKET=$work/no-daemon.sock timeout 120 "$criu" dump -t "$pid" -D "$imgs" -o dump.log -v4 "${plugin[@]}" \
+	2>"$work/dump.err" || fail "criu dump -t $pid failed" "$imgs/dump.log"
+if [ ${#plugin[@]} -gt 0 ]; then
+	grep -q 'Plugin "crcuda"' "$imgs/dump.log" || fail "the plugin was not loaded" "$imgs/dump.log"
+	# Its log lines go to CRIU's stderr, CRIU's own to dump.log.
+	! grep -E "(Error|Warn) .*(crcuda|\((ctl|sock|store)\.c)" "$work/dump.err" "$imgs/dump.log" ||
+		fail "the plugin logged an error for a process that is no crcuda client" "$work/dump.err"
+fi
 wait_for 10 gone "$pid" || fail "process $pid still exists after the dump"
 dumped=$(last)
 sleep 0.5
@@ -73,7 +83,7 @@ sleep 0.5
 echo "criu-smoke: dumped pid $pid at count $dumped; it is gone"
 
 # Restore, detached; CRIU gives it back its pid.
-timeout 120 "$criu" restore -D "$imgs" -d --pidfile "$work/restored.pid" -o restore.log -v4 ||
+timeout 120 "$criu" restore -D "$imgs" -d --pidfile "$work/restored.pid" -o restore.log -v4 "${plugin[@]}" ||
 	fail "criu restore failed" "$imgs/restore.log"
 rpid=$(cat "$work/restored.pid")
 [ "$rpid" = "$pid" ] || fail "restored pid $rpid differs from the dumped pid $pid"
