@@ -1012,7 +1012,7 @@ static int flush_journal(struct crc_session *s, char *why, size_t why_len)
 	return 0;
 }
 
-static const struct crc_image *module_image(struct crc_session *s, uint64_t vhandle)
+static struct crc_image *module_image(struct crc_session *s, uint64_t vhandle)
 {
 	for (size_t i = 0; i < s->nmodimgs; i++)
 		if (s->modimgs[i].vhandle == vhandle)
@@ -1097,6 +1097,37 @@ static int target_sm(void)
 
 	return d->attrs[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR] * 10 +
 	       d->attrs[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR];
+}
+
+/* An image's globals (im->globals): read from its symbol table the first time. 0, or -1 when the image
+ * has none to read (then it is not asked again) or memory ran out (asked again next time). */
+static int image_globals(struct crc_image *im)
+{
+	struct crc_modinfo mi;
+	size_t n;
+
+	if (im->globals_state)
+		return im->globals_state > 0 ? 0 : -1;
+	if (crc_modinfo_from_image(im->bytes, im->len, (uint32_t)target_sm(), &mi)) {
+		im->globals_state = -1;
+		return -1;
+	}
+	n = mi.nglobals;
+	im->globals = calloc(n ? n : 1, sizeof(*im->globals));
+	for (size_t g = 0; im->globals && g < n; g++) {
+		if (!(im->globals[g] = strdup(mi.globals[g].name))) {
+			for (size_t k = 0; k < g; k++)
+				free(im->globals[k]);
+			free(im->globals);
+			im->globals = NULL;
+		}
+	}
+	crc_modinfo_free(&mi);
+	if (!im->globals)
+		return -1;
+	im->nglobals = n;
+	im->globals_state = 1;
+	return 0;
 }
 
 static int by_mark(const void *a, const void *b)
@@ -1235,26 +1266,21 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir, unsigned flags)
 	s->cur_ctx = UINT64_MAX;
 	for (size_t m = 0; m < s->nmodimgs; m++) {
 		uint64_t vh = s->modimgs[m].vhandle;
-		const struct crc_image *im = module_image(s, vh);
-		struct crc_modinfo mi;
+		struct crc_image *im = module_image(s, vh);
 
-		if (!im || crc_modinfo_from_image(im->bytes, im->len, (uint32_t)target_sm(), &mi))
-			continue;
-		if (!handle_live(s, vh)) {
-			crc_modinfo_free(&mi); /* unloaded */
-			continue;
-		}
+		if (!im || !handle_live(s, vh) || image_globals(im))
+			continue; /* unloaded, or no symbol table to read */
 		stats.modules++;
-		for (size_t g = 0; g < mi.nglobals; g++) {
+		for (size_t g = 0; g < im->nglobals; g++) {
 			CUdeviceptr addr = 0;
 			size_t size = 0;
 			char name[512];
 
 			/* __managed__ ones too: the program's copies (libcrcuda/managed_vars.c) may be
 			 * stale, so the daemon's bytes are the ones to keep. */
-			if (crc_global_of(s, vh, mi.globals[g].name, &addr, &size) != CUDA_SUCCESS || !size)
+			if (crc_global_of(s, vh, im->globals[g], &addr, &size) != CUDA_SUCCESS || !size)
 				continue;
-			snprintf(name, sizeof(name), "%s@%#" PRIx64, mi.globals[g].name, vh);
+			snprintf(name, sizeof(name), "%s@%#" PRIx64, im->globals[g], vh);
 			struct crc_region_desc d = {.kind = CRC_REGION_DEVICE_GLOBAL,
 						    .addr = addr,
 						    .size = size,
@@ -1265,7 +1291,6 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir, unsigned flags)
 			stats.globals++;
 			stats.device_bytes += size;
 		}
-		crc_modinfo_free(&mi);
 	}
 #undef ADD_REGION
 	/* Each device's memory is copied in a context of that device: VMM memory is accessible only

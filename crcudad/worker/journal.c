@@ -54,6 +54,9 @@ int crc_journal_image(struct crc_session *s, const void *bytes, size_t len)
 	memcpy(s->images[s->nimages].bytes, bytes, len);
 	s->images[s->nimages].len = len;
 	s->images[s->nimages].hash = h;
+	s->images[s->nimages].globals = NULL;
+	s->images[s->nimages].nglobals = 0;
+	s->images[s->nimages].globals_state = 0;
 	return (int)s->nimages++;
 }
 
@@ -61,8 +64,12 @@ void crc_journal_free(struct crc_session *s)
 {
 	for (size_t i = 0; i < s->njrec; i++)
 		free(s->jrec[i].payload);
-	for (size_t i = 0; i < s->nimages; i++)
+	for (size_t i = 0; i < s->nimages; i++) {
 		free(s->images[i].bytes);
+		for (size_t g = 0; g < s->images[i].nglobals; g++)
+			free(s->images[i].globals[g]);
+		free(s->images[i].globals);
+	}
 	free(s->jrec);
 	free(s->jargs);
 	free(s->images);

@@ -108,6 +108,10 @@ struct crc_image {
 	struct crc_hash hash;
 	uint8_t *bytes;
 	size_t len;
+	/* Its device globals' names, read once (a checkpoint needs them; reading decompresses the image). */
+	char **globals;
+	size_t nglobals;
+	int globals_state; /* 0 not read yet, 1 read, -1 unreadable */
 };
 /* Which image a module/library handle was loaded from. */
 struct crc_modimg {
