@@ -642,7 +642,8 @@ struct crc_bg {
 	struct crc_store *store;
 	char *args;
 	size_t args_len;
-	bool done; /* committed or failed: rc, id, why */
+	bool done;   /* committed or failed: rc, id, why */
+	int waiters; /* crc_bg_wait callers still reading it: crc_bg_end frees it after them */
 	int rc;
 	uint64_t id;
 	double drain_seconds;
@@ -787,6 +788,17 @@ void crc_bg_end(struct crc_session *s)
 		}
 		s->cur_ctx = UINT64_MAX;
 	}
+	/* A commit-wait woken by the end (or by this, for one never started) may still be reading. */
+	pthread_mutex_lock(&bg->lock);
+	if (!bg->done) {
+		bg->done = true;
+		bg->rc = CRC_ECANCELED;
+		snprintf(bg->why, sizeof(bg->why), "the checkpoint was abandoned before its copy began");
+	}
+	pthread_cond_broadcast(&bg->cond);
+	while (bg->waiters)
+		pthread_cond_wait(&bg->cond, &bg->lock);
+	pthread_mutex_unlock(&bg->lock);
 	for (unsigned i = 0; i < bg->ng; i++)
 		free(bg->g[i].runs);
 	/* Handed over by a commit and not committed: the thread's to abort (it did); else the session's. */
@@ -837,6 +849,7 @@ int crc_bg_wait(struct crc_session *s, int timeout_ms, uint64_t *id, char *why, 
 	if (bg) {
 		/* Its lock is taken under ctl_lock nowhere else: no order to break. */
 		pthread_mutex_lock(&bg->lock);
+		bg->waiters++;
 		pthread_mutex_unlock(&s->ctl_lock);
 		while (!bg->done && pthread_cond_timedwait(&bg->cond, &bg->lock, &until) != ETIMEDOUT)
 			;
@@ -844,6 +857,8 @@ int crc_bg_wait(struct crc_session *s, int timeout_ms, uint64_t *id, char *why, 
 		*id = bg->id;
 		snprintf(why, why_len, "%s",
 			 bg->done ? bg->why : "the background checkpoint is still draining");
+		bg->waiters--;
+		pthread_cond_broadcast(&bg->cond);
 		pthread_mutex_unlock(&bg->lock);
 		return rc;
 	}
