@@ -121,22 +121,10 @@ static int ensure_local_daemon(const char *sock, const char *backend)
 /* Waits (a little) for pid to be free: the checkpointed process may be a zombie not yet reaped. */
 static bool pid_free(pid_t pid)
 {
-	char path[64], line[256];
-
 	for (int i = 0; i < 100; i++) {
-		FILE *f;
-		bool zombie = false;
-
 		if (kill(pid, 0) && errno == ESRCH)
 			return true;
-		snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-		f = fopen(path, "r");
-		while (f && fgets(line, sizeof(line), f))
-			if (!strncmp(line, "State:", 6))
-				zombie = strchr(line, 'Z') != NULL;
-		if (f)
-			fclose(f);
-		if (!zombie)
+		if (!ctl_pid_gone(pid)) /* alive, not a zombie */
 			return false;
 		usleep(50000);
 	}

@@ -471,30 +471,31 @@ int ctl_exit_status(int status)
 	return CTL_EXIT_FAILURE;
 }
 
+bool ctl_pid_gone(pid_t pid)
+{
+	char path[64], line[256];
+	bool zombie = false;
+	FILE *f;
+
+	if (kill(pid, 0) && errno == ESRCH)
+		return true;
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f))
+		if (!strncmp(line, "State:", 6))
+			zombie = strchr(line, 'Z') != NULL;
+	if (f)
+		fclose(f);
+	return zombie;
+}
+
 /* Not our child: its end without its status (a zombie counts as ended). */
 static int wait_stranger(pid_t pid, const char *what)
 {
-	char path[64], line[256];
-
 	ctl_error("%s: pid %d is not this command's child: waiting for its end, whose status cannot be known",
 		  what, (int)pid);
-	for (;;) {
-		FILE *f;
-		bool zombie = false;
-
-		if (kill(pid, 0) && errno == ESRCH)
-			break;
-		snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-		f = fopen(path, "r");
-		while (f && fgets(line, sizeof(line), f))
-			if (!strncmp(line, "State:", 6))
-				zombie = strchr(line, 'Z') != NULL;
-		if (f)
-			fclose(f);
-		if (zombie)
-			break;
+	while (!ctl_pid_gone(pid))
 		usleep(200000);
-	}
 	ctl_error("%s: pid %d ended (exit status unknown)", what, (int)pid);
 	return CTL_EXIT_FAILURE;
 }
