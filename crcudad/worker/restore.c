@@ -230,6 +230,19 @@ int crc_events_rerecord(struct crc_session *s, const char *list, char *why, size
 static int upload(struct crc_session *s, struct crc_store *st, const struct crc_manifest *mf, int group,
 		  CUcontext *dctx, char *why, size_t why_len);
 
+/* Every device's memory, each in a context of its own device (any: the session has one; else the
+ * one group -1). */
+static int upload_all(struct crc_session *s, struct crc_store *st, const struct crc_manifest *mf,
+		      CUcontext *dctx, bool any, char *why, size_t why_len)
+{
+	int rc = 0;
+
+	for (int g = any ? 0 : -1; g < CRC_MAX_DEVICES && !rc; g++)
+		if (g < 0 || dctx[g])
+			rc = upload(s, st, mf, g, dctx, why, why_len);
+	return rc;
+}
+
 /* ---- lazy upload: device memory goes up while the restored process comes back ------------------- */
 /* With CRCUDA_RESTORE_LAZY=1 the restore answers once the journal is replayed, and a thread uploads
  * device memory meanwhile (while CRIU restores the rest of the process); the session's first request
@@ -264,9 +277,7 @@ static void *upload_main(void *arg)
 	int rc = 0;
 
 	/* The session thread serves nothing before this is done (crc_upload_wait). */
-	for (int g = u->any ? 0 : -1; g < CRC_MAX_DEVICES && !rc; g++)
-		if (g < 0 || u->dctx[g])
-			rc = upload(u->s, u->st, u->mf, g, u->dctx, u->why, sizeof(u->why));
+	rc = upload_all(u->s, u->st, u->mf, u->dctx, u->any, u->why, sizeof(u->why));
 	pthread_mutex_lock(&u->lock);
 	u->rc = rc;
 	u->seconds = crc_now_s() - u->t0;
@@ -575,11 +586,7 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 	if (!restore_lazy()) {
 		CUcontext dctx[CRC_MAX_DEVICES];
 
-		bool any = crc_session_dev_ctxs(s, dctx) > 0;
-
-		for (int g = any ? 0 : -1; g < CRC_MAX_DEVICES && !rc; g++)
-			if (g < 0 || dctx[g])
-				rc = upload(s, st, mf, g, dctx, why, why_len);
+		rc = upload_all(s, st, mf, dctx, crc_session_dev_ctxs(s, dctx) > 0, why, why_len);
 	}
 	if (rc)
 		goto fail;
@@ -673,11 +680,8 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 		if (st) {
 			/* No thread: uploaded here, before the session serves anything. */
 			CUcontext dctx[CRC_MAX_DEVICES];
-			bool any = crc_session_dev_ctxs(s, dctx) > 0;
 
-			for (int g = any ? 0 : -1; g < CRC_MAX_DEVICES && !rc; g++)
-				if (g < 0 || dctx[g])
-					rc = upload(s, st, mf, g, dctx, why, why_len);
+			rc = upload_all(s, st, mf, dctx, crc_session_dev_ctxs(s, dctx) > 0, why, why_len);
 			if (rc) {
 				pr_err("session %llu: uploading the restored device memory failed: %s",
 				       (unsigned long long)s->id, why);
