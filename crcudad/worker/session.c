@@ -32,6 +32,7 @@ struct op {
 	bool reports_deferred; /* a synchronising call: returns the first error of posted work */
 	unsigned forget_arg1;  /* 1 + index of a handle argument the call destroys */
 	bool ctx_changes;      /* leaves another context current in this thread */
+	bool ctx_may_go;       /* may destroy a context (a drain's snapshot and the staging live in one) */
 	bool changes_exec;     /* changes the executable graph of its first argument (graph.c) */
 	uint16_t dev_in;       /* bit i: argument i is a device ordinal (the client's, mapped) */
 	uint16_t dev_out;      /* bit i: argument i returns a device ordinal (mapped back) */
@@ -158,6 +159,12 @@ static void dispatch_init(void)
 	ops[CRC_CU_cuCtxDestroy].ctx_changes = true;
 	ops[CRC_CU_cuDevicePrimaryCtxRetain].ctx_changes = true;
 	ops[CRC_CU_cuGreenCtxDestroy].ctx_changes = true;
+	ops[CRC_CU_cuCtxDestroy].ctx_may_go = ops[CRC_CU_cuCtxDestroy_v2].ctx_may_go = true;
+	ops[CRC_CU_cuDevicePrimaryCtxRelease].ctx_may_go =
+	    ops[CRC_CU_cuDevicePrimaryCtxRelease_v2].ctx_may_go = true;
+	ops[CRC_CU_cuDevicePrimaryCtxReset].ctx_may_go = ops[CRC_CU_cuDevicePrimaryCtxReset_v2].ctx_may_go =
+	    true;
+	ops[CRC_CU_cuGreenCtxDestroy].ctx_may_go = true;
 }
 
 /* ---- handle tables -------------------------------------------------------------------------------- */
@@ -713,10 +720,7 @@ CUresult crc_session_execute(struct crc_session *s, const struct crc_msg_hdr *m)
 	s->msg = m;
 	/* A context may go: a background drain's snapshot and the checkpoint's staging buffers live in
 	 * one; the drain ends first and the buffers are let go. */
-	if (m->op == CRC_CU_cuCtxDestroy || m->op == CRC_CU_cuCtxDestroy_v2 ||
-	    m->op == CRC_CU_cuDevicePrimaryCtxRelease || m->op == CRC_CU_cuDevicePrimaryCtxRelease_v2 ||
-	    m->op == CRC_CU_cuDevicePrimaryCtxReset || m->op == CRC_CU_cuDevicePrimaryCtxReset_v2 ||
-	    m->op == CRC_CU_cuGreenCtxDestroy) {
+	if (ops[m->op].ctx_may_go) {
 		crc_bg_release(s);
 		crc_staging_free(s);
 		s->cur_ctx = UINT64_MAX;
