@@ -140,6 +140,11 @@ for mb in "${sizes[@]}"; do
 			END { if (s > 0) { g = b / s / 1e9; printf "%.1f GB/s", g; if (pcie > 0) printf " = %.0f%% of pinned D2H", 100 * g / pcie } else print "-" }' "$d/ckpt.json")
 		results+=("$(printf '%-13s %6s MiB  ckpt %6ss (copy+hash+write %s GB/s; device copy %s)  restore %6ss, to the end %ss  store %6s MiB  result %s' \
 			"$label" "$mb" "$crc_ck" "$copy" "$dcopy" "$crc_rs" "$(elapsed "$t2" "$t4")" "$crc_img" "$crc_ok")")
+		# The worker's own measure of the upload (read + check + copy, from the store to the device).
+		up=$(grep -h "uploaded [0-9]* MiB in" "$work"/*.log 2>/dev/null | tail -1 | sed 's/.*: uploaded/uploaded/')
+		[ -n "$up" ] && results+=("$(awk -v h="${h2d:-0}" -v up="$up" -v label="$label" 'BEGIN {
+			g = up; sub(/.*\(/, "", g); sub(/ GB\/s.*/, "", g)
+			printf "upload   %-13s %s = %.0f%% of pinned H2D", label, up, h > 0 ? 100 * g / h : 0 }')")
 		# Durable: against the disk's fsync'd write bandwidth; restores: against pinned H2D and the
 		# cold read bandwidth.
 		results+=("$(awk -v mb="$mb" -v c="$crc_ck" -v w="$disk_w" -v r="$([ "$sync" = lazy ] && elapsed "$t2" "$t4" || echo "$crc_rs")" -v h="${h2d:-0}" -v dr="$disk_r" -v label="$label" 'BEGIN {

@@ -12,8 +12,8 @@
  * previous checkpoints intact; what it wrote is garbage that crc_store_gc() removes.
  *
  * Every function returns 0 or a negative crcuda error code (crcuda/errno.h). A store handle may be
- * used by one thread at a time (except crc_ckpt_put_chunk_at, one thread per lane), and must not be
- * used across fork(). */
+ * used by one thread at a time (except crc_ckpt_put_chunk_at, one thread per lane, and
+ * crc_store_chunks_read), and must not be used across fork(). */
 #ifndef CRCUDA_STORE_H
 #define CRCUDA_STORE_H
 
@@ -318,7 +318,8 @@ int crc_store_chunk_read(struct crc_store *st, const struct crc_hash *hash, void
 
 /* Reads n chunks, chunk i into bufs[i] (at least lens[i] bytes, where *lens[i] on return is its
  * length), each checked against its hash, with up to `threads` threads reading and hashing at once
- * (restore's upload path; the store handle must not be used by another thread meanwhile).
+ * (restore's upload path). Several threads may call it at once on one handle (it only reads the
+ * handle), but no other function of the handle meanwhile.
  * @retval CRC_ENOTFOUND, CRC_ECORRUPT, CRC_ETRUNC, CRC_EINVAL (a buffer too small) as
  *         crc_store_chunk_read, for the first chunk that failed */
 int crc_store_chunks_read(struct crc_store *st, const struct crc_hash *hashes, size_t n, void *const *bufs,
