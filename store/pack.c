@@ -15,6 +15,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <xxhash.h>
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
 #include "store_internal.h"
@@ -255,6 +256,8 @@ int crc__chunk_locate(struct crc_store *st, MDB_txn *txn, const struct crc_hash 
 	return 0;
 }
 
+#define READ_PIECE (512u << 10) /* hashed while in the CPU's cache (L2 is 1-2 MiB) */
+
 /* Reads and checks one chunk through the pack file descriptor cache *fd / *fd_pack (one per thread). */
 static int chunk_read_fd(struct crc_store *st, const struct crc_hash *hash, const struct chunk_loc *loc,
 			 void *buf, int *fd, uint64_t *fd_pack)
@@ -278,27 +281,40 @@ static int chunk_read_fd(struct crc_store *st, const struct crc_hash *hash, cons
 	/* Start reading the bytes that follow while this chunk is hashed: chunks are mostly read in file
 	 * order, and this overlaps the disk with the hashing. */
 	posix_fadvise(*fd, (off_t)(loc->offset + loc->length), (off_t)loc->length, POSIX_FADV_WILLNEED);
+	/* Read in pieces, each hashed while it is still in the CPU's cache (hashing the whole chunk
+	 * after reading it read it from memory again). */
+	XXH3_state_t *hs = XXH3_createState();
+	if (!hs)
+		return CRC_ENOMEM;
+	XXH3_128bits_reset(hs);
 	uint8_t *p = buf;
 	size_t done = 0;
 	while (done < loc->length) {
-		ssize_t r = pread(*fd, p + done, loc->length - done, (off_t)(loc->offset + done));
+		size_t want = loc->length - done < READ_PIECE ? loc->length - done : READ_PIECE;
+		ssize_t r = pread(*fd, p + done, want, (off_t)(loc->offset + done));
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0) {
 			int rc = -errno;
 			pr_perror("chunk %s: reading %s", hex, path);
+			XXH3_freeState(hs);
 			return rc;
 		}
 		if (r == 0) {
 			pr_err("chunk %s: %s ends at byte %" PRIu64 ", inside the chunk (%" PRIu64
 			       "..%" PRIu64 ")",
 			       hex, path, loc->offset + done, loc->offset, loc->offset + loc->length);
+			XXH3_freeState(hs);
 			return CRC_ETRUNC;
 		}
+		XXH3_128bits_update(hs, p + done, (size_t)r);
 		done += (size_t)r;
 	}
 	struct crc_hash got;
-	crc_hash_compute(buf, loc->length, &got);
+	XXH128_canonical_t canon;
+	XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(hs));
+	XXH3_freeState(hs);
+	memcpy(got.bytes, canon.digest, sizeof(got.bytes));
 	if (memcmp(got.bytes, hash->bytes, 16)) {
 		char gothex[CRC_HASH_HEX_LEN + 1];
 		crc_hash_to_hex(&got, gothex);

@@ -221,6 +221,7 @@ static int serve_link(uint8_t *buf, size_t cap)
 	case CRC_LINK_CLIENT:
 		atomic_store(&status->phase, CRC_WORKER_SERVING);
 		crcd.next_session_id = m->session_id;
+		crc_upload_staging_release_async();
 		rc = crc_session_start(fd, m->tcp, &m->peer, &m->hello);
 		if (rc) {
 			pr_warn("cannot start a session for pid %d: %s", (int)m->peer.pid, crc_strerror(rc));
@@ -322,6 +323,7 @@ int main(int argc, char **argv)
 		(t[3] - t[0]) * 1e3, (t[1] - t[0]) * 1e3, (t[2] - t[1]) * 1e3, (t[3] - t[2]) * 1e3);
 	if (probe)
 		return 0;
+	crc_upload_staging_prepare();
 	for (;;) {
 		struct pollfd p = {.fd = CRC_LINK_FD, .events = POLLIN};
 		bool idle;
@@ -341,6 +343,7 @@ int main(int argc, char **argv)
 		if (assigned && idle)
 			break;
 	}
+	crc_upload_staging_release();
 	atomic_store(&status->phase, CRC_WORKER_ENDED);
 	free(buf);
 	return 0;

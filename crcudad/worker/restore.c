@@ -195,6 +195,105 @@ static unsigned upload_readers(void)
 		return (unsigned)atoi(env);
 	return cpus < 4 ? 4 : cpus > 16 ? 16 : (unsigned)cpus;
 }
+/* ---- staging made ahead -------------------------------------------------------------------------- */
+/* A ready worker that has no session yet makes the upload's pinned buffers, so that a restore it may
+ * be given does not wait for them: pinning costs about 0.5 ms per MiB (68 ms for 16 readers' buffers on
+ * an H200 host, a fifth of an 8 GiB upload). A worker given a new session instead frees them. */
+#define STAGED_BYTES (4u << 20) /* a store chunk (STORE_CHUNK, ckpt.c): larger ones get their own */
+
+static struct {
+	pthread_t tid;
+	bool started;
+	atomic_bool cancel;
+	unsigned n, taken; /* made; handed to readers (under lock once the maker is joined) */
+	void *buf[2 * UPLOAD_READERS_MAX];
+	pthread_mutex_t lock;
+} staged = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void *staged_make(void *arg)
+{
+	unsigned want = 2 * upload_readers();
+	CUcontext ctx;
+
+	(void)arg;
+	/* Device 0's primary context, which the worker keeps for good (crc_va_window); portable
+	 * buffers serve any context. */
+	if (CALL(cuDevicePrimaryCtxRetain, &ctx, 0) != CUDA_SUCCESS)
+		return NULL;
+	if (CALL(cuCtxSetCurrent, ctx) == CUDA_SUCCESS)
+		for (unsigned i = 0; i < want && !atomic_load(&staged.cancel); i++) {
+			if (CALL(cuMemHostAlloc, &staged.buf[staged.n], STAGED_BYTES,
+				 CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS)
+				break;
+			staged.n++;
+		}
+	CALL(cuCtxSetCurrent, NULL);
+	CALL(cuDevicePrimaryCtxRelease_v2, 0);
+	return NULL;
+}
+
+void crc_upload_staging_prepare(void)
+{
+	const char *v = getenv("CRCUDA_RESTORE_STAGING_AHEAD");
+
+	if ((v && !strcmp(v, "0")) || !crcd.dev_count || staged.started)
+		return;
+	staged.started = !pthread_create(&staged.tid, NULL, staged_make, NULL);
+}
+
+/* Waits for the maker (under staged.lock, which the maker never takes: one joiner at a time). */
+static void staged_join(bool cancel)
+{
+	if (!staged.started)
+		return;
+	if (cancel)
+		atomic_store(&staged.cancel, true);
+	pthread_join(staged.tid, NULL);
+	staged.started = false;
+}
+
+void crc_upload_staging_release(void)
+{
+	pthread_mutex_lock(&staged.lock);
+	staged_join(true);
+	for (unsigned i = staged.taken; i < staged.n; i++)
+		CALL(cuMemFreeHost, staged.buf[i]);
+	staged.n = staged.taken = 0;
+	pthread_mutex_unlock(&staged.lock);
+}
+
+static void *staged_release_main(void *arg)
+{
+	(void)arg;
+	crc_upload_staging_release();
+	return NULL;
+}
+
+void crc_upload_staging_release_async(void)
+{
+	pthread_t tid;
+
+	if (!staged.started && !staged.n)
+		return;
+	if (pthread_create(&tid, NULL, staged_release_main, NULL))
+		crc_upload_staging_release();
+	else
+		pthread_detach(tid);
+}
+
+/* A reader's staging buffer of len bytes: one made ahead where it fits, else a new one. */
+static CUresult staged_take(size_t len, void **out)
+{
+	pthread_mutex_lock(&staged.lock);
+	if (len <= STAGED_BYTES && staged.taken < staged.n) {
+		*out = staged.buf[staged.taken++];
+		pthread_mutex_unlock(&staged.lock);
+		return CUDA_SUCCESS;
+	}
+	pthread_mutex_unlock(&staged.lock);
+	return CALL(cuMemAllocHost_v2, out, len);
+}
+
 /* Records again, in their order, the events that were recorded before the checkpoint (list from
  * crc_events_recorded; NULL in older checkpoints): each on its context's default stream, where
  * nothing runs yet, so each is complete at once, as every event was when the checkpoint drained. */
@@ -242,6 +341,7 @@ static int upload_all(struct crc_session *s, struct crc_store *st, const struct 
 	for (int g = any ? 0 : -1; g < CRC_MAX_DEVICES && !rc; g++)
 		if (g < 0 || dctx[g])
 			rc = upload(s, st, mf, g, dctx, why, why_len);
+	crc_upload_staging_release();
 	return rc;
 }
 
@@ -367,7 +467,7 @@ static void *up_reader(void *arg)
 	if (res == CUDA_SUCCESS)
 		res = CALL(cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
 	for (int b = 0; b < 2 && res == CUDA_SUCCESS; b++) {
-		res = CALL(cuMemAllocHost_v2, &buf[b], j->max);
+		res = staged_take(j->max, &buf[b]);
 		if (res == CUDA_SUCCESS)
 			res = CALL(cuEventCreate, &ev[b], CU_EVENT_DISABLE_TIMING);
 	}
@@ -495,6 +595,10 @@ static int upload(struct crc_session *s, struct crc_store *st, const struct crc_
 		free(items);
 		return rc;
 	}
+	/* Buffers being made ahead are waited for (making them again would cost the same). */
+	pthread_mutex_lock(&staged.lock);
+	staged_join(false);
+	pthread_mutex_unlock(&staged.lock);
 	j.items = items;
 	j.n = n;
 	j.ctx = group >= 0 ? dctx[group] : crc_session_ctx(s);

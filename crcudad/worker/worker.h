@@ -345,6 +345,12 @@ void crc_ckpt_abort_session(struct crc_session *s);
 /* On a control connection: replays a checkpoint into a new session served on fd. Replies itself. */
 int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_msg_hdr *req,
 		const struct crc_ctl_restore_wire *w, const char *store_dir, char *why, size_t why_len);
+/* A ready worker makes a restore's pinned staging buffers ahead (CRCUDA_RESTORE_STAGING_AHEAD=0: not);
+ * a worker given a new session frees them (a restore uses them, then frees them). */
+void crc_upload_staging_prepare(void);
+void crc_upload_staging_release(void);
+/* The same on a thread of its own, so that a new session's start does not wait for it. */
+void crc_upload_staging_release_async(void);
 
 /* ---- control connections (control.c) -------------------------------------------------------------- */
 /* Serves a control connection the front handed over, starting with its pending request (req, len bytes:
