@@ -34,6 +34,7 @@ start_app() {
 	shift 2
 	mkdir -p "$dir"
 	setsid "$@" "$app" --mb "$mb" --chunks 8 --steps $steps --ready-file "$dir/ready" --go-file "$dir/go" \
+		--first-kernel-file "$dir/first-kernel" \
 		</dev/null >"$dir/out" 2>"$dir/err" &
 	app_pid=$!
 	disown "$app_pid" # CRIU kills it at dump: no job report
@@ -140,6 +141,10 @@ for mb in "${sizes[@]}"; do
 			END { if (s > 0) { g = b / s / 1e9; printf "%.1f GB/s", g; if (pcie > 0) printf " = %.0f%% of pinned D2H", 100 * g / pcie } else print "-" }' "$d/ckpt.json")
 		results+=("$(printf '%-13s %6s MiB  ckpt %6ss (copy+hash+write %s GB/s; device copy %s)  restore %6ss, to the end %ss  store %6s MiB  result %s' \
 			"$label" "$mb" "$crc_ck" "$copy" "$dcopy" "$crc_rs" "$(elapsed "$t2" "$t4")" "$crc_img" "$crc_ok")")
+		# Time to first kernel: from the restore's start to the end of the program's first kernels
+		# after it (state_app --first-kernel-file; the go file is touched when the restore returns).
+		[ -s "$d/first-kernel" ] && results+=("$(awk -v a="$t2" -v b="$(cat "$d/first-kernel")" -v mb="$mb" -v label="$label" 'BEGIN {
+			printf "first    %6s MiB  %s: first kernel %.3f s after the restore began (goal <= 0.3 s)", mb, label, b - a }')")
 		# The worker's own measure of the upload (read + check + copy, from the store to the device).
 		up=$(grep -h "uploaded [0-9]* MiB in" "$work"/*.log 2>/dev/null | tail -1 | sed 's/.*: uploaded/uploaded/')
 		[ -n "$up" ] && results+=("$(awk -v h="${h2d:-0}" -v up="$up" -v label="$label" 'BEGIN {

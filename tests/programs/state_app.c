@@ -5,21 +5,22 @@
  * uninterrupted run. --verify recomputes everything on the CPU (small sizes) and compares.
  * Halfway (after step --ready-at, default steps/2) it writes "ready <step>" to --ready-file and
  * sleeps --pause-ms or waits until --go-file exists, so a test can checkpoint it with work done before
- * and after. --devices N spreads the chunks over N devices (chunk c on device c % N), each with its
- * own context (device 0's primary one, a cuCtxCreate one elsewhere), module, stream and memory; the
- * checksum does not depend on N. --graph runs each step as one launch of a CUDA graph captured once
- * (the step number then lives on the device; devices 1 only): the same checksum, and a checkpoint
- * must carry the graph. --ready-in-capture signals ready (and waits for --go-file) while that capture
- * is open, where a checkpoint must be refused and the program run on. --graph-pageable is --graph with
- * the step number kept in the program's pageable memory and copied into the graph at each launch by a
- * captured cuMemcpyHtoDAsync (a staged copy under the layer; the same checksum). --managed allocates the
- * chunks with cuMemAllocManaged, prefetches them to the GPU before every other step, and after each step
- * the CPU waits for it and rewrites one word of each chunk in place (a different checksum: the CPU's
- * writes are part of the state). --registered makes chunk 0 the
- * program's own heap memory, registered (cuMemHostRegister, DEVICEMAP): kernels work on it through its device
- * pointer (the same checksum). --pool takes the chunks from a memory pool of its own
- * (cuMemAllocFromPoolAsync) on a stream with a synchronisation-policy attribute, and checks at the end
- * that the pool's books and the attribute are still what they were (a restore must keep both).
+ * and after; with --first-kernel-file it writes there the wall-clock time (seconds since the epoch) at
+ * which the first step's kernels after the go finished (a restore's time to first kernel). --devices N
+ * spreads the chunks over N devices (chunk c on device c % N), each with its own context (device 0's primary
+ * one, a cuCtxCreate one elsewhere), module, stream and memory; the checksum does not depend on N. --graph
+ * runs each step as one launch of a CUDA graph captured once (the step number then lives on the device;
+ * devices 1 only): the same checksum, and a checkpoint must carry the graph. --ready-in-capture signals ready
+ * (and waits for --go-file) while that capture is open, where a checkpoint must be refused and the program
+ * run on. --graph-pageable is --graph with the step number kept in the program's pageable memory and copied
+ * into the graph at each launch by a captured cuMemcpyHtoDAsync (a staged copy under the layer; the same
+ * checksum). --managed allocates the chunks with cuMemAllocManaged, prefetches them to the GPU before every
+ * other step, and after each step the CPU waits for it and rewrites one word of each chunk in place (a
+ * different checksum: the CPU's writes are part of the state). --registered makes chunk 0 the program's own
+ * heap memory, registered (cuMemHostRegister, DEVICEMAP): kernels work on it through its device pointer (the
+ * same checksum). --pool takes the chunks from a memory pool of its own (cuMemAllocFromPoolAsync) on a stream
+ * with a synchronisation-policy attribute, and checks at the end that the pool's books and the attribute are
+ * still what they were (a restore must keep both).
  * --pinned-ready: at the ready step it allocates page-locked memory, copies chunk 0's first words into
  * it and frees it (the same checksum); the ready signal is then the layer's, from inside the allocation
  * (CRCUDA_TEST_PIN_PAUSE), so that a test checkpoints between its registration and its listing.
@@ -87,7 +88,7 @@ static void uobj_destroy(void *arg)
 struct opts {
 	unsigned long mb;
 	unsigned chunks, steps, ready_at, pause_ms, seed, devices;
-	const char *ready_file, *go_file;
+	const char *ready_file, *go_file, *first_kernel_file;
 	int verify, graph, graph_pageable, ready_in_capture, managed, registered, pool, pinned_ready, texture,
 	    sparse;
 	int graph_params, graph_mem, graph_cond, settings, notify, green;
@@ -303,6 +304,8 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->ready_file = v;
 		else if (!strcmp(a, "--go-file"))
 			o->go_file = v;
+		else if (!strcmp(a, "--first-kernel-file"))
+			o->first_kernel_file = v;
 		else
 			goto usage;
 	}
@@ -322,7 +325,8 @@ static void parse(int argc, char **argv, struct opts *o)
 usage:
 	fprintf(stderr,
 		"usage: state_app [--mb N] [--chunks N] [--steps N] [--ready-at STEP] [--pause-ms MS]\n"
-		"                 [--ready-file PATH] [--go-file PATH] [--seed N] [--devices N] [--verify]\n"
+		"                 [--ready-file PATH] [--go-file PATH] [--first-kernel-file PATH] [--seed N] "
+		"[--devices N] [--verify]\n"
 		"                 [--graph] [--graph-pageable] [--managed] [--registered] [--pool] "
 		"[--texture] [--graph-params] [--sparse]\n"
 		"                 [--pinned-ready] [--graph-mem] [--graph-cond] [--settings]\n"
@@ -793,7 +797,8 @@ int main(int argc, char **argv)
 	struct sparse sp = {0};
 	if (o.sparse)
 		sparse_setup(&sp, d[0].dev, d[0].stream);
-	unsigned step = 0; /* host state: restored by CRIU, not by the layer */
+	unsigned step = 0;	       /* host state: restored by CRIU, not by the layer */
+	bool first_kernel_due = false; /* --first-kernel-file: the go came, the next step's time is due */
 	CUgraphExec step_graph = NULL;
 	CUgraph pgraph = NULL;
 	CUgraphNode pnodes[PARAM_CHUNKS_MAX];
@@ -888,6 +893,22 @@ int main(int argc, char **argv)
 		if (o.sparse)
 			sparse_step(&sp, d[0].stream, step);
 	launched:
+		if (first_kernel_due) {
+			/* The first step's kernels after the go are done: when (a restore's time to first
+			 * kernel). */
+			struct timespec now;
+			FILE *f;
+
+			first_kernel_due = false;
+			CU_CHECK(cuStreamSynchronize(d[0].stream));
+			clock_gettime(CLOCK_REALTIME, &now);
+			f = fopen(o.first_kernel_file, "w");
+			if (!f || fprintf(f, "%lld.%09ld\n", (long long)now.tv_sec, now.tv_nsec) < 0 ||
+			    fclose(f)) {
+				fprintf(stderr, "state_app: cannot write %s\n", o.first_kernel_file);
+				return 1;
+			}
+		}
 		if (o.managed) {
 			/* The CPU's turn: it reads the step's result and writes it back changed. */
 			for (unsigned dv = 0; dv < o.devices; dv++)
@@ -919,6 +940,7 @@ int main(int argc, char **argv)
 			}
 			while (o.go_file && access(o.go_file, F_OK))
 				usleep(10000);
+			first_kernel_due = o.first_kernel_file != NULL;
 		}
 	}
 	if (o.green) {
