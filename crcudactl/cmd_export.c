@@ -43,7 +43,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
+#include "crcuda/xxh3.h"
 
 #include "crc_store.h"
 #include "crcuda/errno.h"
@@ -200,7 +200,7 @@ static int xw_put(struct xw *w, const void *p, size_t n)
 {
 	if (w->err)
 		return w->err;
-	XXH3_128bits_update(w->xs, p, n);
+	crc_xxh3_128_update(w->xs, p, n);
 	w->bytes += n;
 	if (w->used + n > IO_BUF && xw_flush(w))
 		return w->err;
@@ -880,7 +880,7 @@ static int xr_read(struct xr *r, void *p, size_t n, bool hash, size_t *got)
 		done += take;
 	}
 	if (hash && done)
-		XXH3_128bits_update(r->xs, p, done);
+		crc_xxh3_128_update(r->xs, p, done);
 	r->off += done;
 	if (got)
 		*got = done;
@@ -1172,7 +1172,7 @@ static int rec_blob(struct import *im, uint64_t len)
 
 		rc = im_read(im, im->buf, n, EX_BLOB);
 		if (!rc) {
-			XXH3_128bits_update(xs, im->buf, n);
+			crc_xxh3_128_update(xs, im->buf, n);
 			if (pwrite(im->spool, im->buf, n, (off_t)off) != (ssize_t)n)
 				rc = im_fail(im, "writing a temporary file in %s: %s", im->store,
 					     strerror(errno));
@@ -1540,7 +1540,7 @@ static int im_run(struct import *im, uint64_t *out_id)
 				return -1;
 			return im_commit(im, out_id);
 		}
-		XXH3_128bits_update(im->r.xs, rh, sizeof(rh));
+		crc_xxh3_128_update(im->r.xs, rh, sizeof(rh));
 		im->records++;
 		if (type < EX_INFO || type > EX_TRAILER)
 			return im_corrupt(im, "a record of unknown type %u", type);

@@ -15,7 +15,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <xxhash.h>
+#include "crcuda/xxh3.h"
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
 #include "store_internal.h"
@@ -307,7 +307,7 @@ static int chunk_read_fd(struct crc_store *st, const struct crc_hash *hash, cons
 			XXH3_freeState(hs);
 			return CRC_ETRUNC;
 		}
-		XXH3_128bits_update(hs, p + done, (size_t)r);
+		crc_xxh3_128_update(hs, p + done, (size_t)r);
 		done += (size_t)r;
 	}
 	struct crc_hash got;

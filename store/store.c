@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
+#include "crcuda/xxh3.h"
 
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
@@ -51,7 +51,7 @@ int64_t crc__now_ns(void)
 void crc_hash_compute(const void *data, size_t len, struct crc_hash *out)
 {
 	XXH128_canonical_t canon;
-	XXH128_canonicalFromHash(&canon, XXH3_128bits(data, len));
+	XXH128_canonicalFromHash(&canon, crc_xxh3_128(data, len));
 	memcpy(out->bytes, canon.digest, sizeof(out->bytes));
 }
 
