@@ -468,8 +468,9 @@ static void *up_reader(void *arg)
 		res = CALL(cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
 	for (int b = 0; b < 2 && res == CUDA_SUCCESS; b++) {
 		res = staged_take(j->max, &buf[b]);
+		/* Blocking: a reader waiting for its copy gives its CPU to the others' reads. */
 		if (res == CUDA_SUCCESS)
-			res = CALL(cuEventCreate, &ev[b], CU_EVENT_DISABLE_TIMING);
+			res = CALL(cuEventCreate, &ev[b], CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC);
 	}
 	pthread_mutex_lock(&j->lock);
 	if (crc_now_s() - t0 > j->staging_s)
@@ -508,8 +509,9 @@ static void *up_reader(void *arg)
 		}
 		k ^= 1;
 	}
-	if (stream && (res = CALL(cuStreamSynchronize, stream)) != CUDA_SUCCESS)
-		up_fail(j, CRC_ECUDA, "uploading the checkpoint's data: CUDA error %d", res);
+	for (int b = 0; b < 2; b++)
+		if (ev[b] && (res = CALL(cuEventSynchronize, ev[b])) != CUDA_SUCCESS)
+			up_fail(j, CRC_ECUDA, "uploading the checkpoint's data: CUDA error %d", res);
 	for (int b = 0; b < 2; b++) {
 		if (buf[b])
 			CALL(cuMemFreeHost, buf[b]);
