@@ -1,0 +1,114 @@
+/* bench/upload_probe FILE THREADS MODE: how fast a file in the page cache reaches the device, 4 MiB at a
+ * time from THREADS threads, by MODE: "pread" (into pinned staging, then copied: what a restore does)
+ * or "register" (the file's pages mapped and registered read-only, copied from there: no CPU copy).
+ * Prints GB/s. A probe for restore's upload design (bench/checkpoint.sh's "upload" line); needs a GPU. */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHUNK (4u << 20)
+
+static int fd;
+static size_t nchunks;
+static atomic_size_t next;
+static CUdeviceptr dev;
+static CUcontext ctx;
+static int mode_register;
+
+static double now(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+#define CK(x)                                                                                           \
+	do {                                                                                            \
+		CUresult r_ = (x);                                                                      \
+		if (r_ != CUDA_SUCCESS) {                                                               \
+			fprintf(stderr, "%s: %d\n", #x, r_);                                            \
+			exit(1);                                                                        \
+		}                                                                                       \
+	} while (0)
+
+static void *reader(void *arg)
+{
+	CUstream s;
+	void *buf[2];
+	CUevent ev[2];
+	int k = 0;
+
+	(void)arg;
+	CK(cuCtxSetCurrent(ctx));
+	CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	for (int b = 0; b < 2; b++) {
+		CK(cuMemAllocHost(&buf[b], CHUNK));
+		CK(cuEventCreate(&ev[b], CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC));
+	}
+	for (size_t i; (i = atomic_fetch_add(&next, 1)) < nchunks;) {
+		off_t off = (off_t)i * CHUNK;
+
+		if (mode_register) {
+			void *p = mmap(NULL, CHUNK, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, off);
+
+			if (p == MAP_FAILED) {
+				perror("mmap");
+				exit(1);
+			}
+			CK(cuMemHostRegister(p, CHUNK, CU_MEMHOSTREGISTER_READ_ONLY));
+			CK(cuMemcpyHtoDAsync(dev + off, p, CHUNK, s));
+			CK(cuStreamSynchronize(s));
+			CK(cuMemHostUnregister(p));
+			munmap(p, CHUNK);
+		} else {
+			CK(cuEventSynchronize(ev[k]));
+			if (pread(fd, buf[k], CHUNK, off) != CHUNK) {
+				perror("pread");
+				exit(1);
+			}
+			CK(cuMemcpyHtoDAsync(dev + off, buf[k], CHUNK, s));
+			CK(cuEventRecord(ev[k], s));
+			k ^= 1;
+		}
+	}
+	CK(cuStreamSynchronize(s));
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	struct stat st;
+	pthread_t t[64];
+	int n;
+	double t0;
+
+	if (argc != 4)
+		return 2;
+	fd = open(argv[1], O_RDONLY);
+	n = atoi(argv[2]);
+	mode_register = !strcmp(argv[3], "register");
+	if (fd < 0 || fstat(fd, &st) || n < 1 || n > 64)
+		return 2;
+	nchunks = (size_t)st.st_size / CHUNK;
+	CK(cuInit(0));
+	CK(cuDevicePrimaryCtxRetain(&ctx, 0));
+	CK(cuCtxSetCurrent(ctx));
+	CK(cuMemAlloc(&dev, nchunks * CHUNK));
+	t0 = now();
+	for (int i = 0; i < n; i++)
+		pthread_create(&t[i], NULL, reader, NULL);
+	for (int i = 0; i < n; i++)
+		pthread_join(t[i], NULL);
+	printf("%-8s %2d threads: %.1f GB/s\n", argv[3], n, nchunks * (double)CHUNK / (now() - t0) / 1e9);
+	return 0;
+}
