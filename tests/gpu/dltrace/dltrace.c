@@ -1,0 +1,210 @@
+/* dltrace.so: an LD_PRELOAD library that logs, to stderr or $DLTRACE_FILE, what a program asks the
+ * dynamic loader and the file system for (dlopen, dlmopen, dlvsym; open/openat/fopen/access/stat/
+ * readlink of paths) and which library calls the sleeps (nanosleep, clock_nanosleep, usleep, sleep),
+ * so that a program that hangs under an interposed libcuda.so.1 (nvJPEG's hardware backend) can be
+ * compared with its native run. A diagnostic for the GPU machine (tests/gpu/nvjpeg-trace.sh). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static atomic_int sleeps;
+
+static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void logf_(const char *fmt, ...)
+{
+	char line[1024];
+	va_list ap;
+	int n;
+	static int fd = -1;
+
+	if (fd < 0) {
+		const char *f = getenv("DLTRACE_FILE");
+
+		fd = f ? open(f, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : 2;
+		if (fd < 0)
+			fd = 2;
+	}
+	va_start(ap, fmt);
+	n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if (n > (int)sizeof(line) - 2)
+		n = (int)sizeof(line) - 2;
+	line[n++] = '\n';
+	if (write(fd, line, (size_t)n) < 0)
+		return;
+}
+
+/* The library a return address is in (its file name). */
+static const char *lib_of(const void *addr)
+{
+	Dl_info info;
+
+	if (dladdr(addr, &info) && info.dli_fname) {
+		const char *slash = strrchr(info.dli_fname, '/');
+
+		return slash ? slash + 1 : info.dli_fname;
+	}
+	return "?";
+}
+
+#define NEXT(type, name) ((type)dlsym(RTLD_NEXT, name))
+
+void *dlopen(const char *file, int flags)
+{
+	void *h = NEXT(void *(*)(const char *, int), "dlopen")(file, flags);
+
+	logf_("dlopen(%s, %#x) = %p  [from %s]", file ? file : "NULL", flags, h,
+	      lib_of(__builtin_return_address(0)));
+	return h;
+}
+
+void *dlmopen(Lmid_t lmid, const char *file, int flags)
+{
+	void *h = NEXT(void *(*)(Lmid_t, const char *, int), "dlmopen")(lmid, file, flags);
+
+	logf_("dlmopen(%ld, %s, %#x) = %p  [from %s]%s%s", (long)lmid, file ? file : "NULL", flags, h,
+	      lib_of(__builtin_return_address(0)), h ? "" : ": ", h ? "" : dlerror());
+	return h;
+}
+
+void *dlvsym(void *handle, const char *symbol, const char *version)
+{
+	void *p = NEXT(void *(*)(void *, const char *, const char *), "dlvsym")(handle, symbol, version);
+
+	logf_("dlvsym(%p, %s, %s) = %p  [from %s]", handle, symbol, version, p,
+	      lib_of(__builtin_return_address(0)));
+	return p;
+}
+
+static int interesting(const char *path)
+{
+	return path && (strstr(path, "nvidia") || strstr(path, "cuda") || strstr(path, "libcu") ||
+			strstr(path, "/proc") || strstr(path, "/dev/") || strstr(path, "nvcuvid") ||
+			strstr(path, "nvjpeg") || strstr(path, "/sys/"));
+}
+
+int open(const char *path, int flags, ...)
+{
+	va_list ap;
+	mode_t mode;
+	int fd;
+
+	va_start(ap, flags);
+	mode = (mode_t)va_arg(ap, int);
+	va_end(ap);
+	fd = NEXT(int (*)(const char *, int, ...), "open")(path, flags, mode);
+	if (interesting(path))
+		logf_("open(%s, %#x) = %d  [from %s]", path, flags, fd, lib_of(__builtin_return_address(0)));
+	return fd;
+}
+
+int open64(const char *path, int flags, ...)
+{
+	va_list ap;
+	mode_t mode;
+	int fd;
+
+	va_start(ap, flags);
+	mode = (mode_t)va_arg(ap, int);
+	va_end(ap);
+	fd = NEXT(int (*)(const char *, int, ...), "open64")(path, flags, mode);
+	if (interesting(path))
+		logf_("open64(%s, %#x) = %d  [from %s]", path, flags, fd, lib_of(__builtin_return_address(0)));
+	return fd;
+}
+
+int openat(int dirfd, const char *path, int flags, ...)
+{
+	va_list ap;
+	mode_t mode;
+	int fd;
+
+	va_start(ap, flags);
+	mode = (mode_t)va_arg(ap, int);
+	va_end(ap);
+	fd = NEXT(int (*)(int, const char *, int, ...), "openat")(dirfd, path, flags, mode);
+	if (interesting(path))
+		logf_("openat(%s, %#x) = %d  [from %s]", path, flags, fd, lib_of(__builtin_return_address(0)));
+	return fd;
+}
+
+FILE *fopen(const char *path, const char *mode)
+{
+	FILE *f = NEXT(FILE * (*)(const char *, const char *), "fopen")(path, mode);
+
+	if (interesting(path))
+		logf_("fopen(%s, %s) = %p  [from %s]", path, mode, (void *)f, lib_of(__builtin_return_address(0)));
+	return f;
+}
+
+FILE *fopen64(const char *path, const char *mode)
+{
+	FILE *f = NEXT(FILE * (*)(const char *, const char *), "fopen64")(path, mode);
+
+	if (interesting(path))
+		logf_("fopen64(%s, %s) = %p  [from %s]", path, mode, (void *)f, lib_of(__builtin_return_address(0)));
+	return f;
+}
+
+int access(const char *path, int mode)
+{
+	int r = NEXT(int (*)(const char *, int), "access")(path, mode);
+
+	if (interesting(path))
+		logf_("access(%s, %d) = %d  [from %s]", path, mode, r, lib_of(__builtin_return_address(0)));
+	return r;
+}
+
+ssize_t readlink(const char *path, char *buf, size_t len)
+{
+	ssize_t r = NEXT(ssize_t(*)(const char *, char *, size_t), "readlink")(path, buf, len);
+
+	if (interesting(path))
+		logf_("readlink(%s) = %.*s  [from %s]", path, r > 0 ? (int)r : 0, buf,
+		      lib_of(__builtin_return_address(0)));
+	return r;
+}
+
+/* The first sleeps, with the library that sleeps: where a hang waits. */
+static void sleep_seen(const char *what, const void *from)
+{
+	int n = atomic_fetch_add(&sleeps, 1);
+
+	if (n < 20 || n % 1000 == 0)
+		logf_("%s #%d  [from %s %p]", what, n, lib_of(from), from);
+}
+
+int nanosleep(const struct timespec *req, struct timespec *rem)
+{
+	sleep_seen("nanosleep", __builtin_return_address(0));
+	return NEXT(int (*)(const struct timespec *, struct timespec *), "nanosleep")(req, rem);
+}
+
+int clock_nanosleep(clockid_t clk, int flags, const struct timespec *req, struct timespec *rem)
+{
+	sleep_seen("clock_nanosleep", __builtin_return_address(0));
+	return NEXT(int (*)(clockid_t, int, const struct timespec *, struct timespec *), "clock_nanosleep")(
+	    clk, flags, req, rem);
+}
+
+int usleep(useconds_t us)
+{
+	sleep_seen("usleep", __builtin_return_address(0));
+	return NEXT(int (*)(useconds_t), "usleep")(us);
+}
+
+unsigned sleep(unsigned s)
+{
+	sleep_seen("sleep", __builtin_return_address(0));
+	return NEXT(unsigned (*)(unsigned), "sleep")(s);
+}
