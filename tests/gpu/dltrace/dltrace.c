@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,7 +29,9 @@ static void logf_(const char *fmt, ...)
 	if (fd < 0) {
 		const char *f = getenv("DLTRACE_FILE");
 
-		fd = f ? open(f, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : 2;
+		/* Not through our own open(): its log line would come back here. */
+		fd = f ? (int)syscall(SYS_openat, AT_FDCWD, f, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)
+		       : 2;
 		if (fd < 0)
 			fd = 2;
 	}
