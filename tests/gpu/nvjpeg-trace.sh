@@ -55,9 +55,13 @@ for s in "${samples[@]}"; do
 	done
 	echo "== $s: the traces (native | layer), sleeps folded"
 	for mode in native layer; do
-		grep -v 'sleep #' "$out/$s.$mode.trace" | sed -E 's/0x[0-9a-f]+/P/g; s/= [0-9]+ /= N /' >"$out/$s.$mode.short"
+		# What the program's NVIDIA libraries (not the driver: the layer replaces it) asked for.
+		grep -v 'sleep #' "$out/$s.$mode.trace" | grep -v '\[from libcuda' |
+			sed -E 's/0x[0-9a-f]+/P/g; s/= [0-9]+ /= N /; s/\(nil\)/P/' >"$out/$s.$mode.short"
 	done
-	diff "$out/$s.native.short" "$out/$s.layer.short" | head -80
+	diff "$out/$s.native.short" "$out/$s.layer.short" | head -120
+	echo "-- native, from libnvcuvid:"
+	grep "from libnvcuvid" "$out/$s.native.short" | grep -v "pthread_" | head -60
 	echo "-- sleeps under the layer:"
 	grep 'sleep #' "$out/$s.layer.trace" | head -8
 	echo "-- maps under the layer (hung):"

@@ -1,5 +1,5 @@
 /* dltrace.so: an LD_PRELOAD library that logs, to stderr or $DLTRACE_FILE, what a program asks the
- * dynamic loader and the file system for (dlopen, dlmopen, dlvsym; open/openat/fopen/access/stat/
+ * dynamic loader and the file system for (dlopen, dlmopen, dlsym; open/openat/fopen/access/stat/
  * readlink of paths) and which library calls the sleeps (nanosleep, clock_nanosleep, usleep, sleep),
  * so that a program that hangs under an interposed libcuda.so.1 (nvJPEG's hardware backend) can be
  * compared with its native run. A diagnostic for the GPU machine (tests/gpu/nvjpeg-trace.sh). */
@@ -60,7 +60,18 @@ static const char *lib_of(const void *addr)
 	return "?";
 }
 
-#define NEXT(type, name) ((type)dlsym(RTLD_NEXT, name))
+/* glibc's own dlsym, found by version past this library's (dlvsym is not interposed). */
+static void *real_dlsym(void *handle, const char *symbol)
+{
+	static void *(*real)(void *, const char *);
+
+	if (!real)
+		real = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+	if (!real)
+		real = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+	return real(handle, symbol);
+}
+#define NEXT(type, name) ((type)real_dlsym(RTLD_NEXT, name))
 
 void *dlopen(const char *file, int flags)
 {
@@ -80,12 +91,17 @@ void *dlmopen(Lmid_t lmid, const char *file, int flags)
 	return h;
 }
 
-void *dlvsym(void *handle, const char *symbol, const char *version)
+/* dlsym itself: the real one comes from dlvsym (RTLD_NEXT lookups of "dlsym" would find this one).
+ * Logged for the callers that are not libc or the loader: NVIDIA's libraries. */
+void *dlsym(void *handle, const char *symbol)
 {
-	void *p = NEXT(void *(*)(void *, const char *, const char *), "dlvsym")(handle, symbol, version);
+	const char *from = lib_of(__builtin_return_address(0));
+	/* A caller's RTLD_NEXT cannot be passed on (it would be relative to this library): none of
+	 * the libraries traced here uses it; RTLD_DEFAULT comes closest. */
+	void *p = real_dlsym(handle == RTLD_NEXT ? RTLD_DEFAULT : handle, symbol);
 
-	logf_("dlvsym(%p, %s, %s) = %p  [from %s]", handle, symbol, version, p,
-	      lib_of(__builtin_return_address(0)));
+	if (strstr(from, "nv") || strstr(from, "cuda"))
+		logf_("dlsym(%p, %s) = %p  [from %s]", handle, symbol, p, from);
 	return p;
 }
 
