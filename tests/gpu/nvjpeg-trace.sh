@@ -44,7 +44,7 @@ for s in "${samples[@]}"; do
 					echo "-- thread ${t##*/} $(cat "$t/comm") wchan=$(cat "$t/wchan" 2>/dev/null)"
 					head -12 "$t/stack" 2>/dev/null
 				done >"$out/$s.$mode.threads"
-				head -60 "$out/$s.$mode.threads"
+				grep -- '^--' "$out/$s.$mode.threads"
 				grep -E 'nvidia|cuda|nvcuvid|nvjpeg|crcuda' "/proc/$pid/maps" | awk '{print $6}' | sort -u \
 					>"$out/$s.$mode.maps"
 				kill -9 "$pid"
@@ -62,6 +62,11 @@ for s in "${samples[@]}"; do
 	diff "$out/$s.native.short" "$out/$s.layer.short" | head -120
 	echo "-- native, from libnvcuvid:"
 	grep "from libnvcuvid" "$out/$s.native.short" | grep -v "pthread_" | head -60
+	echo "-- under the layer, from libnvcuvid, and the last 15 lines:"
+	grep "from libnvcuvid" "$out/$s.layer.trace" | grep -v "pthread_\|sleep #" | head -30
+	grep -v "sleep #" "$out/$s.layer.trace" | tail -15
+	echo "-- native: what libnvcuvid did between its dlopen of libcuda.so.1 and its first dlsym:"
+	grep -v "sleep #" "$out/$s.native.trace" | sed -n '/dlopen(libcuda.so.1.*from libnvcuvid/,/dlsym.*cuInit/p' | head -30
 	echo "-- sleeps under the layer:"
 	grep 'sleep #' "$out/$s.layer.trace" | head -8
 	echo "-- maps under the layer (hung):"

@@ -6,6 +6,8 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <link.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -191,6 +193,73 @@ ssize_t readlink(const char *path, char *buf, size_t len)
 	if (interesting(path))
 		logf_("readlink(%s) = %.*s  [from %s]", path, r > 0 ? (int)r : 0, buf,
 		      lib_of(__builtin_return_address(0)));
+	return r;
+}
+
+/* Path queries that do not open: stat and friends, dlinfo, dladdr, dl_iterate_phdr, threads. */
+int stat(const char *path, struct stat *st)
+{
+	int r = NEXT(int (*)(const char *, struct stat *), "stat")(path, st);
+
+	if (interesting(path))
+		logf_("stat(%s) = %d  [from %s]", path, r, lib_of(__builtin_return_address(0)));
+	return r;
+}
+
+int lstat(const char *path, struct stat *st)
+{
+	int r = NEXT(int (*)(const char *, struct stat *), "lstat")(path, st);
+
+	if (interesting(path))
+		logf_("lstat(%s) = %d  [from %s]", path, r, lib_of(__builtin_return_address(0)));
+	return r;
+}
+
+char *realpath(const char *path, char *resolved)
+{
+	char *r = NEXT(char *(*)(const char *, char *), "realpath")(path, resolved);
+
+	if (interesting(path))
+		logf_("realpath(%s) = %s  [from %s]", path, r ? r : "NULL", lib_of(__builtin_return_address(0)));
+	return r;
+}
+
+int dlinfo(void *handle, int request, void *arg)
+{
+	int r = NEXT(int (*)(void *, int, void *), "dlinfo")(handle, request, arg);
+
+	logf_("dlinfo(%p, %d) = %d  [from %s]", handle, request, r, lib_of(__builtin_return_address(0)));
+	return r;
+}
+
+int dladdr(const void *addr, Dl_info *info)
+{
+	int r = NEXT(int (*)(const void *, Dl_info *), "dladdr")(addr, info);
+	const char *from = lib_of(__builtin_return_address(0));
+
+	if (strstr(from, "nv"))
+		logf_("dladdr(%p) = %d %s  [from %s]", addr, r, r && info->dli_fname ? info->dli_fname : "",
+		      from);
+	return r;
+}
+
+int dl_iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *), void *data)
+{
+	const char *from = lib_of(__builtin_return_address(0));
+
+	if (strstr(from, "nv"))
+		logf_("dl_iterate_phdr  [from %s]", from);
+	return NEXT(int (*)(int (*)(struct dl_phdr_info *, size_t, void *), void *), "dl_iterate_phdr")(cb,
+													data);
+}
+
+int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
+{
+	int r = NEXT(int (*)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *),
+		     "pthread_create")(t, attr, fn, arg);
+
+	logf_("pthread_create(fn in %s) = %d  [from %s]", lib_of((const void *)fn), r,
+	      lib_of(__builtin_return_address(0)));
 	return r;
 }
 
