@@ -50,17 +50,6 @@ static void logf_(const char *fmt, ...)
 }
 
 /* The library a return address is in (its file name). */
-static const char *lib_of(const void *addr)
-{
-	Dl_info info;
-
-	if (dladdr(addr, &info) && info.dli_fname) {
-		const char *slash = strrchr(info.dli_fname, '/');
-
-		return slash ? slash + 1 : info.dli_fname;
-	}
-	return "?";
-}
 
 /* glibc's own dlsym, found by version past this library's (dlvsym is not interposed). */
 static void *real_dlsym(void *handle, const char *symbol)
@@ -74,6 +63,19 @@ static void *real_dlsym(void *handle, const char *symbol)
 	return real(handle, symbol);
 }
 #define NEXT(type, name) ((type)real_dlsym(RTLD_NEXT, name))
+
+static const char *lib_of(const void *addr)
+{
+	Dl_info info;
+
+	/* Not through this library's dladdr, which logs with lib_of. */
+	if (NEXT(int (*)(const void *, Dl_info *), "dladdr")(addr, &info) && info.dli_fname) {
+		const char *slash = strrchr(info.dli_fname, '/');
+
+		return slash ? slash + 1 : info.dli_fname;
+	}
+	return "?";
+}
 
 void *dlopen(const char *file, int flags)
 {
