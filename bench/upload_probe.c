@@ -32,13 +32,13 @@ static double now(void)
 	return t.tv_sec + t.tv_nsec / 1e9;
 }
 
-#define CK(x)                                                                                           \
-	do {                                                                                            \
-		CUresult r_ = (x);                                                                      \
-		if (r_ != CUDA_SUCCESS) {                                                               \
-			fprintf(stderr, "%s: %d\n", #x, r_);                                            \
-			exit(1);                                                                        \
-		}                                                                                       \
+#define CK(x)                                                                                                \
+	do {                                                                                                 \
+		CUresult r_ = (x);                                                                           \
+		if (r_ != CUDA_SUCCESS) {                                                                    \
+			fprintf(stderr, "%s: %d\n", #x, r_);                                                 \
+			exit(1);                                                                             \
+		}                                                                                            \
 	} while (0)
 
 static void *reader(void *arg)

@@ -216,7 +216,10 @@ def build_entries(rows, typedefs, table):
                 used.add(name)
             p, a = signature(params, where)
             entries.append((row.sym, row.sym, row, row.version, "NONE", ret, p, a))
-            if row.pt:
+            if row.pt and row.override:
+                # The override's signature serves the variant too (its typedef is elsewhere).
+                entries.append(("%s_%s" % (row.sym, row.pt), row.sym, row, row.pt_version, row.pt.upper(), ret, p, a))
+            elif row.pt:
                 ptname = "PFN_%s_v%d_%s" % (row.base, row.pt_version, row.pt)
                 if ptname not in typedefs:
                     raise TableError("%s: pt %s:%d but no typedef %s in cudaTypedefs.h"

@@ -1,7 +1,7 @@
 /* The driver API table against the stub libcuda.so of the CUDA toolkit (argv[1]): every function it
- * exports has exactly one entry and nothing else does; the table is sorted and unique; every entry has a
- * signature and a consistent parent, base and variant; every unsupported row, and no other, has a reason. The
- * stub's ELF .dynsym is read directly. */
+ * exports has exactly one entry and nothing else does (but the graphics-interop rows, which some stubs lack);
+ * the table is sorted and unique; every entry has a signature and a consistent parent, base and variant;
+ * every unsupported row, and no other, has a reason. The stub's ELF .dynsym is read directly. */
 #include <elf.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -156,6 +156,14 @@ int main(int argc, char **argv)
 		seen[id] = 1;
 	}
 	for (int i = 0; i < CRC_CU_COUNT; i++) {
+		/* The driver exports the graphics-interop functions of cudaGL.h, cudaEGL.h and
+		 * cudaVDPAU.h, which libraries look up (libnvcuvid waits forever when cuGLGetDevices_v2
+		 * is missing), but some toolkits' stubs do not. */
+		const char *reason = why[crc_cu_table[i].parent];
+
+		if (!seen[i] && crc_cu_table[i].policy == CRC_CU_POLICY_UNSUPPORTED && reason &&
+		    !strncmp(reason, "graphics interop (", 18))
+			continue;
 		if (!seen[i]) {
 			fprintf(stderr, "the table has %s, which %s does not export\n", crc_cu_table[i].sym,
 				argv[1]);
@@ -163,7 +171,7 @@ int main(int argc, char **argv)
 		}
 	}
 	CHECK_EQ_INT(missing, 0);
-	CHECK_EQ_INT(n, CRC_CU_COUNT);
+	CHECK(n <= CRC_CU_COUNT);
 	printf("%s: %d exported functions, all in the table\n", argv[1], n);
 	for (int i = 0; i < n; i++)
 		free(exports[i]);

@@ -32,8 +32,9 @@ static void logf_(const char *fmt, ...)
 		const char *f = getenv("DLTRACE_FILE");
 
 		/* Not through our own open(): its log line would come back here. */
-		fd = f ? (int)syscall(SYS_openat, AT_FDCWD, f, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)
-		       : 2;
+		fd =
+		    f ? (int)syscall(SYS_openat, AT_FDCWD, f, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)
+		      : 2;
 		if (fd < 0)
 			fd = 2;
 	}
@@ -142,7 +143,8 @@ int open64(const char *path, int flags, ...)
 	va_end(ap);
 	fd = NEXT(int (*)(const char *, int, ...), "open64")(path, flags, mode);
 	if (interesting(path))
-		logf_("open64(%s, %#x) = %d  [from %s]", path, flags, fd, lib_of(__builtin_return_address(0)));
+		logf_("open64(%s, %#x) = %d  [from %s]", path, flags, fd,
+		      lib_of(__builtin_return_address(0)));
 	return fd;
 }
 
@@ -157,7 +159,8 @@ int openat(int dirfd, const char *path, int flags, ...)
 	va_end(ap);
 	fd = NEXT(int (*)(int, const char *, int, ...), "openat")(dirfd, path, flags, mode);
 	if (interesting(path))
-		logf_("openat(%s, %#x) = %d  [from %s]", path, flags, fd, lib_of(__builtin_return_address(0)));
+		logf_("openat(%s, %#x) = %d  [from %s]", path, flags, fd,
+		      lib_of(__builtin_return_address(0)));
 	return fd;
 }
 
@@ -166,7 +169,8 @@ FILE *fopen(const char *path, const char *mode)
 	FILE *f = NEXT(FILE * (*)(const char *, const char *), "fopen")(path, mode);
 
 	if (interesting(path))
-		logf_("fopen(%s, %s) = %p  [from %s]", path, mode, (void *)f, lib_of(__builtin_return_address(0)));
+		logf_("fopen(%s, %s) = %p  [from %s]", path, mode, (void *)f,
+		      lib_of(__builtin_return_address(0)));
 	return f;
 }
 
@@ -175,7 +179,8 @@ FILE *fopen64(const char *path, const char *mode)
 	FILE *f = NEXT(FILE * (*)(const char *, const char *), "fopen64")(path, mode);
 
 	if (interesting(path))
-		logf_("fopen64(%s, %s) = %p  [from %s]", path, mode, (void *)f, lib_of(__builtin_return_address(0)));
+		logf_("fopen64(%s, %s) = %p  [from %s]", path, mode, (void *)f,
+		      lib_of(__builtin_return_address(0)));
 	return f;
 }
 
@@ -222,7 +227,8 @@ char *realpath(const char *path, char *resolved)
 	char *r = NEXT(char *(*)(const char *, char *), "realpath")(path, resolved);
 
 	if (interesting(path))
-		logf_("realpath(%s) = %s  [from %s]", path, r ? r : "NULL", lib_of(__builtin_return_address(0)));
+		logf_("realpath(%s) = %s  [from %s]", path, r ? r : "NULL",
+		      lib_of(__builtin_return_address(0)));
 	return r;
 }
 
@@ -283,8 +289,8 @@ int nanosleep(const struct timespec *req, struct timespec *rem)
 int clock_nanosleep(clockid_t clk, int flags, const struct timespec *req, struct timespec *rem)
 {
 	sleep_seen("clock_nanosleep", __builtin_return_address(0));
-	return NEXT(int (*)(clockid_t, int, const struct timespec *, struct timespec *), "clock_nanosleep")(
-	    clk, flags, req, rem);
+	return NEXT(int (*)(clockid_t, int, const struct timespec *, struct timespec *),
+		    "clock_nanosleep")(clk, flags, req, rem);
 }
 
 int usleep(useconds_t us)
