@@ -5,7 +5,8 @@
  *   data.mdb, lock.mdb   the LMDB environment (named databases: meta, sessions, journal, manifests,
  *                        chunks, packs, blobs; see store/store_internal.h)
  *   packs/<16 hex>.pack  pack files: a 32-byte header, then chunks, each a 32-byte header (magic,
- *                        length, XXH3-128 hash) followed by its bytes
+ *                        encoding, stored length, XXH3-128 hash of the uncompressed bytes) followed
+ *                        by its bytes, as they are or compressed (LZ4 or zstd; CRCUDA_STORE_COMPRESS)
  *
  * A checkpoint becomes visible only through the one LMDB transaction that names every chunk it
  * needs; pack files are fsync'd before that transaction. A writer killed at any point leaves the
@@ -20,8 +21,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The on-disk format this code reads and writes; crc_store_open() refuses any other. */
-#define CRC_STORE_SCHEMA_VERSION 1
+/* The on-disk formats this code reads and writes; crc_store_open() refuses any other. Version 2 added
+ * compressed chunks; a version 1 store stays version 1 until a commit indexes a compressed chunk
+ * (then an older crcuda refuses it with CRC_ESCHEMA instead of misreading it). New stores are 2. */
+#define CRC_STORE_SCHEMA_VERSION 2
+#define CRC_STORE_SCHEMA_OLDEST	 1
 
 struct crc_store;
 struct crc_ckpt;
@@ -243,8 +247,10 @@ int crc_ckpt_meta_set(struct crc_ckpt *ck, const char *key, const char *value);
 int crc_ckpt_commit(struct crc_ckpt *ck, uint64_t *out_id);
 
 /* Bytes this checkpoint wrote to the store so far: chunks the store already held (an unchanged region,
- * a dedup hit) are not written again and do not count. */
+ * a dedup hit) are not written again and do not count. Uncompressed bytes. */
 uint64_t crc_ckpt_new_bytes(const struct crc_ckpt *ck);
+/* What those new chunks take in the pack files (less than crc_ckpt_new_bytes where they compressed). */
+uint64_t crc_ckpt_stored_bytes(const struct crc_ckpt *ck);
 /* Drops the checkpoint and deletes the pack files it wrote (every lane's). NULL is allowed. */
 void crc_ckpt_abort(struct crc_ckpt *ck);
 
@@ -305,12 +311,22 @@ int crc_store_manifest_list(struct crc_store *st, uint64_t **out_ids, size_t *ou
  * @retval CRC_EINVAL, CRC_ENOTFOUND, CRC_EDB */
 int crc_store_manifest_delete(struct crc_store *st, uint64_t ckpt_id);
 
-/** Reads a chunk and checks its hash.
+/** How a checkpoint's distinct chunks are stored (from the index; reads no chunk).
+ * @param[out] out_bytes their (uncompressed) bytes; a chunk named twice counts once
+ * @param[out] out_stored what they take in the pack files
+ * @param[out] out_compressed how many of them are stored compressed (may be NULL)
+ * @retval CRC_EINVAL, CRC_ENOMEM, CRC_EDB, CRC_ECORRUPT (a damaged index entry)
+ * @retval CRC_ENOTFOUND the manifest names a chunk the index lacks (run verify) */
+int crc_store_manifest_stored(struct crc_store *st, const struct crc_manifest *m, uint64_t *out_bytes,
+			      uint64_t *out_stored, uint64_t *out_compressed);
+
+/** Reads a chunk, decodes it when stored compressed, and checks its hash.
  * @param[out] buf buflen bytes; the chunk must fit
  * @param[out] out_len the chunk's length (also set when CRC_EINVAL says buf is too small)
  * @retval CRC_EINVAL bad arguments, or buflen smaller than the chunk
  * @retval CRC_ENOTFOUND no such chunk in the index
- * @retval CRC_ECORRUPT the bytes read do not hash to the chunk's address
+ * @retval CRC_ECORRUPT the bytes read (decoded) do not hash to the chunk's address, or compressed
+ *         bytes that do not decode to the chunk's length
  * @retval CRC_ETRUNC the pack file ends before the chunk does
  * @retval CRC_EIO, -errno reading the pack file */
 int crc_store_chunk_read(struct crc_store *st, const struct crc_hash *hash, void *buf, size_t buflen,
@@ -374,7 +390,9 @@ struct crc_store_stat {
 	uint64_t sessions;
 	uint64_t manifests;
 	uint64_t chunks;
-	uint64_t chunk_bytes;
+	uint64_t chunk_bytes;	     /* the chunks' (uncompressed) bytes */
+	uint64_t chunk_stored_bytes; /* what they take in pack files (compressed where it paid) */
+	uint64_t chunks_compressed;
 	uint64_t packs;
 	uint64_t pack_bytes;
 };
