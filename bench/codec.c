@@ -35,7 +35,8 @@ static uint64_t next_u64(void)
 }
 static double next_normal(void)
 {
-	double u = ((next_u64() >> 11) + 1.0) / 9007199254740993.0, v = (next_u64() >> 11) / 9007199254740992.0;
+	double u = ((next_u64() >> 11) + 1.0) / 9007199254740993.0,
+	       v = (next_u64() >> 11) / 9007199254740992.0;
 	return sqrt(-2 * log(u)) * cos(2 * M_PI * v);
 }
 
@@ -121,11 +122,11 @@ int main(int argc, char **argv)
 			for (size_t c = 0; c < nchunks; c++) {
 				const void *out;
 				size_t n;
-				encoding[c] = crc__chunk_encode(policies[p].p, policies[p].durable, data + c * CHUNK,
-								CHUNK, &scratch, &out, &n);
+				encoding[c] = crc__chunk_encode(policies[p].p, policies[p].durable,
+								data + c * CHUNK, CHUNK, &scratch, &out, &n);
 				if (encoding[c] != CHUNK_ENC_RAW) {
-					/* Kept out of the timing's way only as much as the store does: one copy
-					 * into its write buffer would follow here. */
+					/* Kept out of the timing's way only as much as the store does: one
+					 * copy into its write buffer would follow here. */
 					free(enc[c]);
 					enc[c] = malloc(n);
 					if (!enc[c])
@@ -139,7 +140,8 @@ int main(int argc, char **argv)
 			for (size_t c = 0; c < nchunks; c++) {
 				if (encoding[c] == CHUNK_ENC_RAW)
 					memcpy(dst, data + c * CHUNK, CHUNK); /* a raw chunk's read: a copy */
-				else if (crc__chunk_decode(encoding[c], enc[c], enclen[c], dst, CHUNK, &scratch) ||
+				else if (crc__chunk_decode(encoding[c], enc[c], enclen[c], dst, CHUNK,
+							   &scratch) ||
 					 memcmp(dst, data + c * CHUNK, CHUNK)) {
 					fprintf(stderr, "bench/codec: %s chunk %zu did not round-trip\n",
 						kind_names[k], c);
@@ -148,8 +150,10 @@ int main(int argc, char **argv)
 			}
 			double e2 = now();
 			printf("%-16s %7.2f %7.2f | %-12s %7.3f %8.2f %8.2f\n", p ? "" : kind_names[k],
-			       memcpy_gbs, hash_gbs, policies[p].name, (double)stored / (nchunks * (double)CHUNK),
-			       nchunks * (double)CHUNK / (e1 - e0) / 1e9, nchunks * (double)CHUNK / (e2 - e1) / 1e9);
+			       memcpy_gbs, hash_gbs, policies[p].name,
+			       (double)stored / (nchunks * (double)CHUNK),
+			       nchunks * (double)CHUNK / (e1 - e0) / 1e9,
+			       nchunks * (double)CHUNK / (e2 - e1) / 1e9);
 		}
 	}
 	for (size_t c = 0; c < nchunks; c++)

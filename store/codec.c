@@ -103,11 +103,13 @@ static unsigned probe_ratio(const uint8_t *data, size_t len, bool use_zstd, stru
 		const uint8_t *sample = data + i * stride;
 		size_t n = PROBE_SAMPLE;
 		if (use_zstd) {
-			size_t z = ZSTD_compressCCtx(s->zstd_cctx, s->buf, s->cap, sample, PROBE_SAMPLE, ZSTD_LEVEL);
+			size_t z =
+			    ZSTD_compressCCtx(s->zstd_cctx, s->buf, s->cap, sample, PROBE_SAMPLE, ZSTD_LEVEL);
 			if (!ZSTD_isError(z) && z < n)
 				n = z;
 		} else {
-			int z = LZ4_compress_default((const char *)sample, (char *)s->buf, PROBE_SAMPLE, (int)s->cap);
+			int z = LZ4_compress_default((const char *)sample, (char *)s->buf, PROBE_SAMPLE,
+						     (int)s->cap);
 			if (z > 0 && (size_t)z < n)
 				n = (size_t)z;
 		}
