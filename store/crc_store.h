@@ -347,7 +347,8 @@ typedef void (*crc_problem_fn)(void *arg, int err, const char *id, const char *w
 struct crc_verify_report {
 	uint64_t manifests;	/* manifests checked */
 	uint64_t chunks;	/* indexed chunks read and hashed */
-	uint64_t bytes;		/* their bytes */
+	uint64_t bytes;		/* their (uncompressed) bytes */
+	uint64_t stored_bytes;	/* what they take in the pack files */
 	uint64_t packs;		/* pack files checked */
 	uint64_t orphan_packs;	/* pack files no commit names (a killed writer's; gc removes them) */
 	uint64_t problems;	/* corrupt, truncated or missing objects */

@@ -313,6 +313,7 @@ static int verify_chunks(struct verify_ctx *c, const struct pack_table *packs)
 					e->loc.pack, e->loc.offset);
 			c->rep.chunks++;
 			c->rep.bytes += e->loc.length;
+			c->rep.stored_bytes += e->loc.stored;
 		}
 		if (err && !crc__hset_insert(&c->bad, &e->hash, &fresh)) {
 			rc = CRC_ENOMEM;

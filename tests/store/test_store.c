@@ -1,6 +1,7 @@
 /* Store unit tests; argv[1] names the test (each is its own ctest entry). */
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <fcntl.h>
 #include <lmdb.h>
@@ -1091,8 +1092,8 @@ static size_t cz_fill(int i, uint8_t *p)
 
 /* Writes the five chunks as one checkpoint (region 0) and checks they read back exactly, one by one
  * and in a batch; returns the id. */
-static uint64_t cz_write_check(struct crc_store *st, uint64_t session, struct crc_hash *hashes,
-			       uint64_t *new_bytes)
+static uint64_t cz_write_check_meta(struct crc_store *st, uint64_t session, struct crc_hash *hashes,
+				    uint64_t *new_bytes, const char *images_dir)
 {
 	uint8_t *buf = malloc(CZ_LEN), *back[CZ_CHUNKS];
 	size_t lens[CZ_CHUNKS], total = 0;
@@ -1112,6 +1113,8 @@ static uint64_t cz_write_check(struct crc_store *st, uint64_t session, struct cr
 		CHECK(!memcmp(want.bytes, hashes[i].bytes, 16));
 	}
 	*new_bytes = crc_ckpt_new_bytes(ck);
+	if (images_dir)
+		CHECK_OK(crc_ckpt_meta_set(ck, "criu.images_dir", images_dir));
 	uint64_t id;
 	CHECK_OK(crc_ckpt_commit(ck, &id));
 	for (int i = 0; i < CZ_CHUNKS; i++) {
@@ -1132,6 +1135,12 @@ static uint64_t cz_write_check(struct crc_store *st, uint64_t session, struct cr
 	}
 	free(buf);
 	return id;
+}
+
+static uint64_t cz_write_check(struct crc_store *st, uint64_t session, struct crc_hash *hashes,
+			       uint64_t *new_bytes)
+{
+	return cz_write_check_meta(st, session, hashes, new_bytes, NULL);
 }
 
 /* Compressible chunks are stored compressed (LZ4 by default, zstd when asked), incompressible ones as
@@ -1182,6 +1191,7 @@ static void test_compress(void)
 	CHECK_OK(crc_store_verify(st, NULL, NULL, &rep));
 	CHECK_EQ_INT(rep.chunks, CZ_CHUNKS);
 	CHECK_EQ_INT(rep.bytes, logical);
+	CHECK_EQ_INT(rep.stored_bytes, stored);
 
 	/* The same bytes again, under another policy: every chunk is found by its raw hash, nothing is
 	 * written. */
@@ -1377,6 +1387,18 @@ static void test_schema_v1(void)
 
 int main(int argc, char **argv)
 {
+	/* test_export_compress.sh's store: "write_compressible STORE IMAGES_DIR" writes the compression
+	 * tests' checkpoint (checked as it is written) naming IMAGES_DIR as its CRIU images. */
+	if (argc == 4 && !strcmp(argv[1], "write_compressible")) {
+		struct crc_store *st;
+		struct crc_hash h[CZ_CHUNKS];
+		uint64_t session, new_bytes;
+		CHECK_OK(crc_store_open(argv[2], CRC_STORE_CREATE, &st));
+		CHECK_OK(crc_store_session_create(st, "export", &session));
+		printf("%" PRIu64 "\n", cz_write_check_meta(st, session, h, &new_bytes, argv[3]));
+		crc_store_close(st);
+		return 0;
+	}
 	static const struct {
 		const char *name;
 		void (*fn)(void);
