@@ -38,7 +38,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		len %= DST_MAX + 1;
 		uint8_t *dst = malloc(len ? len : 1);
 		FUZZ_CHECK(dst != NULL);
-		int rc = crc__chunk_decode(mode ? CHUNK_ENC_ZSTD : CHUNK_ENC_LZ4, data, size, dst, len, &scratch);
+		int rc =
+		    crc__chunk_decode(mode ? CHUNK_ENC_ZSTD : CHUNK_ENC_LZ4, data, size, dst, len, &scratch);
 		FUZZ_CHECK(rc == 0 || rc == CRC_ECORRUPT);
 		if (!rc)
 			fuzz_touch(dst, len);
@@ -46,8 +47,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	} else if (mode <= 5) {
 		const void *out;
 		size_t out_len;
-		uint32_t enc = crc__chunk_encode(policies[mode - 2].policy, policies[mode - 2].durable, data, size,
-						 &scratch, &out, &out_len);
+		uint32_t enc = crc__chunk_encode(policies[mode - 2].policy, policies[mode - 2].durable, data,
+						 size, &scratch, &out, &out_len);
 		if (enc != CHUNK_ENC_RAW) {
 			FUZZ_CHECK(enc == CHUNK_ENC_LZ4 || enc == CHUNK_ENC_ZSTD);
 			FUZZ_CHECK(out_len < size - size / 8 + 1);

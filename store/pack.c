@@ -431,6 +431,7 @@ struct batch {
 	size_t n;
 	unsigned threads;
 	atomic_size_t next;
+	atomic_uint next_thread; /* each thread's index, for its scratch */
 	atomic_int rc;
 };
 
@@ -451,7 +452,6 @@ static void *batch_worker(void *arg)
 	}
 	if (fd >= 0)
 		close(fd);
-	crc__scratch_free(&scratch);
 	return NULL;
 }
 
@@ -484,10 +484,10 @@ int crc_store_chunks_read(struct crc_store *st, const struct crc_hash *hashes, s
 		return rc;
 	}
 	struct batch b = {.st = st, .hashes = hashes, .locs = locs, .bufs = bufs, .n = n};
-	pthread_t tids[16];
+	pthread_t tids[STORE_READERS_MAX];
 	unsigned started = 0;
-	if (threads > 16)
-		threads = 16;
+	if (threads > STORE_READERS_MAX)
+		threads = STORE_READERS_MAX;
 	/* The calling thread is one of the readers. */
 	for (unsigned t = 1; t < threads && t < n; t++)
 		if (!pthread_create(&tids[started], NULL, batch_worker, &b))

@@ -373,6 +373,8 @@ void crc_store_close(struct crc_store *st)
 		close(st->read_fd);
 	crc__scratch_free(st->read_scratch);
 	free(st->read_scratch);
+	for (unsigned i = 0; i < STORE_READERS_MAX; i++)
+		crc__scratch_free(&st->batch_scratch[i]);
 	free(st->packs_dir);
 	free(st->dir);
 	free(st);

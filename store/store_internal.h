@@ -51,7 +51,15 @@ enum store_compress {
 	STORE_COMPRESS_LZ4,
 	STORE_COMPRESS_ZSTD,
 };
-#define STORE_MAP_SIZE (16ull << 30) /* LMDB map: sparse, grows on demand */
+#define STORE_READERS_MAX 16		/* threads of crc_store_chunks_read */
+#define STORE_MAP_SIZE	  (16ull << 30) /* LMDB map: sparse, grows on demand */
+
+/* Memory a thread reuses to encode or decode chunks (codec.c). */
+struct chunk_scratch {
+	uint8_t *buf;
+	size_t cap;
+	void *zstd_cctx, *zstd_dctx;
+};
 
 struct crc_store {
 	MDB_env *env;
@@ -67,6 +75,9 @@ struct crc_store {
 	int read_fd;
 	uint64_t read_pack;
 	struct chunk_scratch *read_scratch; /* for decoding what crc_store_chunk_read reads */
+	/* One per reader thread of crc_store_chunks_read, kept between calls: a restore reads a batch at
+	 * a time, and a fresh 4 MiB buffer per thread and batch would cost its page faults each time. */
+	struct chunk_scratch batch_scratch[STORE_READERS_MAX];
 };
 
 struct chunk_loc {
@@ -77,12 +88,6 @@ struct chunk_loc {
 	uint32_t encoding; /* CHUNK_ENC_* */
 };
 
-/* Memory a thread reuses to encode or decode chunks (codec.c). */
-struct chunk_scratch {
-	uint8_t *buf;
-	size_t cap;
-	void *zstd_cctx, *zstd_dctx;
-};
 void crc__scratch_free(struct chunk_scratch *s);
 /* Parses CRCUDA_STORE_COMPRESS (unset or empty: auto); an unknown value is warned about once and
  * taken as auto. */
