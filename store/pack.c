@@ -440,11 +440,10 @@ static void *batch_worker(void *arg)
 	struct batch *b = arg;
 	int fd = -1;
 	uint64_t fd_pack = 0;
-	struct chunk_scratch scratch = {0};
+	struct chunk_scratch *scratch = &b->st->batch_scratch[atomic_fetch_add(&b->next_thread, 1)];
 
 	for (size_t i; (i = atomic_fetch_add(&b->next, 1)) < b->n && !atomic_load(&b->rc);) {
-		int rc =
-		    chunk_read_fd(b->st, &b->hashes[i], &b->locs[i], b->bufs[i], &fd, &fd_pack, &scratch);
+		int rc = chunk_read_fd(b->st, &b->hashes[i], &b->locs[i], b->bufs[i], &fd, &fd_pack, scratch);
 		int zero = 0;
 
 		if (rc)
