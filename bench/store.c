@@ -6,7 +6,10 @@
  * otherwise it says the reads may come from the cache. With --lanes N it writes the same checkpoint
  * again into a fresh store from N threads, one store lane each (crc_ckpt_put_chunk_at, as crcudad's
  * checkpoint writers do), checks that it names the same chunks, and compares it with the one-thread
- * write. CRCUDA_STORE_SYNC=0 leaves out the store's fsyncs (the plain write keeps its fsync). */
+ * write. CRCUDA_STORE_SYNC=0 leaves out the store's fsyncs (the plain write keeps its fsync).
+ * BENCH_STORE_DATA=half-zeros makes the first half of every chunk zeros (compressible: the store's
+ * compression, CRCUDA_STORE_COMPRESS, then writes about half the bytes; compare with =off); the
+ * default is random bytes, which the store stores as they are. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -52,11 +55,15 @@ static uint64_t parse_size(const char *s)
 }
 
 static uint8_t *pool;
+static bool half_zeros; /* BENCH_STORE_DATA=half-zeros */
 
-/* Chunk i's bytes: a slice of the random pool with i stamped at the front. */
+/* Chunk i's bytes: a slice of the random pool with i stamped at the front (and, with half_zeros, the
+ * rest of its first half zeros). */
 static const uint8_t *chunk_bytes(uint64_t i, uint8_t *scratch)
 {
 	memcpy(scratch, pool + (i * CHUNK) % POOL, CHUNK);
+	if (half_zeros)
+		memset(scratch, 0, CHUNK / 2);
 	memcpy(scratch, &i, sizeof(i));
 	return scratch;
 }
@@ -200,6 +207,8 @@ int main(int argc, char **argv)
 		argc -= 2;
 		argv += 2;
 	}
+	const char *data_kind = getenv("BENCH_STORE_DATA");
+	half_zeros = data_kind && !strcmp(data_kind, "half-zeros");
 	uint64_t size = argc > 1 ? parse_size(argv[1]) : 4ull << 30;
 	const char *base = argc > 2 ? argv[2] : "/var/tmp";
 	uint64_t nchunks = (size + CHUNK - 1) / CHUNK;
@@ -243,6 +252,9 @@ int main(int argc, char **argv)
 			die("chunk read back differs", CRC_ECORRUPT);
 	}
 	double store_r = now() - t0;
+	struct crc_store_stat ss;
+	if ((rc = crc_store_stat(st, &ss)))
+		die("crc_store_stat", rc);
 	crc_store_close(st);
 	double lanes_w = 0;
 	if (lanes) {
@@ -282,6 +294,11 @@ int main(int argc, char **argv)
 		       : "WITHOUT dropping the page cache (not root): may come from memory");
 	printf("  both reads compare every byte with the source; the store's also hashes each chunk "
 	       "(XXH3-128)\n");
+	printf("  data: %s; the store holds %.2f GiB as %.2f GiB (%" PRIu64
+	       " chunks compressed; CRCUDA_STORE_COMPRESS=%s)\n",
+	       half_zeros ? "half zeros, half random" : "random", ss.chunk_bytes / (double)(1u << 30),
+	       ss.chunk_stored_bytes / (double)(1u << 30), ss.chunks_compressed,
+	       getenv("CRCUDA_STORE_COMPRESS") ? getenv("CRCUDA_STORE_COMPRESS") : "auto");
 	printf("  %-22s %8.2f s %8.0f MiB/s\n", "plain write+fsync", plain_w, size / plain_w / (1 << 20));
 	printf("  %-22s %8.2f s %8.0f MiB/s   %5.1f%% of plain\n", "store write+commit", store_w,
 	       size / store_w / (1 << 20), 100 * plain_w / store_w);

@@ -148,6 +148,13 @@ int cmd_inspect(int argc, char **argv, struct ctl_opts *opts)
 		allocs += m->regions[i].kind == CRC_REGION_DEVICE_ALLOC;
 		globals += m->regions[i].kind == CRC_REGION_DEVICE_GLOBAL;
 	}
+	/* Distinct chunks' bytes, and what they take in the pack files (compressed where it paid). */
+	uint64_t unique = 0, stored = 0, compressed = 0;
+	if ((rc = crc_store_manifest_stored(st, m, &unique, &stored, &compressed))) {
+		ctl_error("inspect: checkpoint %" PRIu64 ": its chunks: %s (run `crcudactl store verify`)",
+			  id, crc_strerror(rc));
+		goto out;
+	}
 	const char *rel = crc_manifest_meta_get(m, "criu.images_dir");
 	unsigned nfiles = 0;
 	uint64_t img_bytes = 0;
@@ -169,6 +176,9 @@ int cmd_inspect(int argc, char **argv, struct ctl_opts *opts)
 				(json_int_t)m->created_ns, "device_bytes", (json_int_t)bytes, "chunks",
 				(json_int_t)nchunks, "allocations", (json_int_t)allocs, "globals",
 				(json_int_t)globals);
+		json_object_set_new(doc, "unique_bytes", json_integer((json_int_t)unique));
+		json_object_set_new(doc, "stored_bytes", json_integer((json_int_t)stored));
+		json_object_set_new(doc, "compressed_chunks", json_integer((json_int_t)compressed));
 		json_object_set_new(doc, "criu",
 				    json_pack("{s:s?, s:b, s:i, s:I}", "images_dir", rel, "present", have_img,
 					      "files", (int)nfiles, "bytes", (json_int_t)img_bytes));
@@ -183,6 +193,10 @@ int cmd_inspect(int argc, char **argv, struct ctl_opts *opts)
 		printf("  device state: %.1f MiB in %" PRIu64 " chunks; %" PRIu64 " allocations, %" PRIu64
 		       " globals\n",
 		       bytes / 1048576.0, nchunks, allocs, globals);
+		printf("  stored:       %.1f MiB of %.1f MiB of distinct chunks (ratio %.3f; %" PRIu64
+		       " chunks compressed)\n",
+		       stored / 1048576.0, unique / 1048576.0, unique ? (double)stored / unique : 1.0,
+		       compressed);
 		if (rel)
 			printf("  CRIU images:  %s (%s, %u files, %.1f MiB)\n", rel,
 			       have_img ? "present" : "MISSING", nfiles, img_bytes / 1048576.0);

@@ -76,8 +76,8 @@ static int list_checkpoints(const char *dir, json_t *list)
 		return -1;
 	}
 	if (!list)
-		printf("Checkpoints in %s:\n%-6s %-8s %-20s %-7s %-12s %12s  %s\n", dir, "ID", "SESSION",
-		       "CREATED", "PID", "PROGRAM", "DEVICE-MiB", "CRIU-IMAGES");
+		printf("Checkpoints in %s:\n%-6s %-8s %-20s %-7s %-12s %12s %12s  %s\n", dir, "ID", "SESSION",
+		       "CREATED", "PID", "PROGRAM", "DEVICE-MiB", "STORED-MiB", "CRIU-IMAGES");
 	for (size_t i = 0; i < n; i++) {
 		struct crc_manifest *m;
 		uint64_t bytes = 0;
@@ -91,20 +91,27 @@ static int list_checkpoints(const char *dir, json_t *list)
 		}
 		for (uint32_t r = 0; r < m->nregions; r++)
 			bytes += m->regions[r].size;
+		/* What its distinct chunks take in the pack files (compressed where it paid; chunks it
+		 * shares with other checkpoints count in each). */
+		uint64_t unique = 0, stored = 0;
+		if ((rc = crc_store_manifest_stored(st, m, &unique, &stored, NULL)))
+			ctl_error("ls: checkpoint %" PRIu64 ": its chunks: %s", ids[i], crc_strerror(rc));
 		t = (time_t)(m->created_ns / 1000000000);
 		gmtime_r(&t, &tm);
 		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
 		if (list)
 			json_array_append_new(
-			    list, json_pack("{s:I, s:I, s:s, s:s, s:s, s:I, s:s}", "id",
-					    (json_int_t)m->ckpt_id, "session", (json_int_t)m->session_id,
-					    "created", when, "pid", meta_or(m, "crcuda.pid", ""), "program",
-					    meta_or(m, "crcuda.comm", ""), "device_bytes", (json_int_t)bytes,
-					    "criu_images", meta_or(m, "criu.images_dir", "")));
+			    list,
+			    json_pack("{s:I, s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:s}", "id",
+				      (json_int_t)m->ckpt_id, "session", (json_int_t)m->session_id, "created",
+				      when, "pid", meta_or(m, "crcuda.pid", ""), "program",
+				      meta_or(m, "crcuda.comm", ""), "device_bytes", (json_int_t)bytes,
+				      "unique_bytes", (json_int_t)unique, "stored_bytes", (json_int_t)stored,
+				      "criu_images", meta_or(m, "criu.images_dir", "")));
 		else
-			printf("%-6" PRIu64 " %-8" PRIu64 " %-20s %-7s %-12s %12.1f  %s\n", m->ckpt_id,
+			printf("%-6" PRIu64 " %-8" PRIu64 " %-20s %-7s %-12s %12.1f %12.1f  %s\n", m->ckpt_id,
 			       m->session_id, when, meta_or(m, "crcuda.pid", "-"),
-			       meta_or(m, "crcuda.comm", "-"), bytes / 1048576.0,
+			       meta_or(m, "crcuda.comm", "-"), bytes / 1048576.0, stored / 1048576.0,
 			       meta_or(m, "criu.images_dir", "-"));
 		crc_manifest_free(m);
 	}

@@ -254,16 +254,17 @@ static int store_verify(struct store_args *a)
 		json_object_set_new(doc, "bad_manifests", json_integer((json_int_t)rep.bad_manifests));
 		json_object_set_new(doc, "chunks", json_integer((json_int_t)rep.chunks));
 		json_object_set_new(doc, "bytes", json_integer((json_int_t)rep.bytes));
+		json_object_set_new(doc, "stored_bytes", json_integer((json_int_t)rep.stored_bytes));
 		json_object_set_new(doc, "packs", json_integer((json_int_t)rep.packs));
 		json_object_set_new(doc, "orphan_packs", json_integer((json_int_t)rep.orphan_packs));
 		json_object_set_new(doc, "problems", problems);
 		ctl_json_print(doc);
 	} else {
 		printf("%s: %" PRIu64 " checkpoints (%" PRIu64 " damaged), %" PRIu64 " chunks (%" PRIu64
-		       " bytes) in %" PRIu64 " packs, %" PRIu64 " problems, %" PRIu64
+		       " bytes, %" PRIu64 " stored) in %" PRIu64 " packs, %" PRIu64 " problems, %" PRIu64
 		       " orphan packs (gc removes them)\n",
 		       rc ? "DAMAGED" : "OK", rep.manifests, rep.bad_manifests, rep.chunks, rep.bytes,
-		       rep.packs, rep.problems, rep.orphan_packs);
+		       rep.stored_bytes, rep.packs, rep.problems, rep.orphan_packs);
 	}
 	return rc ? CTL_EXIT_FAILURE : CTL_EXIT_OK;
 }

@@ -79,6 +79,25 @@ def manifests():
                                        [("crcuda.devices", "0,1"), ("", "")]))
 
 
+# ---- stored chunks (store/codec.c): mode byte, u32 length, bytes ---------------------------------
+def chunks():
+    def c(mode, length, payload):
+        return bytes([mode]) + struct.pack("<I", length) + payload
+    # An LZ4 block by hand: 4 literals, a match of 35 bytes at offset 4, then 5 literals (44 bytes).
+    lz4 = bytes([0x4F]) + b"abcd" + struct.pack("<H", 4) + bytes([16, 0x50]) + b"wxyz!"
+    put("chunk", "lz4-block", c(0, 44, lz4))
+    put("chunk", "lz4-short-dst", c(0, 20, lz4))
+    text = b"checkpoint restore " * 60
+    zst = subprocess.run(["zstd", "-1", "-c", "-q"], input=text, capture_output=True, check=True).stdout
+    put("chunk", "zstd-frame", c(1, len(text), zst))
+    put("chunk", "zstd-wrong-size", c(1, len(text) - 1, zst))
+    for mode, name in ((2, "lz4"), (3, "zstd"), (4, "auto-durable"), (5, "auto-nosync")):
+        put("chunk", "encode-" + name, c(mode, 0, text))
+    put("chunk", "encode-zeros", c(4, 0, bytes(3000)))
+    put("chunk", "loc-raw", c(6, 0, struct.pack("<QQQ", 7, 64, 4096)))
+    put("chunk", "loc-lz4", c(6, 0, struct.pack("<QQQII", 7, 64, 4096, 100, 1)))
+
+
 # ---- framed records ----------------------------------------------------------------------------
 def rec(op, payload, seq, flags=0):
     return struct.pack("<IHHQ", 16 + len(payload), op, flags, seq) + payload
@@ -162,6 +181,7 @@ def main():
     a = ap.parse_args()
     journal()
     manifests()
+    chunks()
     rings()
     frames()
     ctl_client()

@@ -49,8 +49,9 @@ struct crc_ckpt {
 	struct chunk_loc *newlocs;
 	struct crc_hash *newhashes;
 	size_t nnew, capnew;
-	uint64_t new_bytes;
-	int error; /* sticky: after a failed write only abort makes sense */
+	uint64_t new_bytes, stored_bytes;
+	bool schema_raised; /* this commit indexes a compressed chunk in a version 1 store */
+	int error;	    /* sticky: after a failed write only abort makes sense */
 };
 
 int crc_ckpt_begin(struct crc_store *st, uint64_t session, struct crc_ckpt **out)
@@ -220,8 +221,10 @@ static int ckpt_add_chunk(struct crc_ckpt *ck, struct ckpt_lane *lane, const voi
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&ck->lock);
-	if (!exists && !(rc = record_new_chunk(ck, hash, &loc)))
+	if (!exists && !(rc = record_new_chunk(ck, hash, &loc))) {
 		ck->new_bytes += len;
+		ck->stored_bytes += loc.stored;
+	}
 	/* Found again: other lanes may have grown the set meanwhile. */
 	if (!rc)
 		crc__hset_find(&ck->chunks, hash)->value = exists ? 0 : ck->nnew;
@@ -389,9 +392,15 @@ static int commit_chunks(struct crc_ckpt *ck, MDB_txn *txn)
 			return rc;
 	}
 	for (size_t i = 0; i < ck->nnew; i++) {
-		uint8_t v[CHUNK_LOC_SIZE];
-		crc__chunk_loc_encode(&ck->newlocs[i], v);
-		MDB_val k = {16, (void *)ck->newhashes[i].bytes}, val = {sizeof(v), v};
+		uint8_t v[CHUNK_LOC_SIZE_ENC];
+		if (ck->newlocs[i].encoding != CHUNK_ENC_RAW && st->schema < CRC_STORE_SCHEMA_VERSION &&
+		    !ck->schema_raised) {
+			if ((rc = crc__schema_upgrade(st, txn)))
+				return rc;
+			ck->schema_raised = true;
+		}
+		MDB_val k = {16, (void *)ck->newhashes[i].bytes},
+			val = {crc__chunk_loc_encode(&ck->newlocs[i], v), v};
 		rc = mdb_put(txn, st->dbi_chunks, &k, &val, MDB_NOOVERWRITE);
 		/* Another writer indexed the same bytes meanwhile: keep theirs; ours become dead bytes. */
 		if (rc && rc != MDB_KEYEXIST)
@@ -526,6 +535,8 @@ int crc_ckpt_commit(struct crc_ckpt *ck, uint64_t *out_id)
 		goto fail;
 	}
 	STORE_FAULT("commit-done");
+	if (ck->schema_raised)
+		st->schema = CRC_STORE_SCHEMA_VERSION;
 	free(enc);
 	/* Committed: the packs are named now, so releasing their locks is safe. */
 	ckpt_free(ck, false);
@@ -579,6 +590,8 @@ int crc_store_blob_put(struct crc_store *st, uint64_t session, const void *data,
 		rc = crc__mdb_err(rc, "committing a blob");
 		goto fail;
 	}
+	if (ck->schema_raised)
+		st->schema = CRC_STORE_SCHEMA_VERSION;
 	ckpt_free(ck, false);
 	*out_hash = hash;
 	return 0;
@@ -592,4 +605,9 @@ fail:
 uint64_t crc_ckpt_new_bytes(const struct crc_ckpt *ck)
 {
 	return ck ? ck->new_bytes : 0;
+}
+
+uint64_t crc_ckpt_stored_bytes(const struct crc_ckpt *ck)
+{
+	return ck ? ck->stored_bytes : 0;
 }

@@ -5,23 +5,27 @@
  *   data.mdb, lock.mdb   the LMDB environment (named databases: meta, sessions, journal, manifests,
  *                        chunks, packs, blobs; see store/store_internal.h)
  *   packs/<16 hex>.pack  pack files: a 32-byte header, then chunks, each a 32-byte header (magic,
- *                        length, XXH3-128 hash) followed by its bytes
+ *                        encoding, stored length, XXH3-128 hash of the uncompressed bytes) followed
+ *                        by its bytes, as they are or compressed (LZ4 or zstd; CRCUDA_STORE_COMPRESS)
  *
  * A checkpoint becomes visible only through the one LMDB transaction that names every chunk it
  * needs; pack files are fsync'd before that transaction. A writer killed at any point leaves the
  * previous checkpoints intact; what it wrote is garbage that crc_store_gc() removes.
  *
  * Every function returns 0 or a negative crcuda error code (crcuda/errno.h). A store handle may be
- * used by one thread at a time (except crc_ckpt_put_chunk_at, one thread per lane, and
- * crc_store_chunks_read), and must not be used across fork(). */
+ * used by one thread at a time (except crc_ckpt_put_chunk_at, one thread per lane, and its chunk
+ * readers, one thread each), and must not be used across fork(). */
 #ifndef CRCUDA_STORE_H
 #define CRCUDA_STORE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* The on-disk format this code reads and writes; crc_store_open() refuses any other. */
-#define CRC_STORE_SCHEMA_VERSION 1
+/* The on-disk formats this code reads and writes; crc_store_open() refuses any other. Version 2 added
+ * compressed chunks; a version 1 store stays version 1 until a commit indexes a compressed chunk
+ * (then an older crcuda refuses it with CRC_ESCHEMA instead of misreading it). New stores are 2. */
+#define CRC_STORE_SCHEMA_VERSION 2
+#define CRC_STORE_SCHEMA_OLDEST	 1
 
 struct crc_store;
 struct crc_ckpt;
@@ -243,8 +247,10 @@ int crc_ckpt_meta_set(struct crc_ckpt *ck, const char *key, const char *value);
 int crc_ckpt_commit(struct crc_ckpt *ck, uint64_t *out_id);
 
 /* Bytes this checkpoint wrote to the store so far: chunks the store already held (an unchanged region,
- * a dedup hit) are not written again and do not count. */
+ * a dedup hit) are not written again and do not count. Uncompressed bytes. */
 uint64_t crc_ckpt_new_bytes(const struct crc_ckpt *ck);
+/* What those new chunks take in the pack files (less than crc_ckpt_new_bytes where they compressed). */
+uint64_t crc_ckpt_stored_bytes(const struct crc_ckpt *ck);
 /* Drops the checkpoint and deletes the pack files it wrote (every lane's). NULL is allowed. */
 void crc_ckpt_abort(struct crc_ckpt *ck);
 
@@ -305,12 +311,22 @@ int crc_store_manifest_list(struct crc_store *st, uint64_t **out_ids, size_t *ou
  * @retval CRC_EINVAL, CRC_ENOTFOUND, CRC_EDB */
 int crc_store_manifest_delete(struct crc_store *st, uint64_t ckpt_id);
 
-/** Reads a chunk and checks its hash.
+/** How a checkpoint's distinct chunks are stored (from the index; reads no chunk).
+ * @param[out] out_bytes their (uncompressed) bytes; a chunk named twice counts once
+ * @param[out] out_stored what they take in the pack files
+ * @param[out] out_compressed how many of them are stored compressed (may be NULL)
+ * @retval CRC_EINVAL, CRC_ENOMEM, CRC_EDB, CRC_ECORRUPT (a damaged index entry)
+ * @retval CRC_ENOTFOUND the manifest names a chunk the index lacks (run verify) */
+int crc_store_manifest_stored(struct crc_store *st, const struct crc_manifest *m, uint64_t *out_bytes,
+			      uint64_t *out_stored, uint64_t *out_compressed);
+
+/** Reads a chunk, decodes it when stored compressed, and checks its hash.
  * @param[out] buf buflen bytes; the chunk must fit
  * @param[out] out_len the chunk's length (also set when CRC_EINVAL says buf is too small)
  * @retval CRC_EINVAL bad arguments, or buflen smaller than the chunk
  * @retval CRC_ENOTFOUND no such chunk in the index
- * @retval CRC_ECORRUPT the bytes read do not hash to the chunk's address
+ * @retval CRC_ECORRUPT the bytes read (decoded) do not hash to the chunk's address, or compressed
+ *         bytes that do not decode to the chunk's length
  * @retval CRC_ETRUNC the pack file ends before the chunk does
  * @retval CRC_EIO, -errno reading the pack file */
 int crc_store_chunk_read(struct crc_store *st, const struct crc_hash *hash, void *buf, size_t buflen,
@@ -318,12 +334,24 @@ int crc_store_chunk_read(struct crc_store *st, const struct crc_hash *hash, void
 
 /* Reads n chunks, chunk i into bufs[i] (at least lens[i] bytes, where *lens[i] on return is its
  * length), each checked against its hash, with up to `threads` threads reading and hashing at once
- * (restore's upload path). Several threads may call it at once on one handle (it only reads the
- * handle), but no other function of the handle meanwhile.
+ * (restore's upload path; the store handle must not be used by another thread meanwhile).
  * @retval CRC_ENOTFOUND, CRC_ECORRUPT, CRC_ETRUNC, CRC_EINVAL (a buffer too small) as
  *         crc_store_chunk_read, for the first chunk that failed */
 int crc_store_chunks_read(struct crc_store *st, const struct crc_hash *hashes, size_t n, void *const *bufs,
 			  size_t *lens, unsigned threads);
+
+/* A chunk reader for one thread, with its own pack file descriptor and decode buffer: several threads
+ * may read chunks of one store at once, each through its own reader (restore's upload), while the
+ * handle does nothing else. */
+struct crc_chunk_reader;
+/* Makes a reader of st (close it before the store). Returns 0, CRC_EINVAL or CRC_ENOMEM. */
+int crc_chunk_reader_open(struct crc_store *st, struct crc_chunk_reader **out);
+/* Reads the chunk of that hash into buf (buflen bytes at least: its length is *out_len), checked
+ * against its hash. Errors as crc_store_chunk_read. */
+int crc_chunk_reader_read(struct crc_chunk_reader *r, const struct crc_hash *hash, void *buf, size_t buflen,
+			  size_t *out_len);
+/* NULL is allowed. */
+void crc_chunk_reader_close(struct crc_chunk_reader *r);
 
 /* One problem crc_store_verify() found. what is a short sentence; id names the object (a chunk hash
  * in hex, a pack file name, "ckpt 3"); err is CRC_ECORRUPT, CRC_ETRUNC or CRC_ENOTFOUND. */
@@ -332,7 +360,8 @@ typedef void (*crc_problem_fn)(void *arg, int err, const char *id, const char *w
 struct crc_verify_report {
 	uint64_t manifests;	/* manifests checked */
 	uint64_t chunks;	/* indexed chunks read and hashed */
-	uint64_t bytes;		/* their bytes */
+	uint64_t bytes;		/* their (uncompressed) bytes */
+	uint64_t stored_bytes;	/* what they take in the pack files */
 	uint64_t packs;		/* pack files checked */
 	uint64_t orphan_packs;	/* pack files no commit names (a killed writer's; gc removes them) */
 	uint64_t problems;	/* corrupt, truncated or missing objects */
@@ -375,7 +404,9 @@ struct crc_store_stat {
 	uint64_t sessions;
 	uint64_t manifests;
 	uint64_t chunks;
-	uint64_t chunk_bytes;
+	uint64_t chunk_bytes;	     /* the chunks' (uncompressed) bytes */
+	uint64_t chunk_stored_bytes; /* what they take in pack files (compressed where it paid) */
+	uint64_t chunks_compressed;
 	uint64_t packs;
 	uint64_t pack_bytes;
 };

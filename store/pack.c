@@ -46,18 +46,37 @@ bool crc__pack_name_parse(const char *name, uint64_t *out)
 	return true;
 }
 
-void crc__chunk_loc_decode(const uint8_t *v, struct chunk_loc *out)
+int crc__chunk_loc_decode(const void *v, size_t size, struct chunk_loc *out)
 {
-	out->pack = get_le64(v);
-	out->offset = get_le64(v + 8);
-	out->length = get_le64(v + 16);
+	const uint8_t *p = v;
+	if (size != CHUNK_LOC_SIZE && size != CHUNK_LOC_SIZE_ENC)
+		return CRC_ECORRUPT;
+	out->pack = get_le64(p);
+	out->offset = get_le64(p + 8);
+	out->length = get_le64(p + 16);
+	out->stored = out->length;
+	out->encoding = CHUNK_ENC_RAW;
+	if (size == CHUNK_LOC_SIZE_ENC) {
+		out->stored = get_le32(p + 24);
+		out->encoding = get_le32(p + 28);
+		/* An encoded chunk is there because it came out smaller. */
+		if (out->encoding == CHUNK_ENC_RAW || out->encoding >= CHUNK_ENC_END || !out->stored ||
+		    out->stored >= out->length)
+			return CRC_ECORRUPT;
+	}
+	return 0;
 }
 
-void crc__chunk_loc_encode(const struct chunk_loc *loc, uint8_t *v)
+size_t crc__chunk_loc_encode(const struct chunk_loc *loc, uint8_t *v)
 {
 	put_le64(v, loc->pack);
 	put_le64(v + 8, loc->offset);
 	put_le64(v + 16, loc->length);
+	if (loc->encoding == CHUNK_ENC_RAW)
+		return CHUNK_LOC_SIZE;
+	put_le32(v + 24, (uint32_t)loc->stored);
+	put_le32(v + 28, loc->encoding);
+	return CHUNK_LOC_SIZE_ENC;
 }
 
 static int write_all(int fd, const void *data, size_t len)
@@ -182,6 +201,9 @@ int crc__pw_append(struct pack_writer *pw, const struct crc_hash *hash, const vo
 			return CRC_ENOMEM;
 		pw->cap = PW_BUF_SIZE;
 	}
+	const size_t length = len;
+	uint32_t encoding =
+	    crc__chunk_encode(pw->st->compress, !pw->st->nosync, data, len, &pw->enc, &data, &len);
 	struct pack_file *pf = pw->nfiles ? &pw->files[pw->nfiles - 1] : NULL;
 	if (!pf || (pf->size > PACK_HEADER_SIZE && pf->size + CHUNK_HEADER_SIZE + len > PACK_TARGET_SIZE)) {
 		/* Sealing here, not at commit, spreads the fsyncs over the checkpoint. */
@@ -191,12 +213,17 @@ int crc__pw_append(struct pack_writer *pw, const struct crc_hash *hash, const vo
 	}
 	uint8_t hdr[CHUNK_HEADER_SIZE] = {0};
 	put_le32(hdr, CHUNK_MAGIC);
+	put_le32(hdr + 4, encoding);
 	put_le64(hdr + 8, len);
 	memcpy(hdr + 16, hash->bytes, 16);
 	if (pw->used + sizeof(hdr) > pw->cap && (rc = pw_flush(pw)))
 		return rc;
 	buf_put(pw, hdr, sizeof(hdr));
-	*out = (struct chunk_loc){.pack = pf->id, .offset = pf->size + CHUNK_HEADER_SIZE, .length = len};
+	*out = (struct chunk_loc){.pack = pf->id,
+				  .offset = pf->size + CHUNK_HEADER_SIZE,
+				  .length = length,
+				  .stored = len,
+				  .encoding = encoding};
 	pf->size += CHUNK_HEADER_SIZE + len;
 
 	if (len >= pw->cap / 2) {
@@ -237,6 +264,7 @@ void crc__pw_release(struct pack_writer *pw, bool discard)
 	}
 	free(pw->files);
 	free(pw->buf);
+	crc__scratch_free(&pw->enc);
 	crc__pw_init(pw, pw->st);
 }
 
@@ -248,19 +276,20 @@ int crc__chunk_locate(struct crc_store *st, MDB_txn *txn, const struct crc_hash 
 		return CRC_ENOTFOUND;
 	if (rc)
 		return crc__mdb_err(rc, "looking up a chunk");
-	if (v.mv_size != CHUNK_LOC_SIZE) {
-		pr_err("chunk index entry of %zu bytes (expected %u)", v.mv_size, CHUNK_LOC_SIZE);
+	if (crc__chunk_loc_decode(v.mv_data, v.mv_size, out)) {
+		pr_err("damaged chunk index entry (%zu bytes; expected %u, or %u for a compressed chunk)",
+		       v.mv_size, CHUNK_LOC_SIZE, CHUNK_LOC_SIZE_ENC);
 		return CRC_ECORRUPT;
 	}
-	crc__chunk_loc_decode(v.mv_data, out);
 	return 0;
 }
 
 #define READ_PIECE (512u << 10) /* hashed while in the CPU's cache (L2 is 1-2 MiB) */
 
-/* Reads and checks one chunk through the pack file descriptor cache *fd / *fd_pack (one per thread). */
+/* Reads and checks one chunk (decoding it when it is stored compressed, through scratch) through the
+ * pack file descriptor cache *fd / *fd_pack (one per thread). */
 static int chunk_read_fd(struct crc_store *st, const struct crc_hash *hash, const struct chunk_loc *loc,
-			 void *buf, int *fd, uint64_t *fd_pack)
+			 void *buf, int *fd, uint64_t *fd_pack, struct chunk_scratch *scratch)
 {
 	char path[PATH_MAX], hex[CRC_HASH_HEX_LEN + 1];
 	crc_hash_to_hex(hash, hex);
@@ -280,55 +309,81 @@ static int chunk_read_fd(struct crc_store *st, const struct crc_hash *hash, cons
 	}
 	/* Start reading the bytes that follow while this chunk is hashed: chunks are mostly read in file
 	 * order, and this overlaps the disk with the hashing. */
-	posix_fadvise(*fd, (off_t)(loc->offset + loc->length), (off_t)loc->length, POSIX_FADV_WILLNEED);
-	/* Read in pieces, each hashed while it is still in the CPU's cache (hashing the whole chunk
-	 * after reading it read it from memory again). */
+	posix_fadvise(*fd, (off_t)(loc->offset + loc->stored), (off_t)loc->stored, POSIX_FADV_WILLNEED);
+	/* A raw chunk is read in pieces, each hashed while it is still in the CPU's cache (hashing the
+	 * whole chunk after reading it read it from memory again); a compressed one once decoded. */
+	bool raw = loc->encoding == CHUNK_ENC_RAW;
+	uint8_t *p = buf;
+	if (!raw) {
+		if (scratch->cap < loc->stored) {
+			free(scratch->buf);
+			scratch->cap = 0;
+			if (!(scratch->buf = malloc(loc->stored)))
+				return CRC_ENOMEM;
+			scratch->cap = loc->stored;
+		}
+		p = scratch->buf;
+	}
 	XXH3_state_t *hs = XXH3_createState();
 	if (!hs)
 		return CRC_ENOMEM;
 	XXH3_128bits_reset(hs);
-	uint8_t *p = buf;
+	int rc = 0;
 	size_t done = 0;
-	while (done < loc->length) {
-		size_t want = loc->length - done < READ_PIECE ? loc->length - done : READ_PIECE;
+	while (done < loc->stored) {
+		size_t want = raw && loc->stored - done > READ_PIECE ? READ_PIECE : loc->stored - done;
 		ssize_t r = pread(*fd, p + done, want, (off_t)(loc->offset + done));
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0) {
-			int rc = -errno;
+			rc = -errno;
 			pr_perror("chunk %s: reading %s", hex, path);
-			XXH3_freeState(hs);
-			return rc;
+			goto out;
 		}
 		if (r == 0) {
 			pr_err("chunk %s: %s ends at byte %" PRIu64 ", inside the chunk (%" PRIu64
 			       "..%" PRIu64 ")",
-			       hex, path, loc->offset + done, loc->offset, loc->offset + loc->length);
-			XXH3_freeState(hs);
-			return CRC_ETRUNC;
+			       hex, path, loc->offset + done, loc->offset, loc->offset + loc->stored);
+			rc = CRC_ETRUNC;
+			goto out;
 		}
-		crc_xxh3_128_update(hs, p + done, (size_t)r);
+		if (raw)
+			crc_xxh3_128_update(hs, p + done, (size_t)r);
 		done += (size_t)r;
+	}
+	if (!raw) {
+		rc = crc__chunk_decode(loc->encoding, p, loc->stored, buf, loc->length, scratch);
+		if (rc == CRC_ECORRUPT)
+			pr_err("chunk %s: the %" PRIu64 " %s-compressed bytes at %s+%" PRIu64
+			       " do not decode to %" PRIu64 " bytes",
+			       hex, loc->stored, crc__encoding_name(loc->encoding), path, loc->offset,
+			       loc->length);
+		if (rc)
+			goto out;
+		crc_xxh3_128_update(hs, buf, loc->length);
 	}
 	struct crc_hash got;
 	XXH128_canonical_t canon;
 	XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(hs));
-	XXH3_freeState(hs);
 	memcpy(got.bytes, canon.digest, sizeof(got.bytes));
 	if (memcmp(got.bytes, hash->bytes, 16)) {
 		char gothex[CRC_HASH_HEX_LEN + 1];
 		crc_hash_to_hex(&got, gothex);
 		pr_err("chunk %s: the %" PRIu64 " bytes at %s+%" PRIu64 " hash to %s", hex, loc->length, path,
 		       loc->offset, gothex);
-		return CRC_ECORRUPT;
+		rc = CRC_ECORRUPT;
 	}
-	return 0;
+out:
+	XXH3_freeState(hs);
+	return rc;
 }
 
 int crc__chunk_read_at(struct crc_store *st, const struct crc_hash *hash, const struct chunk_loc *loc,
 		       void *buf)
 {
-	return chunk_read_fd(st, hash, loc, buf, &st->read_fd, &st->read_pack);
+	if (!st->read_scratch && !(st->read_scratch = calloc(1, sizeof(*st->read_scratch))))
+		return CRC_ENOMEM;
+	return chunk_read_fd(st, hash, loc, buf, &st->read_fd, &st->read_pack, st->read_scratch);
 }
 
 int crc_store_chunk_read(struct crc_store *st, const struct crc_hash *hash, void *buf, size_t buflen,
@@ -352,6 +407,93 @@ int crc_store_chunk_read(struct crc_store *st, const struct crc_hash *hash, void
 	return crc__chunk_read_at(st, hash, &loc, buf);
 }
 
+/* ---- one thread's reader ------------------------------------------------------------------------- */
+struct crc_chunk_reader {
+	struct crc_store *st;
+	int fd;
+	uint64_t pack;
+	struct chunk_scratch scratch;
+};
+
+int crc_chunk_reader_open(struct crc_store *st, struct crc_chunk_reader **out)
+{
+	if (!st || !out)
+		return CRC_EINVAL;
+	struct crc_chunk_reader *r = calloc(1, sizeof(*r));
+	if (!r)
+		return CRC_ENOMEM;
+	r->st = st;
+	r->fd = -1;
+	*out = r;
+	return 0;
+}
+
+int crc_chunk_reader_read(struct crc_chunk_reader *r, const struct crc_hash *hash, void *buf, size_t buflen,
+			  size_t *out_len)
+{
+	if (!r || !hash || (!buf && buflen))
+		return CRC_EINVAL;
+	MDB_txn *txn;
+	struct chunk_loc loc;
+	int rc = mdb_txn_begin(r->st->env, NULL, MDB_RDONLY, &txn);
+	if (rc)
+		return crc__mdb_err(rc, "mdb_txn_begin");
+	rc = crc__chunk_locate(r->st, txn, hash, &loc);
+	mdb_txn_abort(txn);
+	if (rc)
+		return rc;
+	if (out_len)
+		*out_len = loc.length;
+	if (buflen < loc.length)
+		return CRC_EINVAL;
+	return chunk_read_fd(r->st, hash, &loc, buf, &r->fd, &r->pack, &r->scratch);
+}
+
+void crc_chunk_reader_close(struct crc_chunk_reader *r)
+{
+	if (!r)
+		return;
+	if (r->fd >= 0)
+		close(r->fd);
+	crc__scratch_free(&r->scratch);
+	free(r);
+}
+
+int crc_store_manifest_stored(struct crc_store *st, const struct crc_manifest *m, uint64_t *out_bytes,
+			      uint64_t *out_stored, uint64_t *out_compressed)
+{
+	if (!st || !m || !out_bytes || !out_stored)
+		return CRC_EINVAL;
+	struct hset seen = {0};
+	uint64_t bytes = 0, stored = 0, compressed = 0;
+	MDB_txn *txn;
+	int rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn);
+	if (rc)
+		return crc__mdb_err(rc, "mdb_txn_begin");
+	for (uint32_t r = 0; r < m->nregions && !rc; r++)
+		for (uint32_t c = 0; c < m->regions[r].nchunks && !rc; c++) {
+			bool fresh;
+			struct chunk_loc loc;
+			const struct crc_hash *h = &m->regions[r].chunks[c].hash;
+			if (!crc__hset_insert(&seen, h, &fresh))
+				rc = CRC_ENOMEM;
+			else if (fresh && !(rc = crc__chunk_locate(st, txn, h, &loc))) {
+				bytes += loc.length;
+				stored += loc.stored;
+				compressed += loc.encoding != CHUNK_ENC_RAW;
+			}
+		}
+	mdb_txn_abort(txn);
+	crc__hset_free(&seen);
+	if (rc)
+		return rc;
+	*out_bytes = bytes;
+	*out_stored = stored;
+	if (out_compressed)
+		*out_compressed = compressed;
+	return 0;
+}
+
 /* ---- parallel reads ------------------------------------------------------------------------------ */
 struct batch {
 	struct crc_store *st;
@@ -361,6 +503,7 @@ struct batch {
 	size_t n;
 	unsigned threads;
 	atomic_size_t next;
+	atomic_uint next_thread; /* each thread's index, for its scratch */
 	atomic_int rc;
 };
 
@@ -369,9 +512,10 @@ static void *batch_worker(void *arg)
 	struct batch *b = arg;
 	int fd = -1;
 	uint64_t fd_pack = 0;
+	struct chunk_scratch *scratch = &b->st->batch_scratch[atomic_fetch_add(&b->next_thread, 1)];
 
 	for (size_t i; (i = atomic_fetch_add(&b->next, 1)) < b->n && !atomic_load(&b->rc);) {
-		int rc = chunk_read_fd(b->st, &b->hashes[i], &b->locs[i], b->bufs[i], &fd, &fd_pack);
+		int rc = chunk_read_fd(b->st, &b->hashes[i], &b->locs[i], b->bufs[i], &fd, &fd_pack, scratch);
 		int zero = 0;
 
 		if (rc)
@@ -411,10 +555,10 @@ int crc_store_chunks_read(struct crc_store *st, const struct crc_hash *hashes, s
 		return rc;
 	}
 	struct batch b = {.st = st, .hashes = hashes, .locs = locs, .bufs = bufs, .n = n};
-	pthread_t tids[16];
+	pthread_t tids[STORE_READERS_MAX];
 	unsigned started = 0;
-	if (threads > 16)
-		threads = 16;
+	if (threads > STORE_READERS_MAX)
+		threads = STORE_READERS_MAX;
 	/* The calling thread is one of the readers. */
 	for (unsigned t = 1; t < threads && t < n; t++)
 		if (!pthread_create(&tids[started], NULL, batch_worker, &b))

@@ -183,7 +183,10 @@ static int check_owner(struct crc_store *st)
 
 static const char schema_key[] = "schema_version";
 
-/* Checks (or, in a new store, writes) the schema-version record. */
+/* Checks (or, in a new store, writes) the schema-version record. Version 1 stores (before compressed
+ * chunks) are read and written as they are; the first commit that indexes a compressed chunk makes
+ * them version 2 (crc__schema_upgrade), so that an older crcuda refuses them with a clear error
+ * instead of misreading an entry it does not know. */
 static int schema_check(struct crc_store *st, MDB_txn *txn, bool create)
 {
 	MDB_val k = {sizeof(schema_key) - 1, (void *)schema_key}, v;
@@ -192,6 +195,7 @@ static int schema_check(struct crc_store *st, MDB_txn *txn, bool create)
 		uint8_t buf[4];
 		put_le32(buf, CRC_STORE_SCHEMA_VERSION);
 		v = (MDB_val){sizeof(buf), buf};
+		st->schema = CRC_STORE_SCHEMA_VERSION;
 		return crc__mdb_err(mdb_put(txn, st->dbi_meta, &k, &v, 0), "writing the schema version");
 	}
 	if (rc == MDB_NOTFOUND) {
@@ -205,11 +209,26 @@ static int schema_check(struct crc_store *st, MDB_txn *txn, bool create)
 		return CRC_ECORRUPT;
 	}
 	uint32_t found = get_le32(v.mv_data);
-	if (found != CRC_STORE_SCHEMA_VERSION) {
-		pr_err("%s: store schema version %u, but this crcuda reads and writes only version %u",
-		       st->dir, found, CRC_STORE_SCHEMA_VERSION);
+	if (found < CRC_STORE_SCHEMA_OLDEST || found > CRC_STORE_SCHEMA_VERSION) {
+		pr_err("%s: store schema version %u, but this crcuda reads and writes only versions %u to %u",
+		       st->dir, found, CRC_STORE_SCHEMA_OLDEST, CRC_STORE_SCHEMA_VERSION);
 		return CRC_ESCHEMA;
 	}
+	st->schema = found;
+	return 0;
+}
+
+int crc__schema_upgrade(struct crc_store *st, MDB_txn *txn)
+{
+	if (st->schema >= CRC_STORE_SCHEMA_VERSION)
+		return 0;
+	uint8_t buf[4];
+	put_le32(buf, CRC_STORE_SCHEMA_VERSION);
+	MDB_val k = {sizeof(schema_key) - 1, (void *)schema_key}, v = {sizeof(buf), buf};
+	int rc = mdb_put(txn, st->dbi_meta, &k, &v, 0);
+	if (rc)
+		return crc__mdb_err(rc, "writing the schema version");
+	/* st->schema changes only once the transaction commits (the caller's part). */
 	return 0;
 }
 
@@ -253,6 +272,7 @@ int crc_store_open(const char *dir, unsigned flags, struct crc_store **out)
 	st->read_fd = -1;
 	st->dir = strdup(dir);
 	st->nosync = flags & CRC_STORE_NOSYNC;
+	st->compress = crc__compress_policy();
 	if (!st->dir || asprintf(&st->packs_dir, "%s/packs", dir) < 0) {
 		st->packs_dir = NULL;
 		rc = CRC_ENOMEM;
@@ -351,6 +371,10 @@ void crc_store_close(struct crc_store *st)
 		close(st->packs_dir_fd);
 	if (st->read_fd >= 0)
 		close(st->read_fd);
+	crc__scratch_free(st->read_scratch);
+	free(st->read_scratch);
+	for (unsigned i = 0; i < STORE_READERS_MAX; i++)
+		crc__scratch_free(&st->batch_scratch[i]);
 	free(st->packs_dir);
 	free(st->dir);
 	free(st);
@@ -577,9 +601,14 @@ int crc_store_stat(struct crc_store *st, struct crc_store_stat *out)
 	if ((rc = mdb_cursor_open(txn, st->dbi_chunks, &cur)))
 		goto fail;
 	while ((rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) == 0) {
+		struct chunk_loc loc;
 		out->chunks++;
-		if (v.mv_size == CHUNK_LOC_SIZE)
-			out->chunk_bytes += get_le64((uint8_t *)v.mv_data + 16);
+		if (!crc__chunk_loc_decode(v.mv_data, v.mv_size, &loc)) {
+			out->chunk_bytes += loc.length;
+			out->chunk_stored_bytes += loc.stored;
+			if (loc.encoding != CHUNK_ENC_RAW)
+				out->chunks_compressed++;
+		}
 	}
 	mdb_cursor_close(cur);
 	if ((rc = mdb_cursor_open(txn, st->dbi_packs, &cur)))

@@ -267,13 +267,12 @@ static int verify_chunks(struct verify_ctx *c, const struct pack_table *packs)
 			}
 			ents = p;
 		}
-		if (k.mv_size != 16 || v.mv_size != CHUNK_LOC_SIZE) {
-			problem(c, CRC_ECORRUPT, "chunk index", "entry of %zu/%zu bytes", k.mv_size,
+		if (k.mv_size != 16 || crc__chunk_loc_decode(v.mv_data, v.mv_size, &ents[n].loc)) {
+			problem(c, CRC_ECORRUPT, "chunk index", "damaged entry of %zu/%zu bytes", k.mv_size,
 				v.mv_size);
 			continue;
 		}
 		memcpy(ents[n].hash.bytes, k.mv_data, 16);
-		crc__chunk_loc_decode(v.mv_data, &ents[n].loc);
 		n++;
 	}
 	if (rc != MDB_NOTFOUND) {
@@ -290,7 +289,7 @@ static int verify_chunks(struct verify_ctx *c, const struct pack_table *packs)
 		crc_hash_to_hex(&e->hash, hex);
 		const struct pack_rec *p = packs_find(packs, e->loc.pack);
 		if (!p || e->loc.offset < PACK_HEADER_SIZE + CHUNK_HEADER_SIZE ||
-		    e->loc.offset + e->loc.length > p->size || e->loc.length > CRC_CHUNK_MAX) {
+		    e->loc.offset + e->loc.stored > p->size || e->loc.length > CRC_CHUNK_MAX) {
 			problem(c, CRC_ECORRUPT, hex, "index entry points outside any committed pack");
 			err = CRC_ECORRUPT;
 		} else {
@@ -306,11 +305,15 @@ static int verify_chunks(struct verify_ctx *c, const struct pack_table *packs)
 			err = crc__chunk_read_at(c->st, &e->hash, &e->loc, buf);
 			if (err == CRC_ECORRUPT || err == CRC_ETRUNC || err < 0)
 				problem(c, err, hex, "%s (pack %016" PRIx64 ", offset %" PRIu64 ")",
-					err == CRC_ECORRUPT ? "bytes do not match the hash"
-							    : crc_strerror(err),
+					err != CRC_ECORRUPT ? crc_strerror(err)
+					: e->loc.encoding != CHUNK_ENC_RAW
+					    ? "compressed bytes damaged: they do not "
+					      "decode to the chunk's hash"
+					    : "bytes do not match the hash",
 					e->loc.pack, e->loc.offset);
 			c->rep.chunks++;
 			c->rep.bytes += e->loc.length;
+			c->rep.stored_bytes += e->loc.stored;
 		}
 		if (err && !crc__hset_insert(&c->bad, &e->hash, &fresh)) {
 			rc = CRC_ENOMEM;
@@ -456,23 +459,22 @@ int crc_store_gc(struct crc_store *st, struct crc_gc_report *out)
 	while ((rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) == 0) {
 		struct crc_hash h;
 		struct chunk_loc loc = {0};
-		if (k.mv_size != 16 || v.mv_size != CHUNK_LOC_SIZE) {
+		if (k.mv_size != 16 || crc__chunk_loc_decode(v.mv_data, v.mv_size, &loc)) {
 			pr_err("gc: damaged chunk index entry; run verify");
 			rc = CRC_ECORRUPT;
 			goto fail;
 		}
 		memcpy(h.bytes, k.mv_data, 16);
-		crc__chunk_loc_decode(v.mv_data, &loc);
 		struct pack_rec *p = packs_find(&packs, loc.pack);
 		if (crc__hset_find(&live, &h)) {
 			if (p) {
 				p->live_chunks++;
-				p->live_bytes += loc.length;
+				p->live_bytes += loc.stored;
 			}
 			continue;
 		}
 		if (p)
-			p->dead_bytes += loc.length;
+			p->dead_bytes += loc.stored;
 		if ((rc = mdb_cursor_del(cur, 0))) {
 			rc = crc__mdb_err(rc, "gc: removing a chunk");
 			goto fail;

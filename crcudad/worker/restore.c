@@ -457,10 +457,15 @@ static void *up_reader(void *arg)
 	void *buf[2] = {NULL, NULL};
 	CUevent ev[2] = {NULL, NULL};
 	CUstream stream = NULL;
+	struct crc_chunk_reader *rd = NULL;
 	double t0 = crc_now_s();
 	CUresult res = CUDA_SUCCESS;
 	int k = 0;
 
+	if (crc_chunk_reader_open(j->st, &rd)) {
+		up_fail(j, CRC_ENOMEM, "out of memory");
+		return NULL;
+	}
 	/* Threads start with no current context. */
 	if (j->ctx)
 		res = CALL(cuCtxSetCurrent, j->ctx);
@@ -489,7 +494,7 @@ static void *up_reader(void *arg)
 			up_fail(j, CRC_ECUDA, "uploading region %u: CUDA error %d", c->region, res);
 			break;
 		}
-		rc = crc_store_chunks_read(j->st, c->hash, 1, &buf[k], &len, 1);
+		rc = crc_chunk_reader_read(rd, c->hash, buf[k], j->max, &len);
 		if (!rc && len != c->length)
 			rc = CRC_ECORRUPT;
 		if (rc) {
@@ -520,6 +525,7 @@ static void *up_reader(void *arg)
 	}
 	if (stream)
 		CALL(cuStreamDestroy_v2, stream);
+	crc_chunk_reader_close(rd);
 	return NULL;
 }
 

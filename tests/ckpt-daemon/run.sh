@@ -135,13 +135,15 @@ lazy | lazy-corrupt)
 	start_client
 	id=$(checkpoint) || exit 1
 	if [ "$case" = lazy-corrupt ]; then
-		# One byte in the middle of every pack of device memory (not the module image's, which
-		# the replay reads: it would fail the restore itself, cleanly): chunks that no longer
-		# match their hashes.
+		# One byte in the middle of every pack of device memory (not the module image's, a few
+		# KiB, which the replay reads: it would fail the restore itself, cleanly): chunks that no
+		# longer match their hashes. The 14 MiB of device memory compress to some 50 KiB. The byte
+		# is flipped, not set (compressed streams hold runs of 0xff).
 		for f in "$store"/packs/*.pack; do
 			size=$(stat -c %s "$f")
-			[ "$size" -gt 1048576 ] || continue
-			printf '\xff' | dd of="$f" bs=1 seek=$((size / 2)) conv=notrunc status=none
+			[ "$size" -gt 16384 ] || continue
+			byte=$(od -An -tu1 -j $((size / 2)) -N1 "$f")
+			printf "\\$(printf %03o $((byte ^ 0x5a)))" | dd of="$f" bs=1 seek=$((size / 2)) conv=notrunc status=none
 		done
 	fi
 	export CRCUDA_RESTORE_LAZY=1

@@ -48,6 +48,32 @@ awk -v a="$t0" -v b="$t1" -v c="$t2" -v d="$t3" 'BEGIN { printf "INFO torch_cr_t
 grep -E '"device_bytes"|"seconds"' "$tmp/ckpt.json" | tr -d ' \n'
 echo
 
+# The checkpoint's device memory (the model's weights, AdamW's two moments, the allocator's blocks and
+# workspaces) as the store keeps it: distinct bytes against stored bytes under the default policy
+# (CRCUDA_STORE_COMPRESS=auto, durable store: LZ4 where it saves 1/8); then the same chunks imported
+# into stores that force LZ4 and zstd, for the ratio each codec gets on them. INFO only.
+stored_line() { # label store id
+	"$ctl" --json inspect --store "$2" "$3" 2>/dev/null | python3 -c '
+import json, sys
+d = json.load(sys.stdin); u, s = d["unique_bytes"], d["stored_bytes"]
+print("INFO torch_cr_stored_%-18s %.1f MiB stored of %.1f MiB of distinct chunks (ratio %.3f; %d chunks compressed)"
+      % (sys.argv[1], s / 2**20, u / 2**20, s / u if u else 1, d["compressed_chunks"]))' "$1" ||
+		echo "INFO torch_cr_stored_$1 (inspect failed)"
+}
+stored_line auto "$CRCUDA_STORE" "$id"
+if "$ctl" export -o "$tmp/ckpt.crx" "$id" >/dev/null 2>"$tmp/export.err"; then
+	for codec in lz4 zstd; do
+		CRCUDA_STORE_COMPRESS=$codec "$ctl" --json import --store "$tmp/store-$codec" -i "$tmp/ckpt.crx" \
+			>"$tmp/import-$codec.json" 2>"$tmp/import-$codec.err" &&
+			stored_line "$codec" "$tmp/store-$codec" \
+				"$(python3 -c "import json; print(json.load(open('$tmp/import-$codec.json'))['id'])")" ||
+			echo "INFO torch_cr_stored_$codec (import failed: $(tail -1 "$tmp/import-$codec.err"))"
+	done
+	rm -rf "$tmp/ckpt.crx" "$tmp/store-lz4" "$tmp/store-zstd"
+else
+	echo "INFO torch_cr_stored (export failed: $(tail -1 "$tmp/export.err"))"
+fi
+
 # Incremental and background checkpoints every K steps (--leave-running; each after the first copies
 # what changed, and the training runs on while it goes to the store); the last is restored after a
 # kill and must finish with the uninterrupted run's losses.

@@ -1,6 +1,7 @@
 /* Store unit tests; argv[1] names the test (each is its own ctest entry). */
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <fcntl.h>
 #include <lmdb.h>
@@ -318,15 +319,16 @@ struct problems {
 	int n;
 	int err[8];
 	char id[8][64];
+	char what[8][128];
 };
 
 static void collect_problem(void *arg, int err, const char *id, const char *what)
 {
 	struct problems *p = arg;
-	(void)what;
 	if (p->n < 8) {
 		p->err[p->n] = err;
 		snprintf(p->id[p->n], sizeof(p->id[0]), "%s", id);
+		snprintf(p->what[p->n], sizeof(p->what[0]), "%s", what);
 	}
 	p->n++;
 }
@@ -502,7 +504,7 @@ static void test_schema(void)
 	CHECK(f && fread(text, 1, sizeof(text) - 1, f) > 0);
 	fclose(f);
 	CHECK(strstr(text, "schema version 99") != NULL);
-	CHECK(strstr(text, "only version 1") != NULL);
+	CHECK(strstr(text, "only versions 1 to 2") != NULL);
 
 	/* No store at all: a clear CRC_ENOENT, and nothing is created. */
 	char *none;
@@ -1029,8 +1031,374 @@ static void test_lanes_abort(void)
 	free(dir);
 }
 
+/* --- compression --- */
+
+/* The index entry of a chunk (through the store's own lookup). */
+static struct chunk_loc chunk_loc_of(struct crc_store *st, const struct crc_hash *h)
+{
+	MDB_txn *txn;
+	struct chunk_loc loc;
+	CHECK_EQ_INT(mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn), 0);
+	CHECK_OK(crc__chunk_locate(st, txn, h, &loc));
+	mdb_txn_abort(txn);
+	return loc;
+}
+
+/* The schema record as stored. */
+static uint32_t schema_on_disk(struct crc_store *st)
+{
+	MDB_txn *txn;
+	MDB_val k = {14, "schema_version"}, v;
+	CHECK_EQ_INT(mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn), 0);
+	CHECK_EQ_INT(mdb_get(txn, st->dbi_meta, &k, &v), 0);
+	CHECK_EQ_INT(v.mv_size, 4);
+	uint32_t found = get_le32(v.mv_data);
+	mdb_txn_abort(txn);
+	return found;
+}
+
+#define CZ_LEN	  (1u << 20)
+#define CZ_CHUNKS 5
+/* Chunk i of the compression tests: zeros, random, half zeros and half random, a small text-like
+ * one (below the probe's minimum), and float32 weights-like values (incompressible to LZ4). */
+static size_t cz_fill(int i, uint8_t *p)
+{
+	switch (i) {
+	case 0:
+		memset(p, 0, CZ_LEN);
+		return CZ_LEN;
+	case 1:
+		test_fill(p, CZ_LEN, 77);
+		return CZ_LEN;
+	case 2:
+		memset(p, 0, CZ_LEN / 2);
+		test_fill(p + CZ_LEN / 2, CZ_LEN / 2, 78);
+		return CZ_LEN;
+	case 3:
+		for (size_t j = 0; j < 3000; j++)
+			p[j] = (uint8_t)("checkpoint "[j % 11] + (j / 997));
+		return 3000;
+	default: {
+		float *f = (float *)p;
+		uint64_t x = 99;
+		for (size_t j = 0; j < CZ_LEN / 4; j++) {
+			x = x * 6364136223846793005ull + 1442695040888963407ull;
+			f[j] = (float)((int64_t)(x >> 11) - (1ll << 52)) * 1e-17f;
+		}
+		return CZ_LEN;
+	}
+	}
+}
+
+/* Writes the five chunks as one checkpoint (region 0) and checks they read back exactly, one by one
+ * and in a batch; returns the id. */
+static uint64_t cz_write_check_meta(struct crc_store *st, uint64_t session, struct crc_hash *hashes,
+				    uint64_t *new_bytes, const char *images_dir)
+{
+	uint8_t *buf = malloc(CZ_LEN), *back[CZ_CHUNKS];
+	size_t lens[CZ_CHUNKS], total = 0;
+	struct crc_ckpt *ck;
+	uint32_t region;
+	for (int i = 0; i < CZ_CHUNKS; i++)
+		total += cz_fill(i, buf);
+	CHECK_OK(crc_ckpt_begin(st, session, &ck));
+	CHECK_OK(crc_ckpt_region_add(
+	    ck, &(struct crc_region_desc){.kind = CRC_REGION_DEVICE_ALLOC, .size = total}, &region));
+	for (int i = 0; i < CZ_CHUNKS; i++) {
+		size_t len = cz_fill(i, buf);
+		struct crc_hash want;
+		crc_hash_compute(buf, len, &want);
+		CHECK_OK(crc_ckpt_put_chunk(ck, region, buf, len, &hashes[i]));
+		/* The address is the raw bytes' hash, whatever the encoding. */
+		CHECK(!memcmp(want.bytes, hashes[i].bytes, 16));
+	}
+	*new_bytes = crc_ckpt_new_bytes(ck);
+	if (images_dir)
+		CHECK_OK(crc_ckpt_meta_set(ck, "criu.images_dir", images_dir));
+	uint64_t id;
+	CHECK_OK(crc_ckpt_commit(ck, &id));
+	for (int i = 0; i < CZ_CHUNKS; i++) {
+		size_t len = cz_fill(i, buf), got;
+		back[i] = malloc(CZ_LEN);
+		lens[i] = CZ_LEN;
+		CHECK_OK(crc_store_chunk_read(st, &hashes[i], back[i], CZ_LEN, &got));
+		CHECK_EQ_INT(got, len);
+		CHECK(!memcmp(back[i], buf, len));
+		memset(back[i], 0xee, CZ_LEN);
+	}
+	CHECK_OK(crc_store_chunks_read(st, hashes, CZ_CHUNKS, (void *const *)back, lens, 3));
+	for (int i = 0; i < CZ_CHUNKS; i++) {
+		size_t len = cz_fill(i, buf);
+		CHECK_EQ_INT(lens[i], len);
+		CHECK(!memcmp(back[i], buf, len));
+		free(back[i]);
+	}
+	free(buf);
+	return id;
+}
+
+static uint64_t cz_write_check(struct crc_store *st, uint64_t session, struct crc_hash *hashes,
+			       uint64_t *new_bytes)
+{
+	return cz_write_check_meta(st, session, hashes, new_bytes, NULL);
+}
+
+/* Compressible chunks are stored compressed (LZ4 by default, zstd when asked), incompressible ones as
+ * they are; all read back exactly; dedup and the counts go by the raw bytes. */
+static void test_compress(void)
+{
+	char *dir;
+	struct crc_hash h[CZ_CHUNKS];
+	uint64_t session, new_bytes;
+	unsetenv("CRCUDA_STORE_COMPRESS");
+	struct crc_store *st = fresh_store(&dir);
+	CHECK_EQ_INT(schema_on_disk(st), CRC_STORE_SCHEMA_VERSION);
+	CHECK_OK(crc_store_session_create(st, "z", &session));
+	uint64_t id = cz_write_check(st, session, h, &new_bytes);
+	const uint32_t want_enc[CZ_CHUNKS] = {CHUNK_ENC_LZ4, CHUNK_ENC_RAW, CHUNK_ENC_LZ4, CHUNK_ENC_LZ4,
+					      CHUNK_ENC_RAW};
+	uint64_t stored = 0, logical = 0;
+	for (int i = 0; i < CZ_CHUNKS; i++) {
+		struct chunk_loc loc = chunk_loc_of(st, &h[i]);
+		CHECK_EQ_INT(loc.encoding, want_enc[i]);
+		if (loc.encoding == CHUNK_ENC_RAW)
+			CHECK_EQ_INT(loc.stored, loc.length);
+		else
+			CHECK(loc.stored <= loc.length - loc.length / 8);
+		stored += loc.stored;
+		logical += loc.length;
+	}
+	CHECK(chunk_loc_of(st, &h[0]).stored < CZ_LEN / 100);
+	CHECK(chunk_loc_of(st, &h[2]).stored < CZ_LEN * 6 / 10);
+	CHECK_EQ_INT(new_bytes, logical);
+	struct crc_store_stat ss;
+	CHECK_OK(crc_store_stat(st, &ss));
+	CHECK_EQ_INT(ss.chunk_bytes, logical);
+	CHECK_EQ_INT(ss.chunk_stored_bytes, stored);
+	CHECK_EQ_INT(ss.chunks_compressed, 3);
+	struct crc_manifest *m;
+	uint64_t mb, ms, mc;
+	CHECK_OK(crc_store_manifest_get(st, id, &m));
+	CHECK_OK(crc_store_manifest_stored(st, m, &mb, &ms, &mc));
+	CHECK_EQ_INT(mb, logical);
+	CHECK_EQ_INT(ms, stored);
+	CHECK_EQ_INT(mc, 3);
+	crc_manifest_free(m);
+	/* The pack files hold the stored bytes, not the raw ones. */
+	int npacks;
+	CHECK_EQ_INT(packs_on_disk(dir, &npacks), PACK_HEADER_SIZE + CZ_CHUNKS * CHUNK_HEADER_SIZE + stored);
+	struct crc_verify_report rep;
+	CHECK_OK(crc_store_verify(st, NULL, NULL, &rep));
+	CHECK_EQ_INT(rep.chunks, CZ_CHUNKS);
+	CHECK_EQ_INT(rep.bytes, logical);
+	CHECK_EQ_INT(rep.stored_bytes, stored);
+
+	/* The same bytes again, under another policy: every chunk is found by its raw hash, nothing is
+	 * written. */
+	setenv("CRCUDA_STORE_COMPRESS", "off", 1);
+	crc_store_close(st);
+	CHECK_OK(crc_store_open(dir, 0, &st));
+	struct crc_hash h2[CZ_CHUNKS];
+	cz_write_check(st, session, h2, &new_bytes);
+	CHECK_EQ_INT(new_bytes, 0);
+	CHECK(!memcmp(h, h2, sizeof(h)));
+	/* off: a new compressible chunk is stored as is. */
+	uint8_t *buf = calloc(1, CZ_LEN);
+	struct crc_hash hz;
+	buf[5] = 1;
+	CHECK_OK(crc_store_blob_put(st, session, buf, CZ_LEN, &hz));
+	CHECK_EQ_INT(chunk_loc_of(st, &hz).encoding, CHUNK_ENC_RAW);
+	/* zstd: compressed with zstd, read back exactly. */
+	setenv("CRCUDA_STORE_COMPRESS", "zstd", 1);
+	crc_store_close(st);
+	CHECK_OK(crc_store_open(dir, 0, &st));
+	buf[6] = 2;
+	CHECK_OK(crc_store_blob_put(st, session, buf, CZ_LEN, &hz));
+	struct chunk_loc loc = chunk_loc_of(st, &hz);
+	CHECK_EQ_INT(loc.encoding, CHUNK_ENC_ZSTD);
+	CHECK(loc.stored < CZ_LEN / 100);
+	uint8_t *back = malloc(CZ_LEN);
+	size_t got;
+	CHECK_OK(crc_store_chunk_read(st, &hz, back, CZ_LEN, &got));
+	CHECK(got == CZ_LEN && !memcmp(back, buf, CZ_LEN));
+	/* A page-cache store under auto: only chunks that shrink to a quarter are compressed. */
+	unsetenv("CRCUDA_STORE_COMPRESS");
+	crc_store_close(st);
+	CHECK_OK(crc_store_open(dir, CRC_STORE_NOSYNC, &st));
+	struct crc_hash hh;
+	cz_fill(2, buf);
+	buf[0] = 3;
+	CHECK_OK(crc_store_blob_put(st, session, buf, CZ_LEN, &hh));
+	CHECK_EQ_INT(chunk_loc_of(st, &hh).encoding, CHUNK_ENC_RAW);
+	memset(buf, 0, CZ_LEN);
+	buf[0] = 4;
+	CHECK_OK(crc_store_blob_put(st, session, buf, CZ_LEN, &hh));
+	CHECK_EQ_INT(chunk_loc_of(st, &hh).encoding, CHUNK_ENC_LZ4);
+	CHECK_OK(crc_store_verify(st, NULL, NULL, &rep));
+	CHECK_EQ_INT(rep.problems, 0);
+	free(back);
+	free(buf);
+	crc_store_close(st);
+	test_rmrf(dir);
+	free(dir);
+}
+
+/* Damaged compressed bytes: a clear CRC_ECORRUPT on read, batch read and verify, never a crash; a
+ * damaged index entry too. */
+static void test_compress_corrupt(void)
+{
+	char *dir;
+	struct crc_hash h[CZ_CHUNKS];
+	uint64_t session, new_bytes;
+	unsetenv("CRCUDA_STORE_COMPRESS");
+	struct crc_store *st = fresh_store(&dir);
+	CHECK_OK(crc_store_session_create(st, "c", &session));
+	cz_write_check(st, session, h, &new_bytes);
+	struct chunk_loc loc = chunk_loc_of(st, &h[2]);
+	CHECK_EQ_INT(loc.encoding, CHUNK_ENC_LZ4);
+	char path[PATH_MAX];
+	crc__pack_path(st, loc.pack, path, sizeof(path));
+	uint8_t *buf = malloc(CZ_LEN), *stored = malloc(loc.stored);
+	int fd = open(path, O_RDWR);
+	CHECK(fd >= 0);
+	CHECK_EQ_INT(pread(fd, stored, loc.stored, (off_t)loc.offset), (ssize_t)loc.stored);
+	size_t got, len = CZ_LEN;
+	void *bufs[1] = {buf};
+	struct problems p = {0};
+	struct crc_verify_report rep;
+	/* Each damage: the first byte (a token: the stream's structure), one in the middle (literals),
+	 * the last (the final literals), and every byte of the first 64 in turn set to 0xff. */
+	long offs[3 + 64] = {0, (long)loc.stored / 2, (long)loc.stored - 1};
+	for (int i = 0; i < 64; i++)
+		offs[3 + i] = i;
+	for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++) {
+		uint8_t bad = i < 3 ? stored[offs[i]] ^ 0x5a : 0xff;
+		if (bad == stored[offs[i]])
+			continue;
+		CHECK_EQ_INT(pwrite(fd, &bad, 1, (off_t)loc.offset + offs[i]), 1);
+		CHECK_EQ_INT(crc_store_chunk_read(st, &h[2], buf, CZ_LEN, &got), CRC_ECORRUPT);
+		len = CZ_LEN;
+		CHECK_EQ_INT(crc_store_chunks_read(st, &h[2], 1, bufs, &len, 1), CRC_ECORRUPT);
+		CHECK_EQ_INT(pwrite(fd, stored + offs[i], 1, (off_t)loc.offset + offs[i]), 1);
+	}
+	/* verify names the chunk and says it is the compressed bytes. */
+	uint8_t bad = stored[loc.stored / 2] ^ 0x5a;
+	CHECK_EQ_INT(pwrite(fd, &bad, 1, (off_t)loc.offset + loc.stored / 2), 1);
+	CHECK_EQ_INT(crc_store_verify(st, collect_problem, &p, &rep), CRC_ECORRUPT);
+	CHECK_EQ_INT(p.n, 1);
+	CHECK_EQ_INT(p.err[0], CRC_ECORRUPT);
+	char hex[CRC_HASH_HEX_LEN + 1];
+	crc_hash_to_hex(&h[2], hex);
+	CHECK_EQ_STR(p.id[0], hex);
+	CHECK(strstr(p.what[0], "compressed") != NULL);
+	CHECK_EQ_INT(rep.bad_manifests, 1);
+	/* Put back: the store is whole again, so the check really is over those bytes. */
+	CHECK_EQ_INT(pwrite(fd, stored + loc.stored / 2, 1, (off_t)loc.offset + loc.stored / 2), 1);
+	CHECK_OK(crc_store_verify(st, NULL, NULL, &rep));
+	close(fd);
+
+	/* An index entry naming an unknown encoding, or a stored length not below the length. */
+	MDB_txn *txn;
+	MDB_val k = {16, h[0].bytes}, v;
+	uint8_t ent[CHUNK_LOC_SIZE_ENC];
+	struct chunk_loc l0 = chunk_loc_of(st, &h[0]);
+	const struct {
+		uint32_t stored, encoding;
+	} bad_ents[] = {{(uint32_t)l0.stored, 7}, {CZ_LEN, CHUNK_ENC_LZ4}, {0, CHUNK_ENC_LZ4}};
+	for (size_t i = 0; i < sizeof(bad_ents) / sizeof(bad_ents[0]); i++) {
+		struct chunk_loc l = l0;
+		l.stored = bad_ents[i].stored;
+		l.encoding = bad_ents[i].encoding;
+		v = (MDB_val){crc__chunk_loc_encode(&l, ent), ent};
+		CHECK_EQ_INT(v.mv_size, CHUNK_LOC_SIZE_ENC);
+		CHECK_EQ_INT(mdb_txn_begin(st->env, NULL, 0, &txn), 0);
+		CHECK_EQ_INT(mdb_put(txn, st->dbi_chunks, &k, &v, 0), 0);
+		CHECK_EQ_INT(mdb_txn_commit(txn), 0);
+		CHECK_EQ_INT(crc_store_chunk_read(st, &h[0], buf, CZ_LEN, &got), CRC_ECORRUPT);
+		memset(&p, 0, sizeof(p));
+		CHECK_EQ_INT(crc_store_verify(st, collect_problem, &p, &rep), CRC_ECORRUPT);
+	}
+	/* A stored length that is wrong but plausible: the stream does not decode to the length. */
+	struct chunk_loc l = l0;
+	l.stored = l0.stored - 1;
+	v = (MDB_val){crc__chunk_loc_encode(&l, ent), ent};
+	CHECK_EQ_INT(mdb_txn_begin(st->env, NULL, 0, &txn), 0);
+	CHECK_EQ_INT(mdb_put(txn, st->dbi_chunks, &k, &v, 0), 0);
+	CHECK_EQ_INT(mdb_txn_commit(txn), 0);
+	CHECK_EQ_INT(crc_store_chunk_read(st, &h[0], buf, CZ_LEN, &got), CRC_ECORRUPT);
+	free(stored);
+	free(buf);
+	crc_store_close(st);
+	test_rmrf(dir);
+	free(dir);
+}
+
+/* A version 1 store (before compression) opens; it stays version 1 while only raw chunks are written,
+ * and becomes version 2 with its first compressed chunk. */
+static void test_schema_v1(void)
+{
+	char *dir;
+	struct crc_store *st = fresh_store(&dir);
+	uint64_t session;
+	CHECK_OK(crc_store_session_create(st, "v1", &session));
+	uint8_t *buf = malloc(CZ_LEN);
+	struct crc_hash raw, z;
+	test_fill(buf, CZ_LEN, 5);
+	CHECK_OK(crc_store_blob_put(st, session, buf, CZ_LEN, &raw));
+	crc_store_close(st);
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	CHECK_EQ_INT(mdb_env_create(&env), 0);
+	CHECK_EQ_INT(mdb_env_set_maxdbs(env, 8), 0);
+	CHECK_EQ_INT(mdb_env_open(env, dir, 0, 0644), 0);
+	CHECK_EQ_INT(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	CHECK_EQ_INT(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
+	uint8_t v1[4] = {1, 0, 0, 0};
+	MDB_val k = {14, "schema_version"}, v = {4, v1};
+	CHECK_EQ_INT(mdb_put(txn, dbi, &k, &v, 0), 0);
+	CHECK_EQ_INT(mdb_txn_commit(txn), 0);
+	mdb_env_close(env);
+
+	unsetenv("CRCUDA_STORE_COMPRESS");
+	CHECK_OK(crc_store_open(dir, 0, &st));
+	CHECK_EQ_INT(schema_on_disk(st), 1);
+	size_t got;
+	uint8_t *back = malloc(CZ_LEN);
+	CHECK_OK(crc_store_chunk_read(st, &raw, back, CZ_LEN, &got));
+	CHECK(!memcmp(back, buf, CZ_LEN));
+	test_fill(buf, CZ_LEN, 6);
+	CHECK_OK(crc_store_blob_put(st, session, buf, CZ_LEN, &raw));
+	CHECK_EQ_INT(schema_on_disk(st), 1);
+	memset(buf, 0, CZ_LEN);
+	CHECK_OK(crc_store_blob_put(st, session, buf, CZ_LEN, &z));
+	CHECK_EQ_INT(chunk_loc_of(st, &z).encoding, CHUNK_ENC_LZ4);
+	CHECK_EQ_INT(schema_on_disk(st), 2);
+	crc_store_close(st);
+	CHECK_OK(crc_store_open(dir, 0, &st));
+	CHECK_OK(crc_store_chunk_read(st, &z, back, CZ_LEN, &got));
+	CHECK(got == CZ_LEN && !memcmp(back, buf, CZ_LEN));
+	free(back);
+	free(buf);
+	crc_store_close(st);
+	test_rmrf(dir);
+	free(dir);
+}
+
 int main(int argc, char **argv)
 {
+	/* test_export_compress.sh's store: "write_compressible STORE IMAGES_DIR" writes the compression
+	 * tests' checkpoint (checked as it is written) naming IMAGES_DIR as its CRIU images. */
+	if (argc == 4 && !strcmp(argv[1], "write_compressible")) {
+		struct crc_store *st;
+		struct crc_hash h[CZ_CHUNKS];
+		uint64_t session, new_bytes;
+		CHECK_OK(crc_store_open(argv[2], CRC_STORE_CREATE, &st));
+		CHECK_OK(crc_store_session_create(st, "export", &session));
+		printf("%" PRIu64 "\n", cz_write_check_meta(st, session, h, &new_bytes, argv[3]));
+		crc_store_close(st);
+		return 0;
+	}
 	static const struct {
 		const char *name;
 		void (*fn)(void);
@@ -1047,6 +1415,9 @@ int main(int argc, char **argv)
 	    {"lanes_manifest", test_lanes_manifest},
 	    {"lanes_dedup", test_lanes_dedup},
 	    {"lanes_abort", test_lanes_abort},
+	    {"compress", test_compress},
+	    {"compress_corrupt", test_compress_corrupt},
+	    {"schema_v1", test_schema_v1},
 	};
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
 		if (argc > 1 && strcmp(argv[1], tests[i].name))
