@@ -67,6 +67,7 @@ static void ckpt_usage(FILE *f)
 		"      --remote HOST:PORT the program's remote crcudad (its session is TCP); it writes the\n"
 		"                       device memory into the store itself: it must see the same path\n"
 		"      --token-file FILE  its token (else $CRCUDA_TOKEN or $CRCUDA_TOKEN_FILE, else the\n"
+		"      --insecure         plaintext TCP to a daemon started with --insecure (else TLS)\n"
 		"                       program's own)\n"
 		"      --timeout SEC    give up (and resume the program) after SEC seconds (default %d)\n"
 		"      --json           machine-readable result on stdout\n"
@@ -196,6 +197,8 @@ static int task_remote(pid_t pid, const char *token_file, char *addr, size_t len
 			tok = p + 13;
 		else if (!strncmp(p, "CRCUDA_TOKEN_FILE=", 18))
 			tokfile = p + 18;
+		else if (!strncmp(p, "CRCUDA_INSECURE=", 16) && !getenv("CRCUDA_INSECURE"))
+			setenv("CRCUDA_INSECURE", p + 16, 1); /* plaintext to the daemon, as the program is */
 	}
 	if (!remote || !*remote)
 		return 1;
@@ -348,7 +351,15 @@ static uint64_t wait_background_commit(const char *daemon, const char *token, pi
 
 int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 {
-	enum { OPT_DAEMON = 256, OPT_REMOTE, OPT_TOKEN, OPT_TIMEOUT, OPT_JSON, OPT_NO_BACKGROUND };
+	enum {
+		OPT_DAEMON = 256,
+		OPT_REMOTE,
+		OPT_TOKEN,
+		OPT_INSECURE,
+		OPT_TIMEOUT,
+		OPT_JSON,
+		OPT_NO_BACKGROUND
+	};
 	static const struct option longopts[] = {
 	    {"leave-running", no_argument, NULL, 'R'},
 	    {"no-background", no_argument, NULL, OPT_NO_BACKGROUND},
@@ -356,6 +367,7 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	    {"daemon", required_argument, NULL, OPT_DAEMON},
 	    {"remote", required_argument, NULL, OPT_REMOTE},
 	    {"token-file", required_argument, NULL, OPT_TOKEN},
+	    {"insecure", no_argument, NULL, OPT_INSECURE},
 	    {"timeout", required_argument, NULL, OPT_TIMEOUT},
 	    {"json", no_argument, NULL, OPT_JSON},
 	    {"help", no_argument, NULL, 'h'},
@@ -390,6 +402,10 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 			break;
 		case OPT_REMOTE:
 			remote_arg = optarg;
+			break;
+		case OPT_INSECURE:
+			/* Plaintext TCP, for this and for what it starts (the program, CRIU's plugin). */
+			setenv("CRCUDA_INSECURE", "1", 1);
 			break;
 		case OPT_TOKEN:
 			token_file = optarg;

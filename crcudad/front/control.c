@@ -150,7 +150,11 @@ static bool restore(struct control *c, const struct crc_msg_hdr *h, const uint8_
 	}
 	memcpy(req, h, sizeof(*h));
 	memcpy(req + sizeof(*h), p, len);
-	rc = crc_worker_hand(w, &m, c->fd, req, sizeof(*h) + len);
+	rc = crc_front_handoff(c->fd, &m, h);
+	if (rc)
+		close(c->fd);
+	else
+		rc = crc_worker_hand(w, &m, c->fd, req, sizeof(*h) + len);
 	free(req);
 	crc_worker_put(w);
 	if (rc)
