@@ -44,7 +44,7 @@
 
 /* TLS 1.3 only; PSK with an ephemeral ECDH share (forward secrecy), AES-GCM first (AES-NI). */
 #define PRIORITY                                                                                             \
-	"NORMAL:-VERS-ALL:+VERS-TLS1.3:-KX-ALL:+ECDHE-PSK:+DHE-PSK:-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:"  \
+	"NORMAL:-VERS-ALL:+VERS-TLS1.3:-KX-ALL:+ECDHE-PSK:+DHE-PSK:-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:"   \
 	"+CHACHA20-POLY1305"
 
 static struct {
@@ -132,8 +132,8 @@ static void load(void)
 	for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
 		*syms[i].slot = dlsym(h, syms[i].name);
 		if (!*syms[i].slot) {
-			snprintf(load_error, sizeof(load_error), "GnuTLS has no %s: too old (3.6 or later is needed)",
-				 syms[i].name);
+			snprintf(load_error, sizeof(load_error),
+				 "GnuTLS has no %s: too old (3.6 or later is needed)", syms[i].name);
 			return;
 		}
 	}
@@ -168,7 +168,16 @@ struct conn {
 	char identity[32];
 	uint8_t first[4]; /* the peer's first bytes: a plaintext daemon's answer tells itself by them */
 	size_t nfirst;
+	/* GnuTLS writes and reads a record (16 KiB at most) per system call, and reads a record's header
+	 * and body apart: on loopback that costs more than the encryption. Records of one message are
+	 * gathered into one send (wbuf, while crc_tls_write_all runs), and the socket is read ahead
+	 * (rbuf). Reading ahead is safe where a connection changes hands: its protocol is lock-step
+	 * there (nothing follows the last record the old owner reads until the new owners' handshake). */
+	uint8_t *wbuf, *rbuf;
+	size_t wlen, rpos, rlen;
+	bool gather;
 };
+#define IO_BUF (256u << 10)
 
 #define MAX_CONNS 64
 static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -193,6 +202,8 @@ static void conn_free(struct conn *c)
 			G.psk_free_client_credentials(c->cred);
 	}
 	memset(c->key, 0, sizeof(c->key));
+	free(c->wbuf);
+	free(c->rbuf);
 	free(c);
 }
 
@@ -253,6 +264,9 @@ void crc_tls_drop(int fd)
 			break;
 		}
 	pthread_mutex_unlock(&conns_lock);
+	if (c && c->rpos < c->rlen)
+		pr_warn("%zu bytes read ahead on a TLS connection were not read before it changed hands",
+			c->rlen - c->rpos);
 	if (c)
 		conn_free(c);
 }
@@ -280,7 +294,7 @@ bool crc_tls_pending(int fd)
 {
 	struct conn *c = lookup(fd);
 
-	return c && G.record_check_pending(c->s) > 0;
+	return c && (c->rpos < c->rlen || G.record_check_pending(c->s) > 0);
 }
 
 const char *crc_tls_cipher(int fd)
@@ -301,10 +315,49 @@ int crc_tls_random(void *buf, size_t len)
 }
 
 /* ---- transport: the socket, with MSG_NOSIGNAL, noting the peer's first bytes ------------------- */
+static int send_all(int fd, const uint8_t *p, size_t len)
+{
+	while (len) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return errno;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* The gathered records go: 0 or an errno. */
+static int flush(struct conn *c)
+{
+	int err = c->wlen ? send_all(c->fd, c->wbuf, c->wlen) : 0;
+
+	c->wlen = 0;
+	return err;
+}
+
 static ssize_t push(gnutls_transport_ptr_t p, const void *buf, size_t len)
 {
 	struct conn *c = p;
-	ssize_t n = send(c->fd, buf, len, MSG_NOSIGNAL);
+	ssize_t n;
+
+	if (c->gather && c->wbuf && len <= IO_BUF) {
+		if (c->wlen + len > IO_BUF) {
+			int err = flush(c);
+
+			if (err) {
+				G.transport_set_errno(c->s, err);
+				return -1;
+			}
+		}
+		memcpy(c->wbuf + c->wlen, buf, len);
+		c->wlen += len;
+		return (ssize_t)len;
+	}
+	n = send(c->fd, buf, len, MSG_NOSIGNAL);
 	if (n < 0)
 		G.transport_set_errno(c->s, errno);
 	return n;
@@ -313,10 +366,27 @@ static ssize_t push(gnutls_transport_ptr_t p, const void *buf, size_t len)
 static ssize_t pull(gnutls_transport_ptr_t p, void *buf, size_t len)
 {
 	struct conn *c = p;
-	ssize_t n = recv(c->fd, buf, len, 0);
+	ssize_t n;
 
-	if (n < 0)
-		G.transport_set_errno(c->s, errno);
+	if (c->rpos == c->rlen && c->rbuf) {
+		n = recv(c->fd, c->rbuf, IO_BUF, 0);
+		if (n <= 0) {
+			if (n < 0)
+				G.transport_set_errno(c->s, errno);
+			return n;
+		}
+		c->rpos = 0;
+		c->rlen = (size_t)n;
+	}
+	if (c->rpos < c->rlen) {
+		n = (ssize_t)(len < c->rlen - c->rpos ? len : c->rlen - c->rpos);
+		memcpy(buf, c->rbuf + c->rpos, (size_t)n);
+		c->rpos += (size_t)n;
+	} else {
+		n = recv(c->fd, buf, len, 0);
+		if (n < 0)
+			G.transport_set_errno(c->s, errno);
+	}
 	for (ssize_t i = 0; i < n && c->nfirst < sizeof(c->first); i++)
 		c->first[c->nfirst++] = ((uint8_t *)buf)[i];
 	return n;
@@ -367,7 +437,8 @@ static int handshake_error(struct conn *c, int ret, char *why, size_t why_len)
 
 		if (a == GNUTLS_A_DECRYPT_ERROR || a == GNUTLS_A_UNKNOWN_PSK_IDENTITY ||
 		    a == GNUTLS_A_BAD_RECORD_MAC) {
-			snprintf(why, why_len, "the peer refused our key (%s): wrong token?", name ? name : "?");
+			snprintf(why, why_len, "the peer refused our key (%s): wrong token?",
+				 name ? name : "?");
 			return CRC_EAUTH;
 		}
 		snprintf(why, why_len, "TLS alert from the peer: %s", name ? name : "?");
@@ -415,6 +486,8 @@ static int handshake(int fd, bool server, const char *identity, const void *key,
 	c->fd = fd;
 	c->ino = ino_of(fd);
 	c->server = server;
+	c->wbuf = malloc(IO_BUF);
+	c->rbuf = malloc(IO_BUF);
 	memcpy(c->key, key, key_len);
 	c->key_len = key_len;
 	snprintf(c->identity, sizeof(c->identity), "%s", identity);
@@ -476,14 +549,14 @@ static int handshake(int fd, bool server, const char *identity, const void *key,
 	return rc;
 }
 
-int crc_tls_client(int fd, const char *identity, const void *key, size_t key_len, int timeout_ms,
-		   char *why, size_t why_len)
+int crc_tls_client(int fd, const char *identity, const void *key, size_t key_len, int timeout_ms, char *why,
+		   size_t why_len)
 {
 	return handshake(fd, false, identity, key, key_len, timeout_ms, why, why_len);
 }
 
-int crc_tls_server(int fd, const char *identity, const void *key, size_t key_len, int timeout_ms,
-		   char *why, size_t why_len)
+int crc_tls_server(int fd, const char *identity, const void *key, size_t key_len, int timeout_ms, char *why,
+		   size_t why_len)
 {
 	return handshake(fd, true, identity, key, key_len, timeout_ms, why, why_len);
 }
@@ -512,6 +585,7 @@ int crc_tls_write_all(int fd, const void *buf, size_t len, int *rc)
 	if (!c)
 		return 0;
 	*rc = 0;
+	c->gather = true;
 	while (len) {
 		ssize_t n = G.record_send(c->s, p, len);
 
@@ -524,6 +598,9 @@ int crc_tls_write_all(int fd, const void *buf, size_t len, int *rc)
 		p += n;
 		len -= (size_t)n;
 	}
+	c->gather = false;
+	if (flush(c) && !*rc)
+		*rc = CRC_EDAEMON;
 	return 1;
 }
 

@@ -274,6 +274,7 @@ static CUresult lost(int rc)
 
 /* ---- quiesce: the call gate, parking, rebinding (see struct crc_session_ctl in crcuda/proto.h) ---- */
 static int park_tcp(void);
+static int tcp_notices(void);
 
 static void chan_unlock(void)
 {
@@ -282,6 +283,11 @@ static void chan_unlock(void)
 
 	if (ctl)
 		atomic_store_explicit(&ctl->client_busy, 0, memory_order_release);
+	/* Over TLS, a notice that came right after the reply may have been read with it (the socket is
+	 * read ahead): poll cannot show it to the watcher, so it is taken now. */
+	else if (crc_client.tcp && crc_client.state == 1 && crc_tls_pending(crc_client.chan.fd) &&
+		 (rc = tcp_notices()))
+		lost(rc);
 	/* A quiesce request read while this call waited for its reply: the call is complete, park. */
 	else if (crc_client.quiesce_pending && (rc = park_tcp()))
 		lost(rc);
@@ -613,7 +619,7 @@ static int park_tcp(void)
 		const struct crc_msg_hdr *m;
 		int memfd = -1, nfds = 0;
 
-		if (poll(&pf, 1, 100) <= 0)
+		if (!(!ack.detach && crc_tls_pending(fd)) && poll(&pf, 1, 100) <= 0)
 			continue;
 		if (!ack.detach) {
 			rc = crc_chan_next(&crc_client.chan, 0, &m);
@@ -722,7 +728,7 @@ static void *watch(void *arg)
 			pthread_mutex_unlock(&crc_client.lock);
 			return NULL;
 		}
-		if (poll(&pf, 1, 1000) <= 0)
+		if (poll(&pf, 1, 1000) <= 0 && !crc_tls_pending(fd))
 			continue;
 		if (__atomic_load_n(&crc_client.tcp, __ATOMIC_RELAXED))
 			watch_tcp();

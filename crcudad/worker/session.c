@@ -1027,6 +1027,8 @@ static void *session_main(void *arg)
 				(unsigned long long)s->id, why);
 			goto end;
 		}
+		pr_info("session %llu: TLS with the restored client (%s)", (unsigned long long)s->id,
+			crc_tls_cipher(s->fd));
 	}
 	for (;;) {
 		bool pending;

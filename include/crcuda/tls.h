@@ -15,9 +15,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define CRC_TLS_KEY_LEN	    32
-#define CRC_TLS_ID_TOKEN    "crcuda-token"
-#define CRC_TLS_ID_HANDOFF  "crcuda-handoff"
+#define CRC_TLS_KEY_LEN	      32
+#define CRC_TLS_ID_TOKEN      "crcuda-token"
+#define CRC_TLS_ID_HANDOFF    "crcuda-handoff"
 #define CRC_TLS_AUTH_DELAY_MS 2000 /* what a wrong token costs its peer at the daemon */
 
 /* False when this process was told to use plaintext TCP: CRCUDA_INSECURE set (not "" or "0"). */
@@ -28,10 +28,10 @@ bool crc_tls_wanted(void);
  * CRC_EAUTH (the peer has another key: a wrong token), CRC_ETLS (the peer speaks plaintext: one side
  * has --insecure), CRC_ETIMEDOUT, CRC_EDAEMON (the peer went away), CRC_ENOTSUP (no GnuTLS here),
  * CRC_EPROTO; why says it in words. */
-int crc_tls_client(int fd, const char *identity, const void *key, size_t key_len, int timeout_ms,
-		   char *why, size_t why_len);
-int crc_tls_server(int fd, const char *identity, const void *key, size_t key_len, int timeout_ms,
-		   char *why, size_t why_len);
+int crc_tls_client(int fd, const char *identity, const void *key, size_t key_len, int timeout_ms, char *why,
+		   size_t why_len);
+int crc_tls_server(int fd, const char *identity, const void *key, size_t key_len, int timeout_ms, char *why,
+		   size_t why_len);
 
 /* Forgets fd's session (no close_notify: the connection goes on under another owner, or ends). */
 void crc_tls_drop(int fd);

@@ -482,6 +482,11 @@ tcp)
 	pid=$(restore "$id" "${remote[@]}")
 	[ "$pid" = "$app" ] || fail "restored pid '$pid', checkpointed $app"
 	finish "$pid" "restored over TCP (--remote, same daemon)"
+	# Every session, and the restored one, over TLS (its own handshake after the restore).
+	grep -q "session [0-9]*: TLS with the restored client" "$tmp/r.log" ||
+		fail "the restored client made no TLS session: $(grep -i tls "$tmp/r.log")"
+	grep "session [0-9]*: pid [0-9]* uid [0-9]* -> worker" "$tmp/r.log" | grep -qv "(TLS)" &&
+		fail "a session without TLS: $(grep -- "-> worker" "$tmp/r.log")"
 	# The same checkpoint onto a local daemon, over unix (the remote daemon's backend is not known
 	# here: say it).
 	pid=$(restore "$id" --backend sim)
