@@ -91,7 +91,7 @@ int crc_ctl_open(const char *daemon, const char *token, struct crc_ctl **out)
 	if (tcp) {
 		char why[256];
 
-		rc = crc_tls_connect(c->fd, hello.token, hello.token_len, why, sizeof(why));
+		rc = crc_tls_connect(c->fd, daemon, hello.token, hello.token_len, why, sizeof(why));
 		if (rc) {
 			pr_err("no control connection to crcudad at %s: %s (%s)", daemon, crc_strerror(rc),
 			       why);

@@ -43,6 +43,7 @@
 #endif
 
 /* TLS 1.3 only; PSK with an ephemeral ECDH share (forward secrecy), AES-GCM first (AES-NI). */
+#define PRIORITY_X509 "NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:+CHACHA20-POLY1305"
 #define PRIORITY                                                                                             \
 	"NORMAL:-VERS-ALL:+VERS-TLS1.3:-KX-ALL:+ECDHE-PSK:+DHE-PSK:-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:"   \
 	"+CHACHA20-POLY1305"
@@ -78,6 +79,14 @@ static struct {
 	gnutls_cipher_algorithm_t (*cipher_get)(gnutls_session_t);
 	const char *(*cipher_get_name)(gnutls_cipher_algorithm_t);
 	int (*rnd)(gnutls_rnd_level_t, void *, size_t);
+	int (*certificate_allocate_credentials)(gnutls_certificate_credentials_t *);
+	void (*certificate_free_credentials)(gnutls_certificate_credentials_t);
+	int (*certificate_set_x509_key_file)(gnutls_certificate_credentials_t, const char *, const char *,
+					     gnutls_x509_crt_fmt_t);
+	int (*certificate_set_x509_trust_file)(gnutls_certificate_credentials_t, const char *,
+					       gnutls_x509_crt_fmt_t);
+	void (*certificate_server_set_request)(gnutls_session_t, gnutls_certificate_request_t);
+	void (*session_set_verify_cert)(gnutls_session_t, const char *, unsigned);
 	gnutls_alloc_function *malloc;
 } G;
 
@@ -120,6 +129,12 @@ static void load(void)
 	    SYM(cipher_get),
 	    SYM(cipher_get_name),
 	    SYM(rnd),
+	    SYM(certificate_allocate_credentials),
+	    SYM(certificate_free_credentials),
+	    SYM(certificate_set_x509_key_file),
+	    SYM(certificate_set_x509_trust_file),
+	    SYM(certificate_server_set_request),
+	    SYM(session_set_verify_cert),
 	    SYM(malloc),
 #undef SYM
 	};
@@ -160,6 +175,7 @@ bool crc_tls_wanted(void)
 struct conn {
 	gnutls_session_t s;
 	bool server;
+	bool x509; /* cred: certificates, else a pre-shared key */
 	void *cred;
 	int fd;
 	ino_t ino; /* the socket's: a descriptor number reused for another socket is not this one */
@@ -195,7 +211,9 @@ static void conn_free(struct conn *c)
 {
 	if (c->s)
 		G.deinit(c->s);
-	if (c->cred) {
+	if (c->cred && c->x509)
+		G.certificate_free_credentials(c->cred);
+	else if (c->cred) {
 		if (c->server)
 			G.psk_free_server_credentials(c->cred);
 		else
@@ -436,7 +454,10 @@ static int handshake_error(struct conn *c, int ret, char *why, size_t why_len)
 		const char *name = G.alert_get_name(a);
 
 		if (a == GNUTLS_A_DECRYPT_ERROR || a == GNUTLS_A_UNKNOWN_PSK_IDENTITY ||
-		    a == GNUTLS_A_BAD_RECORD_MAC) {
+		    a == GNUTLS_A_BAD_RECORD_MAC || a == GNUTLS_A_BAD_CERTIFICATE ||
+		    a == GNUTLS_A_UNKNOWN_CA || a == GNUTLS_A_CERTIFICATE_UNKNOWN ||
+		    a == GNUTLS_A_CERTIFICATE_REQUIRED || a == GNUTLS_A_HANDSHAKE_FAILURE ||
+		    a == GNUTLS_A_INSUFFICIENT_SECURITY) {
 			snprintf(why, why_len, "the peer refused our key (%s): wrong token?",
 				 name ? name : "?");
 			return CRC_EAUTH;
@@ -444,9 +465,24 @@ static int handshake_error(struct conn *c, int ret, char *why, size_t why_len)
 		snprintf(why, why_len, "TLS alert from the peer: %s", name ? name : "?");
 		return CRC_EPROTO;
 	}
+	case GNUTLS_E_CERTIFICATE_VERIFICATION_ERROR:
+	case GNUTLS_E_CERTIFICATE_ERROR:
+	case GNUTLS_E_NO_CERTIFICATE_FOUND:
+	case GNUTLS_E_CERTIFICATE_REQUIRED:
+		snprintf(why, why_len,
+			 "the peer's certificate is not one the CA file trusts (or has another name): %s",
+			 G.strerror(ret));
+		return CRC_EAUTH;
+	case GNUTLS_E_INSUFFICIENT_CREDENTIALS:
+	case GNUTLS_E_NO_CIPHER_SUITES:
+	case GNUTLS_E_UNKNOWN_CIPHER_SUITE:
+	case GNUTLS_E_NO_COMMON_KEY_SHARE:
+		snprintf(why, why_len,
+			 "no common credentials (certificates on one side, the token on the other?): %s",
+			 G.strerror(ret));
+		return CRC_EAUTH;
 	case GNUTLS_E_DECRYPTION_FAILED:
 	case GNUTLS_E_ERROR_IN_FINISHED_PACKET:
-	case GNUTLS_E_INSUFFICIENT_CREDENTIALS:
 	case GNUTLS_E_KEYFILE_ERROR:
 	case GNUTLS_E_RECEIVED_ILLEGAL_PARAMETER:
 		snprintf(why, why_len, "the peer's key is not ours (wrong token): %s", G.strerror(ret));
@@ -457,8 +493,13 @@ static int handshake_error(struct conn *c, int ret, char *why, size_t why_len)
 	}
 }
 
+/* Certificate files of one side (and the name the peer's certificate must have, for a client). */
+struct x509 {
+	const char *cert, *key, *ca, *peer_name;
+};
+
 static int handshake(int fd, bool server, const char *identity, const void *key, size_t key_len,
-		     int timeout_ms, char *why, size_t why_len)
+		     const struct x509 *x, int timeout_ms, char *why, size_t why_len)
 {
 	char dummy[8];
 	struct conn *c;
@@ -471,10 +512,11 @@ static int handshake(int fd, bool server, const char *identity, const void *key,
 		why = dummy;
 		why_len = sizeof(dummy);
 	}
+	why[0] = 0;
 	rc = loaded(why, why_len);
 	if (rc)
 		return rc;
-	if (!key_len || key_len > sizeof(c->key) || strlen(identity) >= sizeof(c->identity)) {
+	if (!x && (!key_len || key_len > sizeof(c->key) || strlen(identity) >= sizeof(c->identity))) {
 		snprintf(why, why_len, "no usable key (1 to %zu bytes)", sizeof(c->key));
 		return CRC_EINVAL;
 	}
@@ -488,15 +530,44 @@ static int handshake(int fd, bool server, const char *identity, const void *key,
 	c->server = server;
 	c->wbuf = malloc(IO_BUF);
 	c->rbuf = malloc(IO_BUF);
-	memcpy(c->key, key, key_len);
-	c->key_len = key_len;
-	snprintf(c->identity, sizeof(c->identity), "%s", identity);
+	if (!x) {
+		memcpy(c->key, key, key_len);
+		c->key_len = key_len;
+		snprintf(c->identity, sizeof(c->identity), "%s", identity);
+	}
 	/* No session tickets: nothing may follow the handshake unasked, a connection changes hands at a
 	 * record boundary that both sides know. */
 	ret = G.init(&c->s, (server ? GNUTLS_SERVER : GNUTLS_CLIENT) | GNUTLS_NO_TICKETS | GNUTLS_NO_SIGNAL);
 	if (!ret)
-		ret = G.priority_set_direct(c->s, PRIORITY, NULL);
-	if (!ret && server) {
+		ret = G.priority_set_direct(c->s, x ? PRIORITY_X509 : PRIORITY, NULL);
+	if (!ret && x) {
+		/* Each side proves itself with its certificate and trusts the other's if the CA signed it
+		 * (a client also checks the daemon's name: the host it connected to). */
+		c->x509 = true;
+		ret = G.certificate_allocate_credentials((gnutls_certificate_credentials_t *)&c->cred);
+		if (!ret &&
+		    (ret = G.certificate_set_x509_key_file(c->cred, x->cert, x->key, GNUTLS_X509_FMT_PEM)))
+			snprintf(why, why_len, "cannot use the certificate %s with the key %s: %s", x->cert,
+				 x->key, G.strerror(ret));
+		if (!ret &&
+		    (ret = G.certificate_set_x509_trust_file(c->cred, x->ca, GNUTLS_X509_FMT_PEM)) <= 0) {
+			snprintf(why, why_len, "no CA certificate in %s%s%s", x->ca, ret ? ": " : "",
+				 ret ? G.strerror(ret) : "");
+			ret = ret ? ret : GNUTLS_E_FILE_ERROR;
+		} else if (ret > 0) {
+			ret = 0;
+		}
+		if (!ret)
+			ret = G.credentials_set(c->s, GNUTLS_CRD_CERTIFICATE, c->cred);
+		if (!ret && server)
+			G.certificate_server_set_request(c->s, GNUTLS_CERT_REQUIRE);
+		if (!ret)
+			G.session_set_verify_cert(c->s, server ? NULL : x->peer_name, 0);
+		if (ret && why[0]) {
+			conn_free(c);
+			return CRC_EINVAL;
+		}
+	} else if (!ret && server) {
 		ret = G.psk_allocate_server_credentials((gnutls_psk_server_credentials_t *)&c->cred);
 		if (!ret) {
 			G.psk_set_server_credentials_function(c->cred, server_key);
@@ -552,19 +623,60 @@ static int handshake(int fd, bool server, const char *identity, const void *key,
 int crc_tls_client(int fd, const char *identity, const void *key, size_t key_len, int timeout_ms, char *why,
 		   size_t why_len)
 {
-	return handshake(fd, false, identity, key, key_len, timeout_ms, why, why_len);
+	return handshake(fd, false, identity, key, key_len, NULL, timeout_ms, why, why_len);
 }
 
 int crc_tls_server(int fd, const char *identity, const void *key, size_t key_len, int timeout_ms, char *why,
 		   size_t why_len)
 {
-	return handshake(fd, true, identity, key, key_len, timeout_ms, why, why_len);
+	return handshake(fd, true, identity, key, key_len, NULL, timeout_ms, why, why_len);
+}
+
+int crc_tls_check_x509(const char *cert, const char *key, const char *ca, char *why, size_t why_len)
+{
+	gnutls_certificate_credentials_t cred;
+	int rc, ret;
+
+	why[0] = 0;
+	rc = loaded(why, why_len);
+	if (rc)
+		return rc;
+	if (G.certificate_allocate_credentials(&cred))
+		return CRC_ENOMEM;
+	ret = G.certificate_set_x509_key_file(cred, cert, key, GNUTLS_X509_FMT_PEM);
+	if (ret)
+		snprintf(why, why_len, "cannot use the certificate %s with the key %s: %s", cert, key,
+			 G.strerror(ret));
+	else if ((ret = G.certificate_set_x509_trust_file(cred, ca, GNUTLS_X509_FMT_PEM)) <= 0)
+		snprintf(why, why_len, "no CA certificate in %s%s%s", ca, ret ? ": " : "",
+			 ret ? G.strerror(ret) : "");
+	G.certificate_free_credentials(cred);
+	return why[0] ? CRC_EINVAL : 0;
+}
+
+int crc_tls_server_x509(int fd, const char *cert, const char *key, const char *ca, int timeout_ms, char *why,
+			size_t why_len)
+{
+	struct x509 x = {.cert = cert, .key = key, .ca = ca};
+
+	return handshake(fd, true, NULL, NULL, 0, &x, timeout_ms, why, why_len);
 }
 
 /* ---- records ----------------------------------------------------------------------------------- */
-static int io_error(ssize_t ret)
+static int io_error(struct conn *c, ssize_t ret)
 {
 	switch (ret) {
+	case GNUTLS_E_FATAL_ALERT_RECEIVED: {
+		/* TLS 1.3: a client's certificate is judged after its side of the handshake ended. */
+		gnutls_alert_description_t a = G.alert_get(c->s);
+
+		if (a == GNUTLS_A_BAD_CERTIFICATE || a == GNUTLS_A_UNKNOWN_CA ||
+		    a == GNUTLS_A_CERTIFICATE_UNKNOWN || a == GNUTLS_A_CERTIFICATE_REQUIRED ||
+		    a == GNUTLS_A_DECRYPT_ERROR)
+			return CRC_EAUTH;
+		pr_warn("TLS alert from the peer: %s", G.alert_get_name(a));
+		return CRC_EPROTO;
+	}
 	case GNUTLS_E_PREMATURE_TERMINATION:
 	case GNUTLS_E_PULL_ERROR:
 	case GNUTLS_E_PUSH_ERROR:
@@ -592,7 +704,7 @@ int crc_tls_write_all(int fd, const void *buf, size_t len, int *rc)
 		if (n == GNUTLS_E_INTERRUPTED)
 			continue;
 		if (n < 0) {
-			*rc = io_error(n);
+			*rc = io_error(c, n);
 			break;
 		}
 		p += n;
@@ -622,7 +734,7 @@ int crc_tls_read_all(int fd, void *buf, size_t len, int *rc)
 			break;
 		}
 		if (n < 0) {
-			*rc = io_error(n);
+			*rc = io_error(c, n);
 			break;
 		}
 		p += n;
@@ -634,10 +746,35 @@ int crc_tls_read_all(int fd, void *buf, size_t len, int *rc)
 /* ---- a client of crcudad ------------------------------------------------------------------------ */
 #define CLIENT_HANDSHAKE_MS 10000
 
-int crc_tls_connect(int fd, const void *token, size_t token_len, char *why, size_t why_len)
+int crc_tls_connect(int fd, const char *server, const void *token, size_t token_len, char *why,
+		    size_t why_len)
 {
+	const char *ca = getenv("CRCUDA_TLS_CA"), *cert = getenv("CRCUDA_TLS_CERT"),
+		   *key = getenv("CRCUDA_TLS_KEY");
+
 	if (!crc_tls_wanted())
 		return 0;
+	if ((ca && *ca) || (cert && *cert) || (key && *key)) {
+		char host[256] = "";
+		const char *colon = server ? strrchr(server, ':') : NULL;
+		struct x509 x = {.cert = cert, .key = key, .ca = ca, .peer_name = host};
+
+		if (!ca || !*ca || !cert || !*cert || !key || !*key) {
+			snprintf(why, why_len,
+				 "certificates need CRCUDA_TLS_CERT, CRCUDA_TLS_KEY and CRCUDA_TLS_CA");
+			return CRC_EINVAL;
+		}
+		/* "HOST:PORT" or "[V6]:PORT": the daemon's certificate must name HOST. */
+		if (colon && colon - server < (long)sizeof(host)) {
+			size_t n = (size_t)(colon - server);
+
+			if (n >= 2 && server[0] == '[' && server[n - 1] == ']')
+				snprintf(host, sizeof(host), "%.*s", (int)(n - 2), server + 1);
+			else
+				snprintf(host, sizeof(host), "%.*s", (int)n, server);
+		}
+		return handshake(fd, false, NULL, NULL, 0, &x, CLIENT_HANDSHAKE_MS, why, why_len);
+	}
 	if (!token_len) {
 		snprintf(why, why_len, "no token: set CRCUDA_TOKEN or CRCUDA_TOKEN_FILE");
 		return CRC_EAUTH;
@@ -654,6 +791,11 @@ int crc_tls_take_handoff(int fd, bool *refused, char *why, size_t why_len)
 	if (!crc_tls_on(fd))
 		return 0;
 	rc = crc_sock_read_all(fd, &h, sizeof(h));
+	if (rc == CRC_EAUTH) {
+		*refused = true;
+		snprintf(why, why_len, "it did not accept our certificate (not one its --tls-ca signed?)");
+		return rc;
+	}
 	if (rc) {
 		snprintf(why, why_len, "crcudad closed the connection after the hello: %s", crc_strerror(rc));
 		return rc;

@@ -48,39 +48,42 @@
 
 static void ckpt_usage(FILE *f)
 {
-	fprintf(f,
-		"Usage: crcudactl checkpoint [OPTIONS] PID\n"
-		"\n"
-		"Checkpoints PID, a program running under `crcudactl run`: its session is quiesced and its\n"
-		"device memory and globals go into the store, the process is dumped by CRIU (images in\n"
-		"<store>/criu/<name>), and one store transaction commits both. The process is killed\n"
-		"unless --leave-running. Needs root (CRIU).\n"
-		"\n"
-		"Options:\n"
-		"  -R, --leave-running  let the process run on after the checkpoint: what changed is\n"
-		"                       snapshotted in free device memory and copied to the store while\n"
-		"                       it runs on (the command returns once that is committed)\n"
-		"      --no-background  with -R: copy device memory before the process runs on\n"
-		"  -s, --store DIR      the store (default $CRCUDA_STORE, else ~/.local/share/crcuda/store)\n"
-		"      --daemon ADDR    the program's crcudad (default: the program's CRCUDA_REMOTE, else\n"
-		"                       $CRCUDA_SOCKET, else /tmp/crcuda-UID/crcudad.sock)\n"
-		"      --remote HOST:PORT the program's remote crcudad (its session is TCP); it writes the\n"
-		"                       device memory into the store itself: it must see the same path\n"
-		"      --token-file FILE  its token (else $CRCUDA_TOKEN or $CRCUDA_TOKEN_FILE, else the\n"
-		"      --insecure         plaintext TCP to a daemon started with --insecure (else TLS)\n"
-		"                       program's own)\n"
-		"      --timeout SEC    give up (and resume the program) after SEC seconds (default %d)\n"
-		"      --json           machine-readable result on stdout\n"
-		"  -h, --help           this help\n"
-		"\n"
-		"SIGINT or SIGTERM while CRIU runs cancels the checkpoint: nothing is committed, the image\n"
-		"directory goes, and the process runs on (a second signal kills CRIU at once).\n"
-		"\n"
-		"Environment: CRCUDA_CRIU (criu binary; default: criu on $PATH if >= 4.1, else the\n"
-		"configured one), CRCUDA_CRIU_PLUGIN_DIR (crcuda_plugin.so; default: beside crcudactl).\n"
-		"Exit status: 0 checkpointed, 1 failed or cancelled (previous checkpoints untouched),\n"
-		"2 usage error.\n",
-		CKPT_TIMEOUT_DEFAULT);
+	fprintf(
+	    f,
+	    "Usage: crcudactl checkpoint [OPTIONS] PID\n"
+	    "\n"
+	    "Checkpoints PID, a program running under `crcudactl run`: its session is quiesced and its\n"
+	    "device memory and globals go into the store, the process is dumped by CRIU (images in\n"
+	    "<store>/criu/<name>), and one store transaction commits both. The process is killed\n"
+	    "unless --leave-running. Needs root (CRIU).\n"
+	    "\n"
+	    "Options:\n"
+	    "  -R, --leave-running  let the process run on after the checkpoint: what changed is\n"
+	    "                       snapshotted in free device memory and copied to the store while\n"
+	    "                       it runs on (the command returns once that is committed)\n"
+	    "      --no-background  with -R: copy device memory before the process runs on\n"
+	    "  -s, --store DIR      the store (default $CRCUDA_STORE, else ~/.local/share/crcuda/store)\n"
+	    "      --daemon ADDR    the program's crcudad (default: the program's CRCUDA_REMOTE, else\n"
+	    "                       $CRCUDA_SOCKET, else /tmp/crcuda-UID/crcudad.sock)\n"
+	    "      --remote HOST:PORT the program's remote crcudad (its session is TCP); it writes the\n"
+	    "                       device memory into the store itself: it must see the same path\n"
+	    "      --token-file FILE  its token (else $CRCUDA_TOKEN or $CRCUDA_TOKEN_FILE, else the\n"
+	    "      --insecure         plaintext TCP to a daemon started with --insecure (else TLS)\n"
+	    "      --tls-cert F, --tls-key F, --tls-ca F\n"
+	    "                         TLS with certificates (a daemon with --tls-*), not the token, as key\n"
+	    "                       program's own)\n"
+	    "      --timeout SEC    give up (and resume the program) after SEC seconds (default %d)\n"
+	    "      --json           machine-readable result on stdout\n"
+	    "  -h, --help           this help\n"
+	    "\n"
+	    "SIGINT or SIGTERM while CRIU runs cancels the checkpoint: nothing is committed, the image\n"
+	    "directory goes, and the process runs on (a second signal kills CRIU at once).\n"
+	    "\n"
+	    "Environment: CRCUDA_CRIU (criu binary; default: criu on $PATH if >= 4.1, else the\n"
+	    "configured one), CRCUDA_CRIU_PLUGIN_DIR (crcuda_plugin.so; default: beside crcudactl).\n"
+	    "Exit status: 0 checkpointed, 1 failed or cancelled (previous checkpoints untouched),\n"
+	    "2 usage error.\n",
+	    CKPT_TIMEOUT_DEFAULT);
 }
 
 /* Inode of the unix socket listening at path (from /proc/net/unix), or 0. */
@@ -199,6 +202,15 @@ static int task_remote(pid_t pid, const char *token_file, char *addr, size_t len
 			tokfile = p + 18;
 		else if (!strncmp(p, "CRCUDA_INSECURE=", 16) && !getenv("CRCUDA_INSECURE"))
 			setenv("CRCUDA_INSECURE", p + 16, 1); /* plaintext to the daemon, as the program is */
+		else if (!strncmp(p, "CRCUDA_TLS_", 11) && strchr(p, '=')) {
+			/* its certificates, unless given here */
+			char name[32];
+
+			snprintf(name, sizeof(name), "%.*s", (int)(strchr(p, '=') - p), p);
+			if (!getenv("CRCUDA_TLS_CA") && !getenv("CRCUDA_TLS_CERT") &&
+			    !getenv("CRCUDA_TLS_KEY"))
+				setenv(name, strchr(p, '=') + 1, 0);
+		}
 	}
 	if (!remote || !*remote)
 		return 1;
@@ -356,6 +368,9 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 		OPT_REMOTE,
 		OPT_TOKEN,
 		OPT_INSECURE,
+		OPT_TLS_CERT,
+		OPT_TLS_KEY,
+		OPT_TLS_CA,
 		OPT_TIMEOUT,
 		OPT_JSON,
 		OPT_NO_BACKGROUND
@@ -368,6 +383,9 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	    {"remote", required_argument, NULL, OPT_REMOTE},
 	    {"token-file", required_argument, NULL, OPT_TOKEN},
 	    {"insecure", no_argument, NULL, OPT_INSECURE},
+	    {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
+	    {"tls-key", required_argument, NULL, OPT_TLS_KEY},
+	    {"tls-ca", required_argument, NULL, OPT_TLS_CA},
 	    {"timeout", required_argument, NULL, OPT_TIMEOUT},
 	    {"json", no_argument, NULL, OPT_JSON},
 	    {"help", no_argument, NULL, 'h'},
@@ -402,6 +420,15 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 			break;
 		case OPT_REMOTE:
 			remote_arg = optarg;
+			break;
+		case OPT_TLS_CERT:
+			setenv("CRCUDA_TLS_CERT", optarg, 1);
+			break;
+		case OPT_TLS_KEY:
+			setenv("CRCUDA_TLS_KEY", optarg, 1);
+			break;
+		case OPT_TLS_CA:
+			setenv("CRCUDA_TLS_CA", optarg, 1);
 			break;
 		case OPT_INSECURE:
 			/* Plaintext TCP, for this and for what it starts (the program, CRIU's plugin). */

@@ -75,6 +75,9 @@ static void run_usage(FILE *f)
 	    "      --remote HOST:PORT   use the crcudad listening there (no local daemon)\n"
 	    "      --token-file FILE    its token (else $CRCUDA_TOKEN or $CRCUDA_TOKEN_FILE)\n"
 	    "      --insecure           plaintext TCP to a daemon started with --insecure (else TLS)\n"
+	    "      --tls-cert F, --tls-key F, --tls-ca F\n"
+	    "                           TLS with certificates (a daemon with --tls-*), not the token, as "
+	    "key\n"
 	    "  -h, --help               this help\n"
 	    "\n"
 	    "Checkpointing (crcudactl then stays PROG's parent: PROG runs as its child, in a process\n"
@@ -255,7 +258,7 @@ static enum probe probe(const char *sock, const char *remote, const char *token_
 	if (remote) {
 		char why[256];
 
-		rc = crc_tls_connect(fd, h.token, h.token_len, why, sizeof(why));
+		rc = crc_tls_connect(fd, remote, h.token, h.token_len, why, sizeof(why));
 		if (rc) {
 			close(fd);
 			if (rc != CRC_EAUTH && rc != CRC_ETLS) {
@@ -605,6 +608,9 @@ int cmd_run(int argc, char **argv, struct ctl_opts *opts)
 		OPT_REMOTE = 256,
 		OPT_TOKEN,
 		OPT_INSECURE,
+		OPT_TLS_CERT,
+		OPT_TLS_KEY,
+		OPT_TLS_CA,
 		OPT_BACKEND,
 		OPT_SOCKET,
 		OPT_LOG,
@@ -620,6 +626,9 @@ int cmd_run(int argc, char **argv, struct ctl_opts *opts)
 	    {"remote", required_argument, NULL, OPT_REMOTE},
 	    {"token-file", required_argument, NULL, OPT_TOKEN},
 	    {"insecure", no_argument, NULL, OPT_INSECURE},
+	    {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
+	    {"tls-key", required_argument, NULL, OPT_TLS_KEY},
+	    {"tls-ca", required_argument, NULL, OPT_TLS_CA},
 	    {"backend", required_argument, NULL, OPT_BACKEND},
 	    {"socket", required_argument, NULL, OPT_SOCKET},
 	    {"daemon-log", required_argument, NULL, OPT_LOG},
@@ -671,6 +680,15 @@ int cmd_run(int argc, char **argv, struct ctl_opts *opts)
 			break;
 		case OPT_REMOTE:
 			a.remote = optarg;
+			break;
+		case OPT_TLS_CERT:
+			setenv("CRCUDA_TLS_CERT", optarg, 1);
+			break;
+		case OPT_TLS_KEY:
+			setenv("CRCUDA_TLS_KEY", optarg, 1);
+			break;
+		case OPT_TLS_CA:
+			setenv("CRCUDA_TLS_CA", optarg, 1);
 			break;
 		case OPT_INSECURE:
 			/* Plaintext TCP, for this and for what it starts (the program, CRIU's plugin). */

@@ -145,9 +145,12 @@ static int handshake(void)
 			pr_err("cannot reach crcudad at %s: %s", remote, crc_strerror(fd));
 			return fd;
 		}
-		rc = crc_tls_connect(fd, hello.token, hello.token_len, why, sizeof(why));
+		rc = crc_tls_connect(fd, remote, hello.token, hello.token_len, why, sizeof(why));
 		if (rc == CRC_EAUTH) {
-			pr_err("crcudad at %s refused the session: wrong or missing token (%s)", remote, why);
+			pr_err("crcudad at %s refused the session: %s (%s)", remote,
+			       getenv("CRCUDA_TLS_CA") ? "certificates not accepted"
+						       : "wrong or missing token",
+			       why);
 			goto fail;
 		}
 		if (rc) {
@@ -540,7 +543,7 @@ static int reclaim(int fd, const struct sockaddr_storage *addr, socklen_t len, c
 	 * this process is the session's client. */
 	rc = nfd < 0 ? nfd : read_token(token, sizeof(token), &token_len);
 	if (!rc)
-		rc = crc_tls_connect(nfd, token, token_len, why, sizeof(why));
+		rc = crc_tls_connect(nfd, where, token, token_len, why, sizeof(why));
 	memset(token, 0, sizeof(token));
 	if (!rc)
 		rc = crc_sock_write_all(nfd, &hello, sizeof(hello));

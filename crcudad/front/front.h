@@ -28,7 +28,8 @@ struct front {
 	size_t token_len;
 	bool have_token;
 	bool insecure; /* --insecure: plaintext TCP (else TLS, the token as the pre-shared key) */
-	struct crc_hello_reply proto; /* device facts, from the first worker */
+	const char *tls_cert, *tls_key, *tls_ca; /* TLS with certificates instead of the token as key */
+	struct crc_hello_reply proto;		 /* device facts, from the first worker */
 };
 extern struct front fr;
 

@@ -4,8 +4,9 @@
  * commands to their workers (control.c). It never loads the driver itself.
  *
  * usage: crcudad --backend sim|cuda [--backend-lib PATH] [--socket PATH] [--listen ADDR:PORT
- *                --token-file F [--insecure]] [--va-base ADDR] [--va-session BYTES] [--pool N]
- *                [--ring-size BYTES] [--idle-exit SECONDS] [--foreground] [-v|-q] */
+ *                --token-file F [--insecure | --tls-cert F --tls-key F --tls-ca F]] [--va-base ADDR]
+ *                [--va-session BYTES] [--pool N] [--ring-size BYTES] [--idle-exit SECONDS] [--foreground]
+ * [-v|-q] */
 #define LOG_PREFIX "crcudad: "
 #include <dirent.h>
 #include <errno.h>
@@ -46,7 +47,8 @@ struct front fr = {
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: crcudad --backend sim|cuda [--backend-lib PATH] [--socket PATH]\n"
-		   "               [--listen ADDR:PORT --token-file FILE [--insecure]] [--va-base ADDR]\n"
+		   "               [--listen ADDR:PORT --token-file FILE [--insecure | --tls-cert FILE\n"
+		   "               --tls-key FILE --tls-ca FILE]] [--va-base ADDR]\n"
 		   "               [--va-session BYTES]\n"
 		   "               [--pool N] [--ring-size BYTES] [--idle-exit SECONDS] [--foreground]\n"
 		   "               [-v] [-q]\n"
@@ -341,11 +343,15 @@ static void *tcp_greet(void *arg)
 			g->from);
 		drain(g->fd);
 		refuse(g->fd, CRC_ETLS);
-	} else if (!fr.insecure && (rc = crc_tls_server(g->fd, CRC_TLS_ID_TOKEN, fr.token, fr.token_len, 5000,
-							why, sizeof(why)))) {
+	} else if (!fr.insecure &&
+		   (rc = fr.tls_cert ? crc_tls_server_x509(g->fd, fr.tls_cert, fr.tls_key, fr.tls_ca, 5000,
+							   why, sizeof(why))
+				     : crc_tls_server(g->fd, CRC_TLS_ID_TOKEN, fr.token, fr.token_len, 5000,
+						      why, sizeof(why)))) {
 		/* A wrong key's alert was held back CRC_TLS_AUTH_DELAY_MS (tls.c): guessing is slow. */
 		if (rc == CRC_EAUTH)
-			pr_warn("refusing TCP client %s: wrong token (%s)", g->from, why);
+			pr_warn("refusing TCP client %s: %s (%s)", g->from,
+				fr.tls_cert ? "not a certificate of --tls-ca" : "wrong token", why);
 		else
 			pr_warn("refusing TCP client %s: %s", g->from, why);
 		close(g->fd);
@@ -476,21 +482,15 @@ static void on_signal(int sig)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-	    {"backend", required_argument, NULL, 'b'},
-	    {"backend-lib", required_argument, NULL, 'l'},
-	    {"socket", required_argument, NULL, 's'},
-	    {"listen", required_argument, NULL, 'L'},
-	    {"token-file", required_argument, NULL, 't'},
-	    {"va-base", required_argument, NULL, 'B'},
-	    {"va-session", required_argument, NULL, 'S'},
-	    {"pool", required_argument, NULL, 'p'},
-	    {"ring-size", required_argument, NULL, 'r'},
-	    {"idle-exit", required_argument, NULL, 'i'},
-	    {"foreground", no_argument, NULL, 'f'},
-	    {"help", no_argument, NULL, 'h'},
-	    {"version", no_argument, NULL, 'V'},
-	    {"insecure", no_argument, NULL, 'I'},
-	    {NULL, 0, NULL, 0},
+	    {"backend", required_argument, NULL, 'b'},	  {"backend-lib", required_argument, NULL, 'l'},
+	    {"socket", required_argument, NULL, 's'},	  {"listen", required_argument, NULL, 'L'},
+	    {"token-file", required_argument, NULL, 't'}, {"va-base", required_argument, NULL, 'B'},
+	    {"va-session", required_argument, NULL, 'S'}, {"pool", required_argument, NULL, 'p'},
+	    {"ring-size", required_argument, NULL, 'r'},  {"idle-exit", required_argument, NULL, 'i'},
+	    {"foreground", no_argument, NULL, 'f'},	  {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},	  {"insecure", no_argument, NULL, 'I'},
+	    {"tls-cert", required_argument, NULL, 'C'},	  {"tls-key", required_argument, NULL, 'K'},
+	    {"tls-ca", required_argument, NULL, 'A'},	  {NULL, 0, NULL, 0},
 	};
 	const char *backend = NULL, *lib = NULL, *listen_addr = NULL, *token_file = NULL;
 	char path[PATH_MAX], sock_path[PATH_MAX] = "";
@@ -538,6 +538,15 @@ int main(int argc, char **argv)
 		case 'I':
 			fr.insecure = true;
 			break;
+		case 'C':
+			fr.tls_cert = optarg;
+			break;
+		case 'K':
+			fr.tls_key = optarg;
+			break;
+		case 'A':
+			fr.tls_ca = optarg;
+			break;
 		case 'v':
 			crc_log_set_level(crc_log_level() + 1);
 			break;
@@ -567,6 +576,20 @@ int main(int argc, char **argv)
 	}
 	if (token_file && read_token_file(token_file))
 		return 1;
+	if ((fr.tls_cert || fr.tls_key || fr.tls_ca) &&
+	    (!fr.tls_cert || !fr.tls_key || !fr.tls_ca || fr.insecure || !listen_addr)) {
+		pr_err(
+		    "--tls-cert, --tls-key and --tls-ca go together, with --listen and without --insecure");
+		return 2;
+	}
+	if (fr.tls_cert) {
+		char why[512];
+
+		if (crc_tls_check_x509(fr.tls_cert, fr.tls_key, fr.tls_ca, why, sizeof(why))) {
+			pr_err("%s", why);
+			return 1;
+		}
+	}
 	if (listen_addr && fr.insecure)
 		pr_warn("--insecure: TCP sessions on %s travel in plaintext (device memory and the token "
 			"included); use it on a network you trust only",

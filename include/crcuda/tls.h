@@ -45,9 +45,18 @@ const char *crc_tls_cipher(int fd);
 /* Random bytes for keys: 0 or CRC_E*. */
 int crc_tls_random(void *buf, size_t len);
 
-/* A client's first step on a new TCP connection to crcudad: a handshake with the token as the key, unless
- * crc_tls_wanted() says plaintext. 0, or CRC_E* with a sentence in why. */
-int crc_tls_connect(int fd, const void *token, size_t token_len, char *why, size_t why_len);
+/* Certificates instead of the token on a connection's first handshake: each side proves itself with its
+ * certificate and key (PEM files) and accepts the other's if the CA file signed it. The daemon's side
+ * (crcudad --tls-cert/--tls-key/--tls-ca): */
+int crc_tls_check_x509(const char *cert, const char *key, const char *ca, char *why, size_t why_len);
+int crc_tls_server_x509(int fd, const char *cert, const char *key, const char *ca, int timeout_ms, char *why,
+			size_t why_len);
+/* A client's first step on a new TCP connection to crcudad at server ("HOST:PORT"): unless
+ * crc_tls_wanted() says plaintext, a handshake with certificates where CRCUDA_TLS_CERT, CRCUDA_TLS_KEY and
+ * CRCUDA_TLS_CA are set (the daemon's certificate must name HOST), else with the token as the key. 0,
+ * or CRC_E* with a sentence in why. */
+int crc_tls_connect(int fd, const char *server, const void *token, size_t token_len, char *why,
+		    size_t why_len);
 /* After a client's hello on a TLS connection (nothing to do on another): reads the front's struct
  * crc_tls_handoff and makes the handshake with the worker it names. 0; the daemon's refusal (*refused
  * set); or CRC_E* with a sentence in why. */

@@ -6,6 +6,10 @@
 #                                    TLS; tcp-insecure: plaintext, crcudad --insecure and CRCUDA_INSECURE)
 #       same-output PROG             PROG prints the same natively (on the sim) and through the layer
 #       bad-token                    TCP with a wrong (and with no) token: refused after a delay, no hang
+#       certs                        TLS with certificates (crcudad --tls-cert/--tls-key/--tls-ca, the
+#                                    client's CRCUDA_TLS_*): a program exact; a client certificate of
+#                                    another CA, a daemon certificate of another name, a client with the
+#                                    token only: refused with a reason, no hang
 #       tls-mismatch                 a plaintext client of a TLS daemon, a TLS client of an --insecure
 #                                    daemon: each refused with a one-line reason, no hang
 #       other-uid                    a client of another uid is refused, and told why (root only; else
@@ -156,6 +160,73 @@ bad-token)
 		fail "no refusal line in the daemon log (--insecure)"
 	client CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token CRCUDA_INSECURE=1 -- "$loop" smoke ||
 		fail "right token refused (--insecure)"
+	;;
+certs)
+	command -v openssl >/dev/null || { echo "skipped: no openssl(1) to make certificates"; exit 77; }
+	# cert NAME CA SAN: a P-256 key and a certificate for it, signed by CA (NAME itself when CA is "").
+	cert() {
+		openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$1" \
+			-keyout "$tmp/$1.key" -out "$tmp/$1.csr" 2>/dev/null || fail "openssl req $1"
+		if [ -z "$2" ]; then
+			openssl x509 -req -in "$tmp/$1.csr" -signkey "$tmp/$1.key" -days 2 -out "$tmp/$1.pem" \
+				-extfile <(printf "basicConstraints=critical,CA:TRUE\nkeyUsage=keyCertSign\n") \
+				2>/dev/null || fail "openssl x509 $1"
+		else
+			openssl x509 -req -in "$tmp/$1.csr" -CA "$tmp/$2.pem" -CAkey "$tmp/$2.key" \
+				-CAcreateserial -days 2 -out "$tmp/$1.pem" \
+				-extfile <(printf "subjectAltName=%s\n" "$3") 2>/dev/null || fail "openssl x509 $1"
+		fi
+	}
+	cert ca "" ""
+	cert other-ca "" ""
+	cert daemon ca "IP:127.0.0.1"
+	cert elsewhere ca "DNS:elsewhere.example"
+	cert app ca "DNS:app.example"
+	cert stranger other-ca "DNS:app.example"
+	start_daemon --tls-cert "$tmp/daemon.pem" --tls-key "$tmp/daemon.key" --tls-ca "$tmp/ca.pem"
+	certs=(CRCUDA_TLS_CERT="$tmp/app.pem" CRCUDA_TLS_KEY="$tmp/app.key" CRCUDA_TLS_CA="$tmp/ca.pem")
+	client CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token "${certs[@]}" -- \
+		"$build/tests/programs/vector_add" >"$tmp/out" 2>&1 || fail "vector_add with certificates: $(cat "$tmp/out")"
+	cat "$tmp/out"
+	grep -q "session [0-9]*: pid [0-9]* .* (TLS)" "$tmp/daemon.log" || fail "no TLS session"
+	# A client certificate that the daemon's CA did not sign.
+	t0=$(date +%s)
+	client CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token CRCUDA_TLS_CERT="$tmp/stranger.pem" \
+		CRCUDA_TLS_KEY="$tmp/stranger.key" CRCUDA_TLS_CA="$tmp/ca.pem" -- "$loop" smoke >"$tmp/out" 2>&1
+	rc=$?
+	cat "$tmp/out"
+	[ $rc = 3 ] || fail "a client certificate of another CA: exit $rc, expected 3"
+	[ $(($(date +%s) - t0)) -lt 10 ] || fail "a client certificate of another CA waited"
+	grep -q "refused the session" "$tmp/out" || fail "no reason on the client's side (other CA)"
+	grep -q "refusing TCP client .*: not a certificate of --tls-ca" "$tmp/daemon.log" ||
+		fail "no reason in the daemon's log (other CA)"
+	# A client that trusts another CA than the daemon's.
+	client CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token CRCUDA_TLS_CERT="$tmp/app.pem" \
+		CRCUDA_TLS_KEY="$tmp/app.key" CRCUDA_TLS_CA="$tmp/other-ca.pem" -- "$loop" smoke >"$tmp/out" 2>&1
+	rc=$?
+	cat "$tmp/out"
+	[ $rc = 3 ] || fail "a daemon certificate the client does not trust: exit $rc, expected 3"
+	grep -q "certificate" "$tmp/out" || fail "no word of the certificate on the client's side"
+	# The token alone is not enough for a daemon of certificates.
+	client CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token -- "$loop" smoke >"$tmp/out" 2>&1
+	rc=$?
+	cat "$tmp/out"
+	[ $rc = 3 ] || fail "a client with the token only: exit $rc, expected 3"
+	[ "$(grep -c "libcrcuda: " "$tmp/out")" = 1 ] || fail "not one line of error from libcrcuda"
+	# The daemon's certificate must name the host the client connected to.
+	kill -9 "$daemon_pid"
+	wait "$daemon_pid" 2>/dev/null
+	start_daemon --tls-cert "$tmp/elsewhere.pem" --tls-key "$tmp/elsewhere.key" --tls-ca "$tmp/ca.pem"
+	client CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token "${certs[@]}" -- "$loop" smoke \
+		>"$tmp/out" 2>&1
+	rc=$?
+	cat "$tmp/out"
+	[ $rc = 3 ] || fail "a daemon certificate of another name: exit $rc, expected 3"
+	grep -q "another name" "$tmp/out" || fail "no word of the name on the client's side"
+	# Half a set of options is refused at start.
+	"$build/crcudad/crcudad" --backend sim --socket "$tmp/x.sock" --listen 127.0.0.1:1 --token-file "$tmp/token" \
+		--tls-cert "$tmp/daemon.pem" --foreground >"$tmp/x.out" 2>&1 && fail "--tls-cert alone was accepted"
+	grep -q "go together" "$tmp/x.out" || fail "no reason for --tls-cert alone: $(cat "$tmp/x.out")"
 	;;
 tls-mismatch)
 	# Each side says why in one line, at once (no hang, no timeout).

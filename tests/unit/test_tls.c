@@ -90,7 +90,8 @@ int main(void)
 	/* A wrong key: refused on both sides as an authentication failure, after the delay. */
 	CHECK(!socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
 	t0 = now();
-	pair(sv, CRC_TLS_ID_TOKEN, wrong, strlen(wrong), CRC_TLS_ID_TOKEN, token, strlen(token), &crc, &src, why);
+	pair(sv, CRC_TLS_ID_TOKEN, wrong, strlen(wrong), CRC_TLS_ID_TOKEN, token, strlen(token), &crc, &src,
+	     why);
 	CHECK_EQ_INT(crc, CRC_EAUTH);
 	CHECK_EQ_INT(src, CRC_EAUTH);
 	CHECK(now() - t0 >= CRC_TLS_AUTH_DELAY_MS / 1000.0 * 0.95);
@@ -99,7 +100,8 @@ int main(void)
 	close(sv[1]);
 	/* Another identity is refused the same way. */
 	CHECK(!socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
-	pair(sv, CRC_TLS_ID_HANDOFF, token, strlen(token), CRC_TLS_ID_TOKEN, token, strlen(token), &crc, &src, why);
+	pair(sv, CRC_TLS_ID_HANDOFF, token, strlen(token), CRC_TLS_ID_TOKEN, token, strlen(token), &crc, &src,
+	     why);
 	CHECK_EQ_INT(crc, CRC_EAUTH);
 	close(sv[0]);
 	close(sv[1]);
@@ -126,13 +128,15 @@ int main(void)
 
 	/* The right key: every size exact, both directions at once. */
 	CHECK(!socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
-	pair(sv, CRC_TLS_ID_TOKEN, token, strlen(token), CRC_TLS_ID_TOKEN, token, strlen(token), &crc, &src, why);
+	pair(sv, CRC_TLS_ID_TOKEN, token, strlen(token), CRC_TLS_ID_TOKEN, token, strlen(token), &crc, &src,
+	     why);
 	CHECK_EQ_INT(crc, 0);
 	CHECK_EQ_INT(src, 0);
 	CHECK(crc_tls_on(sv[0]) && crc_tls_on(sv[1]));
 	CHECK(strstr(crc_tls_cipher(sv[0]), "GCM") || strstr(crc_tls_cipher(sv[0]), "CHACHA"));
 	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-		struct pump w = {.fd = sv[0], .buf = a, .len = sizes[i]}, back = {.fd = sv[1], .buf = a, .len = sizes[i]};
+		struct pump w = {.fd = sv[0], .buf = a, .len = sizes[i]},
+			    back = {.fd = sv[1], .buf = a, .len = sizes[i]};
 		pthread_t t1, t2;
 		uint8_t *c = malloc(sizes[i]);
 
@@ -179,7 +183,8 @@ int main(void)
 		crc_tls_drop(sv[1]);
 		CHECK(!crc_tls_on(dupfd) && !crc_tls_on(sv[1]));
 		sv[0] = dupfd;
-		pair(sv, CRC_TLS_ID_HANDOFF, key, sizeof(key), CRC_TLS_ID_HANDOFF, key, sizeof(key), &crc, &src, why);
+		pair(sv, CRC_TLS_ID_HANDOFF, key, sizeof(key), CRC_TLS_ID_HANDOFF, key, sizeof(key), &crc,
+		     &src, why);
 		CHECK_EQ_INT(crc, 0);
 		CHECK_EQ_INT(src, 0);
 		struct pump w = {.fd = sv[1], .buf = a, .len = 1u << 20};
