@@ -184,6 +184,7 @@ static int find_remote(const char *addr, const char *token, pid_t pid, struct cr
 static int task_remote(pid_t pid, const char *token_file, char *addr, size_t len, char *token, size_t tlen)
 {
 	char path[64], buf[65536], *remote = NULL, *tok = NULL, *tokfile = NULL;
+	bool own_certs;
 	ssize_t n;
 	int fd;
 
@@ -192,6 +193,7 @@ static int task_remote(pid_t pid, const char *token_file, char *addr, size_t len
 	n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
 	if (fd >= 0)
 		close(fd);
+	own_certs = getenv("CRCUDA_TLS_CA") || getenv("CRCUDA_TLS_CERT") || getenv("CRCUDA_TLS_KEY");
 	for (char *p = buf; n > 0 && p < buf + n; p += strlen(p) + 1) {
 		buf[n] = 0;
 		if (!strncmp(p, "CRCUDA_REMOTE=", 14))
@@ -207,8 +209,7 @@ static int task_remote(pid_t pid, const char *token_file, char *addr, size_t len
 			char name[32];
 
 			snprintf(name, sizeof(name), "%.*s", (int)(strchr(p, '=') - p), p);
-			if (!getenv("CRCUDA_TLS_CA") && !getenv("CRCUDA_TLS_CERT") &&
-			    !getenv("CRCUDA_TLS_KEY"))
+			if (!own_certs)
 				setenv(name, strchr(p, '=') + 1, 0);
 		}
 	}
