@@ -195,7 +195,7 @@ struct conn {
 };
 #define IO_BUF (256u << 10)
 
-#define MAX_CONNS 64
+#define MAX_CONNS 256
 static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct conn *conns[MAX_CONNS];
 static atomic_int nconns;
@@ -250,12 +250,26 @@ static struct conn *lookup(int fd)
 	return c;
 }
 
+/* With conns_lock held: frees the sessions of descriptors closed without a drop (their number now
+ * names another socket, or nothing). */
+static void sweep(void)
+{
+	for (int i = 0; i < MAX_CONNS; i++)
+		if (conns[i] && ino_of(conns[i]->fd) != conns[i]->ino) {
+			conn_free(conns[i]);
+			conns[i] = NULL;
+			atomic_fetch_sub(&nconns, 1);
+		}
+}
+
 static int attach(struct conn *c)
 {
 	int rc = CRC_EBUSY;
 
 	crc_tls_drop(c->fd);
 	pthread_mutex_lock(&conns_lock);
+	if (atomic_load(&nconns) == MAX_CONNS)
+		sweep();
 	for (int i = 0; i < MAX_CONNS; i++)
 		if (!conns[i]) {
 			conns[i] = c;

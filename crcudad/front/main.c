@@ -180,6 +180,7 @@ static void refuse(int fd, int status)
 	struct crc_hello_reply r = {.magic = CRC_PROTO_MAGIC, .version = CRC_PROTO_VERSION, .status = status};
 
 	crc_sock_write_all(fd, &r, sizeof(r));
+	crc_tls_drop(fd);
 	close(fd);
 }
 
@@ -354,6 +355,7 @@ static void *tcp_greet(void *arg)
 				fr.tls_cert ? "not a certificate of --tls-ca" : "wrong token", why);
 		else
 			pr_warn("refusing TCP client %s: %s", g->from, why);
+		crc_tls_drop(g->fd);
 		close(g->fd);
 	} else {
 		if (!fr.insecure)
