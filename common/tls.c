@@ -193,7 +193,7 @@ struct conn {
 	size_t wlen, rpos, rlen;
 	bool gather;
 };
-#define IO_BUF (256u << 10)
+#define IO_BUF (64u << 10)
 
 #define MAX_CONNS 256
 static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
