@@ -1,4 +1,5 @@
-/* TLS 1.3 with pre-shared keys through GnuTLS (crcuda/tls.h).
+/* TLS 1.3 through GnuTLS (crcuda/tls.h): pre-shared keys (the token, one-time handoff keys) or
+ * certificates.
  *
  * GnuTLS is dlopen'ed (RTLD_LOCAL | RTLD_DEEPBIND) at first use rather than linked: libcrcuda lives
  * inside arbitrary applications, which may link another TLS stack, another GnuTLS or another nettle
@@ -14,7 +15,6 @@
 #include <errno.h>
 #include <gnutls/crypto.h>
 #include <gnutls/gnutls.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -42,7 +42,8 @@
 #define CRC_DLOPEN_DEEPBIND RTLD_DEEPBIND
 #endif
 
-/* TLS 1.3 only; PSK with an ephemeral ECDH share (forward secrecy), AES-GCM first (AES-NI). */
+/* TLS 1.3 only, AES-GCM first (AES-NI); certificates, or a PSK with an ephemeral (EC)DH share (forward
+ * secrecy). */
 #define PRIORITY_X509 "NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:+CHACHA20-POLY1305"
 #define PRIORITY                                                                                             \
 	"NORMAL:-VERS-ALL:+VERS-TLS1.3:-KX-ALL:+ECDHE-PSK:+DHE-PSK:-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:"   \
