@@ -323,18 +323,36 @@ bool crc_tls_on(int fd)
 	return lookup(fd) != NULL;
 }
 
+/* Under the table's lock: a thread that is not fd's owner (libcrcuda's watcher) may ask while the owner
+ * drops the session. */
 bool crc_tls_pending(int fd)
 {
-	struct conn *c = lookup(fd);
+	bool pending = false;
 
-	return c && (c->rpos < c->rlen || G.record_check_pending(c->s) > 0);
+	if (!atomic_load_explicit(&nconns, memory_order_acquire))
+		return false;
+	pthread_mutex_lock(&conns_lock);
+	for (int i = 0; i < MAX_CONNS; i++)
+		if (conns[i] && conns[i]->fd == fd) {
+			pending = ino_of(fd) == conns[i]->ino && (conns[i]->rpos < conns[i]->rlen ||
+								  G.record_check_pending(conns[i]->s) > 0);
+			break;
+		}
+	pthread_mutex_unlock(&conns_lock);
+	return pending;
 }
 
 const char *crc_tls_cipher(int fd)
 {
-	struct conn *c = lookup(fd);
-	const char *n = c ? G.cipher_get_name(G.cipher_get(c->s)) : NULL;
+	const char *n = NULL;
 
+	pthread_mutex_lock(&conns_lock);
+	for (int i = 0; i < MAX_CONNS; i++)
+		if (conns[i] && conns[i]->fd == fd) {
+			n = G.cipher_get_name(G.cipher_get(conns[i]->s));
+			break;
+		}
+	pthread_mutex_unlock(&conns_lock);
 	return n ? n : "";
 }
 
