@@ -15,4 +15,6 @@ set(CPACK_DEBIAN_PACKAGE_SECTION utils)
 # restore but is not a Debian 12 package: recommended, not required.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "criu (>= 4.1)")
+# GnuTLS is loaded at run time (common/tls.c), which dpkg-shlibdeps cannot see: TLS of remote sessions.
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "libgnutls30 (>= 3.6.13)")
 include(CPack)

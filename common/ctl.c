@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -16,9 +17,11 @@
 #include "crcuda/log.h"
 #include "crcuda/proto.h"
 #include "crcuda/sock.h"
+#include "crcuda/tls.h"
 
 struct crc_ctl {
 	int fd;
+	bool tcp;
 	uint64_t seq;
 	char err[CRC_CTL_MSG_MAX];
 };
@@ -78,11 +81,22 @@ int crc_ctl_open(const char *daemon, const char *token, struct crc_ctl **out)
 		free(reply);
 		return CRC_ENOMEM;
 	}
+	c->tcp = tcp;
 	c->fd = tcp ? crc_tcp_connect(daemon) : crc_unix_connect(daemon);
 	if (c->fd < 0) {
 		rc = c->fd;
 		pr_err("cannot reach crcudad at %s: %s", daemon, crc_strerror(rc));
 		goto fail;
+	}
+	if (tcp) {
+		char why[256];
+
+		rc = crc_tls_connect(c->fd, daemon, hello.token, hello.token_len, why, sizeof(why));
+		if (rc) {
+			pr_err("no control connection to crcudad at %s: %s (%s)", daemon, crc_strerror(rc),
+			       why);
+			goto fail;
+		}
 	}
 	rc = crc_sock_write_all(c->fd, &hello, sizeof(hello));
 	if (!rc)
@@ -106,8 +120,10 @@ int crc_ctl_open(const char *daemon, const char *token, struct crc_ctl **out)
 	*out = c;
 	return 0;
 fail:
-	if (c->fd >= 0)
+	if (c->fd >= 0) {
+		crc_tls_drop(c->fd);
 		close(c->fd);
+	}
 	free(c);
 	free(reply);
 	return rc;
@@ -117,8 +133,10 @@ void crc_ctl_close(struct crc_ctl *c)
 {
 	if (!c)
 		return;
-	if (c->fd >= 0)
+	if (c->fd >= 0) {
+		crc_tls_drop(c->fd);
 		close(c->fd);
+	}
 	free(c);
 }
 
@@ -143,6 +161,28 @@ static int exchange(struct crc_ctl *c, uint16_t op, const void *a, size_t alen, 
 		rc = crc_sock_write_all(c->fd, b, blen);
 	if (!rc)
 		rc = crc_sock_read_all(c->fd, &h, sizeof(h));
+	if (!rc && h.op == CRC_OP_CTL_HANDOFF && crc_tls_on(c->fd)) {
+		/* The connection went to a worker (a restore): a TLS session with it, with the key the
+		 * front sent, and its reply comes there. */
+		struct {
+			struct crc_ctl_reply r;
+			uint8_t key[CRC_TLS_KEY_LEN];
+		} ho;
+		char why[256];
+
+		if (h.len != sizeof(h) + sizeof(ho))
+			return fail(c, CRC_EPROTO, "bad handoff from crcudad (%u bytes)", h.len);
+		rc = crc_sock_read_all(c->fd, &ho, sizeof(ho));
+		if (rc)
+			return fail(c, CRC_EDAEMON, "crcudad went away: %s", crc_strerror(rc));
+		crc_tls_drop(c->fd);
+		rc = crc_tls_client(c->fd, CRC_TLS_ID_HANDOFF, ho.key, sizeof(ho.key), 10000, why,
+				    sizeof(why));
+		memset(ho.key, 0, sizeof(ho.key));
+		if (rc)
+			return fail(c, rc, "no TLS session with crcudad's worker: %s", why);
+		rc = crc_sock_read_all(c->fd, &h, sizeof(h));
+	}
 	if (rc)
 		return fail(c, CRC_EDAEMON, "crcudad went away: %s", crc_strerror(rc));
 	if (h.op != op || h.seq != c->seq || h.len < sizeof(h) + sizeof(*r) || h.len > (64u << 20))
@@ -406,6 +446,35 @@ int crc_ctl_restore(struct crc_ctl *c, const struct crc_ctl_restore_opts *opts, 
 	memcpy(w.gpus, opts->gpus, sizeof(w.gpus));
 	rc = exchange(c, CRC_OP_CTL_RESTORE, &w, sizeof(w), opts->store_dir, strlen(opts->store_dir) + 1,
 		      NULL, NULL);
+	if (!rc && c->tcp) {
+		/* TCP: the REBIND notice (with TLS, the key of the restored process's own handshake) goes
+		 * to the restored process on a unix socket, with the TCP socket attached; the TLS session
+		 * of this process ends here. */
+		struct crc_sock_notice n;
+		int sv[2];
+
+		rc = crc_sock_read_all(c->fd, &n, sizeof(n));
+		if (rc)
+			rc =
+			    fail(c, CRC_EDAEMON, "crcudad went away after the restore: %s", crc_strerror(rc));
+		else if (n.magic != CRC_PROTO_MAGIC || n.kind != CRC_NOTICE_REBIND)
+			rc = fail(c, CRC_EPROTO, "bad notice from crcudad after the restore");
+		else if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
+			rc = fail(c, -errno, "socketpair: %s", strerror(errno));
+		if (!rc) {
+			crc_tls_drop(c->fd);
+			rc = crc_sock_send_fds(sv[0], &n, sizeof(n), &c->fd, 1);
+			close(sv[0]);
+			if (rc) {
+				close(sv[1]);
+				rc = fail(c, rc, "cannot pass the restored session on: %s", crc_strerror(rc));
+			} else {
+				close(c->fd);
+				c->fd = sv[1];
+			}
+		}
+		memset(&n, 0, sizeof(n));
+	}
 	if (!rc) {
 		/* The connection is the restored session's client socket now; the daemon has queued the
 		 * REBIND notice on it for the restored process to read. */

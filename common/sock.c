@@ -17,6 +17,7 @@
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
 #include "crcuda/sock.h"
+#include "crcuda/tls.h"
 
 int crc_sock_default_path(char *buf, size_t len)
 {
@@ -262,6 +263,10 @@ int crc_sock_recv_fds(int fd, void *buf, size_t len, int *fds, int max_fds, int 
 int crc_sock_write_all(int fd, const void *buf, size_t len)
 {
 	const char *p = buf;
+	int rc;
+
+	if (crc_tls_write_all(fd, buf, len, &rc))
+		return rc;
 	while (len) {
 		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
 		if (n < 0) {
@@ -278,6 +283,10 @@ int crc_sock_write_all(int fd, const void *buf, size_t len)
 int crc_sock_read_all(int fd, void *buf, size_t len)
 {
 	char *p = buf;
+	int rc;
+
+	if (crc_tls_read_all(fd, buf, len, &rc))
+		return rc;
 	while (len) {
 		ssize_t n = recv(fd, p, len, 0);
 		if (n < 0) {

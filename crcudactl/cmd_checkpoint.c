@@ -48,38 +48,42 @@
 
 static void ckpt_usage(FILE *f)
 {
-	fprintf(f,
-		"Usage: crcudactl checkpoint [OPTIONS] PID\n"
-		"\n"
-		"Checkpoints PID, a program running under `crcudactl run`: its session is quiesced and its\n"
-		"device memory and globals go into the store, the process is dumped by CRIU (images in\n"
-		"<store>/criu/<name>), and one store transaction commits both. The process is killed\n"
-		"unless --leave-running. Needs root (CRIU).\n"
-		"\n"
-		"Options:\n"
-		"  -R, --leave-running  let the process run on after the checkpoint: what changed is\n"
-		"                       snapshotted in free device memory and copied to the store while\n"
-		"                       it runs on (the command returns once that is committed)\n"
-		"      --no-background  with -R: copy device memory before the process runs on\n"
-		"  -s, --store DIR      the store (default $CRCUDA_STORE, else ~/.local/share/crcuda/store)\n"
-		"      --daemon ADDR    the program's crcudad (default: the program's CRCUDA_REMOTE, else\n"
-		"                       $CRCUDA_SOCKET, else /tmp/crcuda-UID/crcudad.sock)\n"
-		"      --remote HOST:PORT the program's remote crcudad (its session is TCP); it writes the\n"
-		"                       device memory into the store itself: it must see the same path\n"
-		"      --token-file FILE  its token (else $CRCUDA_TOKEN or $CRCUDA_TOKEN_FILE, else the\n"
-		"                       program's own)\n"
-		"      --timeout SEC    give up (and resume the program) after SEC seconds (default %d)\n"
-		"      --json           machine-readable result on stdout\n"
-		"  -h, --help           this help\n"
-		"\n"
-		"SIGINT or SIGTERM while CRIU runs cancels the checkpoint: nothing is committed, the image\n"
-		"directory goes, and the process runs on (a second signal kills CRIU at once).\n"
-		"\n"
-		"Environment: CRCUDA_CRIU (criu binary; default: criu on $PATH if >= 4.1, else the\n"
-		"configured one), CRCUDA_CRIU_PLUGIN_DIR (crcuda_plugin.so; default: beside crcudactl).\n"
-		"Exit status: 0 checkpointed, 1 failed or cancelled (previous checkpoints untouched),\n"
-		"2 usage error.\n",
-		CKPT_TIMEOUT_DEFAULT);
+	fprintf(
+	    f,
+	    "Usage: crcudactl checkpoint [OPTIONS] PID\n"
+	    "\n"
+	    "Checkpoints PID, a program running under `crcudactl run`: its session is quiesced and its\n"
+	    "device memory and globals go into the store, the process is dumped by CRIU (images in\n"
+	    "<store>/criu/<name>), and one store transaction commits both. The process is killed\n"
+	    "unless --leave-running. Needs root (CRIU).\n"
+	    "\n"
+	    "Options:\n"
+	    "  -R, --leave-running  let the process run on after the checkpoint: what changed is\n"
+	    "                       snapshotted in free device memory and copied to the store while\n"
+	    "                       it runs on (the command returns once that is committed)\n"
+	    "      --no-background  with -R: copy device memory before the process runs on\n"
+	    "  -s, --store DIR      the store (default $CRCUDA_STORE, else ~/.local/share/crcuda/store)\n"
+	    "      --daemon ADDR    the program's crcudad (default: the program's CRCUDA_REMOTE, else\n"
+	    "                       $CRCUDA_SOCKET, else /tmp/crcuda-UID/crcudad.sock)\n"
+	    "      --remote HOST:PORT the program's remote crcudad (its session is TCP); it writes the\n"
+	    "                       device memory into the store itself: it must see the same path\n"
+	    "      --token-file FILE  its token (else $CRCUDA_TOKEN or $CRCUDA_TOKEN_FILE, else the\n"
+	    "      --insecure         plaintext TCP to a daemon started with --insecure (else TLS)\n"
+	    "      --tls-cert F, --tls-key F, --tls-ca F\n"
+	    "                         TLS with certificates (a daemon with --tls-*), not the token, as key\n"
+	    "                       program's own)\n"
+	    "      --timeout SEC    give up (and resume the program) after SEC seconds (default %d)\n"
+	    "      --json           machine-readable result on stdout\n"
+	    "  -h, --help           this help\n"
+	    "\n"
+	    "SIGINT or SIGTERM while CRIU runs cancels the checkpoint: nothing is committed, the image\n"
+	    "directory goes, and the process runs on (a second signal kills CRIU at once).\n"
+	    "\n"
+	    "Environment: CRCUDA_CRIU (criu binary; default: criu on $PATH if >= 4.1, else the\n"
+	    "configured one), CRCUDA_CRIU_PLUGIN_DIR (crcuda_plugin.so; default: beside crcudactl).\n"
+	    "Exit status: 0 checkpointed, 1 failed or cancelled (previous checkpoints untouched),\n"
+	    "2 usage error.\n",
+	    CKPT_TIMEOUT_DEFAULT);
 }
 
 /* Inode of the unix socket listening at path (from /proc/net/unix), or 0. */
@@ -180,6 +184,7 @@ static int find_remote(const char *addr, const char *token, pid_t pid, struct cr
 static int task_remote(pid_t pid, const char *token_file, char *addr, size_t len, char *token, size_t tlen)
 {
 	char path[64], buf[65536], *remote = NULL, *tok = NULL, *tokfile = NULL;
+	bool own_certs;
 	ssize_t n;
 	int fd;
 
@@ -188,6 +193,7 @@ static int task_remote(pid_t pid, const char *token_file, char *addr, size_t len
 	n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
 	if (fd >= 0)
 		close(fd);
+	own_certs = getenv("CRCUDA_TLS_CA") || getenv("CRCUDA_TLS_CERT") || getenv("CRCUDA_TLS_KEY");
 	for (char *p = buf; n > 0 && p < buf + n; p += strlen(p) + 1) {
 		buf[n] = 0;
 		if (!strncmp(p, "CRCUDA_REMOTE=", 14))
@@ -196,6 +202,16 @@ static int task_remote(pid_t pid, const char *token_file, char *addr, size_t len
 			tok = p + 13;
 		else if (!strncmp(p, "CRCUDA_TOKEN_FILE=", 18))
 			tokfile = p + 18;
+		else if (!strncmp(p, "CRCUDA_INSECURE=", 16) && !getenv("CRCUDA_INSECURE"))
+			setenv("CRCUDA_INSECURE", p + 16, 1); /* plaintext to the daemon, as the program is */
+		else if (!strncmp(p, "CRCUDA_TLS_", 11) && strchr(p, '=')) {
+			/* its certificates, unless given here */
+			char name[32];
+
+			snprintf(name, sizeof(name), "%.*s", (int)(strchr(p, '=') - p), p);
+			if (!own_certs)
+				setenv(name, strchr(p, '=') + 1, 0);
+		}
 	}
 	if (!remote || !*remote)
 		return 1;
@@ -348,7 +364,18 @@ static uint64_t wait_background_commit(const char *daemon, const char *token, pi
 
 int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 {
-	enum { OPT_DAEMON = 256, OPT_REMOTE, OPT_TOKEN, OPT_TIMEOUT, OPT_JSON, OPT_NO_BACKGROUND };
+	enum {
+		OPT_DAEMON = 256,
+		OPT_REMOTE,
+		OPT_TOKEN,
+		OPT_INSECURE,
+		OPT_TLS_CERT,
+		OPT_TLS_KEY,
+		OPT_TLS_CA,
+		OPT_TIMEOUT,
+		OPT_JSON,
+		OPT_NO_BACKGROUND
+	};
 	static const struct option longopts[] = {
 	    {"leave-running", no_argument, NULL, 'R'},
 	    {"no-background", no_argument, NULL, OPT_NO_BACKGROUND},
@@ -356,6 +383,10 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	    {"daemon", required_argument, NULL, OPT_DAEMON},
 	    {"remote", required_argument, NULL, OPT_REMOTE},
 	    {"token-file", required_argument, NULL, OPT_TOKEN},
+	    {"insecure", no_argument, NULL, OPT_INSECURE},
+	    {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
+	    {"tls-key", required_argument, NULL, OPT_TLS_KEY},
+	    {"tls-ca", required_argument, NULL, OPT_TLS_CA},
 	    {"timeout", required_argument, NULL, OPT_TIMEOUT},
 	    {"json", no_argument, NULL, OPT_JSON},
 	    {"help", no_argument, NULL, 'h'},
@@ -390,6 +421,19 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 			break;
 		case OPT_REMOTE:
 			remote_arg = optarg;
+			break;
+		case OPT_TLS_CERT:
+			setenv("CRCUDA_TLS_CERT", optarg, 1);
+			break;
+		case OPT_TLS_KEY:
+			setenv("CRCUDA_TLS_KEY", optarg, 1);
+			break;
+		case OPT_TLS_CA:
+			setenv("CRCUDA_TLS_CA", optarg, 1);
+			break;
+		case OPT_INSECURE:
+			/* Plaintext TCP, for this and for what it starts (the program, CRIU's plugin). */
+			setenv("CRCUDA_INSECURE", "1", 1);
 			break;
 		case OPT_TOKEN:
 			token_file = optarg;

@@ -44,6 +44,9 @@ static void restore_usage(FILE *f)
 	    "  -s, --store DIR        the store (default $CRCUDA_STORE, else ~/.local/share/crcuda/store)\n"
 	    "      --remote HOST:PORT replay on the crcudad listening there (the GPU is remote)\n"
 	    "      --token-file FILE  its token (else $CRCUDA_TOKEN or $CRCUDA_TOKEN_FILE)\n"
+	    "      --insecure         plaintext TCP to a daemon started with --insecure (else TLS)\n"
+	    "      --tls-cert F, --tls-key F, --tls-ca F\n"
+	    "                         TLS with certificates (a daemon with --tls-*), not the token, as key\n"
 	    "      --daemon SOCKET    a local crcudad (default $CRCUDA_SOCKET, else\n"
 	    "                         /tmp/crcuda-UID/crcudad.sock); started when none answers\n"
 	    "      --backend cuda|sim the backend of a daemon started here (default: the checkpointed\n"
@@ -161,11 +164,27 @@ static void continue_tree(pid_t pid, int depth)
 
 static int parse(int argc, char **argv, struct restore_args *a, struct ctl_opts *opts)
 {
-	enum { OPT_REMOTE = 256, OPT_TOKEN, OPT_DAEMON, OPT_BACKEND, OPT_GPU, OPT_TIMEOUT, OPT_JSON };
+	enum {
+		OPT_REMOTE = 256,
+		OPT_TOKEN,
+		OPT_INSECURE,
+		OPT_TLS_CERT,
+		OPT_TLS_KEY,
+		OPT_TLS_CA,
+		OPT_DAEMON,
+		OPT_BACKEND,
+		OPT_GPU,
+		OPT_TIMEOUT,
+		OPT_JSON
+	};
 	static const struct option longopts[] = {
 	    {"store", required_argument, NULL, 's'},
 	    {"remote", required_argument, NULL, OPT_REMOTE},
 	    {"token-file", required_argument, NULL, OPT_TOKEN},
+	    {"insecure", no_argument, NULL, OPT_INSECURE},
+	    {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
+	    {"tls-key", required_argument, NULL, OPT_TLS_KEY},
+	    {"tls-ca", required_argument, NULL, OPT_TLS_CA},
 	    {"daemon", required_argument, NULL, OPT_DAEMON},
 	    {"backend", required_argument, NULL, OPT_BACKEND},
 	    {"gpu", required_argument, NULL, OPT_GPU},
@@ -188,6 +207,19 @@ static int parse(int argc, char **argv, struct restore_args *a, struct ctl_opts 
 			break;
 		case OPT_REMOTE:
 			a->remote = optarg;
+			break;
+		case OPT_TLS_CERT:
+			setenv("CRCUDA_TLS_CERT", optarg, 1);
+			break;
+		case OPT_TLS_KEY:
+			setenv("CRCUDA_TLS_KEY", optarg, 1);
+			break;
+		case OPT_TLS_CA:
+			setenv("CRCUDA_TLS_CA", optarg, 1);
+			break;
+		case OPT_INSECURE:
+			/* Plaintext TCP, for this and for what it starts (the program, CRIU's plugin). */
+			setenv("CRCUDA_INSECURE", "1", 1);
 			break;
 		case OPT_TOKEN:
 			a->token_file = optarg;

@@ -31,6 +31,7 @@
 #include "crcuda/errno.h"
 #include "crcuda/proto.h"
 #include "crcuda/sock.h"
+#include "crcuda/tls.h"
 #include "crcudactl.h"
 #include "run_ckpt.h"
 
@@ -73,6 +74,10 @@ static void run_usage(FILE *f)
 	    "                           `crcudactl restore` uses them for a checkpoint's window)\n"
 	    "      --remote HOST:PORT   use the crcudad listening there (no local daemon)\n"
 	    "      --token-file FILE    its token (else $CRCUDA_TOKEN or $CRCUDA_TOKEN_FILE)\n"
+	    "      --insecure           plaintext TCP to a daemon started with --insecure (else TLS)\n"
+	    "      --tls-cert F, --tls-key F, --tls-ca F\n"
+	    "                           TLS with certificates (a daemon with --tls-*), not the token, as "
+	    "key\n"
 	    "  -h, --help               this help\n"
 	    "\n"
 	    "Checkpointing (crcudactl then stays PROG's parent: PROG runs as its child, in a process\n"
@@ -250,9 +255,24 @@ static enum probe probe(const char *sock, const char *remote, const char *token_
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	memset(r, 0, sizeof(*r));
+	if (remote) {
+		char why[256];
+
+		rc = crc_tls_connect(fd, remote, h.token, h.token_len, why, sizeof(why));
+		if (rc) {
+			close(fd);
+			if (rc != CRC_EAUTH && rc != CRC_ETLS) {
+				ctl_error("no TLS session with crcudad at %s: %s", remote, why);
+				return PROBE_BROKEN;
+			}
+			r->status = rc;
+			return PROBE_REFUSED;
+		}
+	}
 	rc = crc_sock_write_all(fd, &h, sizeof(h));
 	if (!rc)
 		rc = crc_sock_read_all(fd, r, sizeof(*r));
+	crc_tls_drop(fd);
 	close(fd);
 	if (rc || r->magic != CRC_PROTO_MAGIC || r->version != CRC_PROTO_VERSION)
 		return PROBE_BROKEN;
@@ -587,6 +607,10 @@ int cmd_run(int argc, char **argv, struct ctl_opts *opts)
 	enum {
 		OPT_REMOTE = 256,
 		OPT_TOKEN,
+		OPT_INSECURE,
+		OPT_TLS_CERT,
+		OPT_TLS_KEY,
+		OPT_TLS_CA,
 		OPT_BACKEND,
 		OPT_SOCKET,
 		OPT_LOG,
@@ -601,6 +625,10 @@ int cmd_run(int argc, char **argv, struct ctl_opts *opts)
 	static const struct option longopts[] = {
 	    {"remote", required_argument, NULL, OPT_REMOTE},
 	    {"token-file", required_argument, NULL, OPT_TOKEN},
+	    {"insecure", no_argument, NULL, OPT_INSECURE},
+	    {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
+	    {"tls-key", required_argument, NULL, OPT_TLS_KEY},
+	    {"tls-ca", required_argument, NULL, OPT_TLS_CA},
 	    {"backend", required_argument, NULL, OPT_BACKEND},
 	    {"socket", required_argument, NULL, OPT_SOCKET},
 	    {"daemon-log", required_argument, NULL, OPT_LOG},
@@ -652,6 +680,19 @@ int cmd_run(int argc, char **argv, struct ctl_opts *opts)
 			break;
 		case OPT_REMOTE:
 			a.remote = optarg;
+			break;
+		case OPT_TLS_CERT:
+			setenv("CRCUDA_TLS_CERT", optarg, 1);
+			break;
+		case OPT_TLS_KEY:
+			setenv("CRCUDA_TLS_KEY", optarg, 1);
+			break;
+		case OPT_TLS_CA:
+			setenv("CRCUDA_TLS_CA", optarg, 1);
+			break;
+		case OPT_INSECURE:
+			/* Plaintext TCP, for this and for what it starts (the program, CRIU's plugin). */
+			setenv("CRCUDA_INSECURE", "1", 1);
 			break;
 		case OPT_TOKEN:
 			a.token_file = optarg;

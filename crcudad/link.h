@@ -36,6 +36,8 @@ struct crc_link_msg {
 	struct crc_peer peer;
 	struct crc_hello hello; /* CLIENT, RECLAIM */
 	uint32_t req_len;	/* RESTORE: bytes of the request (crc_msg_hdr + payload) after this */
+	uint32_t tls;		/* the client makes a TLS handshake first, with key (crcuda/tls.h) */
+	uint8_t key[32];
 };
 /* A restore request travels in the same datagram. */
 #define CRC_LINK_MAX_REQ (48u * 1024)

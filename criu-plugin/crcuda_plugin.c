@@ -21,6 +21,8 @@
  *                        runs on (with --leave-running): the commit then happens when that copy is
  *                        done; the report says "pending PID" and crc_ctl_commit_wait tells the end
  *   CRCUDA_REMOTE        restore on the daemon at HOST:PORT (token: CRCUDA_TOKEN / CRCUDA_TOKEN_FILE)
+ *   CRCUDA_INSECURE      1: plaintext TCP to the daemon (else TLS; dump: else the task's own)
+ *   CRCUDA_TLS_CERT/_KEY/_CA  TLS with certificates instead of the token (dump: else the task's own)
  *   CRCUDA_STORE         the store (dump: default ~/.local/share/crcuda/store; restore: the dump's)
  *   CRCUDA_CRIU_IMAGES   the image directory relative to the store (default: computed)
  *   CRCUDA_CKPT_ID       restore: the checkpoint (default: the one committed by this dump)
@@ -393,6 +395,16 @@ static void dump_daemon(pid_t pid)
 		snprintf(P.daemon, sizeof(P.daemon), "%s", v);
 	} else if (task_env(pid, "CRCUDA_REMOTE", base, sizeof(base)) && *base) {
 		snprintf(P.daemon, sizeof(P.daemon), "%s", base);
+		/* A program that talks to its daemon in plaintext (CRCUDA_INSECURE) is checkpointed so too.
+		 */
+		if (!getenv("CRCUDA_INSECURE") && task_env(pid, "CRCUDA_INSECURE", base, sizeof(base)))
+			setenv("CRCUDA_INSECURE", base, 1);
+		if (!getenv("CRCUDA_TLS_CA") && !getenv("CRCUDA_TLS_CERT") && !getenv("CRCUDA_TLS_KEY"))
+			for (const char *const *v = (const char *const[]){"CRCUDA_TLS_CERT", "CRCUDA_TLS_KEY",
+									  "CRCUDA_TLS_CA", NULL};
+			     *v; v++)
+				if (task_env(pid, *v, base, sizeof(base)))
+					setenv(*v, base, 1);
 		if (!P.token[0] && !task_env(pid, "CRCUDA_TOKEN", P.token, sizeof(P.token)) &&
 		    task_env(pid, "CRCUDA_TOKEN_FILE", base, sizeof(base))) {
 			setenv("CRCUDA_TOKEN_FILE", base, 1);

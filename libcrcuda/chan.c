@@ -11,6 +11,7 @@
 #include "crcuda/log.h"
 #include "crcuda/proto.h"
 #include "crcuda/sock.h"
+#include "crcuda/tls.h"
 
 size_t crc_chan_shm_size(size_t ring_size)
 {
@@ -147,7 +148,8 @@ int crc_chan_next(struct crc_chan *c, int timeout_ms, const struct crc_msg_hdr *
 
 	if (!c->tcp)
 		return crc_ring_next(&c->rx, timeout_ms, msg);
-	if (timeout_ms >= 0) {
+	/* Over TLS, bytes may wait decrypted in the session where poll cannot see them. */
+	if (timeout_ms >= 0 && !crc_tls_pending(c->fd)) {
 		struct pollfd p = {.fd = c->fd, .events = POLLIN};
 
 		rc = poll(&p, 1, timeout_ms);
@@ -179,6 +181,8 @@ int crc_chan_pending(struct crc_chan *c)
 
 	if (!c->tcp)
 		return crc_ring_pending(&c->rx);
+	if (crc_tls_pending(c->fd))
+		return 0;
 	if (poll(&p, 1, 0) < 0)
 		return CRC_EDAEMON;
 	return p.revents & POLLIN ? 0 : p.revents & (POLLHUP | POLLERR | POLLNVAL) ? CRC_EDAEMON : CRC_EAGAIN;

@@ -19,6 +19,7 @@
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
 #include "crcuda/sock.h"
+#include "crcuda/tls.h"
 
 struct crc_client crc_client = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
@@ -124,7 +125,8 @@ static int handshake(void)
 	};
 	struct crc_hello_reply *r = &crc_client.info;
 	struct crc_peer srv = {0};
-	char path[256];
+	char path[256], why[256];
+	bool refused = false;
 	int fd, memfd = -1, nfds = 0, rc;
 
 	if (remote && *remote) {
@@ -132,11 +134,32 @@ static int handshake(void)
 		rc = read_token(hello.token, sizeof(hello.token), &hello.token_len);
 		if (rc)
 			return rc;
+		if (!hello.token_len) {
+			pr_err("crcudad at %s refused the session: wrong or missing token (no token: set "
+			       "CRCUDA_TOKEN or CRCUDA_TOKEN_FILE)",
+			       remote);
+			return CRC_EAUTH;
+		}
 		fd = crc_tcp_connect(remote);
 		if (fd < 0) {
 			pr_err("cannot reach crcudad at %s: %s", remote, crc_strerror(fd));
 			return fd;
 		}
+		rc = crc_tls_connect(fd, remote, hello.token, hello.token_len, why, sizeof(why));
+		if (rc == CRC_EAUTH) {
+			pr_err("crcudad at %s refused the session: %s (%s)", remote,
+			       getenv("CRCUDA_TLS_CA") ? "certificates not accepted"
+						       : "wrong or missing token",
+			       why);
+			goto fail;
+		}
+		if (rc) {
+			pr_err("no session with crcudad at %s: %s (%s)", remote, crc_strerror(rc), why);
+			goto fail;
+		}
+		if (!crc_tls_wanted())
+			pr_warn("CRCUDA_INSECURE: this process's GPU work travels to %s in plaintext",
+				remote);
 	} else {
 		hello.transport = CRC_TRANSPORT_UNIX;
 		rc = crc_sock_default_path(path, sizeof(path));
@@ -160,6 +183,17 @@ static int handshake(void)
 		}
 	}
 	rc = crc_sock_write_all(fd, &hello, sizeof(hello));
+	if (!rc) {
+		rc = crc_tls_take_handoff(fd, &refused, why, sizeof(why));
+		if (rc && refused) {
+			pr_err("crcudad refused the session: %s", why);
+			goto fail;
+		}
+		if (rc) {
+			pr_err("no session with crcudad at %s: %s", remote, why);
+			goto fail;
+		}
+	}
 	/* A daemon that refuses a unix client (another uid) answers before it reads the hello, and
 	 * closes: its answer is there to read even when the hello could not be written. */
 	if (!rc || hello.transport == CRC_TRANSPORT_UNIX)
@@ -214,6 +248,7 @@ static int handshake(void)
 fail:
 	if (memfd >= 0)
 		close(memfd);
+	crc_tls_drop(fd);
 	close(fd);
 	return rc ? rc : CRC_EPROTO;
 }
@@ -242,6 +277,7 @@ static CUresult lost(int rc)
 
 /* ---- quiesce: the call gate, parking, rebinding (see struct crc_session_ctl in crcuda/proto.h) ---- */
 static int park_tcp(void);
+static int tcp_notices(void);
 
 static void chan_unlock(void)
 {
@@ -250,6 +286,11 @@ static void chan_unlock(void)
 
 	if (ctl)
 		atomic_store_explicit(&ctl->client_busy, 0, memory_order_release);
+	/* Over TLS, a notice that came right after the reply may have been read with it (the socket is
+	 * read ahead): poll cannot show it to the watcher, so it is taken now. */
+	else if (crc_client.tcp && crc_client.state == 1 && crc_tls_pending(crc_client.chan.fd) &&
+		 (rc = tcp_notices()))
+		lost(rc);
 	/* A quiesce request read while this call waited for its reply: the call is complete, park. */
 	else if (crc_client.quiesce_pending && (rc = park_tcp()))
 		lost(rc);
@@ -327,6 +368,25 @@ static int rebind(const struct crc_sock_notice *n, int memfd)
 	int fd = crc_client.chan.fd, rc = 0;
 
 	crc_chan_close(&crc_client.chan);
+	crc_tls_drop(fd);
+	if (n->transport == CRC_TRANSPORT_TCP && memfd >= 0) {
+		/* The restorer's socket brought the notice and the session's TCP socket: that takes its
+		 * place, with a TLS session of our own where the notice has its key. */
+		char why[256];
+
+		if (dup3(memfd, fd, O_CLOEXEC) < 0)
+			return -errno;
+		if (n->flags & CRC_NOTICE_TLS) {
+			rc = crc_tls_client(fd, CRC_TLS_ID_HANDOFF, n->key, sizeof(n->key), 30000, why,
+					    sizeof(why));
+			if (rc) {
+				pr_err("no TLS session with the restored session's crcudad: %s", why);
+				return rc;
+			}
+		}
+	} else if (n->transport == CRC_TRANSPORT_TCP && (n->flags & CRC_NOTICE_TLS)) {
+		return CRC_EPROTO;
+	}
 	if (n->transport == CRC_TRANSPORT_UNIX) {
 		if (memfd < 0)
 			return CRC_EPROTO;
@@ -467,7 +527,10 @@ static int reclaim(int fd, const struct sockaddr_storage *addr, socklen_t len, c
 	    .token_len = (uint32_t)ticket_len,
 	};
 	struct crc_hello_reply *r = malloc(sizeof(*r));
-	char host[NI_MAXHOST], port[NI_MAXSERV], where[NI_MAXHOST + NI_MAXSERV + 4];
+	char host[NI_MAXHOST], port[NI_MAXSERV], where[NI_MAXHOST + NI_MAXSERV + 4], token[CRC_TOKEN_MAX];
+	char why[256] = "";
+	uint32_t token_len = 0;
+	bool refused;
 	int nfd = CRC_ENOMEM, rc;
 
 	memcpy(hello.token, ticket, ticket_len);
@@ -476,7 +539,16 @@ static int reclaim(int fd, const struct sockaddr_storage *addr, socklen_t len, c
 		snprintf(where, sizeof(where), strchr(host, ':') ? "[%s]:%s" : "%s:%s", host, port);
 		nfd = crc_tcp_connect(where);
 	}
-	rc = nfd < 0 ? nfd : crc_sock_write_all(nfd, &hello, sizeof(hello));
+	/* The connection is authenticated by the token, as the first one was; the ticket proves that
+	 * this process is the session's client. */
+	rc = nfd < 0 ? nfd : read_token(token, sizeof(token), &token_len);
+	if (!rc)
+		rc = crc_tls_connect(nfd, where, token, token_len, why, sizeof(why));
+	memset(token, 0, sizeof(token));
+	if (!rc)
+		rc = crc_sock_write_all(nfd, &hello, sizeof(hello));
+	if (!rc)
+		rc = crc_tls_take_handoff(nfd, &refused, why, sizeof(why));
 	if (!rc)
 		rc = crc_sock_read_all(nfd, r, sizeof(*r));
 	if (!rc && (r->magic != CRC_PROTO_MAGIC || r->status))
@@ -484,11 +556,17 @@ static int reclaim(int fd, const struct sockaddr_storage *addr, socklen_t len, c
 	free(r);
 	if (!rc && dup3(nfd, fd, O_CLOEXEC) < 0)
 		rc = -errno;
-	if (nfd >= 0)
+	if (!rc)
+		crc_tls_move(nfd, fd);
+	if (nfd >= 0) {
+		if (rc)
+			crc_tls_drop(nfd);
 		close(nfd);
+	}
 	if (rc) {
-		pr_err("cannot take session %llu back from crcudad after the checkpoint: %s",
-		       (unsigned long long)crc_client.info.session_id, crc_strerror(rc));
+		pr_err("cannot take session %llu back from crcudad after the checkpoint: %s%s%s",
+		       (unsigned long long)crc_client.info.session_id, crc_strerror(rc), why[0] ? ": " : "",
+		       why);
 		return rc;
 	}
 	crc_chan_close(&crc_client.chan);
@@ -526,8 +604,10 @@ static int park_tcp(void)
 		rc = crc_chan_commit(&crc_client.chan);
 	}
 	if (!rc && park >= 0) {
-		/* shutdown: the daemon sees the end even while the watcher's poll holds the socket. */
+		/* shutdown: the daemon sees the end even while the watcher's poll holds the socket. The TLS
+		 * session ends here too: a restored process makes a new one (rebind), as does a reclaim. */
 		shutdown(fd, SHUT_RDWR);
+		crc_tls_drop(fd);
 		rc = dup3(park, fd, O_CLOEXEC) < 0 ? -errno : 0;
 	}
 	if (park >= 0)
@@ -542,7 +622,7 @@ static int park_tcp(void)
 		const struct crc_msg_hdr *m;
 		int memfd = -1, nfds = 0;
 
-		if (poll(&pf, 1, 100) <= 0)
+		if (!(!ack.detach && crc_tls_pending(fd)) && poll(&pf, 1, 100) <= 0)
 			continue;
 		if (!ack.detach) {
 			rc = crc_chan_next(&crc_client.chan, 0, &m);
@@ -651,7 +731,7 @@ static void *watch(void *arg)
 			pthread_mutex_unlock(&crc_client.lock);
 			return NULL;
 		}
-		if (poll(&pf, 1, 1000) <= 0)
+		if (poll(&pf, 1, 1000) <= 0 && !crc_tls_pending(fd))
 			continue;
 		if (__atomic_load_n(&crc_client.tcp, __ATOMIC_RELAXED))
 			watch_tcp();

@@ -24,6 +24,7 @@ packages=(build-essential cmake pkg-config python3 clang-format liblmdb-dev lmdb
 	libgnutls28-dev libnftables-dev xz-utils)
 packages+=(liblz4-dev libzstd-dev) # fatbin decompression (common/modimage.c)
 packages+=(clang libclang-rt-dev)  # the libFuzzer targets (fuzz/): clang and its sanitizer runtimes
+packages+=(libgnutls30 openssl)    # TLS of remote sessions (loaded at run time); test certificates
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

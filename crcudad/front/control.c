@@ -15,6 +15,7 @@
 
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
+#include "crcuda/tls.h"
 #include "front.h"
 
 struct proxy {
@@ -150,7 +151,11 @@ static bool restore(struct control *c, const struct crc_msg_hdr *h, const uint8_
 	}
 	memcpy(req, h, sizeof(*h));
 	memcpy(req + sizeof(*h), p, len);
-	rc = crc_worker_hand(w, &m, c->fd, req, sizeof(*h) + len);
+	rc = crc_front_handoff(c->fd, &m, h);
+	if (rc)
+		close(c->fd);
+	else
+		rc = crc_worker_hand(w, &m, c->fd, req, sizeof(*h) + len);
 	free(req);
 	crc_worker_put(w);
 	if (rc)
@@ -196,8 +201,10 @@ static void *control_main(void *arg)
 	if (rc == CRC_EPROTO)
 		pr_warn("control connection of pid %d: bad record length %u", (int)c->peer.pid, h.len);
 	free(buf);
-	if (c->fd >= 0)
+	if (c->fd >= 0) {
+		crc_tls_drop(c->fd);
 		close(c->fd);
+	}
 	/* The workers see their side end: what this connection left quiesced is resumed there. */
 	for (unsigned i = 0; i < sizeof(c->proxies) / sizeof(c->proxies[0]); i++)
 		if (c->proxies[i].w) {
@@ -215,6 +222,7 @@ void crc_front_control(int fd, bool tcp, const struct crc_peer *peer)
 
 	if (!c || crc_sock_write_all(fd, &fr.proto, sizeof(fr.proto))) {
 		free(c);
+		crc_tls_drop(fd);
 		close(fd);
 		return;
 	}
@@ -223,6 +231,7 @@ void crc_front_control(int fd, bool tcp, const struct crc_peer *peer)
 	c->peer = *peer;
 	if (pthread_create(&t, NULL, control_main, c)) {
 		free(c);
+		crc_tls_drop(fd);
 		close(fd);
 		return;
 	}

@@ -27,7 +27,9 @@ struct front {
 	char token[CRC_TOKEN_MAX];
 	size_t token_len;
 	bool have_token;
-	struct crc_hello_reply proto; /* device facts, from the first worker */
+	bool insecure; /* --insecure: plaintext TCP (else TLS, the token as the pre-shared key) */
+	const char *tls_cert, *tls_key, *tls_ca; /* TLS with certificates instead of the token as key */
+	struct crc_hello_reply proto;		 /* device facts, from the first worker */
 };
 extern struct front fr;
 
@@ -71,6 +73,11 @@ unsigned crc_workers_list(struct crc_ctl_session_wire *out, unsigned max);
 unsigned crc_workers_busy(void);
 /* Ends every worker (the front is stopping). */
 void crc_workers_stop(void);
+
+/* TLS connections (fd has a session) change hands: sends the client the key of its next handshake (as
+ * struct crc_tls_handoff; as a CRC_OP_CTL_HANDOFF record answering req when req is given), forgets the
+ * session and puts the key in m for the worker. Nothing to do without TLS. 0 or CRC_E*. */
+int crc_front_handoff(int fd, struct crc_link_msg *m, const struct crc_msg_hdr *req);
 
 /* ---- control.c ---------------------------------------------------------------------------------- */
 /* Serves a greeted control connection on a thread of its own. */

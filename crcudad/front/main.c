@@ -4,8 +4,9 @@
  * commands to their workers (control.c). It never loads the driver itself.
  *
  * usage: crcudad --backend sim|cuda [--backend-lib PATH] [--socket PATH] [--listen ADDR:PORT
- *                --token-file F] [--va-base ADDR] [--va-session BYTES] [--pool N]
- *                [--ring-size BYTES] [--idle-exit SECONDS] [--foreground] [-v|-q] */
+ *                --token-file F [--insecure | --tls-cert F --tls-key F --tls-ca F]] [--va-base ADDR]
+ *                [--va-session BYTES] [--pool N] [--ring-size BYTES] [--idle-exit SECONDS] [--foreground]
+ * [-v|-q] */
 #define LOG_PREFIX "crcudad: "
 #include <dirent.h>
 #include <errno.h>
@@ -13,8 +14,12 @@
 #include <getopt.h>
 #include <libgen.h>
 #include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +31,7 @@
 
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
+#include "crcuda/tls.h"
 #include "front.h"
 
 /* Worker links watched by the accept loop at once (more workers are still reaped, a poll later). */
@@ -40,12 +46,13 @@ struct front fr = {
 
 static void usage(FILE *f)
 {
-	fprintf(
-	    f, "usage: crcudad --backend sim|cuda [--backend-lib PATH] [--socket PATH]\n"
-	       "               [--listen ADDR:PORT --token-file FILE] [--va-base ADDR] [--va-session BYTES]\n"
-	       "               [--pool N] [--ring-size BYTES] [--idle-exit SECONDS] [--foreground]\n"
-	       "               [-v] [-q]\n"
-	       "       crcudad --version | --help\n");
+	fprintf(f, "usage: crcudad --backend sim|cuda [--backend-lib PATH] [--socket PATH]\n"
+		   "               [--listen ADDR:PORT --token-file FILE [--insecure | --tls-cert FILE\n"
+		   "               --tls-key FILE --tls-ca FILE]] [--va-base ADDR]\n"
+		   "               [--va-session BYTES]\n"
+		   "               [--pool N] [--ring-size BYTES] [--idle-exit SECONDS] [--foreground]\n"
+		   "               [-v] [-q]\n"
+		   "       crcudad --version | --help\n");
 }
 
 /* The directory of this executable: 0 or -errno. */
@@ -173,27 +180,23 @@ static void refuse(int fd, int status)
 	struct crc_hello_reply r = {.magic = CRC_PROTO_MAGIC, .version = CRC_PROTO_VERSION, .status = status};
 
 	crc_sock_write_all(fd, &r, sizeof(r));
+	crc_tls_drop(fd);
 	close(fd);
 }
 
-static void accept_one(int lfd, bool tcp)
+/* The connection's hello, then what it asks for: a control connection served here, a session given to
+ * a worker, a detached session taken back by its client. fd is ours (closed or handed over). */
+static void greet(int fd, bool tcp, struct crc_peer peer, const char *from)
 {
-	struct crc_peer peer = {0};
 	struct crc_hello hello;
 	struct timeval tv = {.tv_sec = 5};
-	int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC), rc;
+	int rc;
 
-	if (fd < 0)
-		return;
-	if (!tcp && crc_unix_check_peer(fd, &peer)) {
-		refuse(fd, CRC_EPERM);
-		return;
-	}
 	/* A client that connects and says nothing must not hold up the others for long. */
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	rc = crc_sock_read_all(fd, &hello, sizeof(hello));
 	if (rc || hello.magic != CRC_PROTO_MAGIC || hello.version != CRC_PROTO_VERSION) {
-		pr_warn("refusing a connection: no valid hello");
+		pr_warn("refusing a connection%s%s: no valid hello", from ? " from " : "", from ? from : "");
 		refuse(fd, CRC_EPROTO);
 		return;
 	}
@@ -210,7 +213,10 @@ static void accept_one(int lfd, bool tcp)
 			return;
 		}
 		m.session_id = w->session_id;
-		crc_worker_hand(w, &m, fd, NULL, 0);
+		if (crc_front_handoff(fd, &m, NULL))
+			close(fd);
+		else
+			crc_worker_hand(w, &m, fd, NULL, 0);
 		crc_worker_put(w);
 		return;
 	}
@@ -219,8 +225,11 @@ static void accept_one(int lfd, bool tcp)
 		peer.uid = hello.uid;
 		if (!fr.have_token || hello.token_len > sizeof(hello.token) ||
 		    !crc_const_time_equal(hello.token, hello.token_len, fr.token, fr.token_len)) {
-			pr_warn("refusing TCP client pid %d: %s token", (int)hello.pid,
+			pr_warn("refusing TCP client pid %d from %s: %s token", (int)hello.pid, from,
 				hello.token_len ? "wrong" : "missing");
+			nanosleep(&(struct timespec){.tv_sec = CRC_TLS_AUTH_DELAY_MS / 1000,
+						     .tv_nsec = CRC_TLS_AUTH_DELAY_MS % 1000 * 1000000L},
+				  NULL);
 			refuse(fd, CRC_EAUTH);
 			return;
 		}
@@ -241,15 +250,153 @@ static void accept_one(int lfd, bool tcp)
 			refuse(fd, CRC_EDAEMON);
 			return;
 		}
-		rc = crc_worker_hand(w, &m, fd, NULL, 0);
+		rc = crc_front_handoff(fd, &m, NULL);
+		if (rc)
+			close(fd);
+		else
+			rc = crc_worker_hand(w, &m, fd, NULL, 0);
 		if (rc)
 			pr_warn("cannot hand pid %d to worker %d: %s", (int)peer.pid, (int)w->pid,
 				crc_strerror(rc));
 		else
-			pr_info("session %llu: pid %d uid %u -> worker %d", (unsigned long long)w->session_id,
-				(int)peer.pid, (unsigned)peer.uid, (int)w->pid);
+			pr_info("session %llu: pid %d uid %u -> worker %d%s",
+				(unsigned long long)w->session_id, (int)peer.pid, (unsigned)peer.uid,
+				(int)w->pid, m.tls ? " (TLS)" : "");
 		crc_worker_put(w);
 	}
+}
+
+static void accept_unix(int lfd)
+{
+	struct crc_peer peer = {0};
+	int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+
+	if (fd < 0)
+		return;
+	if (crc_unix_check_peer(fd, &peer)) {
+		refuse(fd, CRC_EPERM);
+		return;
+	}
+	greet(fd, false, peer, NULL);
+}
+
+/* The first bytes the peer sent (up to len, waiting up to timeout_ms for them): how many. */
+static int peek_first(int fd, uint8_t *buf, size_t len, int timeout_ms)
+{
+	ssize_t n = 0;
+
+	for (int waited = 0; waited <= timeout_ms; waited += 10) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+
+		n = recv(fd, buf, len, MSG_PEEK | MSG_DONTWAIT);
+		if (n == (ssize_t)len || n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+			break;
+		poll(&p, 1, 10);
+	}
+	return n > 0 ? (int)n : 0;
+}
+
+/* Reads what the peer sent so far (a refused peer reads our answer before a reset could hide it). */
+static void drain(int fd)
+{
+	char buf[4096];
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+
+	while (poll(&p, 1, 50) > 0 && recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0)
+		;
+}
+
+struct tcp_greeting {
+	int fd;
+	char from[INET6_ADDRSTRLEN + 16];
+};
+
+static atomic_uint greetings;
+#define MAX_GREETINGS 64
+
+/* A TCP connection, on a thread of its own (a TLS handshake, a wrong token's delay, must not hold up
+ * the others): TLS with the token as the pre-shared key unless --insecure; a client speaking the other
+ * language gets an answer in its own (one line it can print), not a hang. */
+static void *tcp_greet(void *arg)
+{
+	struct tcp_greeting *g = arg;
+	uint8_t first[4] = {0};
+	int n = peek_first(g->fd, first, sizeof(first), 5000), rc;
+	uint32_t magic = CRC_PROTO_MAGIC;
+	bool plain = n == 4 && !memcmp(first, &magic, 4), tls = crc_tls_looks_like_hello(first, (size_t)n);
+	char why[256];
+
+	if (!fr.insecure && !tls) {
+		if (plain) {
+			pr_warn(
+			    "refusing TCP client %s: it speaks plaintext and this daemon requires TLS (give "
+			    "neither side --insecure, or both)",
+			    g->from);
+			drain(g->fd);
+			refuse(g->fd, CRC_ETLS);
+		} else {
+			pr_warn("refusing TCP client %s: %s", g->from,
+				n ? "no TLS handshake" : "it said nothing");
+			close(g->fd);
+		}
+	} else if (fr.insecure && tls) {
+		pr_warn("refusing TCP client %s: it speaks TLS and this daemon was started with --insecure",
+			g->from);
+		drain(g->fd);
+		refuse(g->fd, CRC_ETLS);
+	} else if (!fr.insecure &&
+		   (rc = fr.tls_cert ? crc_tls_server_x509(g->fd, fr.tls_cert, fr.tls_key, fr.tls_ca, 5000,
+							   why, sizeof(why))
+				     : crc_tls_server(g->fd, CRC_TLS_ID_TOKEN, fr.token, fr.token_len, 5000,
+						      why, sizeof(why)))) {
+		/* A wrong key's alert was held back CRC_TLS_AUTH_DELAY_MS (tls.c): guessing is slow. */
+		if (rc == CRC_EAUTH)
+			pr_warn("refusing TCP client %s: %s (%s)", g->from,
+				fr.tls_cert ? "not a certificate of --tls-ca" : "wrong token", why);
+		else
+			pr_warn("refusing TCP client %s: %s", g->from, why);
+		crc_tls_drop(g->fd);
+		close(g->fd);
+	} else {
+		if (!fr.insecure)
+			pr_debug("TCP client %s: TLS %s", g->from, crc_tls_cipher(g->fd));
+		greet(g->fd, true, (struct crc_peer){0}, g->from);
+	}
+	free(g);
+	atomic_fetch_sub(&greetings, 1);
+	return NULL;
+}
+
+static void accept_tcp(int lfd)
+{
+	struct sockaddr_storage sa;
+	socklen_t len = sizeof(sa);
+	struct tcp_greeting *g;
+	char host[INET6_ADDRSTRLEN], port[16];
+	pthread_t t;
+	int fd = accept4(lfd, (struct sockaddr *)&sa, &len, SOCK_CLOEXEC);
+
+	if (fd < 0)
+		return;
+	if (atomic_fetch_add(&greetings, 1) >= MAX_GREETINGS || !(g = calloc(1, sizeof(*g)))) {
+		atomic_fetch_sub(&greetings, 1);
+		pr_warn("refusing a TCP connection: %u others are being greeted", MAX_GREETINGS);
+		close(fd);
+		return;
+	}
+	g->fd = fd;
+	if (getnameinfo((struct sockaddr *)&sa, len, host, sizeof(host), port, sizeof(port),
+			NI_NUMERICHOST | NI_NUMERICSERV))
+		snprintf(g->from, sizeof(g->from), "?");
+	else
+		snprintf(g->from, sizeof(g->from), strchr(host, ':') ? "[%s]:%s" : "%s:%s", host, port);
+	if (pthread_create(&t, NULL, tcp_greet, g)) {
+		atomic_fetch_sub(&greetings, 1);
+		free(g);
+		close(fd);
+		return;
+	}
+	pthread_detach(t);
 }
 
 /* --idle-exit: a program that `crcudactl run` started registers itself as <socket>.run/<pid> (content:
@@ -343,7 +490,9 @@ int main(int argc, char **argv)
 	    {"va-session", required_argument, NULL, 'S'}, {"pool", required_argument, NULL, 'p'},
 	    {"ring-size", required_argument, NULL, 'r'},  {"idle-exit", required_argument, NULL, 'i'},
 	    {"foreground", no_argument, NULL, 'f'},	  {"help", no_argument, NULL, 'h'},
-	    {"version", no_argument, NULL, 'V'},	  {NULL, 0, NULL, 0},
+	    {"version", no_argument, NULL, 'V'},	  {"insecure", no_argument, NULL, 'I'},
+	    {"tls-cert", required_argument, NULL, 'C'},	  {"tls-key", required_argument, NULL, 'K'},
+	    {"tls-ca", required_argument, NULL, 'A'},	  {NULL, 0, NULL, 0},
 	};
 	const char *backend = NULL, *lib = NULL, *listen_addr = NULL, *token_file = NULL;
 	char path[PATH_MAX], sock_path[PATH_MAX] = "";
@@ -388,6 +537,18 @@ int main(int argc, char **argv)
 		case 'f':
 			foreground = true;
 			break;
+		case 'I':
+			fr.insecure = true;
+			break;
+		case 'C':
+			fr.tls_cert = optarg;
+			break;
+		case 'K':
+			fr.tls_key = optarg;
+			break;
+		case 'A':
+			fr.tls_ca = optarg;
+			break;
 		case 'v':
 			crc_log_set_level(crc_log_level() + 1);
 			break;
@@ -417,6 +578,28 @@ int main(int argc, char **argv)
 	}
 	if (token_file && read_token_file(token_file))
 		return 1;
+	if ((fr.tls_cert || fr.tls_key || fr.tls_ca) &&
+	    (!fr.tls_cert || !fr.tls_key || !fr.tls_ca || fr.insecure || !listen_addr)) {
+		pr_err(
+		    "--tls-cert, --tls-key and --tls-ca go together, with --listen and without --insecure");
+		return 2;
+	}
+	if (fr.tls_cert) {
+		char why[512];
+
+		if (crc_tls_check_x509(fr.tls_cert, fr.tls_key, fr.tls_ca, why, sizeof(why))) {
+			pr_err("%s", why);
+			return 1;
+		}
+	}
+	if (listen_addr && fr.insecure)
+		pr_warn("--insecure: TCP sessions on %s travel in plaintext (device memory and the token "
+			"included); use it on a network you trust only",
+			listen_addr);
+	else if (listen_addr && crc_tls_random(path, 1)) {
+		pr_err("no TLS here (cannot load GnuTLS, libgnutls30): give --insecure for plaintext TCP");
+		return 1;
+	}
 	if (lib)
 		snprintf(path, sizeof(path), "%s", lib);
 	else if (!strcmp(backend, "sim") ? sim_path(path, sizeof(path)) : cuda_path(path, sizeof(path))) {
@@ -484,7 +667,10 @@ int main(int argc, char **argv)
 		for (int i = 0; i < nfds; i++)
 			if (fds[i].revents & POLLIN) {
 				busy_at = now_s();
-				accept_one(fds[i].fd, i == 1);
+				if (i == 1)
+					accept_tcp(fds[i].fd);
+				else
+					accept_unix(fds[i].fd);
 			}
 	}
 	unlink(sock_path);

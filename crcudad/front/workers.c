@@ -17,6 +17,7 @@
 
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
+#include "crcuda/tls.h"
 #include "front.h"
 
 extern char **environ;
@@ -277,6 +278,30 @@ void crc_worker_put(struct worker *w)
 	pthread_mutex_lock(&reg_lock);
 	w->refs--;
 	pthread_mutex_unlock(&reg_lock);
+}
+
+int crc_front_handoff(int fd, struct crc_link_msg *m, const struct crc_msg_hdr *req)
+{
+	struct crc_tls_handoff h = {.magic = CRC_PROTO_MAGIC, .version = CRC_PROTO_VERSION};
+	int rc;
+
+	if (!crc_tls_on(fd))
+		return 0;
+	rc = crc_tls_random(h.key, sizeof(h.key));
+	if (!rc && req) {
+		struct crc_msg_hdr hh = {.op = CRC_OP_CTL_HANDOFF, .seq = req->seq};
+
+		rc = crc_ctl_reply_send(fd, &hh, 0, NULL, h.key, sizeof(h.key));
+	}
+	if (!rc && !req)
+		rc = crc_sock_write_all(fd, &h, sizeof(h));
+	if (!rc) {
+		memcpy(m->key, h.key, sizeof(m->key));
+		m->tls = 1;
+	}
+	crc_tls_drop(fd);
+	memset(h.key, 0, sizeof(h.key));
+	return rc;
 }
 
 int crc_worker_hand(struct worker *w, struct crc_link_msg *m, int fd, const void *extra, size_t extra_len)

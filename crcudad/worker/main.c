@@ -21,6 +21,7 @@
 
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
+#include "crcuda/tls.h"
 #include "link.h"
 #include "worker.h"
 
@@ -187,6 +188,7 @@ static void refuse(int fd, int rc)
 	struct crc_hello_reply r = {.magic = CRC_PROTO_MAGIC, .version = CRC_PROTO_VERSION, .status = rc};
 
 	crc_sock_write_all(fd, &r, sizeof(r));
+	crc_tls_drop(fd);
 	close(fd);
 }
 
@@ -216,6 +218,19 @@ static int serve_link(uint8_t *buf, size_t cap)
 		if (fd >= 0)
 			close(fd);
 		return 0;
+	}
+	if (m->tls) {
+		/* The front forgot its TLS session with this client: a new one here, with the key it gave
+		 * both of us. */
+		char why[256];
+
+		rc = crc_tls_server(fd, CRC_TLS_ID_HANDOFF, m->key, sizeof(m->key), 10000, why, sizeof(why));
+		if (rc) {
+			pr_warn("no TLS session with the client pid %d handed over by the front: %s",
+				(int)m->peer.pid, why);
+			close(fd);
+			return m->kind == CRC_LINK_CLIENT || m->kind == CRC_LINK_RESTORE;
+		}
 	}
 	switch (m->kind) {
 	case CRC_LINK_CLIENT:

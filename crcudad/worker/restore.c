@@ -18,6 +18,7 @@
 
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
+#include "crcuda/tls.h"
 #include "crcuda/modimage.h"
 #include "worker.h"
 
@@ -840,6 +841,18 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 
 		for (size_t i = 0; i < j.n; i++)
 			replayed += !j.items[i].skip;
+		/* With TLS, the restorer (the CRIU plugin) forgets its session after the notice and passes
+		 * the notice on to the restored process, which makes a new one with the notice's key. */
+		if (tcp && crc_tls_on(fd)) {
+			rc = crc_tls_random(n.key, sizeof(n.key));
+			if (rc) {
+				snprintf(why, why_len, "no random key: %s", crc_strerror(rc));
+				goto fail;
+			}
+			n.flags = CRC_NOTICE_TLS;
+			memcpy(s->tls_key, n.key, sizeof(n.key));
+			s->tls_pending = true;
+		}
 		/* Listed as running before the restorer hears of it (its thread starts right after). */
 		s->state = CRC_CTL_RUNNING;
 		crc_worker_publish();
@@ -849,6 +862,9 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 		if (!rc)
 			rc = tcp ? crc_sock_write_all(fd, &n, sizeof(n))
 				 : crc_sock_send_fds(fd, &n, sizeof(n), &memfd, 1);
+		memset(n.key, 0, sizeof(n.key));
+		if (tcp)
+			crc_tls_drop(fd);
 		if (memfd >= 0)
 			close(memfd);
 		memfd = -1;

@@ -14,6 +14,7 @@
 
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
+#include "crcuda/tls.h"
 #include "worker.h"
 
 /* After cuda.h: define and call entry points by their ABI names. */
@@ -936,10 +937,14 @@ static void session_dealloc(struct crc_session *s)
 		crc_ckpt_abort(s->ckpt);
 	crc_store_close(s->store);
 	crc_chan_close(&s->chan);
-	if (s->fd >= 0)
+	if (s->fd >= 0) {
+		crc_tls_drop(s->fd);
 		close(s->fd);
-	if (s->reclaim_fd >= 0)
+	}
+	if (s->reclaim_fd >= 0) {
+		crc_tls_drop(s->reclaim_fd);
 		close(s->reclaim_fd);
+	}
 	for (unsigned t = 0; t < CRC_HT_COUNT; t++)
 		free(s->tables[t].real);
 	crc_journal_free(s);
@@ -990,6 +995,10 @@ void crc_session_cmd_done(struct crc_session *s, int rc, const char *fmt, ...)
 	crc_worker_publish();
 }
 
+/* How long a restored TCP client may take to make its first handshake: CRIU restores the rest of the
+ * process (its memory) after the restore's reply. */
+#define RESTORED_TLS_WAIT_MS (300 * 1000)
+
 static void *session_main(void *arg)
 {
 	struct crc_session *s = arg;
@@ -1005,6 +1014,21 @@ static void *session_main(void *arg)
 			s->cur_ctx = crc_vhandle(CRC_HT_CTX, i);
 			break;
 		}
+	}
+	if (s->tls_pending) {
+		char why[256];
+		int rc = crc_tls_server(s->fd, CRC_TLS_ID_HANDOFF, s->tls_key, sizeof(s->tls_key),
+					RESTORED_TLS_WAIT_MS, why, sizeof(why));
+
+		memset(s->tls_key, 0, sizeof(s->tls_key));
+		s->tls_pending = false;
+		if (rc) {
+			pr_warn("session %llu: no TLS session with the restored client: %s",
+				(unsigned long long)s->id, why);
+			goto end;
+		}
+		pr_info("session %llu: TLS with the restored client (%s)", (unsigned long long)s->id,
+			crc_tls_cipher(s->fd));
 	}
 	for (;;) {
 		bool pending;
@@ -1049,6 +1073,7 @@ static void *session_main(void *arg)
 		}
 		pthread_mutex_unlock(&s->ctl_lock);
 	}
+end:
 	pr_info("session %llu: ended; freeing %llu bytes of device memory", (unsigned long long)s->id,
 		(unsigned long long)s->mapped_bytes);
 	session_free(s);

@@ -15,6 +15,7 @@
 
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
+#include "crcuda/tls.h"
 #include "worker.h"
 
 /* A resumed detached client reconnects as soon as CRIU lets it run again (--leave-running): seconds
@@ -105,6 +106,7 @@ void crc_tcp_acked(struct crc_session *s, const void *payload, size_t len)
 		pr_warn("session %llu: its client did not close its connection after detaching",
 			(unsigned long long)s->id);
 	crc_chan_close(&s->chan);
+	crc_tls_drop(s->fd);
 	close(s->fd);
 	s->fd = s->chan.fd = -1;
 	s->detached = true;

@@ -241,6 +241,10 @@ struct crc_session {
 	double reclaim_by;	 /* detached and resumed: ends unless taken back by then (CLOCK_MONOTONIC) */
 	int reclaim_fd;		 /* a new connection of the client, for the session thread to take (-1) */
 	const void *quiesced_by; /* the control connection of a park quiesce (resumed if it drops) */
+	/* A restored TCP session with TLS: the session thread's first act is a handshake with this key
+	 * (the restored client's, from the REBIND notice its restorer passed on). */
+	bool tls_pending;
+	uint8_t tls_key[32];
 };
 
 /* Starts the session thread for an accepted, greeted connection. */

@@ -29,7 +29,8 @@
 	XX(CRC_EBUSY, CRC_ERRBASE - 10, "resource busy")                                                     \
 	XX(CRC_ENOTSUP, CRC_ERRBASE - 11, "operation not supported")                                         \
 	XX(CRC_EAUTH, CRC_ERRBASE - 12, "authentication failed")                                             \
-	XX(CRC_ETIMEDOUT, CRC_ERRBASE - 13, "timed out")
+	XX(CRC_ETIMEDOUT, CRC_ERRBASE - 13, "timed out")                                                     \
+	XX(CRC_ETLS, CRC_ERRBASE - 14, "TLS on one side only: both need TLS, or both --insecure")
 
 enum crc_errno {
 #define CRC__ERR_ENUM(name, value, msg) name = (value),

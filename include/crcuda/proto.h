@@ -24,7 +24,7 @@
 #include "crcuda/ring.h"
 
 #define CRC_PROTO_MAGIC	  0x55435243u /* "CRCU" */
-#define CRC_PROTO_VERSION 3u	      /* 3: sessions listed with their worker; 2: hello role, control */
+#define CRC_PROTO_VERSION 4u	      /* 4: TLS handoffs; 3: sessions listed with their worker */
 
 #define CRC_MAX_DEVICES	    8
 #define CRC_DEV_ATTR_SLOTS  160 /* > CU_DEVICE_ATTRIBUTE_MAX of CUDA 13 (checked where cuda.h is seen) */
@@ -80,6 +80,10 @@ enum crc_ctl_op {
 	CRC_OP_CTL_RESUME,			  /* struct crc_ctl_req */
 	CRC_OP_CTL_RESTORE,			  /* crc_ctl_restore_wire + store dir; see ctl.h */
 	CRC_OP_CTL_COMMIT_WAIT,			  /* struct crc_ctl_req; reply: u64 id */
+	/* TLS: instead of a reply, the connection goes to a worker (a restore): the reply's data is the
+	 * key (CRC_TLS_KEY_LEN bytes) of the handshake the client makes next, on the same socket, with that
+	 * worker; the real reply follows in that session. */
+	CRC_OP_CTL_HANDOFF = CRC_OP_CTL + 0x1ff,
 };
 
 /* ---- handshake ---------------------------------------------------------------------------------- */
@@ -104,6 +108,17 @@ struct crc_hello {
 	uint32_t pad;
 	uint64_t session_id; /* 0: new session; else a detached TCP session taken back (token: its ticket) */
 	char token[CRC_TOKEN_MAX];
+};
+
+/* TCP with TLS: the front's answer to a client's hello, before its worker's struct crc_hello_reply:
+ * status 0 and the key of the handshake (crcuda/tls.h) the client makes next, with that worker, on the
+ * same socket; or a refusal. Its first fields are those of struct crc_hello_reply, as a refusal is. */
+struct crc_tls_handoff {
+	uint32_t magic;
+	uint32_t version;
+	int32_t status;
+	uint32_t pad;
+	uint8_t key[32];
 };
 
 struct crc_dev_info {
@@ -258,8 +273,12 @@ struct crc_sock_notice {
 	uint64_t session_id;
 	uint64_t ring_size; /* REBIND over unix: data bytes per ring of the new memfd */
 	uint32_t transport; /* REBIND: CRC_TRANSPORT_UNIX (memfd attached) or CRC_TRANSPORT_TCP */
-	uint32_t pad;
+	uint32_t flags;	    /* REBIND over TCP: CRC_NOTICE_TLS */
+	uint8_t key[32];    /* CRC_NOTICE_TLS: the key of the handshake the restored client makes first */
 };
+/* A TCP REBIND comes on a unix socket (the restorer's) with the restored session's TCP socket attached;
+ * with TLS, the client makes a handshake there first, with the notice's key. */
+#define CRC_NOTICE_TLS 1u
 
 /* ---- quiesce of a TCP session ---------------------------------------------------------------------
  * The daemon cannot see a remote client's calls, so the client takes part: the daemon sends

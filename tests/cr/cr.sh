@@ -24,6 +24,8 @@
 #                      swapped (--gpu 1,0); --gpu 5, --gpu 1 (device 1 would need a GPU 2) and
 #                      --gpu 7,0 fail before anything is restored, saying why, and leave the
 #                      checkpoint usable
+#       tcp-certs      the same over TLS with certificates (crcudad --tls-*, crcudactl --tls-*):
+#                      --leave-running, kill + restore --remote
 #       tcp            a program whose session is TCP to a crcudad --listen (its GPU is remote): a
 #                      checkpoint at an address where no daemon answers fails and the program runs on;
 #                      --leave-running, it finishes; checkpoint, kill, restore --remote onto that daemon,
@@ -208,12 +210,13 @@ probe_ctl() {
 probe_ctl
 
 # A daemon listening on 127.0.0.1:$port with a token ($tmp/token), log $tmp/r.log: "another host".
+# Extra arguments go to crcudad.
 start_tcp_daemon() {
 	port=$((20000 + RANDOM % 20000))
 	echo "tok-$RANDOM$RANDOM" >"$tmp/token"
 	chmod 600 "$tmp/token"
 	"$crcudad" --backend sim --socket "$tmp/r/crcudad.sock" --listen "127.0.0.1:$port" \
-		--token-file "$tmp/token" --foreground -v >"$tmp/r.out" 2>"$tmp/r.log" &
+		--token-file "$tmp/token" --foreground -v "$@" >"$tmp/r.out" 2>"$tmp/r.log" &
 	extra_daemons+=($!)
 	disown $!
 	wait_for 30 grep -q ready "$tmp/r.out" || fail "no TCP daemon: $(cat "$tmp/r.log")"
@@ -482,6 +485,11 @@ tcp)
 	pid=$(restore "$id" "${remote[@]}")
 	[ "$pid" = "$app" ] || fail "restored pid '$pid', checkpointed $app"
 	finish "$pid" "restored over TCP (--remote, same daemon)"
+	# Every session, and the restored one, over TLS (its own handshake after the restore).
+	grep -q "session [0-9]*: TLS with the restored client" "$tmp/r.log" ||
+		fail "the restored client made no TLS session: $(grep -i tls "$tmp/r.log")"
+	grep "session [0-9]*: pid [0-9]* uid [0-9]* -> worker" "$tmp/r.log" | grep -qv "(TLS)" &&
+		fail "a session without TLS: $(grep -- "-> worker" "$tmp/r.log")"
 	# The same checkpoint onto a local daemon, over unix (the remote daemon's backend is not known
 	# here: say it).
 	pid=$(restore "$id" --backend sim)
@@ -504,6 +512,36 @@ tcp)
 		finish "$app" "kill -9 of criu at $step (session detached): program took its session back"
 	done
 	"$ctl" store verify >/dev/null || fail "store verify"
+	;;
+tcp-certs)
+	# The same over TLS with certificates: checkpoint (the program's own CRCUDA_TLS_*), --leave-running
+	# and kill + restore --remote --tls-*.
+	command -v openssl >/dev/null || skip "no openssl(1)"
+	for n in ca daemon app; do
+		openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$n" \
+			-keyout "$tmp/$n.key" -out "$tmp/$n.csr" 2>/dev/null || fail "openssl req $n"
+	done
+	openssl x509 -req -in "$tmp/ca.csr" -signkey "$tmp/ca.key" -days 2 -out "$tmp/ca.pem" \
+		-extfile <(printf "basicConstraints=critical,CA:TRUE\nkeyUsage=keyCertSign\n") 2>/dev/null || fail "ca"
+	for n in daemon app; do
+		openssl x509 -req -in "$tmp/$n.csr" -CA "$tmp/ca.pem" -CAkey "$tmp/ca.key" -CAcreateserial -days 2 \
+			-out "$tmp/$n.pem" -extfile <(printf "subjectAltName=IP:127.0.0.1\n") 2>/dev/null || fail "$n"
+	done
+	start_tcp_daemon --tls-cert "$tmp/daemon.pem" --tls-key "$tmp/daemon.key" --tls-ca "$tmp/ca.pem"
+	certs=(--tls-cert "$tmp/app.pem" --tls-key "$tmp/app.key" --tls-ca "$tmp/ca.pem")
+	remote=(--remote "127.0.0.1:$port" --token-file "$tmp/token" "${certs[@]}")
+	run_opts=("${remote[@]}")
+	start_app certs-lr
+	id=$(checkpoint "$app" --leave-running)
+	grep -q "taken back by its client" "$tmp/r.log" || fail "the client did not take its session back"
+	finish "$app" "original over TLS with certificates (after a --leave-running checkpoint)"
+	start_app certs-kill
+	id=$(checkpoint "$app")
+	wait_for 30 gone "$app" || fail "the program still runs after the checkpoint"
+	pid=$(restore "$id" "${remote[@]}")
+	finish "$pid" "restored over TLS with certificates (--remote --tls-*)"
+	grep -q "session [0-9]*: TLS with the restored client" "$tmp/r.log" || fail "no TLS with the restored client"
+	grep -q "refusing" "$tmp/r.log" && fail "a refusal in the daemon's log: $(grep refusing "$tmp/r.log")"
 	;;
 kill9-ctl | kill9-criu | kill9-daemon)
 	target=${case#kill9-}

@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
 # Forwarding tests on the simulated device: start a private crcudad, run clients through libcrcuda.
 #   run.sh BUILD CASE [ARGS...]
-# CASE: programs unix|tcp PROG...   the driver-API programs, unchanged, through the layer
+# CASE: programs unix|tcp|tcp-insecure PROG...
+#                                    the driver-API programs, unchanged, through the layer (tcp: over
+#                                    TLS; tcp-insecure: plaintext, crcudad --insecure and CRCUDA_INSECURE)
 #       same-output PROG             PROG prints the same natively (on the sim) and through the layer
-#       bad-token                    TCP with a wrong (and with no) token: refused, no hang
+#       bad-token                    TCP with a wrong (and with no) token: refused after a delay, no hang
+#       certs                        TLS with certificates (crcudad --tls-cert/--tls-key/--tls-ca, the
+#                                    client's CRCUDA_TLS_*): a program exact; a client certificate of
+#                                    another CA, a daemon certificate of another name, a client with the
+#                                    token only: refused with a reason, no hang
+#       tls-mismatch                 a plaintext client of a TLS daemon, a TLS client of an --insecure
+#                                    daemon: each refused with a one-line reason, no hang
 #       other-uid                    a client of another uid is refused, and told why (root only; else
 #                                    skipped)
 #       socket-dir                   crcudad refuses a socket directory that is a symlink, another
@@ -68,9 +76,16 @@ case $case in
 programs)
 	mode=$1
 	shift
-	start_daemon
 	tcp_env=()
-	[ "$mode" = tcp ] && tcp_env=(CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token)
+	if [ "$mode" = tcp-insecure ]; then
+		start_daemon --insecure
+		grep -q "insecure: TCP sessions on .* travel in plaintext" "$tmp/daemon.log" ||
+			fail "no warning about --insecure"
+		tcp_env=(CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token CRCUDA_INSECURE=1)
+	else
+		start_daemon
+		[ "$mode" = tcp ] && tcp_env=(CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token)
+	fi
 	for prog in "$@"; do
 		client "${tcp_env[@]}" -- "$build/tests/programs/$prog" >"$tmp/out" 2>&1
 		rc=$?
@@ -78,6 +93,11 @@ programs)
 		[ $rc = 0 ] || fail "$prog over $mode: exit $rc"
 		grep -q "session .*ended" "$tmp/daemon.log" || fail "$prog did not go through crcudad"
 	done
+	n=$(grep -c "session [0-9]*: pid [0-9]* uid [0-9]* -> worker [0-9]* (TLS)" "$tmp/daemon.log")
+	case $mode in
+	tcp) [ "$n" = $# ] || fail "$n of $# sessions over TLS" ;;
+	*) [ "$n" = 0 ] || fail "$n sessions over TLS in mode $mode" ;;
+	esac
 	;;
 layer-only)
 	# One program with its arguments, through the layer only (what it checks is the layer's own).
@@ -102,15 +122,144 @@ bad-token)
 	start_daemon
 	echo wrong >"$tmp/wrong"
 	for env in CRCUDA_TOKEN_FILE=$tmp/wrong CRCUDA_TOKEN=; do
+		t0=$(date +%s%N)
 		client CRCUDA_REMOTE=127.0.0.1:$port "$env" -- "$loop" smoke >"$tmp/out" 2>&1
 		rc=$?
+		ms=$((($(date +%s%N) - t0) / 1000000))
 		cat "$tmp/out"
 		[ $rc = 3 ] || fail "client with $env: exit $rc, expected 3 (CUDA error)"
-		grep -q "refused the session\|closed the connection" "$tmp/out" || fail "no refusal line on the client side"
+		grep -q "refused the session: wrong or missing token" "$tmp/out" || fail "no refusal line on the client side"
+		[ "$(grep -c "libcrcuda: " "$tmp/out")" = 1 ] || fail "not one line of error from libcrcuda"
+		# A wrong token costs a delay (CRC_TLS_AUTH_DELAY_MS); a missing one is refused before
+		# anything is sent.
+		if [ "$env" = CRCUDA_TOKEN= ]; then
+			grep -q "no token" "$tmp/out" || fail "no word of the missing token"
+		else
+			[ "$ms" -ge 1900 ] || fail "a wrong token was refused in $ms ms, without the delay"
+			[ "$ms" -lt 20000 ] || fail "a wrong token took $ms ms to refuse"
+		fi
 	done
-	grep -q "refusing TCP client.*wrong token" "$tmp/daemon.log" || fail "no refusal line in the daemon log"
-	grep -q "refusing TCP client.*missing token" "$tmp/daemon.log" || fail "no refusal line (missing token)"
+	grep -q "refusing TCP client .*: wrong token" "$tmp/daemon.log" || fail "no refusal line in the daemon log"
+	[ "$(grep -c "refusing TCP client" "$tmp/daemon.log")" = 1 ] ||
+		fail "the client without a token reached the daemon"
 	client CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token -- "$loop" smoke || fail "right token refused"
+	# With --insecure too: the token is compared in the hello, a wrong one costs the same delay.
+	kill -9 "$daemon_pid"
+	wait "$daemon_pid" 2>/dev/null
+	start_daemon --insecure
+	t0=$(date +%s%N)
+	client CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/wrong CRCUDA_INSECURE=1 -- "$loop" smoke \
+		>"$tmp/out" 2>&1
+	rc=$?
+	ms=$((($(date +%s%N) - t0) / 1000000))
+	cat "$tmp/out"
+	[ $rc = 3 ] || fail "insecure client with a wrong token: exit $rc, expected 3"
+	grep -q "refused the session: .*authentication failed" "$tmp/out" || fail "no refusal line (--insecure)"
+	[ "$ms" -ge 1900 ] || fail "a wrong token (--insecure) was refused in $ms ms, without the delay"
+	grep -q "refusing TCP client pid [0-9]* from .*: wrong token" "$tmp/daemon.log" ||
+		fail "no refusal line in the daemon log (--insecure)"
+	client CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token CRCUDA_INSECURE=1 -- "$loop" smoke ||
+		fail "right token refused (--insecure)"
+	;;
+certs)
+	command -v openssl >/dev/null || { echo "skipped: no openssl(1) to make certificates"; exit 77; }
+	# cert NAME CA SAN: a P-256 key and a certificate for it, signed by CA (NAME itself when CA is "").
+	cert() {
+		openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$1" \
+			-keyout "$tmp/$1.key" -out "$tmp/$1.csr" 2>/dev/null || fail "openssl req $1"
+		if [ -z "$2" ]; then
+			openssl x509 -req -in "$tmp/$1.csr" -signkey "$tmp/$1.key" -days 2 -out "$tmp/$1.pem" \
+				-extfile <(printf "basicConstraints=critical,CA:TRUE\nkeyUsage=keyCertSign\n") \
+				2>/dev/null || fail "openssl x509 $1"
+		else
+			openssl x509 -req -in "$tmp/$1.csr" -CA "$tmp/$2.pem" -CAkey "$tmp/$2.key" \
+				-CAcreateserial -days 2 -out "$tmp/$1.pem" \
+				-extfile <(printf "subjectAltName=%s\n" "$3") 2>/dev/null || fail "openssl x509 $1"
+		fi
+	}
+	cert ca "" ""
+	cert other-ca "" ""
+	cert daemon ca "IP:127.0.0.1"
+	cert elsewhere ca "DNS:elsewhere.example"
+	cert app ca "DNS:app.example"
+	cert stranger other-ca "DNS:app.example"
+	start_daemon --tls-cert "$tmp/daemon.pem" --tls-key "$tmp/daemon.key" --tls-ca "$tmp/ca.pem"
+	certs=(CRCUDA_TLS_CERT="$tmp/app.pem" CRCUDA_TLS_KEY="$tmp/app.key" CRCUDA_TLS_CA="$tmp/ca.pem")
+	client CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token "${certs[@]}" -- \
+		"$build/tests/programs/vector_add" >"$tmp/out" 2>&1 || fail "vector_add with certificates: $(cat "$tmp/out")"
+	cat "$tmp/out"
+	grep -q "session [0-9]*: pid [0-9]* .* (TLS)" "$tmp/daemon.log" || fail "no TLS session"
+	# A client certificate that the daemon's CA did not sign.
+	t0=$(date +%s)
+	client CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token CRCUDA_TLS_CERT="$tmp/stranger.pem" \
+		CRCUDA_TLS_KEY="$tmp/stranger.key" CRCUDA_TLS_CA="$tmp/ca.pem" -- "$loop" smoke >"$tmp/out" 2>&1
+	rc=$?
+	cat "$tmp/out"
+	[ $rc = 3 ] || fail "a client certificate of another CA: exit $rc, expected 3"
+	[ $(($(date +%s) - t0)) -lt 10 ] || fail "a client certificate of another CA waited"
+	grep -q "refused the session" "$tmp/out" || fail "no reason on the client's side (other CA)"
+	grep -q "refusing TCP client .*: not a certificate of --tls-ca" "$tmp/daemon.log" ||
+		fail "no reason in the daemon's log (other CA)"
+	# A client that trusts another CA than the daemon's.
+	client CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token CRCUDA_TLS_CERT="$tmp/app.pem" \
+		CRCUDA_TLS_KEY="$tmp/app.key" CRCUDA_TLS_CA="$tmp/other-ca.pem" -- "$loop" smoke >"$tmp/out" 2>&1
+	rc=$?
+	cat "$tmp/out"
+	[ $rc = 3 ] || fail "a daemon certificate the client does not trust: exit $rc, expected 3"
+	grep -q "certificate" "$tmp/out" || fail "no word of the certificate on the client's side"
+	# The token alone is not enough for a daemon of certificates.
+	client CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token -- "$loop" smoke >"$tmp/out" 2>&1
+	rc=$?
+	cat "$tmp/out"
+	[ $rc = 3 ] || fail "a client with the token only: exit $rc, expected 3"
+	[ "$(grep -c "libcrcuda: " "$tmp/out")" = 1 ] || fail "not one line of error from libcrcuda"
+	# The daemon's certificate must name the host the client connected to.
+	kill -9 "$daemon_pid"
+	wait "$daemon_pid" 2>/dev/null
+	start_daemon --tls-cert "$tmp/elsewhere.pem" --tls-key "$tmp/elsewhere.key" --tls-ca "$tmp/ca.pem"
+	client CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token "${certs[@]}" -- "$loop" smoke \
+		>"$tmp/out" 2>&1
+	rc=$?
+	cat "$tmp/out"
+	[ $rc = 3 ] || fail "a daemon certificate of another name: exit $rc, expected 3"
+	grep -q "another name" "$tmp/out" || fail "no word of the name on the client's side"
+	# Half a set of options is refused at start.
+	"$build/crcudad/crcudad" --backend sim --socket "$tmp/x.sock" --listen 127.0.0.1:1 --token-file "$tmp/token" \
+		--tls-cert "$tmp/daemon.pem" --foreground >"$tmp/x.out" 2>&1 && fail "--tls-cert alone was accepted"
+	grep -q "go together" "$tmp/x.out" || fail "no reason for --tls-cert alone: $(cat "$tmp/x.out")"
+	;;
+tls-mismatch)
+	# Each side says why in one line, at once (no hang, no timeout).
+	start_daemon
+	t0=$(date +%s)
+	client CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token CRCUDA_INSECURE=1 -- "$loop" smoke \
+		>"$tmp/out" 2>&1
+	rc=$?
+	cat "$tmp/out"
+	[ $rc = 3 ] || fail "a plaintext client of a TLS daemon: exit $rc, expected 3"
+	[ $(($(date +%s) - t0)) -lt 5 ] || fail "a plaintext client of a TLS daemon waited"
+	grep -q "refused the session: .*TLS on one side only" "$tmp/out" || fail "no reason on the client side"
+	grep -q "refusing TCP client .*: it speaks plaintext and this daemon requires TLS" "$tmp/daemon.log" ||
+		fail "no reason in the TLS daemon's log"
+	kill -9 "$daemon_pid"
+	wait "$daemon_pid" 2>/dev/null
+	start_daemon --insecure
+	t0=$(date +%s)
+	client CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token -- "$loop" smoke >"$tmp/out" 2>&1
+	rc=$?
+	cat "$tmp/out"
+	[ $rc = 3 ] || fail "a TLS client of an --insecure daemon: exit $rc, expected 3"
+	[ $(($(date +%s) - t0)) -lt 5 ] || fail "a TLS client of an --insecure daemon waited"
+	grep -q "TLS on one side only.*plaintext" "$tmp/out" || fail "no reason on the TLS client's side"
+	grep -q "refusing TCP client .*: it speaks TLS and this daemon was started with --insecure" \
+		"$tmp/daemon.log" || fail "no reason in the --insecure daemon's log"
+	# A crcudactl run --remote says it as clearly.
+	out=$(env CRCUDA_TOKEN_FILE="$tmp/token" timeout 30 "$build/crcudactl/crcudactl" run \
+		--remote "127.0.0.1:$port" -- true 2>&1) && fail "crcudactl run (TLS) against --insecure succeeded"
+	echo "$out"
+	echo "$out" | grep -q "TLS on one side only" || fail "crcudactl run gave no reason: $out"
+	out=$(env CRCUDA_TOKEN_FILE="$tmp/token" timeout 30 "$build/crcudactl/crcudactl" run --insecure \
+		--remote "127.0.0.1:$port" -- "$loop" smoke 2>&1) || fail "crcudactl run --insecure failed: $out"
 	;;
 other-uid)
 	[ "$(id -u)" = 0 ] || { echo "skipped: needs root to run a client as another user"; exit 77; }
