@@ -8,9 +8,11 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 out=$top/.deps/gpu
 # Keep in step with the find_library calls in cmake/Dependencies.cmake.
 dev_packages=(liblmdb-dev liblz4-dev libzstd-dev libxxhash-dev libjansson-dev)
+# Headers only: the library is the GPU machine's own, loaded at run time (GnuTLS: common/tls.c).
+header_packages=(libgnutls28-dev)
 rm -rf "$out"
 mkdir -p "$out/include" "$out/lib"
-for pkg in "${dev_packages[@]}"; do
+for pkg in "${dev_packages[@]}" "${header_packages[@]}"; do
 	dpkg-query -W "$pkg" >/dev/null 2>&1 || continue
 	while read -r f; do
 		case "$f" in
@@ -20,6 +22,7 @@ for pkg in "${dev_packages[@]}"; do
 			cp "$f" "$out/include/$rel"
 			;;
 		*.so)
+			[[ " ${header_packages[*]} " == *" $pkg "* ]] && continue
 			real=$(readlink -f "$f")
 			soname=$(objdump -p "$real" | awk '/SONAME/{print $2}')
 			cp "$real" "$out/lib/$soname"
