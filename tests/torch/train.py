@@ -51,6 +51,7 @@ def main():
     p.add_argument("--ready-file")
     p.add_argument("--go-file")
     p.add_argument("--pause-every", type=int, default=0)
+    p.add_argument("--step-times", action="store_true", help='print "step_ms N MS" after each step')
     p.add_argument("--no-cudnn", action="store_true", help="diagnostics: convolutions without cuDNN")
     args = p.parse_args()
 
@@ -82,6 +83,8 @@ def main():
         value = loss.item()  # synchronises: the step is done
         times.append(time.perf_counter() - t0)
         print(f"step {step} loss {value.hex()}", flush=True)
+        if args.step_times:
+            print(f"step_ms {step} {1000 * times[-1]:.3f}", flush=True)
         if args.ready_file and (step == args.ready_at or (args.pause_every and step % args.pause_every == 0)):
             suffix = "" if step == args.ready_at else f".{step}"
             ready, go = args.ready_file + suffix, args.go_file and args.go_file + suffix
