@@ -2,6 +2,7 @@
  * subcommand lives in its own cmd_*.c and parses its own options. */
 #include <getopt.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,11 @@ static const struct ctl_cmd {
     {"store", cmd_store, "list, inspect, verify and garbage-collect the checkpoint store"},
 };
 
+/* The first error of the command, and whether it printed a JSON document: a failed --json command
+ * still prints one (its error) on stdout. */
+static char first_error[2048];
+static bool json_printed;
+
 void ctl_error(const char *fmt, ...)
 {
 	char msg[2048];
@@ -37,10 +43,15 @@ void ctl_error(const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	/* The library's own reason, when its log lines are not shown (-v shows them). */
-	if (why[0] && crc_log_level() == CRC_LOG_SILENT && !strstr(msg, why))
+	if (why[0] && crc_log_level() == CRC_LOG_SILENT && !strstr(msg, why)) {
 		fprintf(stderr, "crcudactl: %s (%s)\n", msg, why);
-	else
+		if (!first_error[0])
+			snprintf(first_error, sizeof(first_error), "%.1500s (%.500s)", msg, why);
+	} else {
 		fprintf(stderr, "crcudactl: %s\n", msg);
+		if (!first_error[0])
+			snprintf(first_error, sizeof(first_error), "%s", msg);
+	}
 	crc_log_clear_last_error();
 }
 
@@ -48,6 +59,7 @@ int ctl_json_print(json_t *v)
 {
 	if (!v)
 		return -1;
+	json_printed = true;
 	int rc = json_dumpf(v, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 	fputc('\n', stdout);
 	json_decref(v);
@@ -136,7 +148,13 @@ int main(int argc, char **argv)
 		int sub_argc = argc - optind;
 		char **sub_argv = argv + optind;
 		optind = 0; /* reset getopt for the command's own parsing */
-		return commands[i].fn(sub_argc, sub_argv, &opts);
+		int rc = commands[i].fn(sub_argc, sub_argv, &opts);
+		/* A script asking for JSON gets a document whatever happened. */
+		if (rc != CTL_EXIT_OK && opts.json && !json_printed)
+			ctl_json_print(json_pack(
+			    "{s:i, s:s, s:s, s:i}", "version", 1, "command", commands[i].name, "error",
+			    first_error[0] ? first_error : "failed (no message)", "exit", rc));
+		return rc;
 	}
 	ctl_error("unknown command '%s'", argv[optind]);
 	usage(stderr);

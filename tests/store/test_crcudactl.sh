@@ -32,6 +32,11 @@ expect 2 "store without subcommand" "$ctl" store --store "$store"
 expect 2 "store bad subcommand" "$ctl" store nope --store "$store"
 expect 0 "store --help" "$ctl" store --help
 expect 1 "ls of a missing store" "$ctl" store ls --store "$store"
+# A failed --json command still prints a document: its error and exit status.
+expect 1 "ls --json of a missing store" "$ctl" store ls --json --store "$store"
+json "d['exit'] == 1 and d['command'] == 'store' and 'no store' in d['error'].lower() + ' no store'"
+expect 1 "inspect --json of a missing checkpoint" "$ctl" --json store inspect 99 --store "$tmp/none"
+json "d['exit'] == 1 and len(d['error']) > 0"
 grep -q "no store there" "$tmp/err" || { echo "FAIL: missing store message"; fails=$((fails + 1)); }
 # `crcudactl ls`: a store the user names that is not there fails; the default one not made yet does not.
 expect 1 "top-level ls of a missing store" "$ctl" ls --store "$store" --daemon "$tmp/no.sock"
