@@ -1,5 +1,6 @@
 /* Helpers of checkpoint, restore, ls and inspect: where the store, CRIU, the plugin and the daemon
  * are; running CRIU with a timeout and progress; the plugin's report. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -527,4 +528,37 @@ int ctl_wait_program(pid_t pid, const char *what)
 	}
 	sigprocmask(SIG_SETMASK, &old, NULL);
 	return ctl_exit_status(status);
+}
+
+/* Continues the process tree rooted at pid, which CRIU left stopped (--leave-stopped): each process,
+ * and the children of each of its threads. */
+static void continue_tree(pid_t pid, int depth)
+{
+	char path[64], child[32];
+	struct dirent *de;
+	DIR *d;
+
+	kill(pid, SIGCONT);
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	if (depth > 64 || !(d = opendir(path)))
+		return;
+	while ((de = readdir(d))) {
+		char children[64 + sizeof(de->d_name) + 16];
+		FILE *f;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(children, sizeof(children), "%s/%s/children", path, de->d_name);
+		if (!(f = fopen(children, "r")))
+			continue;
+		while (fscanf(f, "%31s", child) == 1)
+			continue_tree((pid_t)atoi(child), depth + 1);
+		fclose(f);
+	}
+	closedir(d);
+}
+
+void ctl_continue_tree(pid_t pid)
+{
+	continue_tree(pid, 0);
 }
