@@ -254,6 +254,10 @@ static int run_self(char *const args[], const char *out, const char *err)
 	if (pid < 0)
 		return -1;
 	if (!pid) {
+		sigset_t none;
+
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL); /* migrate's stop blocks some */
 		int in = open("/dev/null", O_RDONLY),
 		    o = open(out ? out : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0600),
 		    e = open(err ? err : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -430,7 +434,7 @@ static int do_restore(const struct recv_cfg *cfg, uint64_t id, int c)
 /* One migration's connection. Its exit status. */
 static int serve(const struct recv_cfg *cfg, int c, const char *peer)
 {
-	uint64_t precopy[256], len;
+	uint64_t precopy[256], len, final_id = 0;
 	size_t nprecopy = 0, rounds = 0;
 	uint32_t type;
 	uint8_t *p = NULL;
@@ -504,10 +508,18 @@ static int serve(const struct recv_cfg *cfg, int c, const char *peer)
 				peer, rounds, id, mib(bytes), o.precopy ? " (pre-copy)" : "");
 			if (o.precopy && nprecopy < sizeof(precopy) / sizeof(precopy[0]))
 				precopy[nprecopy++] = id;
+			if (!o.precopy)
+				final_id = id;
 			put64(idb, id);
 			rc = msg_send(c, MIG_OK, idb, sizeof(idb));
 		} else if (type == MIG_RESTORE && len == 8) {
-			rc = do_restore(cfg, get64(p), c);
+			/* Only what this migration brought: the store's other checkpoints are not the
+			 * source's to restore. */
+			if (!final_id || get64(p) != final_id) {
+				msg_text(c, MIG_ERR, "that checkpoint did not come with this migration");
+				break;
+			}
+			rc = do_restore(cfg, final_id, c);
 			ret = 0;
 		} else {
 			msg_text(c, MIG_ERR, "an unknown request");
@@ -1089,8 +1101,14 @@ int cmd_migrate(int argc, char **argv, struct ctl_opts *opts)
 	double t_start = ctl_now(), prev_start = 0, link_bps = 0, ck_secs;
 	int c, ret = CTL_EXIT_FAILURE;
 	bool stopped = false;
+	sigset_t stop_sigs;
 
 	(void)opts;
+	sigemptyset(&stop_sigs);
+	sigaddset(&stop_sigs, SIGINT);
+	sigaddset(&stop_sigs, SIGTERM);
+	sigaddset(&stop_sigs, SIGHUP);
+	sigaddset(&stop_sigs, SIGQUIT);
 	while ((c = getopt_long(argc, argv, "t:n:s:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 't':
@@ -1218,7 +1236,9 @@ int cmd_migrate(int argc, char **argv, struct ctl_opts *opts)
 		prev_sent = res.chunk_bytes;
 	}
 
-	/* The stop: from here the program stands still until it runs there (or here again). */
+	/* The stop: from here the program stands still until it runs there (or here again); a ^C or a
+	 * SIGTERM waits for that (they are blocked until the end), so that it is never left stopped. */
+	sigprocmask(SIG_BLOCK, &stop_sigs, NULL);
 	{
 		struct ctl_export_result res;
 		double t_stop = ctl_now(), t_send, t_restore;
@@ -1303,6 +1323,8 @@ out:
 	if (m.fd >= 0)
 		close(m.fd);
 	drop_local(&m, local, nlocal);
+	fflush(NULL);
+	sigprocmask(SIG_UNBLOCK, &stop_sigs, NULL); /* one that came meanwhile ends us now */
 	{
 		char path[128];
 

@@ -175,6 +175,9 @@ live)
 	wait_for 30 test "$(dest_ckpts)" = 1 ||
 		fail "the destination keeps $(dest_ckpts) checkpoints: $(CRCUDA_STORE=$tmp/b/store "$ctl" store ls)"
 	CRCUDA_STORE=$tmp/b/store "$ctl" store verify >/dev/null || fail "store verify at the destination"
+	# The source keeps its last checkpoint only (the pre-copy rounds' are removed).
+	[ "$(CRCUDA_STORE=$tmp/a/store "$ctl" store ls 2>/dev/null | tail -n +2 | grep -c .)" = 1 ] ||
+		fail "the source keeps: $(CRCUDA_STORE=$tmp/a/store "$ctl" store ls)"
 	;;
 dest-dies)
 	start_receive CRCUDA_TEST_RECEIVE_PAUSE_FILE="$tmp/paused"
