@@ -26,6 +26,8 @@
  *   PUT      u32 flags (1: a pre-copy round), then an export stream (its trailer ends it)
  *                                                         -> OK u64 checkpoint id, or ERR text
  *   RESTORE  u64 checkpoint id                            -> OK or ERR: crcudactl restore's output
+ *   SENDFILE u32 mode, u32 0, i64 mtime_ns, u64 size, path; then size bytes -> OK, or ERR text (a
+ *            file is only created, never replaced: one that exists there is refused)
  * After an ERR to a PUT the stream cannot be found again: the destination closes the connection. */
 #include <dirent.h>
 #include <errno.h>
@@ -43,6 +45,7 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -68,6 +71,7 @@ enum mig_msg {
 	MIG_HAVE = 3,
 	MIG_PUT = 4,
 	MIG_RESTORE = 5,
+	MIG_SENDFILE = 6,
 	MIG_OK = 100,
 	MIG_ERR = 101,
 };
@@ -361,6 +365,66 @@ static char *check_files(const uint8_t *p, uint64_t len)
 	return out;
 }
 
+/* SENDFILE: a file the destination lacks, created at its path (with the directories above it) with
+ * the source's mode and modification time; its bytes are read whatever happens, so that the
+ * connection stays in step. */
+static int take_file(int c, const uint8_t *p, uint64_t len)
+{
+	char path[PATH_MAX], tmp[PATH_MAX + 16], why[PATH_MAX + 200] = "";
+	static uint8_t buf[1 << 20];
+	uint64_t size, left;
+	uint32_t mode;
+	int fd = -1, rc = 0;
+
+	if (len < 24 || len - 24 >= sizeof(path))
+		return msg_text(c, MIG_ERR, "a bad file request");
+	mode = get32(p) & 07777;
+	size = get64(p + 16);
+	memcpy(path, p + 24, len - 24);
+	path[len - 24] = 0;
+	struct timespec times[2] = {{.tv_nsec = UTIME_OMIT},
+				    {.tv_sec = (time_t)((int64_t)get64(p + 8) / 1000000000),
+				     .tv_nsec = (long)((int64_t)get64(p + 8) % 1000000000)}};
+
+	if (path[0] != '/' || strstr(path, "/../") || strlen(path) != len - 24)
+		snprintf(why, sizeof(why), "%s: not an absolute path", path);
+	else if (!access(path, F_OK))
+		snprintf(why, sizeof(why), "%s: exists here, not replaced", path);
+	if (!why[0]) {
+		/* The directories above it. */
+		for (char *sl = strchr(path + 1, '/'); sl; sl = strchr(sl + 1, '/')) {
+			*sl = 0;
+			if (mkdir(path, 0755) && errno != EEXIST)
+				snprintf(why, sizeof(why), "%s: %s", path, strerror(errno));
+			*sl = '/';
+		}
+		snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path);
+		if (!why[0] && (fd = mkostemp(tmp, O_CLOEXEC)) < 0)
+			snprintf(why, sizeof(why), "%s: %s", tmp, strerror(errno));
+	}
+	for (left = size; left && !rc;) {
+		size_t n = left < sizeof(buf) ? (size_t)left : sizeof(buf);
+
+		if ((rc = recv_all(c, buf, n)))
+			break;
+		if (fd >= 0 && write(fd, buf, n) != (ssize_t)n && !why[0])
+			snprintf(why, sizeof(why), "writing %s: %s", path, strerror(errno));
+		left -= n;
+	}
+	if (fd >= 0) {
+		if (!rc && !why[0] &&
+		    (fchmod(fd, mode) || futimens(fd, times) || fsync(fd) || link(tmp, path)))
+			snprintf(why, sizeof(why), "%s: %s", path, strerror(errno));
+		close(fd);
+		unlink(tmp);
+	}
+	if (rc)
+		return rc;
+	fprintf(stderr, "crcudactl receive: %s %s (%" PRIu64 " bytes)\n", why[0] ? "not taken:" : "took",
+		why[0] ? why : path, size);
+	return why[0] ? msg_text(c, MIG_ERR, why) : msg_send(c, MIG_OK, NULL, 0);
+}
+
 /* HAVE: one byte per hash, 1 where the store holds that chunk. */
 static int check_have(const struct recv_cfg *cfg, const uint8_t *p, uint64_t len, uint8_t **out)
 {
@@ -512,6 +576,8 @@ static int serve(const struct recv_cfg *cfg, int c, const char *peer)
 				final_id = id;
 			put64(idb, id);
 			rc = msg_send(c, MIG_OK, idb, sizeof(idb));
+		} else if (type == MIG_SENDFILE) {
+			rc = take_file(c, p, len);
 		} else if (type == MIG_RESTORE && len == 8) {
 			/* Only what this migration brought: the store's other checkpoints are not the
 			 * source's to restore. */
@@ -864,7 +930,52 @@ static int collect_files(pid_t pid, uint8_t **buf, size_t *used)
 	return 0;
 }
 
-static int check_files_there(struct mig *m)
+/* Sends one file the destination lacks. */
+static int send_file(struct mig *m, const char *path)
+{
+	static uint8_t buf[1 << 20];
+	uint8_t hdr[24 + PATH_MAX], *p = NULL;
+	size_t pl = strlen(path);
+	uint64_t left, len;
+	struct stat sb;
+	int fd = open(path, O_RDONLY | O_CLOEXEC), rc;
+
+	if (fd < 0 || fstat(fd, &sb) || pl >= PATH_MAX) {
+		rc = mig_fail(m, "sending %s: %s", path, fd < 0 ? strerror(errno) : "cannot stat it");
+		goto out;
+	}
+	put32(hdr, (uint32_t)sb.st_mode & 07777);
+	put32(hdr + 4, 0);
+	put64(hdr + 8, (uint64_t)mtime_ns(&sb));
+	put64(hdr + 16, (uint64_t)sb.st_size);
+	memcpy(hdr + 24, path, pl);
+	if ((rc = msg_send(m->fd, MIG_SENDFILE, hdr, 24 + pl))) {
+		rc = mig_fail(m, "sending %s: %s", path, io_why(rc));
+		goto out;
+	}
+	for (left = (uint64_t)sb.st_size; left;) {
+		ssize_t n = read(fd, buf, left < sizeof(buf) ? (size_t)left : sizeof(buf));
+
+		if (n <= 0) {
+			/* Its size is said already: the rest goes as zeros (a file that shrank meanwhile). */
+			memset(buf, 0, sizeof(buf));
+			n = left < sizeof(buf) ? (ssize_t)left : (ssize_t)sizeof(buf);
+		}
+		if ((rc = send_all(m->fd, buf, (size_t)n))) {
+			rc = mig_fail(m, "sending %s: %s", path, io_why(rc));
+			goto out;
+		}
+		left -= (uint64_t)n;
+	}
+	rc = mig_ask(m, 0, NULL, 0, "sending a file", &p, &len);
+	free(p);
+out:
+	if (fd >= 0)
+		close(fd);
+	return rc ? -1 : 0;
+}
+
+static int check_files_there(struct mig *m, bool send_missing)
 {
 	uint8_t *q = NULL, *p = NULL;
 	size_t qlen;
@@ -876,9 +987,32 @@ static int check_files_there(struct mig *m)
 		return mig_fail(m, "cannot list the files of process %d: %s", (int)m->pid, strerror(errno));
 	}
 	rc = mig_ask(m, MIG_FILES, q ? q : (uint8_t *)"", qlen, "checking the files", &p, &len);
+	if (!rc && len && send_missing) {
+		/* Those missing there go along (a file that differs is never replaced); then a second
+		 * look. Every line ends in a newline. */
+		bool only_missing = p[len - 1] == '\n';
+		char *l, *e;
+
+		for (l = (char *)p; only_missing && (e = strchr(l, '\n')); l = e + 1)
+			only_missing = e - l > 14 && !strncmp(e - 14, ": missing here", 14);
+		for (l = (char *)p; only_missing && !rc && (e = strchr(l, '\n')); l = e + 1) {
+			*(e - 14) = 0;
+			printf("migrate: sending %s\n", l);
+			rc = send_file(m, l);
+			*(e - 14) = ':';
+		}
+		if (only_missing && !rc) {
+			free(p);
+			p = NULL;
+			rc = mig_ask(m, MIG_FILES, q ? q : (uint8_t *)"", qlen, "checking the files", &p,
+				     &len);
+		}
+	}
 	free(q);
-	if (rc)
+	if (rc) {
+		free(p);
 		return -1;
+	}
 	if (len) {
 		/* One line each; the message names them all. */
 		for (uint64_t i = 0; i + 1 < len; i++)
@@ -1072,6 +1206,8 @@ static void migrate_usage(FILE *f)
 	    "                          ~/.local/share/crcuda/store)\n"
 	    "      --daemon ADDR       the program's crcudad (as for checkpoint)\n"
 	    "      --timeout SEC       each step's limit (default %d)\n"
+	    "      --send-files        send the files the destination lacks (created there, with the\n"
+	    "                          directories above them; a file that differs is never replaced)\n"
 	    "  -h, --help              this help\n"
 	    "\n"
 	    "Exit status: 0 migrated; 1 failed (the program runs here: see the message); 2 usage error.\n",
@@ -1080,7 +1216,7 @@ static void migrate_usage(FILE *f)
 
 int cmd_migrate(int argc, char **argv, struct ctl_opts *opts)
 {
-	enum { OPT_TOKEN = 256, OPT_DOWNTIME, OPT_DAEMON, OPT_TIMEOUT };
+	enum { OPT_TOKEN = 256, OPT_DOWNTIME, OPT_DAEMON, OPT_TIMEOUT, OPT_SEND_FILES };
 	static const struct option longopts[] = {
 	    {"to", required_argument, NULL, 't'},
 	    {"token-file", required_argument, NULL, OPT_TOKEN},
@@ -1089,6 +1225,7 @@ int cmd_migrate(int argc, char **argv, struct ctl_opts *opts)
 	    {"store", required_argument, NULL, 's'},
 	    {"daemon", required_argument, NULL, OPT_DAEMON},
 	    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+	    {"send-files", no_argument, NULL, OPT_SEND_FILES},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -1100,7 +1237,7 @@ int cmd_migrate(int argc, char **argv, struct ctl_opts *opts)
 	size_t nlocal = 0;
 	double t_start = ctl_now(), prev_start = 0, link_bps = 0, ck_secs;
 	int c, ret = CTL_EXIT_FAILURE;
-	bool stopped = false;
+	bool stopped = false, send_files = false;
 	sigset_t stop_sigs;
 
 	(void)opts;
@@ -1140,6 +1277,9 @@ int cmd_migrate(int argc, char **argv, struct ctl_opts *opts)
 		case OPT_TIMEOUT:
 			if (ctl_parse_timeout("migrate", optarg, &m.timeout))
 				return CTL_EXIT_USAGE;
+			break;
+		case OPT_SEND_FILES:
+			send_files = true;
 			break;
 		case 'h':
 			migrate_usage(stdout);
@@ -1191,7 +1331,7 @@ int cmd_migrate(int argc, char **argv, struct ctl_opts *opts)
 		return CTL_EXIT_FAILURE;
 	}
 	signal(SIGPIPE, SIG_IGN);
-	if (mig_connect(&m, token) || check_files_there(&m))
+	if (mig_connect(&m, token) || check_files_there(&m, send_files))
 		goto out;
 	printf("migrate: pid %d to %s\n", (int)m.pid, m.to);
 	fflush(stdout);

@@ -20,6 +20,8 @@
 #       files          the destination lacks a library the program maps (a tmpfs over its directory in
 #                      the receiver's mount namespace): refused before anything is stopped, naming the
 #                      file; no checkpoint taken; the program finishes right
+#       send-files     the same with --send-files: the library goes along (created in the receiver's
+#                      tmpfs) and the program is migrated and finishes right there
 #       token          a wrong token: refused at once, nothing done
 # Where network namespaces cannot be made, both sides use loopback ports in this one (said so).
 # Needs root and CRIU: exit 77 otherwise.
@@ -217,21 +219,31 @@ restore-fails)
 	[ "$rc" = 1 ] || fail "migrate exited $rc"
 	finish "the destination's restore failed, restored at the source"
 	;;
-files)
+files | send-files)
 	# The program's libcrcuda from a directory the destination will not have.
 	mkdir -p "$tmp/lib"
 	cp -a "$build/libcrcuda/." "$tmp/lib/"
 	export CRCUDA_LIBDIR=$tmp/lib
 	# The receiver's own mount namespace: an empty directory there.
 	env "${inB[@]}" unshare --mount --propagation private sh -c \
-		'mount -t tmpfs none "$1" && exec "$2" receive --listen "$3" --token-file "$4" --store "$5"' \
-		sh "$tmp/lib" "$ctl" "$addrB:$port" "$tmp/token" "$tmp/b/store" >"$tmp/receive.out" 2>"$tmp/receive.log" &
+		'mount -t tmpfs none "$1" && exec "$2" receive --listen "$3" --token-file "$4" --store "$5" --daemon "$6"' \
+		sh "$tmp/lib" "$ctl" "$addrB:$port" "$tmp/token" "$tmp/b/store" "$tmp/b/crcudad.sock" >"$tmp/receive.out" 2>"$tmp/receive.log" &
 	recv=$!
 	pids+=("$recv")
 	disown "$recv"
 	wait_for 30 grep -qs listening "$tmp/receive.out" || fail "the receiver did not start: $(cat "$tmp/receive.log")"
 	start_app
 	grep -q "$tmp/lib/libcuda.so.1" "/proc/$app/maps" || fail "the program does not map $tmp/lib/libcuda.so.1"
+	if [ "$case" = send-files ]; then
+		mig_opts=--send-files migrate
+		[ "$rc" = 0 ] || fail "migrate --send-files failed"
+		grep -q "^migrate: sending $tmp/lib/libcuda.so.1" "$tmp/migrate.out" || fail "the library was not sent"
+		grep -q "took $tmp/lib/libcuda.so.1" "$tmp/receive.log" || fail "the receiver did not take the library"
+		finish "the missing library sent along (--send-files), migrated"
+		ok=1
+		echo "PASS: $case"
+		exit 0
+	fi
 	migrate
 	grep -q "the destination lacks files the process needs.*$tmp/lib/libcuda.so.1: missing here" "$tmp/migrate.err" ||
 		fail "the missing library is not named"
