@@ -449,7 +449,8 @@ static int check_have(const struct recv_cfg *cfg, const uint8_t *p, uint64_t len
 	return 0;
 }
 
-static int do_restore(const struct recv_cfg *cfg, uint64_t id, int c)
+/* Restores checkpoint id here and answers with what crcudactl restore said; *ok: whether it did. */
+static int do_restore(const struct recv_cfg *cfg, uint64_t id, int c, bool *ok)
 {
 	char dir[] = "/tmp/crcuda-receive-XXXXXX", out[sizeof(dir) + 8], text[8192], idbuf[32], tmo[16];
 	char *args[16];
@@ -490,6 +491,7 @@ static int do_restore(const struct recv_cfg *cfg, uint64_t id, int c)
 		*l = ' ';
 	unlink(out);
 	rmdir(dir);
+	*ok = rc == 0;
 	fprintf(stderr, "crcudactl receive: restore of checkpoint %s %s: %s\n", idbuf,
 		rc == 0 ? "done" : "failed", text);
 	return msg_text(c, rc == 0 ? MIG_OK : MIG_ERR, text[0] ? text : "crcudactl restore failed");
@@ -585,8 +587,10 @@ static int serve(const struct recv_cfg *cfg, int c, const char *peer)
 				msg_text(c, MIG_ERR, "that checkpoint did not come with this migration");
 				break;
 			}
-			rc = do_restore(cfg, final_id, c);
-			ret = 0;
+			bool restored = false;
+
+			rc = do_restore(cfg, final_id, c, &restored);
+			ret = restored ? 0 : 1;
 		} else {
 			msg_text(c, MIG_ERR, "an unknown request");
 			break;
@@ -1397,8 +1401,8 @@ int cmd_migrate(int argc, char **argv, struct ctl_opts *opts)
 		t_send = ctl_now();
 		if (mig_put(&m, final_id, false, "the last round", &res, &dest_id))
 			goto out;
-		/* The switch: the program ends here. */
-		kill(m.pid, SIGKILL);
+		/* The switch: the program ends here (its whole tree: the restore there needs their pids). */
+		ctl_kill_tree(m.pid);
 		for (int i = 0; i < 1000 && !ctl_pid_gone(m.pid); i++)
 			usleep(10000);
 		stopped = false;

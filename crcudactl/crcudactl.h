@@ -146,8 +146,9 @@ int ctl_exit_status(int status);
 /* Waits for the program pid (our child), passing ctl_forward_signals on to it; returns its status as
  * ctl_exit_status. A pid that is not our child is waited for through /proc, and 1 returned. */
 int ctl_wait_program(pid_t pid, const char *what);
-/* Continues the process tree rooted at pid, which CRIU left stopped (--leave-stopped). */
+/* Continues the process tree rooted at pid, which CRIU left stopped (--leave-stopped); or kills it. */
 void ctl_continue_tree(pid_t pid);
+void ctl_kill_tree(pid_t pid);
 /* Prints CRIU's "Error (...)" lines of log (at most max) on stderr. */
 void ctl_show_criu_errors(const char *log, int max);
 
