@@ -28,8 +28,7 @@ work=$(mktemp -d /tmp/crcuda-bench-mig.XXXXXX)
 ok=0 nsA="" nsB="" pids=()
 cleanup() {
 	for p in "${pids[@]}"; do pkill -9 -P "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
-	[ -n "$nsA" ] && ip netns del "$nsA" 2>/dev/null
-	[ -n "$nsB" ] && ip netns del "$nsB" 2>/dev/null
+	two_hosts_down
 	if [ $ok = 1 ]; then rm -rf "$work"; else echo "migrate bench: logs kept in $work" >&2; fi
 }
 trap cleanup EXIT
@@ -43,18 +42,10 @@ for fd in /proc/$$/fd/*; do # only stdin/out/err go with the dumped program
 done
 
 # The two hosts.
-inA=() inB=() addrA=127.0.0.1 addrB=127.0.0.1 link="loopback (no network namespaces here)"
-if ip netns add "bmA$$" 2>/dev/null; then
-	nsA=bmA$$
-	ip netns add "bmB$$" || die "a second network namespace"
-	nsB=bmB$$
-	ip link add "vA$$" netns "$nsA" type veth peer name "vB$$" netns "$nsB" || die "a veth pair"
-	ip -n "$nsA" addr add 10.77.0.1/24 dev "vA$$" && ip -n "$nsB" addr add 10.77.0.2/24 dev "vB$$" &&
-		ip -n "$nsA" link set "vA$$" up && ip -n "$nsB" link set "vB$$" up &&
-		ip -n "$nsA" link set lo up && ip -n "$nsB" link set lo up || die "setting up the veth pair"
-	inA=(nsenter --net="/run/netns/$nsA") inB=(nsenter --net="/run/netns/$nsB")
-	addrA=10.77.0.1 addrB=10.77.0.2 link="veth pair between two network namespaces"
-fi
+. "$top/tests/lib/two-hosts.sh"
+two_hosts_up bm || die "setting up two network namespaces and a veth pair"
+link="veth pair between two network namespaces"
+[ -n "$nsA" ] || link="loopback (no network namespaces here)"
 port=$((20000 + RANDOM % 20000))
 head -c 24 /dev/urandom | base64 >"$work/token"
 chmod 600 "$work/token"

@@ -36,7 +36,6 @@ skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root (CRIU)"
 criu=${CRCUDA_CRIU:-$top/.deps/criu/bin/criu}
 [ -x "$criu" ] || skip "no CRIU at $criu"
-command -v nsenter >/dev/null || skip "no nsenter"
 
 # Descriptors inherited from ctest would be dumped with the program: only stdin/out/err go on.
 for fd in /proc/$$/fd/*; do
@@ -60,8 +59,7 @@ fail() {
 }
 cleanup() {
 	for p in "${pids[@]}"; do pkill -9 -P "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
-	[ -n "$nsA" ] && ip netns del "$nsA" 2>/dev/null
-	[ -n "$nsB" ] && ip netns del "$nsB" 2>/dev/null
+	two_hosts_down
 	if [ $ok = 1 ]; then rm -rf "$tmp"; else echo "migrate: logs kept in $tmp" >&2; fi
 }
 trap cleanup EXIT
@@ -76,21 +74,9 @@ checksum() { sed -n 's/.*checksum=\([0-9a-f]*\).*/\1/p' "$1"; }
 netns_of() { readlink "/proc/$1/ns/net"; }
 
 # The two hosts.
-inA=() inB=() addrA=127.0.0.1 addrB=127.0.0.1
-if command -v ip >/dev/null && ip netns add "cmA$$" 2>/dev/null; then
-	nsA=cmA$$
-	ip netns add "cmB$$" || fail "a second network namespace"
-	nsB=cmB$$
-	ip link add "vA$$" netns "$nsA" type veth peer name "vB$$" netns "$nsB" || fail "a veth pair"
-	ip -n "$nsA" addr add 10.77.0.1/24 dev "vA$$" && ip -n "$nsB" addr add 10.77.0.2/24 dev "vB$$" &&
-		ip -n "$nsA" link set "vA$$" up && ip -n "$nsB" link set "vB$$" up &&
-		ip -n "$nsA" link set lo up && ip -n "$nsB" link set lo up || fail "setting up the veth pair"
-	# Only the network namespace: CRIU dumps and restores in this mount namespace.
-	inA=(nsenter --net="/run/netns/$nsA") inB=(nsenter --net="/run/netns/$nsB")
-	addrA=10.77.0.1 addrB=10.77.0.2
-else
-	echo "migrate: network namespaces cannot be made here: both hosts use loopback ports of this one"
-fi
+. "$top/tests/lib/two-hosts.sh"
+two_hosts_up cm || fail "setting up two network namespaces and a veth pair"
+[ -n "$nsA" ] || echo "migrate: network namespaces cannot be made here: both hosts use loopback ports of this one"
 port=$((20000 + RANDOM % 20000))
 
 # A host: its daemon (unix socket only) and store.
