@@ -8,6 +8,7 @@
 # CASE: live           migrated mid-run: rounds, downtime and total printed; it finishes on the
 #                      destination (in its network namespace) with the uninterrupted checksum; the
 #                      destination's store keeps only the last checkpoint (pre-copy ones removed)
+#       stop-and-copy  --rounds 0: no pre-copy round, everything goes over in the stop
 #       dest-dies      the destination is killed (-9) during the last round, while the program is
 #                      stopped: migrate fails saying why, the program runs on at the source and
 #                      finishes right
@@ -166,6 +167,15 @@ live)
 	# The source keeps its last checkpoint only (the pre-copy rounds' are removed).
 	[ "$(CRCUDA_STORE=$tmp/a/store "$ctl" store ls 2>/dev/null | tail -n +2 | grep -c .)" = 1 ] ||
 		fail "the source keeps: $(CRCUDA_STORE=$tmp/a/store "$ctl" store ls)"
+	;;
+stop-and-copy)
+	start_receive
+	start_app
+	mig_opts="--rounds 0" migrate
+	[ "$rc" = 0 ] || fail "migrate --rounds 0 failed"
+	! grep -q "^migrate: round" "$tmp/migrate.out" || fail "a pre-copy round with --rounds 0"
+	grep -q "^migrate: stop: sent .* MiB" "$tmp/migrate.out" || fail "no stop line"
+	finish "migrated with no pre-copy round (--rounds 0)"
 	;;
 dest-dies)
 	start_receive CRCUDA_TEST_RECEIVE_PAUSE_FILE="$tmp/paused"
