@@ -290,6 +290,22 @@ static void read_text(const char *path, char *buf, size_t len)
 		buf[--n] = 0;
 }
 
+/* The first line of a file (a failed checkpoint's reason), without "crcudactl: ". */
+static void first_line(const char *path, char *buf, size_t len)
+{
+	char all[8192], *l = all;
+
+	read_text(path, all, sizeof(all));
+	all[strcspn(all, "\n")] = 0;
+	if (!strncmp(l, "crcudactl: ", 11))
+		l += 11;
+	if (!*l)
+		l = "no reason given";
+	size_t k = strlen(l) < len ? strlen(l) : len - 1;
+	memcpy(buf, l, k);
+	buf[k] = 0;
+}
+
 /* The last line of a file (a failed command's reason), without "crcudactl: ". */
 static void last_line(const char *path, char *buf, size_t len)
 {
@@ -1069,7 +1085,7 @@ static uint64_t mig_checkpoint(struct mig *m, const char *mode, double *secs)
 		id = (uint64_t)json_integer_value(json_object_get(j, "id"));
 	json_decref(j);
 	if (!id) {
-		last_line(err, why, sizeof(why));
+		first_line(err, why, sizeof(why));
 		mig_fail(m, "%s", why);
 	}
 	return id;

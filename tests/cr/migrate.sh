@@ -28,7 +28,9 @@
 # Needs root and CRIU: exit 77 otherwise.
 set -u
 build=$1 case=$2
-ctl=$build/crcudactl/crcudactl
+# MIGRATE_CTL: another crcudactl (an ASan+UBSan build's), with this build's daemon, plugin and programs.
+ctl=${MIGRATE_CTL:-$build/crcudactl/crcudactl}
+[ -n "${MIGRATE_CTL:-}" ] && export CRCUDA_CRIU_PLUGIN_DIR=$build/criu-plugin/plugin CRCUDA_LIBDIR=$build/libcrcuda CRCUDAD=$build/crcudad/crcudad
 crcudad=$build/crcudad/crcudad
 progs=$build/tests/programs
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -46,7 +48,8 @@ done
 
 tmp=$(mktemp -d /tmp/crcuda-mig.XXXXXX)
 export CRCUDA_SIM_KERNELS=$progs/libcrcuda_test_kernels.so CRCUDA_CRIU=$criu
-unset CRCUDA_REMOTE CRCUDA_TOKEN CRCUDA_TOKEN_FILE CRCUDA_LIBDIR CRCUDAD CRCUDA_DAEMON CRCUDA_STORE CRCUDA_SOCKET
+unset CRCUDA_REMOTE CRCUDA_TOKEN CRCUDA_TOKEN_FILE CRCUDA_DAEMON CRCUDA_STORE CRCUDA_SOCKET
+[ -n "${MIGRATE_CTL:-}" ] || unset CRCUDA_LIBDIR CRCUDAD
 app_args=(--mb 8 --chunks 4 --steps 150 --step-ms 40 --ready-at 3)
 echo "tok-$RANDOM$RANDOM$RANDOM" >"$tmp/token"
 chmod 600 "$tmp/token"
