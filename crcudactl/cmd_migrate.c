@@ -185,12 +185,17 @@ static const char *io_why(int rc)
 				   : strerror(-rc);
 }
 
+/* The connection's timeouts, and buffers of a few chunks: the sender reads the next chunks from its
+ * store while the receiver hashes and writes the last ones. */
 static void set_timeouts(int fd, unsigned secs)
 {
 	struct timeval tv = {.tv_sec = secs};
+	int buf = 16 << 20;
 
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
 }
 
 static bool token_equal(const char *a, size_t alen, const char *b, size_t blen)
