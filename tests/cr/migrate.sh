@@ -50,7 +50,7 @@ tmp=$(mktemp -d /tmp/crcuda-mig.XXXXXX)
 export CRCUDA_SIM_KERNELS=$progs/libcrcuda_test_kernels.so CRCUDA_CRIU=$criu
 unset CRCUDA_REMOTE CRCUDA_TOKEN CRCUDA_TOKEN_FILE CRCUDA_DAEMON CRCUDA_STORE CRCUDA_SOCKET
 [ -n "${MIGRATE_CTL:-}" ] || unset CRCUDA_LIBDIR CRCUDAD
-app_args=(--mb 8 --chunks 4 --steps 150 --step-ms 40 --ready-at 3)
+app_args=(--mb 8 --chunks 4 --steps 250 --step-ms 40 --ready-at 3)
 echo "tok-$RANDOM$RANDOM$RANDOM" >"$tmp/token"
 chmod 600 "$tmp/token"
 pids=()
@@ -113,7 +113,7 @@ start_receive() {
 
 # The reference: the same program, never interrupted, on the source's daemon.
 ref=$(CRCUDA_SOCKET=$tmp/a/crcudad.sock timeout 120 "${inA[@]}" "$ctl" run --backend sim -- "$progs/state_app" \
-	--mb 8 --chunks 4 --steps 150 --ready-at 3 | checksum /dev/stdin)
+	--mb 8 --chunks 4 --steps 250 --ready-at 3 | checksum /dev/stdin)
 [ -n "$ref" ] || fail "the uninterrupted reference run failed"
 
 # The program on the source, in a session of its own (CRIU needs no --shell-job), running.
