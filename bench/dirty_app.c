@@ -6,10 +6,15 @@
  * spread evenly, with this round's words), "gap" (the longest time a cuCtxSynchronize loop in
  * another thread waited since the last "gap", in ms), "sum" (a checksum of all the device memory) or
  * "exit"; the answer goes to DIR/reply.K. The same commands give the same checksum natively, under
- * crcuda and after a restore. */
+ * crcuda and after a restore. For live migration (bench/migrate.sh): "churn P" starts a thread that
+ * rewrites P% of the chunks per second, one chunk at a time in a fixed order (write k: chunk
+ * k mod chunks, with a word of k's own), "halt" stops it and answers how many writes it made
+ * ("churned N"), and "churn-steps N" makes the next N of those writes at once: a run that churned N
+ * and one that did churn-steps N hold the same memory, whatever the timing. */
 #include <cuda.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +37,12 @@
 static CUcontext ctx;
 static _Atomic uint64_t max_gap_ns;
 static _Atomic int stop;
+/* churn */
+static CUdeviceptr *alloc;
+static uint64_t nchunks;
+static _Atomic uint64_t churned;
+static _Atomic int churn_stop;
+static unsigned churn_pct;
 
 static uint64_t now_ns(void)
 {
@@ -66,15 +77,48 @@ static unsigned word_of(unsigned round, uint64_t chunk)
 	return (unsigned)(round * 2654435761u ^ (unsigned)chunk * 40503u ^ 0x5bd1e995u);
 }
 
+#define CHUNK_PTR(c) (alloc[(c) / PER_ALLOC] + ((c) % PER_ALLOC) * CHUNK)
+
+/* Churn write k: the same bytes whoever makes it. */
+static void churn_write(uint64_t k)
+{
+	uint64_t c = k % nchunks;
+
+	CK(cuMemsetD32(CHUNK_PTR(c), word_of((unsigned)(k + 1000000u), c), CHUNK / 4));
+	CK(cuCtxSynchronize());
+}
+
+static void *churn(void *arg)
+{
+	double per_s = (double)nchunks * churn_pct / 100.0;
+	uint64_t start = now_ns(), done = 0;
+
+	(void)arg;
+	CK(cuCtxSetCurrent(ctx));
+	while (!atomic_load(&churn_stop)) {
+		/* Writes due by now, at the rate asked for. */
+		uint64_t due = (uint64_t)((now_ns() - start) / 1e9 * per_s);
+
+		if (done < due) {
+			churn_write(atomic_load(&churned));
+			atomic_fetch_add(&churned, 1);
+			done++;
+		} else {
+			usleep(1000);
+		}
+	}
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
-	uint64_t mb = 256, nchunks, *ck_round;
+	uint64_t mb = 256, *ck_round;
 	const char *dir = NULL;
 	int tick = 1; /* --ticker 0: no synchronising thread (NVIDIA's checkpoint failed with one, 304) */
-	CUdeviceptr *alloc;
 	size_t nallocs;
 	unsigned round = 0;
-	pthread_t tid;
+	pthread_t tid, churn_tid;
+	bool churning = false;
 	char path[4096];
 
 	for (int i = 1; i + 1 < argc; i += 2) {
@@ -103,7 +147,6 @@ int main(int argc, char **argv)
 
 		CK(cuMemAlloc(&alloc[a], n * CHUNK));
 	}
-#define CHUNK_PTR(c) (alloc[(c) / PER_ALLOC] + ((c) % PER_ALLOC) * CHUNK)
 	for (uint64_t c = 0; c < nchunks; c++)
 		CK(cuMemsetD32(CHUNK_PTR(c), word_of(0, c), CHUNK / 4));
 	CK(cuCtxSynchronize());
@@ -134,6 +177,27 @@ int main(int argc, char **argv)
 			CK(cuCtxSynchronize());
 			snprintf(reply, sizeof(reply), "dirty %u of %llu chunks\n", n,
 				 (unsigned long long)nchunks);
+		} else if (!strncmp(cmd, "churn-steps ", 12)) {
+			uint64_t n = strtoull(cmd + 12, NULL, 10);
+
+			for (uint64_t i = 0; i < n; i++)
+				churn_write(atomic_fetch_add(&churned, 1));
+			snprintf(reply, sizeof(reply), "churned %llu\n",
+				 (unsigned long long)atomic_load(&churned));
+		} else if (!strncmp(cmd, "churn ", 6) && !churning) {
+			churn_pct = (unsigned)atoi(cmd + 6);
+			atomic_store(&churn_stop, 0);
+			pthread_create(&churn_tid, NULL, churn, NULL);
+			churning = true;
+			snprintf(reply, sizeof(reply), "churning %u%%/s\n", churn_pct);
+		} else if (!strncmp(cmd, "halt", 4)) {
+			if (churning) {
+				atomic_store(&churn_stop, 1);
+				pthread_join(churn_tid, NULL);
+				churning = false;
+			}
+			snprintf(reply, sizeof(reply), "churned %llu\n",
+				 (unsigned long long)atomic_load(&churned));
 		} else if (!strncmp(cmd, "gap", 3)) {
 			snprintf(reply, sizeof(reply), "gap_ms %.3f\n",
 				 atomic_exchange(&max_gap_ns, 0) / 1e6);

@@ -62,16 +62,19 @@ static void ckpt_usage(FILE *f)
 	    "                       snapshotted in free device memory and copied to the store while\n"
 	    "                       it runs on (the command returns once that is committed)\n"
 	    "      --no-background  with -R: copy device memory before the process runs on\n"
+	    "      --leave-stopped  leave the process stopped (SIGSTOP) after the checkpoint, its\n"
+	    "                       session kept: SIGCONT lets it run on, SIGKILL ends it (what\n"
+	    "                       `crcudactl migrate` does for its last round)\n"
 	    "  -s, --store DIR      the store (default $CRCUDA_STORE, else ~/.local/share/crcuda/store)\n"
 	    "      --daemon ADDR    the program's crcudad (default: the program's CRCUDA_REMOTE, else\n"
 	    "                       $CRCUDA_SOCKET, else /tmp/crcuda-UID/crcudad.sock)\n"
 	    "      --remote HOST:PORT the program's remote crcudad (its session is TCP); it writes the\n"
 	    "                       device memory into the store itself: it must see the same path\n"
 	    "      --token-file FILE  its token (else $CRCUDA_TOKEN or $CRCUDA_TOKEN_FILE, else the\n"
+	    "                       program's own)\n"
 	    "      --insecure         plaintext TCP to a daemon started with --insecure (else TLS)\n"
 	    "      --tls-cert F, --tls-key F, --tls-ca F\n"
 	    "                         TLS with certificates (a daemon with --tls-*), not the token, as key\n"
-	    "                       program's own)\n"
 	    "      --timeout SEC    give up (and resume the program) after SEC seconds (default %d)\n"
 	    "      --json           machine-readable result on stdout\n"
 	    "  -h, --help           this help\n"
@@ -374,11 +377,13 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 		OPT_TLS_CA,
 		OPT_TIMEOUT,
 		OPT_JSON,
-		OPT_NO_BACKGROUND
+		OPT_NO_BACKGROUND,
+		OPT_STOPPED
 	};
 	static const struct option longopts[] = {
 	    {"leave-running", no_argument, NULL, 'R'},
 	    {"no-background", no_argument, NULL, OPT_NO_BACKGROUND},
+	    {"leave-stopped", no_argument, NULL, OPT_STOPPED},
 	    {"store", required_argument, NULL, 's'},
 	    {"daemon", required_argument, NULL, OPT_DAEMON},
 	    {"remote", required_argument, NULL, OPT_REMOTE},
@@ -395,7 +400,7 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	const char *store_arg = NULL, *daemon_arg = NULL, *remote_arg = NULL, *token_file = NULL;
 	char token[CRC_TOKEN_MAX + 1] = "";
 	bool tcp = false;
-	bool leave = false, background = true;
+	bool leave = false, background = true, stopped = false;
 	unsigned timeout = CKPT_TIMEOUT_DEFAULT;
 	char store[PATH_MAX], daemon[PATH_MAX], criu[PATH_MAX], plugdir[PATH_MAX], dir[PATH_MAX + 64];
 	char report[PATH_MAX * 2], outlog[PATH_MAX * 2], dlog[PATH_MAX * 2], backend[64], host[256] = "",
@@ -448,6 +453,9 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 		case OPT_NO_BACKGROUND:
 			background = false;
 			break;
+		case OPT_STOPPED:
+			stopped = true;
+			break;
 		case 'h':
 			ckpt_usage(stdout);
 			return CTL_EXIT_OK;
@@ -468,6 +476,10 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	}
 	if (remote_arg && daemon_arg) {
 		ctl_error("checkpoint: --daemon or --remote, not both");
+		return CTL_EXIT_USAGE;
+	}
+	if (leave && stopped) {
+		ctl_error("checkpoint: --leave-running or --leave-stopped, not both");
 		return CTL_EXIT_USAGE;
 	}
 	if (ctl_store_dir(store_arg, store, sizeof(store)) ||
@@ -582,7 +594,7 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	env[0] = e_daemon, env[1] = e_store, env[2] = e_img, env[3] = e_report, env[4] = e_meta;
 	env[5] = e_timeout, env[6] = "CRCUDA_PLUGIN=on";
 	/* Whether CRIU kills the process after the dump: a detached TCP session is then released. */
-	env[7] = leave ? "CRCUDA_LEAVE_RUNNING=1" : "CRCUDA_LEAVE_RUNNING=0", env[8] = e_decision;
+	env[7] = leave || stopped ? "CRCUDA_LEAVE_RUNNING=1" : "CRCUDA_LEAVE_RUNNING=0", env[8] = e_decision;
 	/* Killed after the dump, the process has nothing to run on for: the copy comes first then. */
 	env[9] = leave && background ? "CRCUDA_CKPT_BACKGROUND=1" : "CRCUDA_CKPT_BACKGROUND=0";
 	ne = 10;
@@ -616,6 +628,8 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	args[na++] = script;
 	if (leave)
 		args[na++] = "--leave-running";
+	if (stopped)
+		args[na++] = "--leave-stopped";
 	if (shell_job)
 		args[na++] = "--shell-job";
 	args[na] = NULL;
@@ -726,7 +740,10 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 		       "copied, %.1f MiB new, %" PRIu64 " allocations, %" PRIu64
 		       " globals) in %.2f s (device %.2f s); images %s; process %s",
 		       id, (int)pid, dev_bytes / 1048576.0, copied / 1048576.0, new_bytes / 1048576.0, allocs,
-		       globals, secs, dev_secs, rel, leave ? "left running" : "stopped");
+		       globals, secs, dev_secs, rel,
+		       leave	 ? "left running"
+		       : stopped ? "left stopped"
+				 : "stopped");
 		if (leave && pause_q + pause_d + pause_c > 0)
 			printf(" (paused %.3f s: quiesce %.3f, device %.3f, CRIU %.3f%s)",
 			       pause_q + pause_d + pause_c, pause_q, pause_d, pause_c,

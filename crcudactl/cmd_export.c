@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -169,6 +170,9 @@ struct xw {
 	size_t used;
 	uint64_t bytes, records;
 	int err; /* -errno of the first failed write */
+	/* Tests (ctl_export_opts): the byte at flip_at goes out with a bit flipped; at cut_at the stream
+	 * ends (the write side is shut down, later bytes are dropped). UINT64_MAX: never. */
+	uint64_t out, flip_at, cut_at;
 };
 
 static int write_all(int fd, const void *p, size_t n)
@@ -188,10 +192,40 @@ static int write_all(int fd, const void *p, size_t n)
 	return 0;
 }
 
+/* Writes n bytes of the stream, with the test hooks applied. */
+static int xw_out(struct xw *w, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	uint64_t at = w->out;
+	bool cut = false;
+	int rc = 0;
+
+	w->out += n;
+	if (at >= w->cut_at)
+		return 0;
+	if (w->cut_at - at <= n) {
+		n = (size_t)(w->cut_at - at);
+		cut = true;
+	}
+	if (w->flip_at >= at && w->flip_at - at < n) {
+		size_t k = (size_t)(w->flip_at - at);
+		uint8_t flipped = b[k] ^ 1;
+
+		if ((k && (rc = write_all(w->fd, b, k))) || (rc = write_all(w->fd, &flipped, 1)))
+			return rc;
+		rc = n - k - 1 ? write_all(w->fd, b + k + 1, n - k - 1) : 0;
+	} else if (n) {
+		rc = write_all(w->fd, b, n);
+	}
+	if (!rc && cut)
+		shutdown(w->fd, SHUT_WR);
+	return rc;
+}
+
 static int xw_flush(struct xw *w)
 {
 	if (!w->err && w->used)
-		w->err = write_all(w->fd, w->buf, w->used);
+		w->err = xw_out(w, w->buf, w->used);
 	w->used = 0;
 	return w->err;
 }
@@ -205,7 +239,7 @@ static int xw_put(struct xw *w, const void *p, size_t n)
 	if (w->used + n > IO_BUF && xw_flush(w))
 		return w->err;
 	if (n >= IO_BUF)
-		return w->err = write_all(w->fd, p, n);
+		return w->err = xw_out(w, p, n);
 	memcpy(w->buf + w->used, p, n);
 	w->used += n;
 	return 0;
@@ -253,6 +287,8 @@ struct export
 	char **files;
 	size_t nfiles;
 	uint64_t file_bytes;
+	const struct ctl_export_opts *o; /* never NULL */
+	uint64_t skipped, skipped_bytes; /* distinct chunks left out: the reader holds them */
 	char why[PATH_MAX * 3];
 };
 
@@ -340,7 +376,7 @@ static int list_images(struct export *e, const char *store)
 	size_t cap = 0;
 	DIR *d;
 
-	if (!rel)
+	if (!rel || e->o->chunks_only)
 		return 0;
 	snprintf(e->imgdir, sizeof(e->imgdir), "%s%s%s", rel[0] == '/' ? "" : store, rel[0] == '/' ? "" : "/",
 		 rel);
@@ -416,10 +452,38 @@ static int index_chunks(struct export *e)
 	qsort(e->refs, e->nrefs, sizeof(*e->refs), cref_cmp);
 	for (size_t i = 0; i < e->nrefs; i++)
 		if (!i || memcmp(e->refs[i].hash.bytes, e->refs[i - 1].hash.bytes, 16)) {
+			if (ctl_hash_known(e->o->known, e->o->nknown, &e->refs[i].hash)) {
+				e->refs[i].got = true; /* the reader has it: not sent */
+				e->skipped++;
+				e->skipped_bytes += e->refs[i].len;
+				continue;
+			}
 			e->nchunks++;
 			e->chunk_bytes += e->refs[i].len;
 		}
 	return 0;
+}
+
+static int hash_cmp(const void *a, const void *b)
+{
+	return memcmp(((const struct crc_hash *)a)->bytes, ((const struct crc_hash *)b)->bytes, 16);
+}
+
+bool ctl_hash_known(const struct crc_hash *sorted, size_t n, const struct crc_hash *h)
+{
+	return n && bsearch(h, sorted, n, sizeof(*sorted), hash_cmp);
+}
+
+void ctl_hash_sort(struct crc_hash *v, size_t n)
+{
+	if (n)
+		qsort(v, n, sizeof(*v), hash_cmp);
+}
+
+/* Metadata a chunks-only export leaves out: it has no CRIU images. */
+static bool meta_left_out(const struct export *e, const char *key)
+{
+	return e->o->chunks_only && !strcmp(key, "criu.images_dir");
 }
 
 static int write_io_err(struct export *e)
@@ -446,7 +510,11 @@ static int write_header_info(struct export *e, const char *from)
 	le64(info + 56, e->chunk_bytes);
 	le64(info + 64, e->nfiles);
 	le64(info + 72, e->file_bytes);
-	le32(info + 80, e->m->nmeta);
+	uint32_t nmeta = 0;
+
+	for (uint32_t i = 0; i < e->m->nmeta; i++)
+		nmeta += !meta_left_out(e, e->m->meta[i].key);
+	le32(info + 80, nmeta);
 	le32(info + 84, e->m->nregions);
 	xw_put(&e->w, h, sizeof(h));
 	xw_rec(&e->w, EX_INFO, sizeof(info) + strlen(from));
@@ -456,6 +524,8 @@ static int write_header_info(struct export *e, const char *from)
 		const struct crc_meta_kv *kv = &e->m->meta[i];
 		uint8_t kl[4];
 
+		if (meta_left_out(e, kv->key))
+			continue;
 		le32(kl, (uint32_t)strlen(kv->key));
 		xw_rec(&e->w, EX_META, 4 + strlen(kv->key) + strlen(kv->value));
 		xw_put(&e->w, kl, 4);
@@ -606,6 +676,103 @@ static int write_files(struct export *e)
 	return 0;
 }
 
+/* Writes checkpoint e->m of the open store e->st to e->w.fd, as e->o says: everything is looked at
+ * before the first byte goes out. 0, or -1 with e->why. */
+static int export_write(struct export *e, const char *store)
+{
+	struct jpass jp = {.e = e};
+	char from[PATH_MAX + 300], host[256] = "", real[PATH_MAX];
+	uint8_t trailer[24];
+	int rc;
+
+	if (!e->o->chunks_only) {
+		const char *s = crc_manifest_meta_get(e->m, "crcuda.session"),
+			   *q = crc_manifest_meta_get(e->m, "crcuda.journal_seq");
+
+		e->journal = s && q;
+		e->session = s ? strtoull(s, NULL, 0) : 0;
+		e->upto = q ? strtoull(q, NULL, 0) : 0;
+	}
+	if (e->journal) {
+		rc = crc_store_journal_iterate(e->st, e->session, journal_rec, &jp);
+		if (rc < 0 || jp.err)
+			return ex_fail(e, "reading the journal of store session %" PRIu64 ": %s", e->session,
+				       crc_strerror(jp.err ? jp.err : rc));
+	}
+	if (index_chunks(e) || list_images(e, store))
+		return -1;
+	gethostname(host, sizeof(host) - 1);
+	snprintf(from, sizeof(from), "%s:%s", host, realpath(store, real) ? real : store);
+	/* A reader that goes away is an error we report, not a signal that kills us. */
+	signal(SIGPIPE, SIG_IGN);
+	e->w.xs = XXH3_createState();
+	e->w.buf = malloc(IO_BUF);
+	if (!e->w.xs || !e->w.buf)
+		return ex_fail(e, "out of memory");
+	XXH3_128bits_reset(e->w.xs);
+	e->w.flip_at = e->o->flip_at;
+	e->w.cut_at = e->o->cut_at;
+	if (write_header_info(e, from))
+		return -1;
+	jp.write = true;
+	if (e->journal) {
+		rc = crc_store_journal_iterate(e->st, e->session, journal_rec, &jp);
+		if (jp.err)
+			return write_io_err(e);
+		if (rc < 0)
+			return ex_fail(e, "reading the journal of store session %" PRIu64 ": %s", e->session,
+				       crc_strerror(rc));
+	}
+	if (write_blobs_chunks(e) || write_files(e))
+		return -1;
+	le64(trailer, e->w.records);
+	digest(e->w.xs, trailer + 8);
+	if (xw_rec(&e->w, EX_TRAILER, sizeof(trailer)) || xw_put(&e->w, trailer, sizeof(trailer)) ||
+	    xw_flush(&e->w))
+		return write_io_err(e);
+	return 0;
+}
+
+static void export_free(struct export *e)
+{
+	if (e->imgfd >= 0)
+		close(e->imgfd);
+	for (size_t i = 0; i < e->nfiles; i++)
+		free(e->files[i]);
+	free(e->files);
+	free(e->refs);
+	free(e->blobs);
+	free(e->w.buf);
+	if (e->w.xs)
+		XXH3_freeState(e->w.xs);
+	crc_manifest_free(e->m);
+	crc_store_close(e->st);
+}
+
+int ctl_export_fd(const char *store, uint64_t id, int fd, const struct ctl_export_opts *o,
+		  struct ctl_export_result *res, char *why, size_t len)
+{
+	struct export e = {.imgfd = -1, .w.fd = fd, .o = o};
+	int rc = crc_store_open(store, 0, &e.st);
+
+	if (rc)
+		ex_fail(&e, "cannot open the store %s: %s", store, crc_strerror(rc));
+	else if ((rc = crc_store_manifest_get(e.st, id, &e.m)))
+		ex_fail(&e, "checkpoint %" PRIu64 " in %s: %s", id, store, crc_strerror(rc));
+	else
+		rc = export_write(&e, store);
+	if (res)
+		*res = (struct ctl_export_result){.bytes = e.w.bytes,
+						  .chunks = e.nchunks,
+						  .chunk_bytes = e.chunk_bytes,
+						  .skipped = e.skipped,
+						  .skipped_bytes = e.skipped_bytes,
+						  .file_bytes = e.file_bytes};
+	snprintf(why, len, "%s", e.why);
+	export_free(&e);
+	return rc ? -1 : 0;
+}
+
 static void export_usage(FILE *f)
 {
 	fprintf(f,
@@ -639,10 +806,9 @@ int cmd_export(int argc, char **argv, struct ctl_opts *opts)
 	    {NULL, 0, NULL, 0},
 	};
 	const char *store_arg = NULL, *out = NULL;
-	char store[PATH_MAX], from[PATH_MAX + 300], host[256] = "", sz[32], fsz[32], tmp[PATH_MAX + 8] = "";
-	struct export e = {.imgfd = -1, .w.fd = -1};
-	struct jpass jp = {.e = &e};
-	uint8_t trailer[24];
+	static const struct ctl_export_opts all = {.flip_at = UINT64_MAX, .cut_at = UINT64_MAX};
+	char store[PATH_MAX], sz[32], fsz[32], tmp[PATH_MAX + 8] = "";
+	struct export e = {.imgfd = -1, .w.fd = -1, .o = &all};
 	uint64_t id;
 	int c, rc, ret = CTL_EXIT_FAILURE;
 	char *end;
@@ -701,32 +867,6 @@ int cmd_export(int argc, char **argv, struct ctl_opts *opts)
 		crc_store_close(e.st);
 		return CTL_EXIT_FAILURE;
 	}
-	/* Everything is looked at before the first byte goes out. */
-	{
-		const char *s = crc_manifest_meta_get(e.m, "crcuda.session"),
-			   *q = crc_manifest_meta_get(e.m, "crcuda.journal_seq");
-
-		e.journal = s && q;
-		e.session = s ? strtoull(s, NULL, 0) : 0;
-		e.upto = q ? strtoull(q, NULL, 0) : 0;
-	}
-	if (e.journal) {
-		rc = crc_store_journal_iterate(e.st, e.session, journal_rec, &jp);
-		if (rc < 0 || jp.err) {
-			ex_fail(&e, "reading the journal of store session %" PRIu64 ": %s", e.session,
-				crc_strerror(jp.err ? jp.err : rc));
-			goto out;
-		}
-	}
-	if (index_chunks(&e) || list_images(&e, store))
-		goto out;
-
-	gethostname(host, sizeof(host) - 1);
-	{
-		char real[PATH_MAX];
-
-		snprintf(from, sizeof(from), "%s:%s", host, realpath(store, real) ? real : store);
-	}
 	if (out) {
 		struct stat sb;
 
@@ -747,39 +887,8 @@ int cmd_export(int argc, char **argv, struct ctl_opts *opts)
 	} else {
 		e.w.fd = STDOUT_FILENO;
 	}
-	/* A reader that goes away is an error we report, not a signal that kills us. */
-	signal(SIGPIPE, SIG_IGN);
-	e.w.xs = XXH3_createState();
-	e.w.buf = malloc(IO_BUF);
-	if (!e.w.xs || !e.w.buf) {
-		ex_fail(&e, "out of memory");
+	if (export_write(&e, store))
 		goto out;
-	}
-	XXH3_128bits_reset(e.w.xs);
-	if (write_header_info(&e, from))
-		goto out;
-	jp.write = true;
-	if (e.journal) {
-		rc = crc_store_journal_iterate(e.st, e.session, journal_rec, &jp);
-		if (jp.err) {
-			write_io_err(&e);
-			goto out;
-		}
-		if (rc < 0) {
-			ex_fail(&e, "reading the journal of store session %" PRIu64 ": %s", e.session,
-				crc_strerror(rc));
-			goto out;
-		}
-	}
-	if (write_blobs_chunks(&e) || write_files(&e))
-		goto out;
-	le64(trailer, e.w.records);
-	digest(e.w.xs, trailer + 8);
-	if (xw_rec(&e.w, EX_TRAILER, sizeof(trailer)) || xw_put(&e.w, trailer, sizeof(trailer)) ||
-	    xw_flush(&e.w)) {
-		write_io_err(&e);
-		goto out;
-	}
 	if (tmp[0] && (fsync(e.w.fd) || rename(tmp, out))) {
 		ex_fail(&e, "%s: %s", out, strerror(errno));
 		goto out;
@@ -808,18 +917,7 @@ out:
 		close(e.w.fd);
 	if (tmp[0])
 		unlink(tmp);
-	if (e.imgfd >= 0)
-		close(e.imgfd);
-	for (size_t i = 0; i < e.nfiles; i++)
-		free(e.files[i]);
-	free(e.files);
-	free(e.refs);
-	free(e.blobs);
-	free(e.w.buf);
-	if (e.w.xs)
-		XXH3_freeState(e.w.xs);
-	crc_manifest_free(e.m);
-	crc_store_close(e.st);
+	export_free(&e);
 	return ret;
 }
 
@@ -935,6 +1033,9 @@ struct import {
 	int imgfd; /* the new image directory, locked; -1 before it exists */
 	uint64_t got_files;
 	uint64_t records;
+	/* ctl_import_fd: chunks not sent may be in the store already (named, not put); the stream is
+	 * followed by more of the connection (no end of file after its trailer); a pre-copy round's. */
+	bool known_ok, more_follows, precopy;
 	char why[PATH_MAX + 512];
 };
 
@@ -1377,7 +1478,7 @@ static int rec_trailer(struct import *im, uint64_t len, const uint8_t sum[16])
 		return im_fail(im,
 			       "the export is corrupt: its checksum (XXH3-128 in the trailer) does not match "
 			       "its bytes");
-	if (xr_read(&im->r, &extra, 1, false, &got) != CRC_ETRUNC)
+	if (!im->more_follows && xr_read(&im->r, &extra, 1, false, &got) != CRC_ETRUNC)
 		return im_corrupt(im, "bytes after its trailer");
 	return 0;
 }
@@ -1401,10 +1502,25 @@ static int im_commit(struct import *im, uint64_t *out_id)
 			       ", %" PRIu64 " and %" PRIu64,
 			       im->got_chunks, im->nblobs, im->njrecs, im->got_files, im->n_chunks,
 			       im->n_blobs, im->n_journal, im->n_files);
-	for (size_t i = 0; i < im->nrefs; i++)
-		if ((!i || memcmp(im->refs[i].hash.bytes, im->refs[i - 1].hash.bytes, 16)) &&
-		    !im->refs[i].got)
+	for (size_t i = 0; i < im->nrefs; i++) {
+		if ((i && !memcmp(im->refs[i].hash.bytes, im->refs[i - 1].hash.bytes, 16)) || im->refs[i].got)
+			continue;
+		if (!im->known_ok)
 			return im_fail(im, "the export is incomplete: it lacks a chunk its regions name");
+		/* Left out because this store holds it (a migration's earlier round sent it). */
+		for (size_t j = i;
+		     j < im->nrefs && !memcmp(im->refs[j].hash.bytes, im->refs[i].hash.bytes, 16); j++) {
+			rc = crc_ckpt_ref_chunk_at(im->ck, 0, im->refs[j].region, im->refs[j].index,
+						   &im->refs[j].hash, im->refs[j].len);
+			if (rc) {
+				char hex[CRC_HASH_HEX_LEN + 1];
+
+				crc_hash_to_hex(&im->refs[i].hash, hex);
+				return im_fail(im, "chunk %s was not sent and %s does not hold it: %s", hex,
+					       im->store, crc_strerror(rc));
+			}
+		}
+	}
 	if (im->njrecs) {
 		in = calloc(im->njrecs, sizeof(*in));
 		if (!in)
@@ -1454,6 +1570,8 @@ static int im_commit(struct import *im, uint64_t *out_id)
 		snprintf(from, sizeof(from), "%s checkpoint %" PRIu64, im->from, im->src_id);
 		rc = crc_ckpt_meta_set(im->ck, "crcuda.imported_from", from);
 	}
+	if (!rc && im->precopy)
+		rc = crc_ckpt_meta_set(im->ck, "crcuda.migrate_precopy", "1");
 	if (rc)
 		return im_fail(im, "%s", crc_strerror(rc));
 	if (im->imgfd >= 0 && im->sync && fsync(im->imgfd))
@@ -1595,6 +1713,87 @@ static void remove_imgdir(struct import *im)
 	rmdir(im->imgdir);
 }
 
+/* Opens the store and reads the stream into it: 0 with *id, or -1 with im->why. */
+static int import_stream(struct import *im, uint64_t *id)
+{
+	char real[PATH_MAX];
+	int rc = crc_store_open(im->store, CRC_STORE_CREATE, &im->st);
+
+	if (rc)
+		return im_fail(im, "cannot open the store %s: %s", im->store, crc_strerror(rc));
+	/* The store's real path: the images directory and messages name it. */
+	if (realpath(im->store, real))
+		snprintf(im->store, sizeof(im->store), "%s", real);
+	im->r.xs = XXH3_createState();
+	im->r.buf = malloc(IO_BUF);
+	if (!im->r.xs || !im->r.buf)
+		return im_fail(im, "out of memory");
+	XXH3_128bits_reset(im->r.xs);
+	if (im_run(im, id))
+		return -1;
+	if (im->imgfd >= 0) {
+		close(im->imgfd); /* the manifest names it now: the lock can go */
+		im->imgfd = -1;
+	}
+	return 0;
+}
+
+/* Frees what import_stream holds; where it failed (!ok), drops what it began. */
+static void import_free(struct import *im, bool ok)
+{
+	if (!ok) {
+		crc_ckpt_abort(im->ck);
+		remove_imgdir(im);
+	}
+	if (im->imgfd >= 0)
+		close(im->imgfd);
+	if (im->spool >= 0)
+		close(im->spool);
+	for (uint32_t i = 0; i < im->nmeta; i++) {
+		free(im->meta[i].key);
+		free(im->meta[i].value);
+	}
+	free(im->meta);
+	for (uint32_t i = 0; i < im->nregions; i++) {
+		free(im->regions[i].name);
+		free(im->regions[i].chunks);
+	}
+	free(im->regions);
+	for (size_t i = 0; i < im->njrecs; i++)
+		free(im->jrecs[i].payload);
+	free(im->jrecs);
+	free(im->blobs);
+	free(im->refs);
+	free(im->buf);
+	free(im->from);
+	free(im->r.buf);
+	if (im->r.xs)
+		XXH3_freeState(im->r.xs);
+	crc_store_close(im->st);
+}
+
+int ctl_import_fd(const char *store, int fd, const struct ctl_import_opts *o, uint64_t *id, uint64_t *bytes,
+		  char *why, size_t len)
+{
+	const char *env = getenv("CRCUDA_STORE_SYNC");
+	struct import im = {.r.fd = fd,
+			    .spool = -1,
+			    .imgfd = -1,
+			    .src = "the stream",
+			    .known_ok = o->known_ok,
+			    .more_follows = o->more_follows,
+			    .precopy = o->precopy,
+			    .sync = !(env && !strcmp(env, "0"))};
+	int rc;
+
+	snprintf(im.store, sizeof(im.store), "%s", store);
+	rc = import_stream(&im, id);
+	*bytes = im.r.off;
+	snprintf(why, len, "%s", im.why[0] ? im.why : "failed");
+	import_free(&im, !rc);
+	return rc;
+}
+
 static void import_usage(FILE *f)
 {
 	fprintf(f,
@@ -1629,7 +1828,7 @@ int cmd_import(int argc, char **argv, struct ctl_opts *opts)
 	struct import im = {.r.fd = -1, .spool = -1, .imgfd = -1, .src = "stdin"};
 	uint64_t id = 0;
 	char sz[32];
-	int c, rc, ret = CTL_EXIT_FAILURE;
+	int c, ret = CTL_EXIT_FAILURE;
 
 	while ((c = getopt_long(argc, argv, "s:i:h", longopts, NULL)) != -1) {
 		switch (c) {
@@ -1672,31 +1871,8 @@ int cmd_import(int argc, char **argv, struct ctl_opts *opts)
 	} else {
 		im.r.fd = STDIN_FILENO;
 	}
-	rc = crc_store_open(im.store, CRC_STORE_CREATE, &im.st);
-	if (rc) {
-		ctl_error("import: cannot open the store %s: %s", im.store, crc_strerror(rc));
+	if (import_stream(&im, &id))
 		goto out;
-	}
-	{
-		/* The store's real path: the images directory and messages name it. */
-		char real[PATH_MAX];
-
-		if (realpath(im.store, real))
-			snprintf(im.store, sizeof(im.store), "%s", real);
-	}
-	im.r.xs = XXH3_createState();
-	im.r.buf = malloc(IO_BUF);
-	if (!im.r.xs || !im.r.buf) {
-		im_fail(&im, "out of memory");
-		goto out;
-	}
-	XXH3_128bits_reset(im.r.xs);
-	if (im_run(&im, &id))
-		goto out;
-	if (im.imgfd >= 0) {
-		close(im.imgfd); /* the manifest names it now: the lock can go */
-		im.imgfd = -1;
-	}
 	human(im.r.off, sz, sizeof(sz));
 	if (opts->json)
 		ctl_json_print(json_pack(
@@ -1712,37 +1888,10 @@ int cmd_import(int argc, char **argv, struct ctl_opts *opts)
 		       im.from, sz);
 	ret = CTL_EXIT_OK;
 out:
-	if (ret != CTL_EXIT_OK) {
+	if (ret != CTL_EXIT_OK)
 		ctl_error("import: %s: %s", im.src, im.why[0] ? im.why : "failed");
-		crc_ckpt_abort(im.ck);
-		remove_imgdir(&im);
-	}
-	if (im.imgfd >= 0)
-		close(im.imgfd);
-	if (im.spool >= 0)
-		close(im.spool);
+	import_free(&im, ret == CTL_EXIT_OK);
 	if (in && im.r.fd >= 0)
 		close(im.r.fd);
-	for (uint32_t i = 0; i < im.nmeta; i++) {
-		free(im.meta[i].key);
-		free(im.meta[i].value);
-	}
-	free(im.meta);
-	for (uint32_t i = 0; i < im.nregions; i++) {
-		free(im.regions[i].name);
-		free(im.regions[i].chunks);
-	}
-	free(im.regions);
-	for (size_t i = 0; i < im.njrecs; i++)
-		free(im.jrecs[i].payload);
-	free(im.jrecs);
-	free(im.blobs);
-	free(im.refs);
-	free(im.buf);
-	free(im.from);
-	free(im.r.buf);
-	if (im.r.xs)
-		XXH3_freeState(im.r.xs);
-	crc_store_close(im.st);
 	return ret;
 }

@@ -134,34 +134,6 @@ static bool pid_free(pid_t pid)
 	return false;
 }
 
-/* Continues the process tree rooted at pid, which CRIU left stopped (--leave-stopped): each process,
- * and the children of each of its threads. */
-static void continue_tree(pid_t pid, int depth)
-{
-	char path[64], child[32];
-	struct dirent *de;
-	DIR *d;
-
-	kill(pid, SIGCONT);
-	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
-	if (depth > 64 || !(d = opendir(path)))
-		return;
-	while ((de = readdir(d))) {
-		char children[64 + sizeof(de->d_name) + 16];
-		FILE *f;
-
-		if (de->d_name[0] == '.')
-			continue;
-		snprintf(children, sizeof(children), "%s/%s/children", path, de->d_name);
-		if (!(f = fopen(children, "r")))
-			continue;
-		while (fscanf(f, "%31s", child) == 1)
-			continue_tree((pid_t)atoi(child), depth + 1);
-		fclose(f);
-	}
-	closedir(d);
-}
-
 static int parse(int argc, char **argv, struct restore_args *a, struct ctl_opts *opts)
 {
 	enum {
@@ -482,7 +454,7 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 	}
 	if (imgfd >= 0)
 		close(imgfd), imgfd = -1;
-	continue_tree(got, 0);
+	ctl_continue_tree(got);
 	keep_work = false;
 	if (opts->json)
 		ctl_json_print(json_pack("{s:i, s:I, s:i, s:s, s:s, s:f}", "version", RESTORE_JSON_VERSION,

@@ -1,5 +1,6 @@
 /* Helpers of checkpoint, restore, ls and inspect: where the store, CRIU, the plugin and the daemon
  * are; running CRIU with a timeout and progress; the plugin's report. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -527,4 +528,42 @@ int ctl_wait_program(pid_t pid, const char *what)
 	}
 	sigprocmask(SIG_SETMASK, &old, NULL);
 	return ctl_exit_status(status);
+}
+
+/* Sends sig to the process tree rooted at pid (stopped, so that it cannot change meanwhile): each
+ * process after the children of each of its threads, so that none is reparented before it is found. */
+static void signal_tree(pid_t pid, int sig, int depth)
+{
+	char path[64], child[32];
+	struct dirent *de;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	if (depth <= 64 && (d = opendir(path))) {
+		while ((de = readdir(d))) {
+			char children[64 + sizeof(de->d_name) + 16];
+			FILE *f;
+
+			if (de->d_name[0] == '.')
+				continue;
+			snprintf(children, sizeof(children), "%s/%s/children", path, de->d_name);
+			if (!(f = fopen(children, "r")))
+				continue;
+			while (fscanf(f, "%31s", child) == 1)
+				signal_tree((pid_t)atoi(child), sig, depth + 1);
+			fclose(f);
+		}
+		closedir(d);
+	}
+	kill(pid, sig);
+}
+
+void ctl_continue_tree(pid_t pid)
+{
+	signal_tree(pid, SIGCONT, 0);
+}
+
+void ctl_kill_tree(pid_t pid)
+{
+	signal_tree(pid, SIGKILL, 0);
 }

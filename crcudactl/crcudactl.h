@@ -29,6 +29,44 @@ int cmd_inspect(int argc, char **argv, struct ctl_opts *opts);
 int cmd_rm(int argc, char **argv, struct ctl_opts *opts);
 int cmd_export(int argc, char **argv, struct ctl_opts *opts);
 int cmd_import(int argc, char **argv, struct ctl_opts *opts);
+int cmd_migrate(int argc, char **argv, struct ctl_opts *opts);
+int cmd_receive(int argc, char **argv, struct ctl_opts *opts);
+
+/* ---- cmd_export.c: the export stream, also over a migration's connection ---- */
+#include <stdint.h>
+struct crc_hash;
+struct ctl_export_opts {
+	/* A migration's pre-copy round: metadata, regions and chunks only (no journal, module images
+	 * or CRIU images); the checkpoint it makes cannot be restored, it carries the chunks over. */
+	bool chunks_only;
+	/* Chunks the reader holds already (sorted with ctl_hash_sort): named by the regions, not sent. */
+	const struct crc_hash *known;
+	size_t nknown;
+	/* Tests: the byte at flip_at goes out with a bit flipped; the stream ends at cut_at (the write
+	 * side is shut down). UINT64_MAX: never. */
+	uint64_t flip_at, cut_at;
+};
+struct ctl_export_result {
+	uint64_t bytes;			 /* the whole stream */
+	uint64_t chunks, chunk_bytes;	 /* distinct chunks sent */
+	uint64_t skipped, skipped_bytes; /* distinct chunks left out (known) */
+	uint64_t file_bytes;		 /* CRIU images */
+};
+/* Writes checkpoint id of store to fd. 0, or -1 with a reason in why. */
+int ctl_export_fd(const char *store, uint64_t id, int fd, const struct ctl_export_opts *o,
+		  struct ctl_export_result *res, char *why, size_t len);
+struct ctl_import_opts {
+	bool known_ok;	   /* chunks not sent may be in the store (named, not put); else it fails */
+	bool more_follows; /* the connection goes on after the trailer (no end of file expected) */
+	bool precopy;	   /* a migration's pre-copy round: marked crcuda.migrate_precopy */
+};
+/* Reads one export stream from fd into store: 0 with *id, or -1 with a reason in why (nothing of it is
+ * left in the store). *bytes: how many were read. */
+int ctl_import_fd(const char *store, int fd, const struct ctl_import_opts *o, uint64_t *id, uint64_t *bytes,
+		  char *why, size_t len);
+/* Whether h is in sorted[0..n) (ctl_hash_sort). */
+bool ctl_hash_known(const struct crc_hash *sorted, size_t n, const struct crc_hash *h);
+void ctl_hash_sort(struct crc_hash *v, size_t n);
 
 /* ---- cmd_rm.c: retention ---- */
 #include <stdio.h>
@@ -108,6 +146,9 @@ int ctl_exit_status(int status);
 /* Waits for the program pid (our child), passing ctl_forward_signals on to it; returns its status as
  * ctl_exit_status. A pid that is not our child is waited for through /proc, and 1 returned. */
 int ctl_wait_program(pid_t pid, const char *what);
+/* Continues the process tree rooted at pid, which CRIU left stopped (--leave-stopped); or kills it. */
+void ctl_continue_tree(pid_t pid);
+void ctl_kill_tree(pid_t pid);
 /* Prints CRIU's "Error (...)" lines of log (at most max) on stderr. */
 void ctl_show_criu_errors(const char *log, int max);
 

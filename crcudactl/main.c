@@ -25,6 +25,8 @@ static const struct ctl_cmd {
     {"rm", cmd_rm, "remove checkpoints (manifest, CRIU images, chunks no other one needs)"},
     {"export", cmd_export, "write a checkpoint as one self-contained stream (for another node's store)"},
     {"import", cmd_import, "read a checkpoint that export wrote into the store"},
+    {"migrate", cmd_migrate, "move a running program to another host (pre-copy, then a short stop)"},
+    {"receive", cmd_receive, "the destination of migrate: takes programs into this host's store"},
     {"store", cmd_store, "list, inspect, verify and garbage-collect the checkpoint store"},
 };
 

@@ -4,7 +4,8 @@
 # benchmarks, and prints a short table last. Output files go to $OUT when set (the device tool).
 # PARTS=tests, PARTS=stress or PARTS=bench runs one part (each fits the device tool's 10 minutes a call).
 # PARTS=conformance runs tests/gpu/conformance.sh (NVIDIA's cuda-samples natively, under the layer and
-# checkpointed mid-run; CONF_PARTS splits it over several calls), never by default.
+# checkpointed mid-run; CONF_PARTS splits it over several calls), never by default. PARTS=migrate runs
+# tests/gpu/torch-migrate.sh and bench/migrate.sh (MIGRATE_MB, default 8192), never by default.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top"
@@ -64,6 +65,11 @@ fi
 if [[ $parts == *conformance* ]]; then
 	echo "== conformance: programs nobody here wrote"
 	tests/gpu/conformance.sh build-gpu 2>&1 | tee "$out/conformance.txt" | grep -vE " rc 0 +[0-9]+ ms$"
+fi
+if [[ $parts == *migrate* ]]; then
+	echo "== live migration between two daemons in two network namespaces (crcudactl migrate, issue 16)"
+	timeout 280 tests/gpu/torch-migrate.sh build-gpu 2>&1 | tee "$out/migrate.txt"
+	timeout 300 bench/migrate.sh build-gpu "${MIGRATE_MB:-8192}" 2>&1 | tee -a "$out/migrate.txt"
 fi
 if [[ $parts == *bench* ]]; then
 echo "== benchmarks"

@@ -5,7 +5,8 @@
  * uninterrupted run. --verify recomputes everything on the CPU (small sizes) and compares.
  * Halfway (after step --ready-at, default steps/2) it writes "ready <step>" to --ready-file and
  * sleeps --pause-ms or waits until --go-file exists, so a test can checkpoint it with work done before
- * and after; with --first-kernel-file it writes there the wall-clock time (seconds since the epoch) at
+ * and after; --step-ms MS sleeps that long after every step (a program that runs for a while); with
+ * --first-kernel-file it writes there the wall-clock time (seconds since the epoch) at
  * which the first step's kernels after the go finished (a restore's time to first kernel). --devices N
  * spreads the chunks over N devices (chunk c on device c % N), each with its own context (device 0's primary
  * one, a cuCtxCreate one elsewhere), module, stream and memory; the checksum does not depend on N. --graph
@@ -87,7 +88,7 @@ static void uobj_destroy(void *arg)
 
 struct opts {
 	unsigned long mb;
-	unsigned chunks, steps, ready_at, pause_ms, seed, devices;
+	unsigned chunks, steps, ready_at, pause_ms, step_ms, seed, devices;
 	const char *ready_file, *go_file, *first_kernel_file;
 	int verify, graph, graph_pageable, ready_in_capture, managed, registered, pool, pinned_ready, texture,
 	    sparse;
@@ -296,6 +297,8 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->ready_at = (unsigned)strtoul(v, NULL, 0);
 		else if (!strcmp(a, "--pause-ms"))
 			o->pause_ms = (unsigned)strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--step-ms"))
+			o->step_ms = (unsigned)strtoul(v, NULL, 0);
 		else if (!strcmp(a, "--devices"))
 			o->devices = (unsigned)strtoul(v, NULL, 0);
 		else if (!strcmp(a, "--seed"))
@@ -324,7 +327,8 @@ static void parse(int argc, char **argv, struct opts *o)
 		return;
 usage:
 	fprintf(stderr,
-		"usage: state_app [--mb N] [--chunks N] [--steps N] [--ready-at STEP] [--pause-ms MS]\n"
+		"usage: state_app [--mb N] [--chunks N] [--steps N] [--ready-at STEP] [--pause-ms MS] "
+		"[--step-ms MS]\n"
 		"                 [--ready-file PATH] [--go-file PATH] [--first-kernel-file PATH] [--seed N] "
 		"[--devices N] [--verify]\n"
 		"                 [--graph] [--graph-pageable] [--managed] [--registered] [--pool] "
@@ -942,6 +946,8 @@ int main(int argc, char **argv)
 				usleep(10000);
 			first_kernel_due = o.first_kernel_file != NULL;
 		}
+		if (o.step_ms)
+			usleep(o.step_ms * 1000u); /* --step-ms: a program that runs for a while */
 	}
 	if (o.green) {
 		CUgreenCtx of = NULL;
