@@ -72,6 +72,11 @@ unsigned crc_workers_busy(void);
 /* Ends every worker (the front is stopping). */
 void crc_workers_stop(void);
 
+/* ---- ipc.c -------------------------------------------------------------------------------------- */
+/* Serves a worker's CUDA IPC registry socket (link.h) on a thread of its own, which closes it. 0 or
+ * -errno (closed then too). */
+int crc_ipc_serve_worker(int sock);
+
 /* ---- control.c ---------------------------------------------------------------------------------- */
 /* Serves a greeted control connection on a thread of its own. */
 void crc_front_control(int fd, bool tcp, const struct crc_peer *peer);

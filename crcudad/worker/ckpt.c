@@ -1215,7 +1215,7 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir, unsigned flags)
 	 * restored session checkpointed before the client's first call rebuilds its graphs now. */
 	if (s->graphs_pending && crc_graph_restore_pending(s))
 		snprintf(why, sizeof(why), "the restored session's CUDA graphs could not be rebuilt");
-	if (why[0] || crc_managed_flush(s, why, sizeof(why)) ||
+	if (why[0] || crc_ipc_ckpt_check(s, why, sizeof(why)) || crc_managed_flush(s, why, sizeof(why)) ||
 	    !(graphs = crc_graph_describe(s, why, sizeof(why)))) {
 		crc_session_cmd_done(s, CRC_ENOTSUP, "%s", why);
 		return CRC_ENOTSUP;

@@ -59,6 +59,22 @@ static void alloc_remove(struct crc_session *s, struct crc_alloc *victim)
 	}
 }
 
+struct crc_alloc *crc_alloc_add(struct crc_session *s, enum crc_alloc_kind kind, uint64_t ptr, uint64_t size)
+{
+	return alloc_add(s, kind, ptr, size);
+}
+
+void crc_alloc_remove(struct crc_session *s, struct crc_alloc *a)
+{
+	alloc_remove(s, a);
+}
+
+static void account(struct crc_session *s, int64_t bytes);
+void crc_alloc_account(struct crc_session *s, int64_t bytes)
+{
+	account(s, bytes);
+}
+
 static void account(struct crc_session *s, int64_t bytes)
 {
 	/* Under the lock: the status page reads it from another thread. */
@@ -86,7 +102,8 @@ int crc_va_take(struct crc_session *s, uint64_t size, uint64_t align, uint64_t h
 	if (align < CRC_GRANULE)
 		align = CRC_GRANULE;
 	for (struct crc_alloc *a = s->allocs; a; a = a->next) {
-		if (a->kind == CRC_ALLOC_MEM || (a->kind == CRC_ALLOC_RESERVE && a->in_window)) {
+		if (a->kind == CRC_ALLOC_MEM || a->kind == CRC_ALLOC_IPC ||
+		    (a->kind == CRC_ALLOC_RESERVE && a->in_window)) {
 			if (n == cap) {
 				void *p = realloc(used, (cap = cap ? cap * 2 : 32) * sizeof(*used));
 
@@ -153,6 +170,7 @@ static CUresult map_new(struct crc_session *s, uint64_t bytes, uint64_t *out)
 	if (crc_va_take(s, size, 0, s->force_addr, &ptr) || (s->force_addr && ptr != s->force_addr))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	prop.location.id = dev;
+	prop.requestedHandleTypes = crc_ipc_handle_types(dev);
 	access.location = prop.location;
 	res = CALL(cuMemCreate, &h, size, &prop, 0);
 	if (res != CUDA_SUCCESS)
@@ -179,6 +197,8 @@ static CUresult map_new(struct crc_session *s, uint64_t bytes, uint64_t *out)
 
 static void unmap_alloc(struct crc_session *s, struct crc_alloc *a)
 {
+	if (a->ipc_key)
+		crc_ipc_unexport(a->ipc_key);
 	CALL(cuMemUnmap, a->ptr, a->size);
 	CALL(cuMemRelease, a->handle);
 	account(s, -(int64_t)a->size);
@@ -1253,6 +1273,9 @@ void crc_session_release_resources(struct crc_session *s)
 		switch (a->kind) {
 		case CRC_ALLOC_MEM:
 			unmap_alloc(s, a);
+			continue;
+		case CRC_ALLOC_IPC:
+			crc_ipc_unmap(s, a);
 			continue;
 		case CRC_ALLOC_MAP:
 			CALL(cuMemUnmap, a->ptr, a->size);

@@ -944,6 +944,7 @@ static void session_dealloc(struct crc_session *s)
 		free(s->tables[t].real);
 	crc_journal_free(s);
 	crc_graph_free(s);
+	crc_ipc_free(s);
 	crc_texobjs_free(s);
 	crc_hostfn_free(s);
 	free(s->store_dir);

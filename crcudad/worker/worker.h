@@ -66,6 +66,7 @@ enum crc_alloc_kind {
 	CRC_ALLOC_RESERVE, /* the application's cuMemAddressReserve */
 	CRC_ALLOC_MAP,	   /* the application's cuMemMap */
 	CRC_ALLOC_HANDLE,  /* the application's cuMemCreate (refs: create + retains - releases) */
+	CRC_ALLOC_IPC,	   /* another session's memory opened here (cuIpcOpenMemHandle; refs: opens) */
 };
 struct crc_alloc {
 	enum crc_alloc_kind kind;
@@ -77,6 +78,7 @@ struct crc_alloc {
 	bool in_window; /* a reservation inside the session range (else the backend's own) */
 	bool sync_set;	/* cuPointerSetAttribute(SYNC_MEMOPS) named this allocation: sync_memops answers */
 	unsigned sync_memops;
+	uint64_t ipc_key; /* MEM: exported under this key (cuIpcGetMemHandle); IPC: the export opened */
 	struct crc_alloc *next;
 };
 
@@ -156,6 +158,10 @@ struct crc_session {
 	struct crc_notify_reg *notify;	    /* the application's log and async callbacks (hostfn.c) */
 	struct crc_texobj *texobjs;	    /* live texture and surface objects (arrays.c) */
 	void *exec_app_node;		    /* the node an exec node call named, before graph.c remapped it */
+	/* Interprocess events (ipc.c): the real events this session exported a handle of, and those it
+	 * opened from another process's handle. */
+	void **ipc_events_out, **ipc_events_in;
+	unsigned n_ipc_events_out, n_ipc_events_in;
 	/* The reply being built and module images being assembled. */
 	uint8_t *out;
 	size_t out_len, out_cap;
@@ -377,6 +383,12 @@ int crc_dev_client(const struct crc_session *s, int dev);
 #define CRC_OVERRIDES(X)                                                                                     \
 	X(cuDevicePrimaryCtxRetain)                                                                          \
 	X(cuMemAlloc_v2)                                                                                     \
+	X(cuIpcGetMemHandle)                                                                                 \
+	X(cuIpcOpenMemHandle)                                                                                \
+	X(cuIpcOpenMemHandle_v2)                                                                             \
+	X(cuIpcCloseMemHandle)                                                                               \
+	X(cuIpcGetEventHandle)                                                                               \
+	X(cuIpcOpenEventHandle)                                                                              \
 	X(cuMemAllocPitch_v2)                                                                                \
 	X(cuMemFree_v2)                                                                                      \
 	X(cuMemAddressReserve)                                                                               \
@@ -584,5 +596,21 @@ void crc_session_release_resources(struct crc_session *s);
 /* ---- the session's VA range (handlers.c) ------------------------------------------------------- */
 /* A free range of `size` bytes (granule multiple) in the session's range, at `hint` when free. */
 int crc_va_take(struct crc_session *s, uint64_t size, uint64_t align, uint64_t hint, uint64_t *out);
+
+/* ---- CUDA IPC between sessions (ipc.c) ---------------------------------------------------------- */
+/* The session's allocations, for ipc.c (handlers.c). */
+struct crc_alloc *crc_alloc_add(struct crc_session *s, enum crc_alloc_kind kind, uint64_t ptr, uint64_t size);
+void crc_alloc_remove(struct crc_session *s, struct crc_alloc *a);
+void crc_alloc_account(struct crc_session *s, int64_t bytes);
+/* Memory a session allocates is exportable as a POSIX descriptor where the device can (so that
+ * cuIpcGetMemHandle can give it to another session's worker): the requested handle types. */
+CUmemAllocationHandleType crc_ipc_handle_types(CUdevice dev);
+/* The exporter frees memory it exported: the front forgets it. */
+void crc_ipc_unexport(uint64_t key);
+/* Opened IPC memory goes (the session ends). */
+void crc_ipc_unmap(struct crc_session *s, struct crc_alloc *a);
+/* What of CUDA IPC refuses a checkpoint of the session: 0, or -1 with why. */
+int crc_ipc_ckpt_check(struct crc_session *s, char *why, size_t len);
+void crc_ipc_free(struct crc_session *s);
 
 #endif

@@ -1,0 +1,336 @@
+/* CUDA IPC between sessions. Each session runs in a worker process of its own, so the driver's own
+ * IPC could connect two workers, but crcuda's memory is VMM (cuMemCreate at fixed addresses), which
+ * cuIpcGetMemHandle does not take. So the application's memory handle names an export of the front's
+ * registry (link.h): cuIpcGetMemHandle exports the allocation as a POSIX descriptor
+ * (cuMemExportToShareableHandle) and gives it to the front under a random key; cuIpcOpenMemHandle in
+ * another session's worker gets the descriptor by key, imports it and maps it in that session's own VA
+ * range, where the application's pointer is a device pointer like any other. Event handles are the
+ * backend's own (an interprocess event's handle is valid in any process of the host).
+ *
+ * A checkpoint of a session that has IPC memory or events open from another process, or whose exports
+ * may be open elsewhere, is refused with the reason (crc_ipc_ckpt_check): a restore would give one side
+ * new memory while the other kept the old. */
+#define LOG_PREFIX "crcudad: "
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "crcuda/errno.h"
+#include "crcuda/log.h"
+#include "link.h"
+#include "worker.h"
+
+/* After cuda.h: define and call entry points by their ABI names. */
+#include "crcuda/cuda_api_undef.h"
+
+#define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
+
+/* The application's CUipcMemHandle. */
+struct ipc_mem_wire {
+	char magic[8];
+	uint64_t key;
+	uint64_t size;
+	uint64_t session_id; /* the exporter's, for messages */
+};
+static const char ipc_mem_magic[8] = "crcudaIM";
+_Static_assert(sizeof(struct ipc_mem_wire) <= CU_IPC_HANDLE_SIZE, "an IPC handle holds it");
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* One request to the front's registry and its reply (a descriptor: *fd_out, else -1). */
+static int registry_call(struct crc_ipc_msg *m, int fd_in, int *fd_out)
+{
+	int fds[1], nfds = 0, rc;
+
+	if (fd_out)
+		*fd_out = -1;
+	pthread_mutex_lock(&registry_lock);
+	rc = crc_sock_send_fds(CRC_LINK_IPC_FD, m, sizeof(*m), &fd_in, fd_in >= 0);
+	if (!rc)
+		rc = crc_sock_recv_fds(CRC_LINK_IPC_FD, m, sizeof(*m), fds, 1, &nfds);
+	pthread_mutex_unlock(&registry_lock);
+	if (rc) {
+		pr_warn("the front's CUDA IPC registry does not answer: %s", crc_strerror(rc));
+		return rc;
+	}
+	if (nfds && fd_out && !m->status)
+		*fd_out = fds[0];
+	else if (nfds)
+		close(fds[0]);
+	return m->status;
+}
+
+CUmemAllocationHandleType crc_ipc_handle_types(CUdevice dev)
+{
+	static int posix_fd[CRC_MAX_DEVICES] = {0}; /* 0 unknown, 1 yes, -1 no */
+	int v = 0;
+
+	if (dev < 0 || dev >= CRC_MAX_DEVICES)
+		return CU_MEM_HANDLE_TYPE_NONE;
+	if (!posix_fd[dev])
+		posix_fd[dev] = CALL(cuDeviceGetAttribute, &v,
+				     CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+				     dev) == CUDA_SUCCESS && v
+				    ? 1
+				    : -1;
+	return posix_fd[dev] > 0 ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
+}
+
+void crc_ipc_unexport(uint64_t key)
+{
+	struct crc_ipc_msg m = {.op = CRC_IPC_DROP, .key = key};
+
+	registry_call(&m, -1, NULL);
+}
+
+/* The allocation (cuMemAlloc) holding ptr, or NULL. */
+static struct crc_alloc *alloc_holding(struct crc_session *s, enum crc_alloc_kind kind, uint64_t ptr)
+{
+	for (struct crc_alloc *a = s->allocs; a; a = a->next)
+		if (a->kind == kind && ptr >= a->ptr && ptr - a->ptr < a->size)
+			return a;
+	return NULL;
+}
+
+CUresult crc_ovr_cuIpcGetMemHandle(struct crc_session *s, void *const *argv)
+{
+	CUipcMemHandle *out = argv[0];
+	uint64_t ptr = *(CUdeviceptr *)argv[1];
+	struct crc_alloc *a = alloc_holding(s, CRC_ALLOC_MEM, ptr);
+	struct ipc_mem_wire w = {0};
+
+	if (!out)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* Only cuMemAlloc memory, as natively (VMM memory has shareable handles instead). */
+	if (!a)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!a->ipc_key) {
+		struct crc_ipc_msg m = {.op = CRC_IPC_PUT, .size = a->size, .session_id = s->id};
+		int fd = -1, rc;
+		CUresult res = CALL(cuMemExportToShareableHandle, &fd, a->handle,
+				    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+
+		if (res != CUDA_SUCCESS) {
+			pr_warn("session %llu: cannot export the memory at 0x%llx as a descriptor (%d)",
+				(unsigned long long)s->id, (unsigned long long)a->ptr, (int)res);
+			return res == CUDA_ERROR_NOT_PERMITTED || res == CUDA_ERROR_NOT_SUPPORTED
+				   ? CUDA_ERROR_NOT_SUPPORTED
+				   : res;
+		}
+		do {
+			if (getrandom(&m.key, sizeof(m.key), 0) != (ssize_t)sizeof(m.key)) {
+				close(fd);
+				return CUDA_ERROR_OPERATING_SYSTEM;
+			}
+		} while (!m.key);
+		rc = registry_call(&m, fd, NULL);
+		close(fd);
+		if (rc)
+			return rc == CRC_ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_OPERATING_SYSTEM;
+		a->ipc_key = m.key;
+	}
+	memcpy(w.magic, ipc_mem_magic, sizeof(w.magic));
+	w.key = a->ipc_key;
+	w.size = a->size;
+	w.session_id = s->id;
+	memset(out, 0, sizeof(*out));
+	memcpy(out->reserved, &w, sizeof(w));
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_ovr_cuIpcOpenMemHandle_v2(struct crc_session *s, void *const *argv)
+{
+	CUdeviceptr *pdptr = argv[0];
+	const CUipcMemHandle *handle = argv[1];
+	unsigned flags = *(unsigned *)argv[2];
+	struct crc_ipc_msg m = {.op = CRC_IPC_GET};
+	CUmemAccessDesc access = {.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+				  .location.type = CU_MEM_LOCATION_TYPE_DEVICE};
+	CUmemGenericAllocationHandle h;
+	struct ipc_mem_wire w;
+	struct crc_alloc *a;
+	uint64_t ptr;
+	CUdevice dev;
+	CUresult res;
+	int fd, rc;
+
+	memcpy(&w, handle->reserved, sizeof(w));
+	if (!pdptr || (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) ||
+	    memcmp(w.magic, ipc_mem_magic, sizeof(w.magic)) || !w.key)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = crc_be.cuCtxGetDevice_fn(&dev);
+	if (res != CUDA_SUCCESS)
+		return res;
+	for (a = s->allocs; a; a = a->next) {
+		/* Its own memory: the driver refuses to open it in the process that exported it. */
+		if (a->kind == CRC_ALLOC_MEM && a->ipc_key == w.key)
+			return CUDA_ERROR_INVALID_CONTEXT;
+		/* Opened already: the same pointer, one more reference. */
+		if (a->kind == CRC_ALLOC_IPC && a->ipc_key == w.key) {
+			a->refs++;
+			*pdptr = a->ptr;
+			return CUDA_SUCCESS;
+		}
+	}
+	m.key = w.key;
+	rc = registry_call(&m, -1, &fd);
+	if (rc)
+		/* Freed, or its exporter is gone: natively, an invalid handle. */
+		return rc == CRC_ENOTFOUND ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OPERATING_SYSTEM;
+	res = CALL(cuMemImportFromShareableHandle, &h, (void *)(intptr_t)fd,
+		   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	close(fd);
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (crc_va_take(s, m.size, 0, 0, &ptr)) {
+		CALL(cuMemRelease, h);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	access.location.id = dev;
+	res = CALL(cuMemMap, ptr, m.size, 0, h, 0);
+	if (res == CUDA_SUCCESS) {
+		res = CALL(cuMemSetAccess, ptr, m.size, &access, 1);
+		if (res != CUDA_SUCCESS)
+			CALL(cuMemUnmap, ptr, m.size);
+	}
+	if (res != CUDA_SUCCESS || !(a = crc_alloc_add(s, CRC_ALLOC_IPC, ptr, m.size))) {
+		CALL(cuMemRelease, h);
+		return res != CUDA_SUCCESS ? res : CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	a->handle = h;
+	a->req = m.size;
+	a->refs = 1;
+	a->ipc_key = w.key;
+	a->vhandle = s->cur_ctx;
+	crc_alloc_account(s, (int64_t)m.size);
+	pr_debug("session %llu: opened IPC memory of session %llu at 0x%llx (%llu bytes)",
+		 (unsigned long long)s->id, (unsigned long long)m.session_id, (unsigned long long)ptr,
+		 (unsigned long long)m.size);
+	*pdptr = ptr;
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_ovr_cuIpcOpenMemHandle(struct crc_session *s, void *const *argv)
+{
+	return crc_ovr_cuIpcOpenMemHandle_v2(s, argv);
+}
+
+void crc_ipc_unmap(struct crc_session *s, struct crc_alloc *a)
+{
+	CALL(cuMemUnmap, a->ptr, a->size);
+	CALL(cuMemRelease, a->handle);
+	crc_alloc_account(s, -(int64_t)a->size);
+	crc_alloc_remove(s, a);
+}
+
+CUresult crc_ovr_cuIpcCloseMemHandle(struct crc_session *s, void *const *argv)
+{
+	uint64_t ptr = *(CUdeviceptr *)argv[0];
+
+	for (struct crc_alloc *a = s->allocs; a; a = a->next) {
+		if (a->kind != CRC_ALLOC_IPC || a->ptr != ptr)
+			continue;
+		if (--a->refs > 0)
+			return CUDA_SUCCESS;
+		/* Work of this session may still read it. */
+		CALL(cuCtxSynchronize);
+		crc_ipc_unmap(s, a);
+		return CUDA_SUCCESS;
+	}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult note_event(void ***list, unsigned *n, void *ev)
+{
+	void **p;
+
+	for (unsigned i = 0; i < *n; i++)
+		if ((*list)[i] == ev)
+			return CUDA_SUCCESS;
+	p = realloc(*list, (*n + 1) * sizeof(*p));
+	if (!p)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	p[(*n)++] = ev;
+	*list = p;
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_ovr_cuIpcGetEventHandle(struct crc_session *s, void *const *argv)
+{
+	CUipcEventHandle *out = argv[0];
+	CUevent ev = *(CUevent *)argv[1];
+	CUresult res = CALL(cuIpcGetEventHandle, out, ev);
+
+	return res == CUDA_SUCCESS ? note_event(&s->ipc_events_out, &s->n_ipc_events_out, ev) : res;
+}
+
+CUresult crc_ovr_cuIpcOpenEventHandle(struct crc_session *s, void *const *argv)
+{
+	CUevent *out = argv[0];
+	const CUipcEventHandle *handle = argv[1];
+	CUresult res = CALL(cuIpcOpenEventHandle, out, *handle);
+
+	if (res == CUDA_SUCCESS && note_event(&s->ipc_events_in, &s->n_ipc_events_in, *out) != CUDA_SUCCESS) {
+		CALL(cuEventDestroy_v2, *out);
+		res = CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return res;
+}
+
+/* The first of the events still live in the session, or NULL. */
+static void *live_event(struct crc_session *s, void **list, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (crc_find_handle(s, CRC_HT_EVENT, list[i]))
+			return list[i];
+	return NULL;
+}
+
+int crc_ipc_ckpt_check(struct crc_session *s, char *why, size_t len)
+{
+	const char *later = "this is not supported yet; the program runs on";
+
+	for (struct crc_alloc *a = s->allocs; a; a = a->next) {
+		if (a->kind == CRC_ALLOC_IPC) {
+			snprintf(why, len,
+				 "checkpoint of a session that imports IPC memory from a live exporter (session "
+				 "%llu has another process's memory open at 0x%llx, cuIpcOpenMemHandle): %s",
+				 (unsigned long long)s->id, (unsigned long long)a->ptr, later);
+			return -1;
+		}
+		if (a->kind == CRC_ALLOC_MEM && a->ipc_key) {
+			snprintf(why, len,
+				 "checkpoint of a session that exported IPC memory other processes may have open "
+				 "(session %llu, cuIpcGetMemHandle of 0x%llx, not freed): %s",
+				 (unsigned long long)s->id, (unsigned long long)a->ptr, later);
+			return -1;
+		}
+	}
+	if (live_event(s, s->ipc_events_in, s->n_ipc_events_in)) {
+		snprintf(why, len,
+			 "checkpoint of a session that has another process's interprocess event open (session "
+			 "%llu, cuIpcOpenEventHandle): %s",
+			 (unsigned long long)s->id, later);
+		return -1;
+	}
+	if (live_event(s, s->ipc_events_out, s->n_ipc_events_out)) {
+		snprintf(why, len,
+			 "checkpoint of a session that exported an interprocess event other processes may have "
+			 "open (session %llu, cuIpcGetEventHandle, not destroyed): %s",
+			 (unsigned long long)s->id, later);
+		return -1;
+	}
+	return 0;
+}
+
+void crc_ipc_free(struct crc_session *s)
+{
+	free(s->ipc_events_out);
+	free(s->ipc_events_in);
+	s->ipc_events_out = s->ipc_events_in = NULL;
+	s->n_ipc_events_out = s->n_ipc_events_in = 0;
+}
