@@ -14,7 +14,8 @@
 #include "crcuda/log.h"
 #include "front.h"
 
-struct export {
+struct export
+{
 	uint64_t key, size, session_id;
 	int fd;
 	int owner; /* the exporting worker's socket */
@@ -55,8 +56,12 @@ static int put(int sock, const struct crc_ipc_msg *m, int fd)
 	}
 	e = calloc(1, sizeof(*e));
 	if (e) {
-		*e = (struct export){.key = m->key, .size = m->size, .session_id = m->session_id, .fd = fd,
-				     .owner = sock, .next = exports};
+		*e = (struct export){.key = m->key,
+				     .size = m->size,
+				     .session_id = m->session_id,
+				     .fd = fd,
+				     .owner = sock,
+				     .next = exports};
 		exports = e;
 	}
 	pthread_mutex_unlock(&ipc_lock);

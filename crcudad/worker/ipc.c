@@ -74,7 +74,8 @@ CUmemAllocationHandleType crc_ipc_handle_types(CUdevice dev)
 	if (!posix_fd[dev])
 		posix_fd[dev] = CALL(cuDeviceGetAttribute, &v,
 				     CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
-				     dev) == CUDA_SUCCESS && v
+				     dev) == CUDA_SUCCESS &&
+					v
 				    ? 1
 				    : -1;
 	return posix_fd[dev] > 0 ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
@@ -296,32 +297,36 @@ int crc_ipc_ckpt_check(struct crc_session *s, char *why, size_t len)
 
 	for (struct crc_alloc *a = s->allocs; a; a = a->next) {
 		if (a->kind == CRC_ALLOC_IPC) {
-			snprintf(why, len,
-				 "checkpoint of a session that imports IPC memory from a live exporter (session "
-				 "%llu has another process's memory open at 0x%llx, cuIpcOpenMemHandle): %s",
-				 (unsigned long long)s->id, (unsigned long long)a->ptr, later);
+			snprintf(
+			    why, len,
+			    "checkpoint of a session that imports IPC memory from a live exporter (session "
+			    "%llu has another process's memory open at 0x%llx, cuIpcOpenMemHandle): %s",
+			    (unsigned long long)s->id, (unsigned long long)a->ptr, later);
 			return -1;
 		}
 		if (a->kind == CRC_ALLOC_MEM && a->ipc_key) {
-			snprintf(why, len,
-				 "checkpoint of a session that exported IPC memory other processes may have open "
-				 "(session %llu, cuIpcGetMemHandle of 0x%llx, not freed): %s",
-				 (unsigned long long)s->id, (unsigned long long)a->ptr, later);
+			snprintf(
+			    why, len,
+			    "checkpoint of a session that exported IPC memory other processes may have open "
+			    "(session %llu, cuIpcGetMemHandle of 0x%llx, not freed): %s",
+			    (unsigned long long)s->id, (unsigned long long)a->ptr, later);
 			return -1;
 		}
 	}
 	if (live_event(s, s->ipc_events_in, s->n_ipc_events_in)) {
-		snprintf(why, len,
-			 "checkpoint of a session that has another process's interprocess event open (session "
-			 "%llu, cuIpcOpenEventHandle): %s",
-			 (unsigned long long)s->id, later);
+		snprintf(
+		    why, len,
+		    "checkpoint of a session that has another process's interprocess event open (session "
+		    "%llu, cuIpcOpenEventHandle): %s",
+		    (unsigned long long)s->id, later);
 		return -1;
 	}
 	if (live_event(s, s->ipc_events_out, s->n_ipc_events_out)) {
-		snprintf(why, len,
-			 "checkpoint of a session that exported an interprocess event other processes may have "
-			 "open (session %llu, cuIpcGetEventHandle, not destroyed): %s",
-			 (unsigned long long)s->id, later);
+		snprintf(
+		    why, len,
+		    "checkpoint of a session that exported an interprocess event other processes may have "
+		    "open (session %llu, cuIpcGetEventHandle, not destroyed): %s",
+		    (unsigned long long)s->id, later);
 		return -1;
 	}
 	return 0;

@@ -12,6 +12,9 @@
 #                                    (root only; else skipped)
 #       daemon-killed                SIGKILL the daemon mid-run: the client gets errors and exits
 #       client-killed                SIGKILL a client: the daemon frees its memory, serves others
+#       ipc                          CUDA IPC between two programs (tests/programs/ipc): memory and an
+#                                    event; a checkpoint of either side is refused, saying why, and both
+#                                    run on
 set -u
 build=$1 case=$2
 shift 2
@@ -88,6 +91,46 @@ layer-only)
 	rc=$?
 	cat "$tmp/out"
 	[ $rc = 0 ] || fail "$prog $*: exit $rc"
+	;;
+ipc)
+	start_daemon
+	prog=$build/tests/programs/ipc
+	ctl=$build/tests/ckpt-daemon/ckpt_ctl
+	client -- "$prog" >"$tmp/out" 2>&1
+	rc=$?
+	cat "$tmp/out"
+	[ $rc = 0 ] || fail "ipc through the layer: exit $rc"
+	for line in "B: read A's pattern: exact" "B: a kernel counted .* as expected" \
+		"A: read B's pattern after waiting on the event: exact" \
+		"B: read A's memset after waiting on the event: exact" "B: opened again: the same pointer" \
+		"A: opening its own memory handle: CUDA_ERROR_INVALID_CONTEXT" \
+		"B: opening a zeroed memory handle: CUDA_ERROR_INVALID_VALUE" \
+		"B: closing it once more: CUDA_ERROR_INVALID_VALUE" \
+		"B: opening the handle of freed memory: CUDA_ERROR_INVALID_VALUE" \
+		"A: handle of an ordinary event: CUDA_ERROR_INVALID_VALUE" "ipc: PASS"; do
+		grep -q "^$line\$" "$tmp/out" || fail "no line '$line'"
+	done
+	[ "$(grep -c "session [0-9]*: pid .* -> worker" "$tmp/daemon.log")" -ge 2 ] || fail "ipc did not run two sessions"
+	# B holds A's memory open: neither session can be checkpointed (each would be restored with memory
+	# the other no longer shares); both are told why and run on to the end.
+	client -- "$prog" --hold "$tmp/hold" >"$tmp/out" 2>&1 &
+	prog_pid=$!
+	for _ in $(seq 300); do [ -s "$tmp/hold" ] && break; sleep 0.1; done
+	b=$(cat "$tmp/hold") || fail "B did not open the memory"
+	a=$(awk '/^PPid:/ {print $2}' "/proc/$b/status")
+	for who in "$b:imports IPC memory from a live exporter" "$a:exported IPC memory other processes may have open"; do
+		pid=${who%%:*}
+		"$ctl" "$CRCUDA_SOCKET" quiesce "$pid" || fail "quiesce of $pid"
+		"$ctl" "$CRCUDA_SOCKET" checkpoint "$pid" "$tmp/store" >"$tmp/ckpt" 2>&1 &&
+			fail "a checkpoint of $pid was taken"
+		cat "$tmp/ckpt"
+		grep -q "${who#*:}" "$tmp/ckpt" || fail "the refusal does not say why: $(cat "$tmp/ckpt")"
+		"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume of $pid"
+	done
+	touch "$tmp/hold.go"
+	wait "$prog_pid" || fail "ipc after the refused checkpoints: exit $?: $(tail -5 "$tmp/out")"
+	grep -q "^ipc: PASS$" "$tmp/out" || fail "no PASS after the refused checkpoints"
+	echo "ipc: exact both ways; checkpoints of the importer and of the exporter refused, both ran on"
 	;;
 same-output)
 	start_daemon

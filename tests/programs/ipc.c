@@ -225,7 +225,8 @@ static int importer(int to_a, int from_a, const char *hold_file)
 	CU_CHECK(cuModuleGetFunction(&count_bytes, mod, "_Z11count_bytesPKhyhPj"));
 	CU_CHECK(cuMemAlloc(&counter, 4));
 	CU_CHECK(cuMemsetD32(counter, 0, 1));
-	CU_CHECK(cuLaunchKernel(count_bytes, (unsigned)((n + 255) / 256), 1, 1, 256, 1, 1, 0, st, args, NULL));
+	CU_CHECK(
+	    cuLaunchKernel(count_bytes, (unsigned)((n + 255) / 256), 1, 1, 256, 1, 1, 0, st, args, NULL));
 	CU_CHECK(cuStreamSynchronize(st));
 	CU_CHECK(cuMemcpyDtoH(&count, counter, 4));
 	if (count != want) {
@@ -291,6 +292,7 @@ int main(int argc, char **argv)
 	int a2b[2], b2a[2], rc;
 	pid_t b;
 
+	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc != 1 && !hold_file) {
 		fprintf(stderr, "usage: ipc [--hold FILE]\n");
 		return 2;
