@@ -1,10 +1,20 @@
-/* Hooks: interprocess events. A record is posted to the daemon like other stream work, so it may reach
+/* Hooks: CUDA IPC. VMM memory's shareable handles (POSIX descriptors): the daemon exports the memory
+ * into its registry under a key (crcudad/worker/ipc.c), and the application's descriptor is a sealed
+ * memfd holding the key (struct crc_shareable_wire), which the application may pass to another process
+ * like the driver's own (SCM_RIGHTS); an import there reads the key back and the daemon imports the
+ * export for that process's session.
+ *
+ * Interprocess events. A record is posted to the daemon like other stream work, so it may reach
  * the driver after cuEventRecord has returned; another process that waits on the event as soon as it
  * hears of the record (simpleIPC's shape) would then wait on the record before it. So a record of an
  * interprocess event waits for the daemon to have made it, as the driver's call does. */
 #define LOG_PREFIX "libcrcuda: "
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "client.h"
 #include "crcuda/cuda_marshal_specs.h"
@@ -92,4 +102,54 @@ CUresult crc_hook_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsig
 	if (!is_ipc_event((uintptr_t)hEvent))
 		return crc_fwd_cuEventRecordWithFlags(hEvent, hStream, flags);
 	return crc_fwd_call(CRC_CU_cuEventRecordWithFlags, false, 3, spec_cuEventRecordWithFlags, argv);
+}
+
+CUresult crc_hook_cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+					       CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+	struct crc_shareable_wire w;
+	uint64_t h = handle;
+	CUresult res;
+	int fd;
+
+	if (!shareableHandle || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* Fabric handles (and Win32's) would need the driver's own bytes in this process. */
+	if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	res = crc_rpc(CRC_CU_cuMemExportToShareableHandle, &h, sizeof(h), &w, sizeof(w));
+	if (res != CUDA_SUCCESS)
+		return res;
+	fd = memfd_create("crcuda-shareable-handle", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return CUDA_ERROR_OPERATING_SYSTEM;
+	if (pwrite(fd, &w, sizeof(w), 0) != (ssize_t)sizeof(w) ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL)) {
+		close(fd);
+		return CUDA_ERROR_OPERATING_SYSTEM;
+	}
+	*(int *)shareableHandle = fd;
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_hook_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+						 CUmemAllocationHandleType shHandleType)
+{
+	int fd = (int)(intptr_t)osHandle;
+	struct crc_shareable_wire w;
+	uint64_t h;
+	CUresult res;
+
+	if (!handle)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	/* Only a descriptor this layer made names memory. */
+	if (fd < 0 || pread(fd, &w, sizeof(w), 0) != (ssize_t)sizeof(w) ||
+	    memcmp(w.magic, CRC_SHAREABLE_MAGIC, sizeof(w.magic)) || !w.key)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = crc_rpc(CRC_CU_cuMemImportFromShareableHandle, &w.key, sizeof(w.key), &h, sizeof(h));
+	if (res == CUDA_SUCCESS)
+		*handle = h;
+	return res;
 }

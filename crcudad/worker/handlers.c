@@ -316,19 +316,47 @@ CUresult crc_ovr_cuMemMap(struct crc_session *s, void *const *argv)
 	CUmemGenericAllocationHandle h = *(CUmemGenericAllocationHandle *)argv[3];
 	unsigned long long flags = *(unsigned long long *)argv[4];
 	CUresult res = CALL(cuMemMap, ptr, size, offset, h, flags);
+	struct crc_alloc *m, *owner;
 
-	if (res == CUDA_SUCCESS && !alloc_add(s, CRC_ALLOC_MAP, ptr, size))
+	if (res != CUDA_SUCCESS)
+		return res;
+	m = alloc_add(s, CRC_ALLOC_MAP, ptr, size);
+	if (!m)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	/* Another process's memory (a shareable handle): nothing a replay could map again. */
+	for (owner = s->allocs; owner; owner = owner->next)
+		if (owner->kind == CRC_ALLOC_HANDLE && owner->handle == h && owner->ipc_imported) {
+			m->ipc_imported = true;
+			m->ipc_key = owner->ipc_key;
+			s->jdrop = true;
+		}
 	return res;
+}
+
+/* [ptr, ptr + size) lies in mappings of imported memory only (their records are not journaled). */
+static bool imported_range(struct crc_session *s, uint64_t ptr, uint64_t size)
+{
+	bool any = false;
+
+	for (struct crc_alloc *a = s->allocs; a; a = a->next) {
+		if (a->kind != CRC_ALLOC_MAP || a->ptr >= ptr + size || a->ptr + a->size <= ptr)
+			continue;
+		if (!a->ipc_imported)
+			return false;
+		any = true;
+	}
+	return any;
 }
 
 CUresult crc_ovr_cuMemUnmap(struct crc_session *s, void *const *argv)
 {
 	uint64_t ptr = *(CUdeviceptr *)argv[0];
 	size_t size = *(size_t *)argv[1];
+	bool imported = imported_range(s, ptr, size);
 	CUresult res = CALL(cuMemUnmap, ptr, size);
 
 	if (res == CUDA_SUCCESS) {
+		s->jdrop |= imported;
 		struct crc_alloc *a, *next;
 
 		for (a = s->allocs; a; a = next) {
@@ -357,7 +385,12 @@ CUresult crc_ovr_cuMemRelease(struct crc_session *s, void *const *argv)
 	if (!a)
 		return CUDA_ERROR_INVALID_VALUE;
 	res = CALL(cuMemRelease, h);
+	if (res == CUDA_SUCCESS && a->ipc_imported)
+		s->jdrop = true; /* its import was not journaled */
 	if (res == CUDA_SUCCESS && --a->refs == 0) {
+		/* Exported: importers that have not imported it yet cannot any more (see ipc.c). */
+		if (a->ipc_key && !a->ipc_imported)
+			crc_ipc_unexport(a->ipc_key);
 		crc_forget(s, a->vhandle);
 		account(s, -(int64_t)a->size);
 		alloc_remove(s, a);
@@ -1340,7 +1373,73 @@ CUresult crc_raw_vmm_access(struct crc_session *s, const struct crc_call_hdr *h,
 	for (uint64_t i = 0; i < w[2]; i++)
 		if (d[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE)
 			d[i].location.id = crc_dev_backend(s, d[i].location.id);
+	s->jdrop = imported_range(s, w[0], w[1]);
 	return CALL(cuMemSetAccess, w[0], w[1], d, w[2]);
+}
+
+/* cuMemExportToShareableHandle of an application's handle (a POSIX descriptor: the client makes the
+ * application's own descriptor of the reply, crcuda/proto.h). */
+CUresult crc_raw_vmm_export(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+			    size_t len)
+{
+	struct crc_shareable_wire *out;
+	struct crc_alloc *a;
+	union crc_slot mh;
+	uint64_t v;
+	CUresult res;
+
+	if (len < sizeof(v))
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(&v, args, sizeof(v));
+	res = crc_translate(s, h, CRC_HT_MEMHANDLE, v, &mh);
+	if (res != CUDA_SUCCESS)
+		return CUDA_ERROR_INVALID_VALUE;
+	a = handle_find(s, (CUmemGenericAllocationHandle)mh.u64);
+	if (!a)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = crc_ipc_export(s, a->handle, a->size, &a->ipc_key);
+	if (res != CUDA_SUCCESS)
+		return res;
+	out = crc_out(s, sizeof(*out));
+	if (!out)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	memset(out, 0, sizeof(*out));
+	memcpy(out->magic, CRC_SHAREABLE_MAGIC, sizeof(out->magic));
+	out->key = a->ipc_key;
+	out->size = a->size;
+	out->session_id = s->id;
+	return CUDA_SUCCESS;
+}
+
+/* cuMemImportFromShareableHandle: the export the application's descriptor names, by its key. Not
+ * journaled (a replay could not import it again): a checkpoint is refused while it is held. */
+CUresult crc_raw_vmm_import(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+			    size_t len)
+{
+	CUmemGenericAllocationHandle mh;
+	uint64_t key, size, exporter;
+	struct crc_alloc *a;
+	CUresult res;
+
+	(void)h;
+	if (len < sizeof(key))
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(&key, args, sizeof(key));
+	res = crc_ipc_import(s, key, &mh, &size, &exporter);
+	if (res != CUDA_SUCCESS)
+		return res;
+	s->jdrop = true;
+	a = handle_find(s, mh);
+	if (a && !a->ipc_imported) {
+		/* Its own export: the driver gives this process's handle back, one more reference. */
+		return reply_mem_handle(s, mh, size);
+	}
+	res = reply_mem_handle(s, mh, size);
+	if (res == CUDA_SUCCESS && (a = handle_find(s, mh))) {
+		a->ipc_imported = true;
+		a->ipc_key = key;
+	}
+	return res;
 }
 
 /* Stream attributes (crc_stream_attr_req). A set is journaled (CONTEXT_SET): a restore sets it again. */

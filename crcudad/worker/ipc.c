@@ -5,7 +5,12 @@
  * (cuMemExportToShareableHandle) and gives it to the front under a random key; cuIpcOpenMemHandle in
  * another session's worker gets the descriptor by key, imports it and maps it in that session's own VA
  * range, where the application's pointer is a device pointer like any other. Event handles are the
- * backend's own (an interprocess event's handle is valid in any process of the host).
+ * backend's own (an interprocess event's handle is valid in any process of the host). VMM memory's
+ * shareable handles (POSIX descriptors) go the same way: the application's descriptor is a sealed
+ * memfd that names the export's key (libcrcuda/hooks_ipc.c), imported as a handle of the backend's.
+ * An export lives while the exporter holds the memory (cuMemFree, the last cuMemRelease): an importer
+ * that comes later gets CUDA_ERROR_INVALID_VALUE, where natively a descriptor kept open would still
+ * import it.
  *
  * A checkpoint of a session that has IPC memory or events open from another process, or whose exports
  * may be open elsewhere, is refused with the reason (crc_ipc_ckpt_check): a restore would give one side
@@ -97,42 +102,69 @@ static struct crc_alloc *alloc_holding(struct crc_session *s, enum crc_alloc_kin
 	return NULL;
 }
 
+CUresult crc_ipc_export(struct crc_session *s, CUmemGenericAllocationHandle h, uint64_t size, uint64_t *key)
+{
+	struct crc_ipc_msg m = {.op = CRC_IPC_PUT, .size = size, .session_id = s->id};
+	int fd = -1, rc;
+	CUresult res;
+
+	if (*key)
+		return CUDA_SUCCESS;
+	res = CALL(cuMemExportToShareableHandle, &fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+	if (res != CUDA_SUCCESS)
+		return res;
+	do {
+		if (getrandom(&m.key, sizeof(m.key), 0) != (ssize_t)sizeof(m.key)) {
+			close(fd);
+			return CUDA_ERROR_OPERATING_SYSTEM;
+		}
+	} while (!m.key);
+	rc = registry_call(&m, fd, NULL);
+	close(fd);
+	if (rc)
+		return rc == CRC_ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_OPERATING_SYSTEM;
+	*key = m.key;
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_ipc_import(struct crc_session *s, uint64_t key, CUmemGenericAllocationHandle *h, uint64_t *size,
+			uint64_t *session_id)
+{
+	struct crc_ipc_msg m = {.op = CRC_IPC_GET, .key = key};
+	CUresult res;
+	int fd, rc;
+
+	(void)s;
+	rc = registry_call(&m, -1, &fd);
+	if (rc)
+		/* Freed, or its exporter is gone: natively, an invalid handle. */
+		return rc == CRC_ENOTFOUND ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OPERATING_SYSTEM;
+	res = CALL(cuMemImportFromShareableHandle, h, (void *)(intptr_t)fd,
+		   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	close(fd);
+	*size = m.size;
+	*session_id = m.session_id;
+	return res;
+}
+
 CUresult crc_ovr_cuIpcGetMemHandle(struct crc_session *s, void *const *argv)
 {
 	CUipcMemHandle *out = argv[0];
 	uint64_t ptr = *(CUdeviceptr *)argv[1];
 	struct crc_alloc *a = alloc_holding(s, CRC_ALLOC_MEM, ptr);
 	struct ipc_mem_wire w = {0};
+	CUresult res;
 
 	if (!out)
 		return CUDA_ERROR_INVALID_VALUE;
 	/* Only cuMemAlloc memory, as natively (VMM memory has shareable handles instead). */
 	if (!a)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!a->ipc_key) {
-		struct crc_ipc_msg m = {.op = CRC_IPC_PUT, .size = a->size, .session_id = s->id};
-		int fd = -1, rc;
-		CUresult res = CALL(cuMemExportToShareableHandle, &fd, a->handle,
-				    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-
-		if (res != CUDA_SUCCESS) {
-			pr_warn("session %llu: cannot export the memory at 0x%llx as a descriptor (%d)",
-				(unsigned long long)s->id, (unsigned long long)a->ptr, (int)res);
-			return res == CUDA_ERROR_NOT_PERMITTED || res == CUDA_ERROR_NOT_SUPPORTED
-				   ? CUDA_ERROR_NOT_SUPPORTED
-				   : res;
-		}
-		do {
-			if (getrandom(&m.key, sizeof(m.key), 0) != (ssize_t)sizeof(m.key)) {
-				close(fd);
-				return CUDA_ERROR_OPERATING_SYSTEM;
-			}
-		} while (!m.key);
-		rc = registry_call(&m, fd, NULL);
-		close(fd);
-		if (rc)
-			return rc == CRC_ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_OPERATING_SYSTEM;
-		a->ipc_key = m.key;
+	res = crc_ipc_export(s, a->handle, a->size, &a->ipc_key);
+	if (res != CUDA_SUCCESS) {
+		pr_warn("session %llu: cannot export the memory at 0x%llx as a descriptor (%d)",
+			(unsigned long long)s->id, (unsigned long long)a->ptr, (int)res);
+		return res == CUDA_ERROR_NOT_PERMITTED ? CUDA_ERROR_NOT_SUPPORTED : res;
 	}
 	memcpy(w.magic, ipc_mem_magic, sizeof(w.magic));
 	w.key = a->ipc_key;
@@ -148,16 +180,14 @@ CUresult crc_ovr_cuIpcOpenMemHandle_v2(struct crc_session *s, void *const *argv)
 	CUdeviceptr *pdptr = argv[0];
 	const CUipcMemHandle *handle = argv[1];
 	unsigned flags = *(unsigned *)argv[2];
-	struct crc_ipc_msg m = {.op = CRC_IPC_GET};
 	CUmemAccessDesc access = {.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
 				  .location.type = CU_MEM_LOCATION_TYPE_DEVICE};
 	CUmemGenericAllocationHandle h;
 	struct ipc_mem_wire w;
 	struct crc_alloc *a;
-	uint64_t ptr;
+	uint64_t ptr, size, exporter;
 	CUdevice dev;
 	CUresult res;
-	int fd, rc;
 
 	memcpy(&w, handle->reserved, sizeof(w));
 	if (!pdptr || (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) ||
@@ -177,40 +207,33 @@ CUresult crc_ovr_cuIpcOpenMemHandle_v2(struct crc_session *s, void *const *argv)
 			return CUDA_SUCCESS;
 		}
 	}
-	m.key = w.key;
-	rc = registry_call(&m, -1, &fd);
-	if (rc)
-		/* Freed, or its exporter is gone: natively, an invalid handle. */
-		return rc == CRC_ENOTFOUND ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OPERATING_SYSTEM;
-	res = CALL(cuMemImportFromShareableHandle, &h, (void *)(intptr_t)fd,
-		   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-	close(fd);
+	res = crc_ipc_import(s, w.key, &h, &size, &exporter);
 	if (res != CUDA_SUCCESS)
 		return res;
-	if (crc_va_take(s, m.size, 0, 0, &ptr)) {
+	if (crc_va_take(s, size, 0, 0, &ptr)) {
 		CALL(cuMemRelease, h);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	access.location.id = dev;
-	res = CALL(cuMemMap, ptr, m.size, 0, h, 0);
+	res = CALL(cuMemMap, ptr, size, 0, h, 0);
 	if (res == CUDA_SUCCESS) {
-		res = CALL(cuMemSetAccess, ptr, m.size, &access, 1);
+		res = CALL(cuMemSetAccess, ptr, size, &access, 1);
 		if (res != CUDA_SUCCESS)
-			CALL(cuMemUnmap, ptr, m.size);
+			CALL(cuMemUnmap, ptr, size);
 	}
-	if (res != CUDA_SUCCESS || !(a = crc_alloc_add(s, CRC_ALLOC_IPC, ptr, m.size))) {
+	if (res != CUDA_SUCCESS || !(a = crc_alloc_add(s, CRC_ALLOC_IPC, ptr, size))) {
 		CALL(cuMemRelease, h);
 		return res != CUDA_SUCCESS ? res : CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	a->handle = h;
-	a->req = m.size;
+	a->req = size;
 	a->refs = 1;
 	a->ipc_key = w.key;
 	a->vhandle = s->cur_ctx;
-	crc_alloc_account(s, (int64_t)m.size);
+	crc_alloc_account(s, (int64_t)size);
 	pr_debug("session %llu: opened IPC memory of session %llu at 0x%llx (%llu bytes)",
-		 (unsigned long long)s->id, (unsigned long long)m.session_id, (unsigned long long)ptr,
-		 (unsigned long long)m.size);
+		 (unsigned long long)s->id, (unsigned long long)exporter, (unsigned long long)ptr,
+		 (unsigned long long)size);
 	*pdptr = ptr;
 	return CUDA_SUCCESS;
 }
@@ -302,6 +325,24 @@ int crc_ipc_ckpt_check(struct crc_session *s, char *why, size_t len)
 			    "checkpoint of a session that imports IPC memory from a live exporter (session "
 			    "%llu has another process's memory open at 0x%llx, cuIpcOpenMemHandle): %s",
 			    (unsigned long long)s->id, (unsigned long long)a->ptr, later);
+			return -1;
+		}
+		if ((a->kind == CRC_ALLOC_HANDLE || a->kind == CRC_ALLOC_MAP) && a->ipc_imported) {
+			snprintf(
+			    why, len,
+			    "checkpoint of a session that imports shareable memory from a live exporter "
+			    "(session "
+			    "%llu holds another process's memory, cuMemImportFromShareableHandle, %s): %s",
+			    (unsigned long long)s->id, a->kind == CRC_ALLOC_MAP ? "mapped" : "not released",
+			    later);
+			return -1;
+		}
+		if (a->kind == CRC_ALLOC_HANDLE && a->ipc_key) {
+			snprintf(
+			    why, len,
+			    "checkpoint of a session that exported shareable memory other processes may have "
+			    "imported (session %llu, cuMemExportToShareableHandle, not released): %s",
+			    (unsigned long long)s->id, later);
 			return -1;
 		}
 		if (a->kind == CRC_ALLOC_MEM && a->ipc_key) {

@@ -78,7 +78,9 @@ struct crc_alloc {
 	bool in_window; /* a reservation inside the session range (else the backend's own) */
 	bool sync_set;	/* cuPointerSetAttribute(SYNC_MEMOPS) named this allocation: sync_memops answers */
 	unsigned sync_memops;
-	uint64_t ipc_key; /* MEM: exported under this key (cuIpcGetMemHandle); IPC: the export opened */
+	uint64_t ipc_key;  /* MEM, HANDLE: exported under this key (cuIpcGetMemHandle, a shareable handle);
+			      IPC, and HANDLE or MAP with ipc_imported: the export opened */
+	bool ipc_imported; /* HANDLE: imported from a shareable handle; MAP: a mapping of such a handle */
 	struct crc_alloc *next;
 };
 
@@ -511,6 +513,8 @@ typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h,
 	X(cuMemCreate, vmm_create)                                                                           \
 	X(cuMemRetainAllocationHandle, vmm_retain)                                                           \
 	X(cuMemSetAccess, vmm_access)                                                                        \
+	X(cuMemExportToShareableHandle, vmm_export)                                                          \
+	X(cuMemImportFromShareableHandle, vmm_import)                                                        \
 	X(cuPointerGetAttribute, ptrattr)                                                                    \
 	X(cuPointerGetAttributes, ptrattrs)                                                                  \
 	X(cuPointerSetAttribute, ptrset)                                                                     \
@@ -605,6 +609,13 @@ void crc_alloc_account(struct crc_session *s, int64_t bytes);
 /* Memory a session allocates is exportable as a POSIX descriptor where the device can (so that
  * cuIpcGetMemHandle can give it to another session's worker): the requested handle types. */
 CUmemAllocationHandleType crc_ipc_handle_types(CUdevice dev);
+/* Exports memory (h, size bytes) to the front's registry as a POSIX descriptor, under a new key into
+ * *key unless it has one already. The driver's error, or what the registry's failure means. */
+CUresult crc_ipc_export(struct crc_session *s, CUmemGenericAllocationHandle h, uint64_t size, uint64_t *key);
+/* Imports the export named key: a handle of the backend's (*h) and its size. CUDA_ERROR_INVALID_VALUE
+ * when the registry has no such export. */
+CUresult crc_ipc_import(struct crc_session *s, uint64_t key, CUmemGenericAllocationHandle *h, uint64_t *size,
+			uint64_t *session_id);
 /* The exporter frees memory it exported: the front forgets it. */
 void crc_ipc_unexport(uint64_t key);
 /* Opened IPC memory goes (the session ends). */

@@ -107,7 +107,11 @@ ipc)
 		"B: opening a zeroed memory handle: CUDA_ERROR_INVALID_VALUE" \
 		"B: closing it once more: CUDA_ERROR_INVALID_VALUE" \
 		"B: opening the handle of freed memory: CUDA_ERROR_INVALID_VALUE" \
-		"A: handle of an ordinary event: CUDA_ERROR_INVALID_VALUE" "ipc: PASS"; do
+		"A: handle of an ordinary event: CUDA_ERROR_INVALID_VALUE" \
+		"B: read A's pattern in the imported VMM memory: exact" \
+		"A: read B's pattern in the shared VMM memory: exact" \
+		"A: exporting a handle made without the descriptor type: CUDA_ERROR_NOT_PERMITTED" \
+		"B: importing a pipe as a shareable handle: refused" "ipc: PASS"; do
 		grep -q "^$line\$" "$tmp/out" || fail "no line '$line'"
 	done
 	[ "$(grep -c "session [0-9]*: pid .* -> worker" "$tmp/daemon.log")" -ge 2 ] || fail "ipc did not run two sessions"
@@ -130,7 +134,21 @@ ipc)
 	touch "$tmp/hold.go"
 	wait "$prog_pid" || fail "ipc after the refused checkpoints: exit $?: $(tail -5 "$tmp/out")"
 	grep -q "^ipc: PASS$" "$tmp/out" || fail "no PASS after the refused checkpoints"
-	echo "ipc: exact both ways; checkpoints of the importer and of the exporter refused, both ran on"
+	# Once B has let go of all it opened and imported (and A of what it exported), B checkpoints.
+	rm -f "$tmp/hold" "$tmp/hold.go"
+	client -- "$prog" --hold-end "$tmp/hold" >"$tmp/out" 2>&1 &
+	prog_pid=$!
+	for _ in $(seq 300); do [ -s "$tmp/hold" ] && break; sleep 0.1; done
+	b=$(cat "$tmp/hold") || fail "B did not get to its end"
+	"$ctl" "$CRCUDA_SOCKET" quiesce "$b" || fail "quiesce of B at its end"
+	"$ctl" "$CRCUDA_SOCKET" checkpoint "$b" "$tmp/store" >"$tmp/ckpt" 2>&1 ||
+		fail "B's checkpoint after it closed everything: $(cat "$tmp/ckpt")"
+	"$ctl" "$CRCUDA_SOCKET" abort "$b" || fail "abort"
+	"$ctl" "$CRCUDA_SOCKET" resume "$b" || fail "resume of B"
+	touch "$tmp/hold.go"
+	wait "$prog_pid" || fail "ipc after B's checkpoint: exit $?: $(tail -5 "$tmp/out")"
+	echo "ipc: exact both ways (memory, event, VMM shareable handle); checkpoints of the importer and of" \
+		"the exporter refused while shared, both ran on; the importer checkpoints once it let go"
 	;;
 same-output)
 	start_daemon

@@ -3,15 +3,19 @@
  * writes a pattern and exports the memory and an interprocess event; the handles travel over a pipe.
  * B opens both, checks A's pattern word for word (copies) and byte for byte (a kernel), writes its
  * own pattern and records the event; A waits on the event in a stream and reads exactly B's pattern;
- * then A writes and records, B waits and reads. Error cases on both sides. Output is deterministic
+ * then A writes and records, B waits and reads. Then VMM memory (cuMemCreate) shared through a
+ * shareable handle, a POSIX descriptor passed over a unix socket (SCM_RIGHTS): B imports and maps it,
+ * reads A's pattern and writes its own, which A reads. Error cases on both sides. Output is deterministic
  * (B prints as it goes; A prints after B has ended), so runs natively and through the layer compare
  * line for line.
- *   ipc [--hold FILE]   B, with the memory open, writes its pid to FILE and waits for FILE.go
+ *   ipc [--hold FILE]      B, with the memory open, writes its pid to FILE and waits for FILE.go
+ *   ipc [--hold-end FILE]  the same once B has let go of everything it opened and imported
  * Exit 0 pass, 1 fail, 77 no device. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -97,7 +101,80 @@ static int check_words(const uint32_t *got, uint32_t (*want)(uint32_t), uint32_t
 	return 0;
 }
 
-static int exporter(int to_b, int from_b, pid_t b)
+static void send_fd(int sock, int fd)
+{
+	char byte = 'f';
+	struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr mh = {
+	    .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	if (sendmsg(sock, &mh, 0) != 1) {
+		perror("ipc: sendmsg");
+		exit(1);
+	}
+}
+
+static int recv_fd(int sock)
+{
+	char byte;
+	struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr mh = {
+	    .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
+	struct cmsghdr *c;
+	int fd = -1;
+
+	if (recvmsg(sock, &mh, 0) != 1 || !(c = CMSG_FIRSTHDR(&mh)) || c->cmsg_type != SCM_RIGHTS) {
+		fprintf(stderr, "ipc: no descriptor from the other process\n");
+		exit(1);
+	}
+	memcpy(&fd, CMSG_DATA(c), sizeof(int));
+	return fd;
+}
+
+/* VMM: a reservation of size bytes with h mapped and made accessible on device 0. */
+static CUdeviceptr vmm_map(CUmemGenericAllocationHandle h, size_t size)
+{
+	CUmemAccessDesc access = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+				  .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	CUdeviceptr p;
+
+	CU_CHECK(cuMemAddressReserve(&p, size, 0, 0, 0));
+	CU_CHECK(cuMemMap(p, size, 0, h, 0));
+	CU_CHECK(cuMemSetAccess(p, size, &access, 1));
+	return p;
+}
+
+static void vmm_unmap(CUdeviceptr p, size_t size)
+{
+	CU_CHECK(cuMemUnmap(p, size));
+	CU_CHECK(cuMemAddressFree(p, size));
+}
+
+static size_t vmm_size(void)
+{
+	CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+				    .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+	size_t g;
+
+	CU_CHECK(cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	return (WORDS * 4 + g - 1) / g * g;
+}
+
+static int exporter(int to_b, int from_b, int fd_sock, pid_t b)
 {
 	CUdeviceptr d, opened;
 	CUevent ev, plain;
@@ -156,6 +233,42 @@ static int exporter(int to_b, int from_b, pid_t b)
 	CU_CHECK(cuCtxSynchronize());
 	CU_CHECK(cuMemFree(d));
 	send_msg(to_b, "a-freed", NULL);
+
+	/* VMM memory through a shareable handle (a descriptor over the socket). */
+	{
+		CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+					    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+					    .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+		CUmemAllocationProp plain_prop = prop;
+		CUmemGenericAllocationHandle vh, plain_h;
+		size_t size = vmm_size();
+		CUdeviceptr vp;
+		int fd = -1;
+		CUresult r;
+
+		CU_CHECK(cuMemCreate(&vh, size, &prop, 0));
+		vp = vmm_map(vh, size);
+		for (uint32_t i = 0; i < WORDS; i++)
+			host[i] = pattern_b(i) ^ 0x5a5a5a5au;
+		CU_CHECK(cuMemcpyHtoD(vp, host, WORDS * 4));
+		CU_CHECK(cuMemExportToShareableHandle(&fd, vh, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+		send_fd(fd_sock, fd);
+		close(fd);
+		/* A handle made without the descriptor type cannot be exported as one. */
+		plain_prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+		CU_CHECK(cuMemCreate(&plain_h, size, &plain_prop, 0));
+		r = cuMemExportToShareableHandle(&fd, plain_h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+		a_say("A: exporting a handle made without the descriptor type: %s\n", cu_error_name(r));
+		if (r == CUDA_SUCCESS)
+			rc = 1;
+		CU_CHECK(cuMemRelease(plain_h));
+		recv_msg(from_b, "b-vmm-wrote", NULL);
+		CU_CHECK(cuMemcpyDtoH(host, vp, WORDS * 4));
+		rc |= check_words(host, pattern_a, 0, "A (VMM)");
+		a_say("A: read B's pattern in the shared VMM memory: %s\n", rc ? "WRONG" : "exact");
+		vmm_unmap(vp, size);
+		CU_CHECK(cuMemRelease(vh));
+	}
 	recv_msg(from_b, "b-done", NULL);
 	CU_CHECK(cuEventDestroy(ev));
 	CU_CHECK(cuEventDestroy(plain));
@@ -186,7 +299,7 @@ static void hold(const char *file)
 		usleep(10000);
 }
 
-static int importer(int to_a, int from_a, const char *hold_file)
+static int importer(int to_a, int from_a, int fd_sock, const char *hold_file, const char *hold_end_file)
 {
 	CUdeviceptr p, p2, bogus_ptr;
 	CUevent ev;
@@ -275,11 +388,51 @@ static int importer(int to_a, int from_a, const char *hold_file)
 	printf("B: opening the handle of freed memory: %s\n", cu_error_name(r));
 	if (r == CUDA_SUCCESS)
 		return 1;
+
+	/* A's VMM memory through its shareable handle. */
+	{
+		CUmemGenericAllocationHandle vh, bogus_h;
+		size_t size = vmm_size();
+		int fd = recv_fd(fd_sock), not_ours[2];
+		CUdeviceptr vp;
+
+		CU_CHECK(cuMemImportFromShareableHandle(&vh, (void *)(intptr_t)fd,
+							CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+		close(fd);
+		vp = vmm_map(vh, size);
+		CU_CHECK(cuMemcpyDtoH(host, vp, WORDS * 4));
+		for (uint32_t i = 0; i < WORDS; i++)
+			if (host[i] != (pattern_b(i) ^ 0x5a5a5a5au)) {
+				fprintf(stderr, "B: VMM word %u is %#x\n", i, host[i]);
+				return 1;
+			}
+		printf("B: read A's pattern in the imported VMM memory: exact\n");
+		for (uint32_t i = 0; i < WORDS; i++)
+			host[i] = pattern_a(i);
+		CU_CHECK(cuMemcpyHtoD(vp, host, WORDS * 4));
+		CU_CHECK(cuCtxSynchronize());
+		vmm_unmap(vp, size);
+		CU_CHECK(cuMemRelease(vh));
+		send_msg(to_a, "b-vmm-wrote", NULL);
+		/* A descriptor that names no memory. */
+		if (pipe(not_ours))
+			return 1;
+		r = cuMemImportFromShareableHandle(&bogus_h, (void *)(intptr_t)not_ours[0],
+						   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+		printf("B: importing a pipe as a shareable handle: %s\n",
+		       r == CUDA_SUCCESS ? "SUCCESS" : "refused");
+		close(not_ours[0]);
+		close(not_ours[1]);
+		if (r == CUDA_SUCCESS)
+			return 1;
+	}
 	CU_CHECK(cuEventDestroy(ev));
 	CU_CHECK(cuMemFree(counter));
 	CU_CHECK(cuModuleUnload(mod));
 	CU_CHECK(cuStreamDestroy(st));
 	free(host);
+	if (hold_end_file)
+		hold(hold_end_file);
 	printf("B: PASS\n");
 	fflush(stdout);
 	send_msg(to_a, "b-done", NULL);
@@ -289,15 +442,16 @@ static int importer(int to_a, int from_a, const char *hold_file)
 int main(int argc, char **argv)
 {
 	const char *hold_file = argc == 3 && !strcmp(argv[1], "--hold") ? argv[2] : NULL;
-	int a2b[2], b2a[2], rc;
+	const char *hold_end_file = argc == 3 && !strcmp(argv[1], "--hold-end") ? argv[2] : NULL;
+	int a2b[2], b2a[2], fds[2], rc;
 	pid_t b;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (argc != 1 && !hold_file) {
-		fprintf(stderr, "usage: ipc [--hold FILE]\n");
+	if (argc != 1 && !hold_file && !hold_end_file) {
+		fprintf(stderr, "usage: ipc [--hold FILE | --hold-end FILE]\n");
 		return 2;
 	}
-	if (pipe(a2b) || pipe(b2a)) {
+	if (pipe(a2b) || pipe(b2a) || socketpair(AF_UNIX, SOCK_STREAM, 0, fds)) {
 		perror("pipe");
 		return 1;
 	}
@@ -311,13 +465,15 @@ int main(int argc, char **argv)
 	if (b == 0) {
 		close(a2b[1]);
 		close(b2a[0]);
-		rc = importer(b2a[1], a2b[0], hold_file);
+		close(fds[0]);
+		rc = importer(b2a[1], a2b[0], fds[1], hold_file, hold_end_file);
 		fflush(stdout);
 		_exit(rc);
 	}
 	close(a2b[0]);
 	close(b2a[1]);
-	rc = exporter(a2b[1], b2a[0], b);
+	close(fds[1]);
+	rc = exporter(a2b[1], b2a[0], fds[0], b);
 	if (!rc)
 		printf("ipc: PASS\n");
 	return rc;
