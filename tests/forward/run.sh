@@ -111,7 +111,9 @@ ipc)
 		"B: read A's pattern in the imported VMM memory: exact" \
 		"A: read B's pattern in the shared VMM memory: exact" \
 		"A: exporting a handle made without the descriptor type: CUDA_ERROR_NOT_PERMITTED" \
-		"B: importing a pipe as a shareable handle: refused" "ipc: PASS"; do
+		"B: importing a pipe as a shareable handle: refused" \
+		"B: the opened memory is device memory, its range starts at the pointer: yes, enough bytes" \
+		"ipc: PASS"; do
 		grep -q "^$line\$" "$tmp/out" || fail "no line '$line'"
 	done
 	[ "$(grep -c "session [0-9]*: pid .* -> worker" "$tmp/daemon.log")" -ge 2 ] || fail "ipc did not run two sessions"

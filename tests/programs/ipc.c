@@ -349,6 +349,22 @@ static int importer(int to_a, int from_a, int fd_sock, const char *hold_file, co
 	}
 	printf("B: a kernel counted %u bytes of 0x%02x in A's memory, as expected\n", count, value);
 
+	/* The opened memory is device memory, its range the allocation's. */
+	{
+		unsigned type = 0;
+		CUdeviceptr start = 0, base = 0;
+		size_t range = 0;
+
+		CU_CHECK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p + 100));
+		CU_CHECK(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p + 100));
+		CU_CHECK(cuMemGetAddressRange(&base, &range, p + 100));
+		printf("B: the opened memory is %s memory, its range starts at the pointer: %s, %s bytes\n",
+		       type == CU_MEMORYTYPE_DEVICE ? "device" : "OTHER",
+		       start == p && base == p ? "yes" : "NO", range >= WORDS * 4 ? "enough" : "TOO FEW");
+		if (type != CU_MEMORYTYPE_DEVICE || start != p || base != p || range < WORDS * 4)
+			return 1;
+	}
+
 	/* Opened twice: the same pointer, closed twice. */
 	CU_CHECK(cuIpcOpenMemHandle(&p2, m.mem, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
 	printf("B: opened again: %s pointer\n", p2 == p ? "the same" : "ANOTHER");
