@@ -30,7 +30,7 @@ row() { # row NAME NATIVE LAYER VERDICT DETAIL
 	[ "$4" = FAIL ] && failed=1
 	return 0
 }
-layer() { env LD_LIBRARY_PATH="$lib" timeout 300 "$@"; }
+layer() { env LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 300 "$@"; }
 
 "$build/crcudad/crcudad" --backend cuda --socket "$CRCUDA_SOCKET" --foreground >"$tmp/daemon.out" 2>"$tmp/daemon.log" &
 daemon_pid=$!
