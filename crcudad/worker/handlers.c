@@ -170,9 +170,17 @@ static CUresult map_new(struct crc_session *s, uint64_t bytes, uint64_t *out)
 	if (crc_va_take(s, size, 0, s->force_addr, &ptr) || (s->force_addr && ptr != s->force_addr))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	prop.location.id = dev;
-	prop.requestedHandleTypes = crc_ipc_handle_types(dev);
+	prop.requestedHandleTypes = crc_ipc_handle_types(dev, false);
 	access.location = prop.location;
 	res = CALL(cuMemCreate, &h, size, &prop, 0);
+	if (res != CUDA_SUCCESS && res != CUDA_ERROR_OUT_OF_MEMORY && prop.requestedHandleTypes) {
+		/* A device that says it can but will not: its memory is not exportable (IPC refused). */
+		pr_warn("device %d: cuMemCreate of exportable memory failed (%d): its memory is made without "
+			"a shareable handle type from now on, and CUDA IPC of it is refused",
+			(int)dev, (int)res);
+		prop.requestedHandleTypes = crc_ipc_handle_types(dev, true);
+		res = CALL(cuMemCreate, &h, size, &prop, 0);
+	}
 	if (res != CUDA_SUCCESS)
 		return res;
 	res = CALL(cuMemMap, ptr, size, 0, h, 0);

@@ -69,13 +69,15 @@ static int registry_call(struct crc_ipc_msg *m, int fd_in, int *fd_out)
 	return m->status;
 }
 
-CUmemAllocationHandleType crc_ipc_handle_types(CUdevice dev)
+CUmemAllocationHandleType crc_ipc_handle_types(CUdevice dev, bool failed)
 {
 	static int posix_fd[CRC_MAX_DEVICES] = {0}; /* 0 unknown, 1 yes, -1 no */
 	int v = 0;
 
 	if (dev < 0 || dev >= CRC_MAX_DEVICES)
 		return CU_MEM_HANDLE_TYPE_NONE;
+	if (failed)
+		posix_fd[dev] = -1;
 	if (!posix_fd[dev])
 		posix_fd[dev] = CALL(cuDeviceGetAttribute, &v,
 				     CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,

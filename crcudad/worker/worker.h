@@ -607,8 +607,9 @@ struct crc_alloc *crc_alloc_add(struct crc_session *s, enum crc_alloc_kind kind,
 void crc_alloc_remove(struct crc_session *s, struct crc_alloc *a);
 void crc_alloc_account(struct crc_session *s, int64_t bytes);
 /* Memory a session allocates is exportable as a POSIX descriptor where the device can (so that
- * cuIpcGetMemHandle can give it to another session's worker): the requested handle types. */
-CUmemAllocationHandleType crc_ipc_handle_types(CUdevice dev);
+ * cuIpcGetMemHandle can give it to another session's worker): the requested handle types. failed: the
+ * driver refused such memory; none from now on. */
+CUmemAllocationHandleType crc_ipc_handle_types(CUdevice dev, bool failed);
 /* Exports memory (h, size bytes) to the front's registry as a POSIX descriptor, under a new key into
  * *key unless it has one already. The driver's error, or what the registry's failure means. */
 CUresult crc_ipc_export(struct crc_session *s, CUmemGenericAllocationHandle h, uint64_t size, uint64_t *key);

@@ -15,6 +15,8 @@
 #       ipc                          CUDA IPC between two programs (tests/programs/ipc): memory and an
 #                                    event; a checkpoint of either side is refused, saying why, and both
 #                                    run on
+#       ipc-unexportable             a driver that refuses exportable memory (fault injection): memory is
+#                                    made without a shareable type, programs run, IPC of it is refused
 set -u
 build=$1 case=$2
 shift 2
@@ -151,6 +153,16 @@ ipc)
 	wait "$prog_pid" || fail "ipc after B's checkpoint: exit $?: $(tail -5 "$tmp/out")"
 	echo "ipc: exact both ways (memory, event, VMM shareable handle); checkpoints of the importer and of" \
 		"the exporter refused while shared, both ran on; the importer checkpoints once it let go"
+	;;
+ipc-unexportable)
+	CRCUDA_SIM_FAIL=cuMemCreate:1:801 start_daemon
+	client -- "$build/tests/programs/vector_add" >"$tmp/out" 2>&1 || fail "vector_add: $(tail -3 "$tmp/out")"
+	client -- "$build/tests/programs/ipc" >"$tmp/out" 2>&1 && fail "ipc of unexportable memory passed"
+	cat "$tmp/out"
+	grep -q "cuIpcGetMemHandle(&m.mem, d) failed: CUDA_ERROR_NOT_SUPPORTED" "$tmp/out" ||
+		fail "cuIpcGetMemHandle did not answer CUDA_ERROR_NOT_SUPPORTED"
+	grep -q "cuMemCreate of exportable memory failed" "$tmp/daemon.log" || fail "no warning in the daemon log"
+	echo "ipc-unexportable: programs run; IPC refused with CUDA_ERROR_NOT_SUPPORTED"
 	;;
 same-output)
 	start_daemon
