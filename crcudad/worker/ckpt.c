@@ -1406,6 +1406,14 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir, unsigned flags)
 		if (rc)
 			goto fail;
 	}
+	{
+		char *opens = crc_ipc_describe(s);
+
+		rc = opens ? crc_ckpt_meta_set(s->ckpt, "crcuda.ipc_opens", opens) : CRC_ENOMEM;
+		free(opens);
+		if (rc)
+			goto fail;
+	}
 #undef META
 	free(src);
 	free(graphs);

@@ -12,9 +12,13 @@
  * that comes later gets CUDA_ERROR_INVALID_VALUE, where natively a descriptor kept open would still
  * import it.
  *
- * A checkpoint of a session that has IPC memory or events open from another process, or whose exports
- * may be open elsewhere, is refused with the reason (crc_ipc_ckpt_check): a restore would give one side
- * new memory while the other kept the old. */
+ * A session that has another session's IPC memory open (cuIpcOpenMemHandle) is checkpointed without
+ * it (the memory is the exporter's) and its restore opens the export again at the same address
+ * (crc_ipc_describe, crc_ipc_restore), so the restored program shares the exporter's memory as it is
+ * then, as if it had only paused; a restore where the exporter is gone fails, saying so. A checkpoint of
+ * a session whose exports may be open elsewhere, or that has another process's interprocess event or
+ * shareable memory open, is refused with the reason (crc_ipc_ckpt_check): a restore would give one
+ * side new memory while the other kept the old, or could not open the event again. */
 #define LOG_PREFIX "crcudad: "
 #include <errno.h>
 #include <pthread.h>
@@ -231,6 +235,7 @@ CUresult crc_ovr_cuIpcOpenMemHandle_v2(struct crc_session *s, void *const *argv)
 	a->req = size;
 	a->refs = 1;
 	a->ipc_key = w.key;
+	a->ipc_dev = dev;
 	a->vhandle = s->cur_ctx;
 	crc_alloc_account(s, (int64_t)size);
 	pr_debug("session %llu: opened IPC memory of session %llu at 0x%llx (%llu bytes)",
@@ -321,14 +326,6 @@ int crc_ipc_ckpt_check(struct crc_session *s, char *why, size_t len)
 	const char *later = "this is not supported yet; the program runs on";
 
 	for (struct crc_alloc *a = s->allocs; a; a = a->next) {
-		if (a->kind == CRC_ALLOC_IPC) {
-			snprintf(
-			    why, len,
-			    "checkpoint of a session that imports IPC memory from a live exporter (session "
-			    "%llu has another process's memory open at 0x%llx, cuIpcOpenMemHandle): %s",
-			    (unsigned long long)s->id, (unsigned long long)a->ptr, later);
-			return -1;
-		}
 		if ((a->kind == CRC_ALLOC_HANDLE || a->kind == CRC_ALLOC_MAP) && a->ipc_imported) {
 			snprintf(
 			    why, len,
@@ -381,4 +378,112 @@ void crc_ipc_free(struct crc_session *s)
 	free(s->ipc_events_in);
 	s->ipc_events_out = s->ipc_events_in = NULL;
 	s->n_ipc_events_out = s->n_ipc_events_in = 0;
+}
+
+/* "ADDR SIZE KEY REFS DEV CTX\n" per opened IPC memory (DEV the client's ordinal): NULL on memory
+ * exhaustion. */
+char *crc_ipc_describe(struct crc_session *s)
+{
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&out, &len);
+
+	if (!f)
+		return NULL;
+	for (struct crc_alloc *a = s->allocs; a; a = a->next)
+		if (a->kind == CRC_ALLOC_IPC)
+			fprintf(f, "%llx %llx %llx %d %d %llx\n", (unsigned long long)a->ptr,
+				(unsigned long long)a->size, (unsigned long long)a->ipc_key, a->refs,
+				crc_dev_client(s, a->ipc_dev), (unsigned long long)a->vhandle);
+	if (fclose(f)) {
+		free(out);
+		return NULL;
+	}
+	return out;
+}
+
+/* Opens export key again at addr (size bytes), accessible from backend device dev. */
+static CUresult reopen(struct crc_session *s, uint64_t addr, uint64_t size, uint64_t key, CUdevice dev,
+		       CUmemGenericAllocationHandle *h)
+{
+	CUmemAccessDesc access = {.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+				  .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev}};
+	uint64_t got_size, exporter, at;
+	CUresult res = crc_ipc_import(s, key, h, &got_size, &exporter);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (got_size != size || crc_va_take(s, size, 0, addr, &at) || at != addr) {
+		CALL(cuMemRelease, *h);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	res = CALL(cuMemMap, addr, size, 0, *h, 0);
+	if (res == CUDA_SUCCESS) {
+		res = CALL(cuMemSetAccess, addr, size, &access, 1);
+		if (res != CUDA_SUCCESS)
+			CALL(cuMemUnmap, addr, size);
+	}
+	if (res != CUDA_SUCCESS)
+		CALL(cuMemRelease, *h);
+	return res;
+}
+
+int crc_ipc_restore(struct crc_session *s, const char *desc, char *why, size_t len)
+{
+	CUcontext prev;
+	int rc = 0;
+
+	if (!desc || !*desc)
+		return 0;
+	if (crc_session_some_ctx(s, &prev) != CUDA_SUCCESS) {
+		snprintf(why, len, "no context to open the session's IPC memory in");
+		return CRC_ECUDA;
+	}
+	for (const char *r = desc; *r && !rc;) {
+		unsigned long long addr, size, key, ctx;
+		int refs, dev, used = 0;
+		CUmemGenericAllocationHandle h;
+		struct crc_alloc *a;
+		CUresult res;
+
+		if (sscanf(r, "%llx %llx %llx %d %d %llx%n", &addr, &size, &key, &refs, &dev, &ctx, &used) <
+			6 ||
+		    !used || r[used] != '\n' || refs < 1) {
+			snprintf(why, len, "the checkpoint's list of opened IPC memory is unreadable");
+			rc = CRC_ECORRUPT;
+			break;
+		}
+		r += used + 1;
+		res = reopen(s, addr, size, key, crc_dev_backend(s, dev), &h);
+		if (res != CUDA_SUCCESS) {
+			snprintf(why, len,
+				 "the session had another process's IPC memory open at 0x%llx "
+				 "(cuIpcOpenMemHandle), "
+				 "which %s (CUDA error %d)",
+				 addr,
+				 res == CUDA_ERROR_INVALID_VALUE ? "its exporter no longer exports: restore "
+								   "the exporter first, or keep it running"
+								 : "could not be opened again",
+				 (int)res);
+			rc = CRC_ENOTFOUND;
+			break;
+		}
+		a = crc_alloc_add(s, CRC_ALLOC_IPC, addr, size);
+		if (!a) {
+			CALL(cuMemUnmap, addr, size);
+			CALL(cuMemRelease, h);
+			snprintf(why, len, "out of memory");
+			rc = CRC_ENOMEM;
+			break;
+		}
+		a->handle = h;
+		a->req = size;
+		a->refs = refs;
+		a->ipc_key = key;
+		a->ipc_dev = crc_dev_backend(s, dev);
+		a->vhandle = ctx;
+		crc_alloc_account(s, (int64_t)size);
+	}
+	crc_session_ctx_back(prev);
+	return rc;
 }

@@ -590,6 +590,11 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 	}
 	if (rc)
 		goto fail;
+	/* Another process's memory the session had open: the export's as it is now (not in the checkpoint).
+	 */
+	rc = crc_ipc_restore(s, crc_manifest_meta_get(mf, "crcuda.ipc_opens"), why, why_len);
+	if (rc)
+		goto fail;
 	rc = crc_arrays_restore(s, st, mf, why, why_len);
 	if (!rc)
 		rc = crc_texobjs_restore(s, crc_manifest_meta_get(mf, "crcuda.texobjects"), why, why_len);

@@ -81,6 +81,7 @@ struct crc_alloc {
 	uint64_t ipc_key;  /* MEM, HANDLE: exported under this key (cuIpcGetMemHandle, a shareable handle);
 			      IPC, and HANDLE or MAP with ipc_imported: the export opened */
 	bool ipc_imported; /* HANDLE: imported from a shareable handle; MAP: a mapping of such a handle */
+	int ipc_dev;	   /* IPC: the backend device it is accessible from */
 	struct crc_alloc *next;
 };
 
@@ -621,6 +622,10 @@ CUresult crc_ipc_import(struct crc_session *s, uint64_t key, CUmemGenericAllocat
 void crc_ipc_unexport(uint64_t key);
 /* Opened IPC memory goes (the session ends). */
 void crc_ipc_unmap(struct crc_session *s, struct crc_alloc *a);
+/* The session's opened IPC memory for a checkpoint's metadata (crcuda.ipc_opens; NULL: out of memory),
+ * and its opening again in a restored session (0, or an error with why). */
+char *crc_ipc_describe(struct crc_session *s);
+int crc_ipc_restore(struct crc_session *s, const char *desc, char *why, size_t len);
 /* What of CUDA IPC refuses a checkpoint of the session: 0, or -1 with why. */
 int crc_ipc_ckpt_check(struct crc_session *s, char *why, size_t len);
 void crc_ipc_free(struct crc_session *s);

@@ -10,6 +10,8 @@
  * line for line.
  *   ipc [--hold FILE]      B, with the memory open, writes its pid to FILE and waits for FILE.go
  *   ipc [--hold-end FILE]  the same once B has let go of everything it opened and imported
+ *   ipc --cr-export DIR    the two sides as separate programs (tests/cr/ipc-cr.sh checkpoints and
+ *   ipc --cr-import DIR    restores the importer alone), talking through files in DIR (below)
  * Exit 0 pass, 1 fail, 77 no device. */
 #include <errno.h>
 #include <stdarg.h>
@@ -455,6 +457,132 @@ static int importer(int to_a, int from_a, int fd_sock, const char *hold_file, co
 	return 0;
 }
 
+/* ---- the importer checkpointed and restored while it has the exporter's memory open ---- */
+static void wait_file(const char *dir, const char *name)
+{
+	char path[4096];
+	struct stat sb;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	for (int i = 0; i < 12000 && stat(path, &sb); i++)
+		usleep(10000);
+	if (stat(path, &sb)) {
+		fprintf(stderr, "ipc: no %s after 120 s\n", path);
+		exit(1);
+	}
+}
+
+static void touch_file(const char *dir, const char *name)
+{
+	char path[4096];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "w");
+	if (!f || fclose(f)) {
+		perror(path);
+		exit(1);
+	}
+}
+
+static uint32_t not_pattern_a(uint32_t i)
+{
+	return ~pattern_a(i);
+}
+
+/* Exports memory holding pattern A (its handle in DIR/handle); once the restored importer has checked
+ * its own write (DIR/checked), writes the complement, which the importer must read; then checks the
+ * importer's last write. */
+static int cr_exporter(const char *dir)
+{
+	uint32_t *host = malloc(WORDS * 4);
+	CUipcMemHandle handle;
+	char path[4096], tmp_path[4096];
+	CUdeviceptr d;
+	FILE *f;
+
+	cu_test_init("ipc");
+	cu_test_primary_context(NULL);
+	CU_CHECK(cuMemAlloc(&d, WORDS * 4));
+	for (uint32_t i = 0; i < WORDS; i++)
+		host[i] = pattern_a(i);
+	CU_CHECK(cuMemcpyHtoD(d, host, WORDS * 4));
+	CU_CHECK(cuIpcGetMemHandle(&handle, d));
+	snprintf(tmp_path, sizeof(tmp_path), "%s/handle.tmp", dir);
+	snprintf(path, sizeof(path), "%s/handle", dir);
+	f = fopen(tmp_path, "w");
+	if (!f || fwrite(&handle, sizeof(handle), 1, f) != 1 || fclose(f) || rename(tmp_path, path)) {
+		perror(path);
+		return 1;
+	}
+	wait_file(dir, "checked");
+	for (uint32_t i = 0; i < WORDS; i++)
+		host[i] = not_pattern_a(i);
+	CU_CHECK(cuMemcpyHtoD(d, host, WORDS * 4));
+	CU_CHECK(cuCtxSynchronize());
+	touch_file(dir, "exporter-wrote");
+	wait_file(dir, "done");
+	CU_CHECK(cuMemcpyDtoH(host, d, WORDS * 4));
+	if (check_words(host, NULL, PATTERN_C, "exporter"))
+		return 1;
+	printf("exporter: the restored importer's write: exact\n");
+	CU_CHECK(cuMemFree(d));
+	free(host);
+	printf("exporter: PASS\n");
+	return 0;
+}
+
+/* Opens the exporter's memory, checks pattern A and writes pattern B; DIR/ready (the test checkpoints,
+ * kills and restores it here) and DIR/go; then it must read pattern B (the exporter's memory as it is,
+ * not a copy) and, once the exporter wrote again, the exporter's new words; writes PATTERN_C last. */
+static int cr_importer(const char *dir)
+{
+	uint32_t *host = malloc(WORDS * 4);
+	CUipcMemHandle handle;
+	char path[4096];
+	CUdeviceptr p;
+	FILE *f;
+
+	cu_test_init("ipc");
+	cu_test_primary_context(NULL);
+	wait_file(dir, "handle");
+	snprintf(path, sizeof(path), "%s/handle", dir);
+	f = fopen(path, "r");
+	if (!f || fread(&handle, sizeof(handle), 1, f) != 1) {
+		perror(path);
+		return 1;
+	}
+	fclose(f);
+	CU_CHECK(cuIpcOpenMemHandle(&p, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+	CU_CHECK(cuMemcpyDtoH(host, p, WORDS * 4));
+	if (check_words(host, pattern_a, 0, "importer"))
+		return 1;
+	printf("importer: read the exporter's pattern: exact\n");
+	for (uint32_t i = 0; i < WORDS; i++)
+		host[i] = pattern_b(i);
+	CU_CHECK(cuMemcpyHtoD(p, host, WORDS * 4));
+	CU_CHECK(cuCtxSynchronize());
+	touch_file(dir, "ready");
+	wait_file(dir, "go");
+	CU_CHECK(cuMemcpyDtoH(host, p, WORDS * 4));
+	if (check_words(host, pattern_b, 0, "importer (restored)"))
+		return 1;
+	printf("importer: after its restore, its own write in the exporter's memory: exact\n");
+	touch_file(dir, "checked");
+	wait_file(dir, "exporter-wrote");
+	CU_CHECK(cuMemcpyDtoH(host, p, WORDS * 4));
+	if (check_words(host, not_pattern_a, 0, "importer (restored)"))
+		return 1;
+	printf("importer: after its restore, the exporter's new write: exact\n");
+	CU_CHECK(cuMemsetD32(p, PATTERN_C, WORDS));
+	CU_CHECK(cuCtxSynchronize());
+	CU_CHECK(cuIpcCloseMemHandle(p));
+	touch_file(dir, "done");
+	free(host);
+	printf("importer: PASS\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *hold_file = argc == 3 && !strcmp(argv[1], "--hold") ? argv[2] : NULL;
@@ -463,8 +591,13 @@ int main(int argc, char **argv)
 	pid_t b;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc == 3 && !strcmp(argv[1], "--cr-export"))
+		return cr_exporter(argv[2]);
+	if (argc == 3 && !strcmp(argv[1], "--cr-import"))
+		return cr_importer(argv[2]);
 	if (argc != 1 && !hold_file && !hold_end_file) {
-		fprintf(stderr, "usage: ipc [--hold FILE | --hold-end FILE]\n");
+		fprintf(stderr,
+			"usage: ipc [--hold FILE | --hold-end FILE | --cr-export DIR | --cr-import DIR]\n");
 		return 2;
 	}
 	if (pipe(a2b) || pipe(b2a) || socketpair(AF_UNIX, SOCK_STREAM, 0, fds)) {
