@@ -227,9 +227,13 @@ CUresult crc_ovr_cuIpcOpenMemHandle_v2(struct crc_session *s, void *const *argv)
 		if (res != CUDA_SUCCESS)
 			CALL(cuMemUnmap, ptr, size);
 	}
-	if (res != CUDA_SUCCESS || !(a = crc_alloc_add(s, CRC_ALLOC_IPC, ptr, size))) {
+	if (res == CUDA_SUCCESS && !(a = crc_alloc_add(s, CRC_ALLOC_IPC, ptr, size))) {
+		CALL(cuMemUnmap, ptr, size);
+		res = CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	if (res != CUDA_SUCCESS) {
 		CALL(cuMemRelease, h);
-		return res != CUDA_SUCCESS ? res : CUDA_ERROR_OUT_OF_MEMORY;
+		return res;
 	}
 	a->handle = h;
 	a->req = size;
