@@ -6,7 +6,7 @@
 # the exporter's new write (the same memory, not a copy), and the exporter reads the importer's last
 # write. Once the exporter has freed the memory and ended, a restore of that checkpoint fails saying
 # why, and leaves the checkpoint as it was.
-#   ipc-cr.sh BUILD
+#   ipc-cr.sh BUILD          (CR_BACKEND=cuda: on the GPU, tests/gpu/ipc.sh)
 # Needs root and CRIU (.deps/criu): exit 77 otherwise.
 set -u
 build=$1
@@ -26,13 +26,17 @@ tmp=$(mktemp -d /tmp/crcuda-ipc-cr.XXXXXX)
 export CRCUDA_SOCKET=$tmp/d/crcudad.sock CRCUDA_STORE=$tmp/store CRCUDA_CRIU=$criu
 export CRCUDA_SIM_KERNELS=$build/tests/programs/libcrcuda_test_kernels.so
 unset CRCUDA_REMOTE CRCUDA_TOKEN CRCUDA_TOKEN_FILE CRCUDA_LIBDIR CRCUDAD CRCUDA_DAEMON
+backend=${CR_BACKEND:-sim}
 x=$tmp/x
 mkdir -p "$x"
 pids=()
 ok=0
 cleanup() {
 	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-	pkill -9 -f "crcudad.*$tmp/d/" 2>/dev/null
+	# The daemon crcudactl run started (by its pid in its log, if it is still that daemon).
+	for p in $(sed -n 's/^([^)]*) \([0-9]*\) crcudad: serving on.*/\1/p' "$tmp/d/crcudad.log" 2>/dev/null); do
+		grep -qas -- "$tmp/d/" "/proc/$p/cmdline" && kill -9 "$p"
+	done
 	if [ $ok = 1 ]; then rm -rf "$tmp"; else echo "ipc-cr: logs kept in $tmp" >&2; fi
 }
 trap cleanup EXIT
@@ -51,12 +55,12 @@ wait_for() { # wait_for SECONDS COMMAND...
 }
 gone() { [ ! -e "/proc/$1" ] || grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null; }
 
-setsid "$ctl" run --backend sim --idle-exit 60 -- "$prog" --cr-export "$x" </dev/null >"$tmp/exp.out" 2>"$tmp/exp.err" &
+setsid "$ctl" run --backend "$backend" --idle-exit 60 -- "$prog" --cr-export "$x" </dev/null >"$tmp/exp.out" 2>"$tmp/exp.err" &
 exp=$!
 disown $exp
 pids+=("$exp")
 wait_for 60 test -e "$x/handle" || fail "the exporter did not export"
-setsid "$ctl" run --backend sim --idle-exit 60 -- "$prog" --cr-import "$x" </dev/null >"$tmp/imp.out" 2>"$tmp/imp.err" &
+setsid "$ctl" run --backend "$backend" --idle-exit 60 -- "$prog" --cr-import "$x" </dev/null >"$tmp/imp.out" 2>"$tmp/imp.err" &
 imp=$!
 disown $imp
 pids+=("$imp")

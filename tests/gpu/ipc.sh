@@ -7,6 +7,9 @@
 #                    the same natively and under the layer, line for line.
 #   ipc_refused_ckpt under the layer, with B holding A's memory: a device checkpoint of B and one of A are
 #                    refused saying why, and both run on to PASS.
+#   ipc_importer_cr  tests/cr/ipc-cr.sh with the real driver (CRIU): the importer checkpointed and
+#                    restored with the exporter's memory open shares it as before, both ways; without
+#                    the exporter the restore fails saying why.
 #   ipc_torch        tests/torch/ipc_tensor.py: torch.multiprocessing passes CUDA tensors both ways
 #                    (and a view at an offset), the consumer writes in place; digests natively and under
 #                    the layer must be equal.
@@ -74,6 +77,18 @@ if [ $n_rc != 77 ]; then
 	touch "$tmp/hold.go"
 	wait "$hold_pid" || { verdict=FAIL detail="the held run failed after the refusals: $(tail -2 "$tmp/hold.txt" | tr '\n' ' ')"; }
 	row ipc_refused_ckpt - "$verdict" "$verdict" "$detail"
+fi
+
+# ---- the importer checkpointed and restored (CRIU) while the exporter runs on ----
+if [ $n_rc != 77 ]; then
+	if CR_BACKEND=cuda timeout 400 "$top/tests/cr/ipc-cr.sh" "$build" >"$tmp/cr.txt" 2>&1; then
+		row ipc_importer_cr - PASS PASS "restored with the exporter's memory open: shared as before; without the exporter: refused"
+	elif grep -q "^SKIP" "$tmp/cr.txt"; then
+		row ipc_importer_cr - - SKIP "$(grep "^SKIP" "$tmp/cr.txt")"
+	else
+		row ipc_importer_cr - FAIL FAIL "below"
+		tail -30 "$tmp/cr.txt" >>"$tmp/diff.txt"
+	fi
 fi
 
 # ---- PyTorch: torch.multiprocessing passes CUDA tensors ----
