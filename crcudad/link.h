@@ -66,8 +66,13 @@ struct crc_worker_status {
  * it (cuMemImportFromShareableHandle). */
 enum crc_ipc_op {
 	CRC_IPC_PUT = 1, /* key, size, session_id; the descriptor attached. Reply: status */
-	CRC_IPC_GET,	 /* key. Reply: status, size, session_id; the descriptor attached on success */
+	CRC_IPC_GET,	 /* key. Reply: status, size, session_id; the descriptor attached on success. The
+			    sender holds the export until it closes it or hangs up */
 	CRC_IPC_DROP,	 /* key: the exporter freed the memory. Reply: status */
+	CRC_IPC_CLOSE,	 /* key: an importer let go of what a GET gave it. Reply: status */
+	CRC_IPC_FREEZE,	 /* the sender's exports, before its checkpoint: status 0 (GETs of them wait
+			    from now on), or CRC_EBUSY when another worker holds one (its key) */
+	CRC_IPC_THAW,	 /* the sender's checkpoint is over: GETs go on. Reply: status */
 };
 struct crc_ipc_msg {
 	uint32_t op;	     /* enum crc_ipc_op */

@@ -198,6 +198,7 @@ void crc_ckpt_resume(struct crc_session *s)
 		crc_tcp_resume(s, false);
 	}
 	s->state = CRC_CTL_RUNNING;
+	crc_ipc_thaw(s);
 	pr_info("session %llu: resumed", (unsigned long long)s->id);
 }
 
@@ -1407,10 +1408,13 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir, unsigned flags)
 			goto fail;
 	}
 	{
-		char *opens = crc_ipc_describe(s);
+		char *opens = crc_ipc_describe(s), *exports = crc_ipc_describe_exports(s);
 
-		rc = opens ? crc_ckpt_meta_set(s->ckpt, "crcuda.ipc_opens", opens) : CRC_ENOMEM;
+		rc = opens && exports ? crc_ckpt_meta_set(s->ckpt, "crcuda.ipc_opens", opens) : CRC_ENOMEM;
+		if (!rc)
+			rc = crc_ckpt_meta_set(s->ckpt, "crcuda.ipc_exports", exports);
 		free(opens);
+		free(exports);
 		if (rc)
 			goto fail;
 	}

@@ -108,29 +108,40 @@ static struct crc_alloc *alloc_holding(struct crc_session *s, enum crc_alloc_kin
 	return NULL;
 }
 
+/* Exports h (size bytes) under key. */
+static CUresult export_as(struct crc_session *s, CUmemGenericAllocationHandle h, uint64_t size, uint64_t key)
+{
+	struct crc_ipc_msg m = {.op = CRC_IPC_PUT, .key = key, .size = size, .session_id = s->id};
+	int fd = -1, rc;
+	CUresult res =
+	    CALL(cuMemExportToShareableHandle, &fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	rc = registry_call(&m, fd, NULL);
+	close(fd);
+	if (rc == CRC_EEXIST)
+		return CUDA_ERROR_ALREADY_MAPPED;
+	if (rc)
+		return rc == CRC_ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_OPERATING_SYSTEM;
+	return CUDA_SUCCESS;
+}
+
 CUresult crc_ipc_export(struct crc_session *s, CUmemGenericAllocationHandle h, uint64_t size, uint64_t *key)
 {
-	struct crc_ipc_msg m = {.op = CRC_IPC_PUT, .size = size, .session_id = s->id};
-	int fd = -1, rc;
+	uint64_t k = 0;
 	CUresult res;
 
 	if (*key)
 		return CUDA_SUCCESS;
-	res = CALL(cuMemExportToShareableHandle, &fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-	if (res != CUDA_SUCCESS)
-		return res;
 	do {
-		if (getrandom(&m.key, sizeof(m.key), 0) != (ssize_t)sizeof(m.key)) {
-			close(fd);
+		if (getrandom(&k, sizeof(k), 0) != (ssize_t)sizeof(k))
 			return CUDA_ERROR_OPERATING_SYSTEM;
-		}
-	} while (!m.key);
-	rc = registry_call(&m, fd, NULL);
-	close(fd);
-	if (rc)
-		return rc == CRC_ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_OPERATING_SYSTEM;
-	*key = m.key;
-	return CUDA_SUCCESS;
+	} while (!k);
+	res = export_as(s, h, size, k);
+	if (res == CUDA_SUCCESS)
+		*key = k;
+	return res;
 }
 
 CUresult crc_ipc_import(struct crc_session *s, uint64_t key, CUmemGenericAllocationHandle *h, uint64_t *size,
@@ -256,6 +267,10 @@ CUresult crc_ovr_cuIpcOpenMemHandle(struct crc_session *s, void *const *argv)
 
 void crc_ipc_unmap(struct crc_session *s, struct crc_alloc *a)
 {
+	struct crc_ipc_msg m = {.op = CRC_IPC_CLOSE, .key = a->ipc_key};
+
+	/* The exporter may be checkpointed once no other session holds its memory. */
+	registry_call(&m, -1, NULL);
 	CALL(cuMemUnmap, a->ptr, a->size);
 	CALL(cuMemRelease, a->handle);
 	crc_alloc_account(s, -(int64_t)a->size);
@@ -328,6 +343,7 @@ static void *live_event(struct crc_session *s, void **list, unsigned n)
 int crc_ipc_ckpt_check(struct crc_session *s, char *why, size_t len)
 {
 	const char *later = "this is not supported yet; the program runs on";
+	bool exports = false;
 
 	for (struct crc_alloc *a = s->allocs; a; a = a->next) {
 		if ((a->kind == CRC_ALLOC_HANDLE || a->kind == CRC_ALLOC_MAP) && a->ipc_imported) {
@@ -348,14 +364,7 @@ int crc_ipc_ckpt_check(struct crc_session *s, char *why, size_t len)
 			    (unsigned long long)s->id, later);
 			return -1;
 		}
-		if (a->kind == CRC_ALLOC_MEM && a->ipc_key) {
-			snprintf(
-			    why, len,
-			    "checkpoint of a session that exported IPC memory other processes may have open "
-			    "(session %llu, cuIpcGetMemHandle of 0x%llx, not freed): %s",
-			    (unsigned long long)s->id, (unsigned long long)a->ptr, later);
-			return -1;
-		}
+		exports |= a->kind == CRC_ALLOC_MEM && a->ipc_key;
 	}
 	if (live_event(s, s->ipc_events_in, s->n_ipc_events_in)) {
 		snprintf(
@@ -373,7 +382,93 @@ int crc_ipc_ckpt_check(struct crc_session *s, char *why, size_t len)
 		    (unsigned long long)s->id, later);
 		return -1;
 	}
+	/* Its exports, while no other session has one open: nobody may open one until the checkpoint
+	 * ends (crc_ipc_thaw), or a restore would give the exporter new memory that they do not share. */
+	if (exports && !s->ipc_frozen) {
+		struct crc_ipc_msg m = {.op = CRC_IPC_FREEZE};
+		int rc = registry_call(&m, -1, NULL);
+
+		if (rc == CRC_EBUSY) {
+			struct crc_alloc *a;
+
+			for (a = s->allocs; a && !(a->kind == CRC_ALLOC_MEM && a->ipc_key == m.key);
+			     a = a->next)
+				;
+			snprintf(
+			    why, len,
+			    "checkpoint of a session that exported IPC memory another process has open "
+			    "(session %llu, cuIpcGetMemHandle of 0x%llx; natively that process would keep "
+			    "memory a restore replaces): the program runs on",
+			    (unsigned long long)s->id, a ? (unsigned long long)a->ptr : 0ULL);
+			return -1;
+		}
+		if (rc) {
+			snprintf(why, len, "the daemon's CUDA IPC registry does not answer: %s",
+				 crc_strerror(rc));
+			return -1;
+		}
+		s->ipc_frozen = true;
+	}
 	return 0;
+}
+
+void crc_ipc_thaw(struct crc_session *s)
+{
+	struct crc_ipc_msg m = {.op = CRC_IPC_THAW};
+
+	if (!s->ipc_frozen)
+		return;
+	registry_call(&m, -1, NULL);
+	s->ipc_frozen = false;
+}
+
+char *crc_ipc_describe_exports(struct crc_session *s)
+{
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&out, &len);
+
+	if (!f)
+		return NULL;
+	for (struct crc_alloc *a = s->allocs; a; a = a->next)
+		if (a->kind == CRC_ALLOC_MEM && a->ipc_key)
+			fprintf(f, "%llx %llx\n", (unsigned long long)a->ptr, (unsigned long long)a->ipc_key);
+	if (fclose(f)) {
+		free(out);
+		return NULL;
+	}
+	return out;
+}
+
+void crc_ipc_restore_exports(struct crc_session *s, const char *desc)
+{
+	for (const char *r = desc; r && *r;) {
+		unsigned long long addr, key;
+		struct crc_alloc *a;
+		int used = 0;
+		CUresult res;
+
+		if (sscanf(r, "%llx %llx%n", &addr, &key, &used) < 2 || !used || r[used] != '\n') {
+			pr_warn("session %llu: the checkpoint's list of exports is unreadable: not exported "
+				"again",
+				(unsigned long long)s->id);
+			return;
+		}
+		r += used + 1;
+		for (a = s->allocs; a && !(a->kind == CRC_ALLOC_MEM && a->ptr == addr); a = a->next)
+			;
+		res = a ? export_as(s, a->handle, a->size, key) : CUDA_ERROR_INVALID_VALUE;
+		if (res == CUDA_SUCCESS)
+			a->ipc_key = key;
+		else
+			/* Another copy of the session exports it (its original still runs, or a restore
+			 * beside this one): handles of it name that one's memory, not this one's. */
+			pr_warn("session %llu: the memory at 0x%llx is not exported again under its IPC "
+				"handle (%s)",
+				(unsigned long long)s->id, addr,
+				res == CUDA_ERROR_ALREADY_MAPPED ? "another copy of the session exports it"
+								 : "the export failed");
+	}
 }
 
 void crc_ipc_free(struct crc_session *s)

@@ -595,6 +595,8 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 	rc = crc_ipc_restore(s, crc_manifest_meta_get(mf, "crcuda.ipc_opens"), why, why_len);
 	if (rc)
 		goto fail;
+	/* What it exported, under the keys the handles it gave out name. */
+	crc_ipc_restore_exports(s, crc_manifest_meta_get(mf, "crcuda.ipc_exports"));
 	rc = crc_arrays_restore(s, st, mf, why, why_len);
 	if (!rc)
 		rc = crc_texobjs_restore(s, crc_manifest_meta_get(mf, "crcuda.texobjects"), why, why_len);

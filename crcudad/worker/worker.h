@@ -165,6 +165,7 @@ struct crc_session {
 	 * opened from another process's handle. */
 	void **ipc_events_out, **ipc_events_in;
 	unsigned n_ipc_events_out, n_ipc_events_in;
+	bool ipc_frozen; /* its exports are frozen in the front's registry for a checkpoint */
 	/* The reply being built and module images being assembled. */
 	uint8_t *out;
 	size_t out_len, out_cap;
@@ -626,8 +627,16 @@ void crc_ipc_unmap(struct crc_session *s, struct crc_alloc *a);
  * and its opening again in a restored session (0, or an error with why). */
 char *crc_ipc_describe(struct crc_session *s);
 int crc_ipc_restore(struct crc_session *s, const char *desc, char *why, size_t len);
-/* What of CUDA IPC refuses a checkpoint of the session: 0, or -1 with why. */
+/* The session's exports of cuMemAlloc memory ("ADDR KEY\n" each; NULL: out of memory), exported again
+ * under the same keys in a restored session, so the handles the application gave out stay valid (a
+ * failure is only logged: another live copy of the session exports them). */
+char *crc_ipc_describe_exports(struct crc_session *s);
+void crc_ipc_restore_exports(struct crc_session *s, const char *desc);
+/* What of CUDA IPC refuses a checkpoint of the session: 0, or -1 with why. A session whose exports
+ * nobody else has open passes, and they are frozen (other sessions' opens wait) until crc_ipc_thaw
+ * (the session resumes) or its end. */
 int crc_ipc_ckpt_check(struct crc_session *s, char *why, size_t len);
+void crc_ipc_thaw(struct crc_session *s);
 void crc_ipc_free(struct crc_session *s);
 
 #endif

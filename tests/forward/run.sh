@@ -120,14 +120,15 @@ ipc)
 	done
 	[ "$(grep -c "session [0-9]*: pid .* -> worker" "$tmp/daemon.log")" -ge 2 ] || fail "ipc did not run two sessions"
 	# B holds A's memory and event open: neither session can be checkpointed (A's restore would give it
-	# memory B no longer shares; B cannot open A's event again); both are told why and run on to the end.
-	# (B with A's memory alone is carried: tests/cr/ipc-cr.sh.)
+	# an event B no longer shares; B cannot open A's event again); both are told why and run on to the
+	# end. (Memory alone is carried, and refused only while another process has it open:
+	# tests/cr/ipc-cr.sh.)
 	client -- "$prog" --hold "$tmp/hold" >"$tmp/out" 2>&1 &
 	prog_pid=$!
 	for _ in $(seq 300); do [ -s "$tmp/hold" ] && break; sleep 0.1; done
 	b=$(cat "$tmp/hold") || fail "B did not open the memory"
 	a=$(awk '/^PPid:/ {print $2}' "/proc/$b/status")
-	for who in "$b:has another process's interprocess event open" "$a:exported IPC memory other processes may have open"; do
+	for who in "$b:has another process's interprocess event open" "$a:exported an interprocess event other processes may have open"; do
 		pid=${who%%:*}
 		"$ctl" "$CRCUDA_SOCKET" quiesce "$pid" || fail "quiesce of $pid"
 		"$ctl" "$CRCUDA_SOCKET" checkpoint "$pid" "$tmp/store" >"$tmp/ckpt" 2>&1 &&

@@ -11,10 +11,13 @@
  *   ipc [--hold FILE]      B, with the memory open, writes its pid to FILE and waits for FILE.go
  *   ipc [--hold-end FILE]  the same once B has let go of everything it opened and imported
  *   ipc --cr-export DIR    the two sides as separate programs (tests/cr/ipc-cr.sh checkpoints and
- *   ipc --cr-import DIR    restores the importer alone), talking through files in DIR (below)
+ *   ipc --cr-import DIR    restores the importer alone, then the exporter), talking through files in
+ *   ipc --cr-reopen DIR    DIR (below); the reopener opens the restored exporter's memory
+ *   ipc --cr-peek DIR      opens the exporter's memory, checks it and closes it
  * Exit 0 pass, 1 fail, 77 no device. */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -526,6 +529,15 @@ static int cr_exporter(const char *dir)
 	if (check_words(host, NULL, PATTERN_C, "exporter"))
 		return 1;
 	printf("exporter: the restored importer's write: exact\n");
+	/* The importer closed it: the test checkpoints and restores this process here, and a new importer
+	 * opens the memory through the same handle. */
+	touch_file(dir, "exporter-ready");
+	wait_file(dir, "exporter-go");
+	wait_file(dir, "done2");
+	CU_CHECK(cuMemcpyDtoH(host, d, WORDS * 4));
+	if (check_words(host, pattern_a, 0, "exporter (restored)"))
+		return 1;
+	printf("exporter: after its restore, the new importer's write through the old handle: exact\n");
 	CU_CHECK(cuMemFree(d));
 	free(host);
 	printf("exporter: PASS\n");
@@ -583,6 +595,46 @@ static int cr_importer(const char *dir)
 	return 0;
 }
 
+/* A new importer of the restored exporter's memory, through the handle the exporter gave out before
+ * its checkpoint: reads the last importer's PATTERN_C and writes pattern A (peek: only reads). */
+static int cr_reopener(const char *dir, bool peek)
+{
+	uint32_t *host = malloc(WORDS * 4);
+	CUipcMemHandle handle;
+	char path[4096];
+	CUdeviceptr p;
+	FILE *f;
+
+	cu_test_init("ipc");
+	cu_test_primary_context(NULL);
+	snprintf(path, sizeof(path), "%s/handle", dir);
+	f = fopen(path, "r");
+	if (!f || fread(&handle, sizeof(handle), 1, f) != 1) {
+		perror(path);
+		return 1;
+	}
+	fclose(f);
+	CU_CHECK(cuIpcOpenMemHandle(&p, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+	CU_CHECK(cuMemcpyDtoH(host, p, WORDS * 4));
+	if (check_words(host, NULL, PATTERN_C, "reopener"))
+		return 1;
+	if (peek) {
+		CU_CHECK(cuIpcCloseMemHandle(p));
+		printf("peek: the exporter's memory: exact\n");
+		return 0;
+	}
+	printf("reopener: the restored exporter's memory through its old handle: exact\n");
+	for (uint32_t i = 0; i < WORDS; i++)
+		host[i] = pattern_a(i);
+	CU_CHECK(cuMemcpyHtoD(p, host, WORDS * 4));
+	CU_CHECK(cuCtxSynchronize());
+	CU_CHECK(cuIpcCloseMemHandle(p));
+	touch_file(dir, "done2");
+	free(host);
+	printf("reopener: PASS\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *hold_file = argc == 3 && !strcmp(argv[1], "--hold") ? argv[2] : NULL;
@@ -595,6 +647,10 @@ int main(int argc, char **argv)
 		return cr_exporter(argv[2]);
 	if (argc == 3 && !strcmp(argv[1], "--cr-import"))
 		return cr_importer(argv[2]);
+	if (argc == 3 && !strcmp(argv[1], "--cr-reopen"))
+		return cr_reopener(argv[2], false);
+	if (argc == 3 && !strcmp(argv[1], "--cr-peek"))
+		return cr_reopener(argv[2], true);
 	if (argc != 1 && !hold_file && !hold_end_file) {
 		fprintf(stderr,
 			"usage: ipc [--hold FILE | --hold-end FILE | --cr-export DIR | --cr-import DIR]\n");
