@@ -15,10 +15,14 @@
  * A session that has another session's IPC memory open (cuIpcOpenMemHandle) is checkpointed without
  * it (the memory is the exporter's) and its restore opens the export again at the same address
  * (crc_ipc_describe, crc_ipc_restore), so the restored program shares the exporter's memory as it is
- * then, as if it had only paused; a restore where the exporter is gone fails, saying so. A checkpoint of
- * a session whose exports may be open elsewhere, or that has another process's interprocess event or
- * shareable memory open, is refused with the reason (crc_ipc_ckpt_check): a restore would give one
- * side new memory while the other kept the old, or could not open the event again. */
+ * then, as if it had only paused; a restore where the exporter is gone fails, saying so. A session
+ * that exported cuMemAlloc memory is checkpointed once no other session has it open (the front counts
+ * opens): its exports are frozen meanwhile (another session's open waits for the checkpoint's end),
+ * and a restore exports the memory again under the same keys, so handles given out before open the
+ * restored memory. A checkpoint is refused with the reason (crc_ipc_ckpt_check) while another session
+ * has its exported memory open (a restore would give it new memory the other does not share), while it
+ * holds or exported an interprocess event, or holds or exported VMM shareable memory (their opens are
+ * not counted: an import is held until its session ends). */
 #define LOG_PREFIX "crcudad: "
 #include <errno.h>
 #include <pthread.h>
