@@ -69,12 +69,6 @@ void crc_alloc_remove(struct crc_session *s, struct crc_alloc *a)
 	alloc_remove(s, a);
 }
 
-static void account(struct crc_session *s, int64_t bytes);
-void crc_alloc_account(struct crc_session *s, int64_t bytes)
-{
-	account(s, bytes);
-}
-
 static void account(struct crc_session *s, int64_t bytes)
 {
 	/* Under the lock: the status page reads it from another thread. */
@@ -82,6 +76,11 @@ static void account(struct crc_session *s, int64_t bytes)
 	s->mapped_bytes += (uint64_t)bytes;
 	pthread_mutex_unlock(&crcd.lock);
 	crc_worker_publish();
+}
+
+void crc_alloc_account(struct crc_session *s, int64_t bytes)
+{
+	account(s, bytes);
 }
 
 /* ---- the VA range ------------------------------------------------------------------------------- */
@@ -364,9 +363,9 @@ CUresult crc_ovr_cuMemUnmap(struct crc_session *s, void *const *argv)
 	CUresult res = CALL(cuMemUnmap, ptr, size);
 
 	if (res == CUDA_SUCCESS) {
-		s->jdrop |= imported;
 		struct crc_alloc *a, *next;
 
+		s->jdrop |= imported;
 		for (a = s->allocs; a; a = next) {
 			next = a->next;
 			if (a->kind == CRC_ALLOC_MAP && a->ptr >= ptr && a->ptr + a->size <= ptr + size)

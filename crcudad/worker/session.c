@@ -398,7 +398,8 @@ static int send_reply(struct crc_session *s, const struct crc_msg_hdr *req, CUre
 		return rc;
 	r->result = res;
 	r->pad = 0;
-	memcpy(r + 1, s->out, s->out_len);
+	if (s->out_len) /* a restored session has no reply buffer before its first output */
+		memcpy(r + 1, s->out, s->out_len);
 	return crc_chan_commit(&s->chan);
 }
 
