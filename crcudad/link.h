@@ -21,6 +21,10 @@
 
 #define CRC_LINK_FD	   3
 #define CRC_LINK_STATUS_FD 4
+/* The worker's end of a SOCK_SEQPACKET pair to the front's CUDA IPC registry (one struct
+ * crc_ipc_msg each way, a descriptor attached where said). The front serves it on a thread of its
+ * own and forgets the worker's exports when it hangs up. */
+#define CRC_LINK_IPC_FD 5
 
 enum crc_link_kind {
 	CRC_LINK_CLIENT = 1, /* an application's connection, greeted (hello): serve it as the session */
@@ -56,6 +60,28 @@ struct crc_worker_status {
 	struct crc_ctl_session_wire session;
 	char error[256];
 	struct crc_hello_reply proto; /* the device facts every hello answers with */
+};
+
+/* CUDA IPC between sessions: the memory a session exports (cuIpcGetMemHandle) is a descriptor of its
+ * device memory (cuMemExportToShareableHandle, POSIX fd) that the front keeps under a random key, the
+ * key being what the application's handle names; another session's worker asks for it by key and maps
+ * it (cuMemImportFromShareableHandle). */
+enum crc_ipc_op {
+	CRC_IPC_PUT = 1, /* key, size, session_id; the descriptor attached. Reply: status */
+	CRC_IPC_GET,	 /* key. Reply: status, size, session_id; the descriptor attached on success. The
+			    sender holds the export until it closes it or hangs up */
+	CRC_IPC_DROP,	 /* key: the exporter freed the memory. Reply: status */
+	CRC_IPC_CLOSE,	 /* key: an importer let go of what a GET gave it. Reply: status */
+	CRC_IPC_FREEZE,	 /* the sender's exports, before its checkpoint: status 0 (GETs of them wait
+			    from now on), or CRC_EBUSY when another worker holds one (its key) */
+	CRC_IPC_THAW,	 /* the sender's checkpoint is over: GETs go on. Reply: status */
+};
+struct crc_ipc_msg {
+	uint32_t op;	     /* enum crc_ipc_op */
+	int32_t status;	     /* replies: 0 or a negative CRC_E* (CRC_ENOTFOUND: no such export) */
+	uint64_t key;	     /* the export */
+	uint64_t size;	     /* its bytes */
+	uint64_t session_id; /* the exporting session */
 };
 
 #endif

@@ -142,6 +142,11 @@ CUresult crc_fwd_call(int id, bool async, unsigned nargs, const struct crc_arg_s
 #undef CRC_FWD_ARR
 #undef CRC_FWD_END
 
+/* Interprocess events (hooks_ipc.c): made with CU_EVENT_INTERPROCESS or opened from another process's
+ * handle. Their records are not posted (another process may wait on them as soon as the call returns). */
+CUresult crc_ipc_event_note(uintptr_t event);
+void crc_ipc_event_forget(uintptr_t event);
+
 /* Logs once per symbol and returns CUDA_ERROR_NOT_SUPPORTED. */
 CUresult crc_not_supported(int id);
 

@@ -40,12 +40,20 @@ CUresult crc_hook_cuStreamDestroy(CUstream hStream)
 
 CUresult crc_hook_cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
-	return crc_fwd_cuEventCreate(phEvent, Flags);
+	CUresult res = crc_fwd_cuEventCreate(phEvent, Flags);
+
+	if (res == CUDA_SUCCESS && (Flags & CU_EVENT_INTERPROCESS))
+		res = crc_ipc_event_note((uintptr_t)*phEvent);
+	return res;
 }
 
 CUresult crc_hook_cuEventDestroy_v2(CUevent hEvent)
 {
-	return crc_fwd_cuEventDestroy_v2(hEvent);
+	CUresult res = crc_fwd_cuEventDestroy_v2(hEvent);
+
+	if (res == CUDA_SUCCESS)
+		crc_ipc_event_forget((uintptr_t)hEvent);
+	return res;
 }
 
 CUresult crc_hook_cuEventDestroy(CUevent hEvent)

@@ -187,14 +187,22 @@ struct CUstream_st {
 	unsigned attrs_set;
 };
 
-struct CUevent_st {
-	uint32_t magic;
-	unsigned flags;
-	_Atomic int refs;
+/* What records, waits and queries of an event share. An interprocess event's is in a shared memfd
+ * page (process-shared lock and condition), which cuIpcOpenEventHandle maps in another process. */
+struct sim_event_state {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	uint64_t recorded_gen, completed_gen;
 	struct timespec when;
+};
+
+struct CUevent_st {
+	uint32_t magic;
+	unsigned flags;
+	_Atomic int refs;
+	struct sim_event_state *st; /* &own, or the shared page of an interprocess event */
+	struct sim_event_state own;
+	int shared_fd; /* the shared page's memfd (interprocess), else -1 */
 	/* The capture nodes of its latest record in a capturing stream (sim_graph.c), guarded by the
 	 * graph lock; NULL when its latest record was an ordinary one. */
 	struct sim_event_capture *capture;

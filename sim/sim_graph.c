@@ -2576,10 +2576,10 @@ static CUresult graph_launch(bool pt, CUgraphExec x, CUstream h)
 		if (op->kind == SIM_OP_EVENT_RECORD || op->kind == SIM_OP_WAIT_EVENT) {
 			struct CUevent_st *e = op->event.event;
 
-			pthread_mutex_lock(&e->lock);
+			pthread_mutex_lock(&e->st->lock);
 			op->event.generation =
-			    op->kind == SIM_OP_EVENT_RECORD ? ++e->recorded_gen : e->recorded_gen;
-			pthread_mutex_unlock(&e->lock);
+			    op->kind == SIM_OP_EVENT_RECORD ? ++e->st->recorded_gen : e->st->recorded_gen;
+			pthread_mutex_unlock(&e->st->lock);
 		}
 		/* On failure the op is freed, a record completed (sim_op_free). */
 		res = sim_stream_submit(s, op);
@@ -3176,9 +3176,9 @@ bool sim_capture_wait_event(struct CUstream_st *s, struct CUevent_st *e, unsigne
 		if (*res == CUDA_SUCCESS)
 			*res = capture_add(sc, &proto, NULL);
 	} else {
-		pthread_mutex_lock(&e->lock);
-		recorded = e->recorded_gen != 0;
-		pthread_mutex_unlock(&e->lock);
+		pthread_mutex_lock(&e->st->lock);
+		recorded = e->st->recorded_gen != 0;
+		pthread_mutex_unlock(&e->st->lock);
 		if (recorded) {
 			/* A dependency on work outside the capture. */
 			capture_invalidate(sc->cap);

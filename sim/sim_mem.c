@@ -10,10 +10,12 @@
 #define LOG_PREFIX "sim: "
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "crcuda/log.h"
@@ -1203,6 +1205,71 @@ static struct sim_vmm_alloc *vmm_alloc_lookup(CUmemGenericAllocationHandle handl
 		if ((CUmemGenericAllocationHandle)(uintptr_t)a == handle)
 			return a;
 	return NULL;
+}
+
+/* Shareable handles: the POSIX descriptor is a duplicate of the allocation's memfd, so an importer, in
+ * this process or another, maps the same pages. */
+CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+				      CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+	struct sim_vmm_alloc *alloc;
+	CUresult res = CUDA_SUCCESS;
+
+	SIM_ENTER(cuMemExportToShareableHandle);
+	if (!shareableHandle || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	pthread_mutex_lock(&mem_lock);
+	alloc = vmm_alloc_lookup(handle);
+	if (!alloc)
+		res = CUDA_ERROR_INVALID_VALUE;
+	else if (!(alloc->prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+		res = CUDA_ERROR_NOT_PERMITTED; /* not made exportable */
+	else if ((*(int *)shareableHandle = fcntl(alloc->fd, F_DUPFD_CLOEXEC, 0)) < 0)
+		res = CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_unlock(&mem_lock);
+	return res;
+}
+
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+					CUmemAllocationHandleType shHandleType)
+{
+	int fd = (int)(intptr_t)osHandle;
+	struct sim_vmm_alloc *alloc;
+	struct stat st;
+
+	SIM_ENTER(cuMemImportFromShareableHandle);
+	if (!handle)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	/* A sim allocation's memfd: a regular file whose size is a multiple of the granularity. */
+	if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode) || !st.st_size || st.st_size % SIM_GRANULARITY)
+		return CUDA_ERROR_INVALID_VALUE;
+	alloc = calloc(1, sizeof(*alloc));
+	if (!alloc)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	alloc->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (alloc->fd < 0) {
+		free(alloc);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	/* The exporter's device is not in the descriptor: device 0's memory accounts for it. */
+	alloc->size = (size_t)st.st_size;
+	alloc->dev = sim_device_get(0);
+	alloc->refs = 1;
+	alloc->id = sim_next_id();
+	alloc->prop = (CUmemAllocationProp){.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+					    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+					    .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+	atomic_fetch_add(&alloc->dev->used_mem, alloc->size);
+	pthread_mutex_lock(&mem_lock);
+	alloc->next = vmm_allocs;
+	vmm_allocs = alloc;
+	pthread_mutex_unlock(&mem_lock);
+	*handle = (CUmemGenericAllocationHandle)(uintptr_t)alloc;
+	return CUDA_SUCCESS;
 }
 
 int sim_vmm_tile_pool(CUmemGenericAllocationHandle handle, size_t *size)

@@ -7,9 +7,14 @@
  * work submitted earlier, so waits cannot form a cycle. */
 #define LOG_PREFIX "sim: "
 
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "crcuda/copy2d.h"
 #include "crcuda/memops.h"
@@ -34,9 +39,38 @@ static void event_unref(struct CUevent_st *e)
 	if (atomic_fetch_sub(&e->refs, 1) != 1)
 		return;
 	sim_capture_event_free(e);
-	pthread_mutex_destroy(&e->lock);
-	pthread_cond_destroy(&e->cond);
+	if (e->st == &e->own) {
+		pthread_mutex_destroy(&e->own.lock);
+		pthread_cond_destroy(&e->own.cond);
+	} else {
+		/* Shared with other processes, which may still use it: only unmapped here. */
+		munmap(e->st, sizeof(*e->st));
+		close(e->shared_fd);
+	}
 	free(e);
+}
+
+/* An interprocess event's state page: a new one (fd < 0) or another process's (its memfd). NULL on
+ * failure. */
+static struct sim_event_state *event_state_map(int fd, bool init)
+{
+	struct sim_event_state *st = mmap(NULL, sizeof(*st), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	pthread_mutexattr_t ma;
+	pthread_condattr_t ca;
+
+	if (st == MAP_FAILED)
+		return NULL;
+	if (init) {
+		pthread_mutexattr_init(&ma);
+		pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+		pthread_mutex_init(&st->lock, &ma);
+		pthread_mutexattr_destroy(&ma);
+		pthread_condattr_init(&ca);
+		pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED);
+		pthread_cond_init(&st->cond, &ca);
+		pthread_condattr_destroy(&ca);
+	}
+	return st;
 }
 
 void sim_event_ref(struct CUevent_st *e)
@@ -124,23 +158,23 @@ static void run_op(struct sim_op *op)
 	case SIM_OP_EVENT_RECORD: {
 		struct CUevent_st *e = op->event.event;
 
-		pthread_mutex_lock(&e->lock);
-		if (op->event.generation > e->completed_gen) {
-			e->completed_gen = op->event.generation;
-			clock_gettime(CLOCK_MONOTONIC, &e->when);
+		pthread_mutex_lock(&e->st->lock);
+		if (op->event.generation > e->st->completed_gen) {
+			e->st->completed_gen = op->event.generation;
+			clock_gettime(CLOCK_MONOTONIC, &e->st->when);
 		}
-		pthread_cond_broadcast(&e->cond);
-		pthread_mutex_unlock(&e->lock);
+		pthread_cond_broadcast(&e->st->cond);
+		pthread_mutex_unlock(&e->st->lock);
 		event_unref(e);
 		break;
 	}
 	case SIM_OP_WAIT_EVENT: {
 		struct CUevent_st *e = op->event.event;
 
-		pthread_mutex_lock(&e->lock);
-		while (e->completed_gen < op->event.generation)
-			pthread_cond_wait(&e->cond, &e->lock);
-		pthread_mutex_unlock(&e->lock);
+		pthread_mutex_lock(&e->st->lock);
+		while (e->st->completed_gen < op->event.generation)
+			pthread_cond_wait(&e->st->cond, &e->st->lock);
+		pthread_mutex_unlock(&e->st->lock);
 		event_unref(e);
 		break;
 	}
@@ -546,9 +580,9 @@ static CUresult stream_wait_event(bool pt, CUstream h, CUevent e, unsigned flags
 		return CUDA_ERROR_INVALID_VALUE;
 	if (sim_capture_wait_event(s, e, flags, &res))
 		return res;
-	pthread_mutex_lock(&e->lock);
-	gen = e->recorded_gen;
-	pthread_mutex_unlock(&e->lock);
+	pthread_mutex_lock(&e->st->lock);
+	gen = e->st->recorded_gen;
+	pthread_mutex_unlock(&e->st->lock);
 	op = calloc(1, sizeof(*op));
 	if (!op)
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -708,9 +742,87 @@ CUresult cuEventCreate(CUevent *ph, unsigned int flags)
 	e->magic = SIM_MAGIC_EVENT;
 	e->flags = flags;
 	atomic_init(&e->refs, 1);
-	pthread_mutex_init(&e->lock, NULL);
-	pthread_cond_init(&e->cond, NULL);
+	e->st = &e->own;
+	e->shared_fd = -1;
+	if (flags & CU_EVENT_INTERPROCESS) {
+		e->shared_fd = memfd_create("crcuda-sim-ipc-event", MFD_CLOEXEC);
+		if (e->shared_fd < 0 || ftruncate(e->shared_fd, sizeof(*e->st)) ||
+		    !(e->st = event_state_map(e->shared_fd, true))) {
+			if (e->shared_fd >= 0)
+				close(e->shared_fd);
+			free(e);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+	} else {
+		pthread_mutex_init(&e->own.lock, NULL);
+		pthread_cond_init(&e->own.cond, NULL);
+	}
 	*ph = e;
+	return CUDA_SUCCESS;
+}
+
+/* The handle names the exporter's state page: its pid and the descriptor of the page's memfd there,
+ * which another process of the same user opens through /proc. */
+struct sim_ipc_event_wire {
+	char magic[8];
+	int32_t pid, fd;
+};
+static const char sim_ipc_event_magic[8] = "simIPCev";
+
+CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent e)
+{
+	struct sim_ipc_event_wire w = {.pid = getpid()};
+
+	SIM_ENTER(cuIpcGetEventHandle);
+	if (!pHandle)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!e || e->magic != SIM_MAGIC_EVENT)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!(e->flags & CU_EVENT_INTERPROCESS) || e->shared_fd < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(w.magic, sim_ipc_event_magic, sizeof(w.magic));
+	w.fd = e->shared_fd;
+	memset(pHandle, 0, sizeof(*pHandle));
+	memcpy(pHandle->reserved, &w, sizeof(w));
+	return CUDA_SUCCESS;
+}
+
+CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
+{
+	struct sim_ipc_event_wire w;
+	struct CUevent_st *e;
+	char path[64];
+	struct stat st;
+	int fd;
+
+	SIM_ENTER(cuIpcOpenEventHandle);
+	memcpy(&w, handle.reserved, sizeof(w));
+	if (!phEvent || memcmp(w.magic, sim_ipc_event_magic, sizeof(w.magic)))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!sim_ctx_current())
+		return CUDA_ERROR_INVALID_CONTEXT;
+	/* As the driver: an event handle of this very process is not opened here. */
+	if (w.pid == getpid())
+		return CUDA_ERROR_INVALID_CONTEXT;
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)w.pid, (int)w.fd);
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return CUDA_ERROR_INVALID_VALUE; /* the exporter (or its event) is gone */
+	if (fstat(fd, &st) || (size_t)st.st_size != sizeof(struct sim_event_state)) {
+		close(fd);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	e = calloc(1, sizeof(*e));
+	if (!e || !(e->st = event_state_map(fd, false))) {
+		free(e);
+		close(fd);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	e->magic = SIM_MAGIC_EVENT;
+	e->flags = CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING;
+	atomic_init(&e->refs, 1);
+	e->shared_fd = fd;
+	*phEvent = e;
 	return CUDA_SUCCESS;
 }
 
@@ -745,9 +857,9 @@ static CUresult event_record(bool pt, CUevent e, CUstream h, unsigned flags)
 	atomic_fetch_add(&e->refs, 1);
 	op->kind = SIM_OP_EVENT_RECORD;
 	op->event.event = e;
-	pthread_mutex_lock(&e->lock);
-	op->event.generation = ++e->recorded_gen;
-	pthread_mutex_unlock(&e->lock);
+	pthread_mutex_lock(&e->st->lock);
+	op->event.generation = ++e->st->recorded_gen;
+	pthread_mutex_unlock(&e->st->lock);
 	return stream_submit(s, op, NULL);
 }
 
@@ -766,9 +878,9 @@ CUresult cuEventQuery(CUevent e)
 	SIM_ENTER(cuEventQuery);
 	if (!e || e->magic != SIM_MAGIC_EVENT)
 		return CUDA_ERROR_INVALID_HANDLE;
-	pthread_mutex_lock(&e->lock);
-	done = e->completed_gen >= e->recorded_gen;
-	pthread_mutex_unlock(&e->lock);
+	pthread_mutex_lock(&e->st->lock);
+	done = e->st->completed_gen >= e->st->recorded_gen;
+	pthread_mutex_unlock(&e->st->lock);
 	return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
@@ -777,10 +889,10 @@ CUresult cuEventSynchronize(CUevent e)
 	SIM_ENTER(cuEventSynchronize);
 	if (!e || e->magic != SIM_MAGIC_EVENT)
 		return CUDA_ERROR_INVALID_HANDLE;
-	pthread_mutex_lock(&e->lock);
-	for (uint64_t target = e->recorded_gen; e->completed_gen < target;)
-		pthread_cond_wait(&e->cond, &e->lock);
-	pthread_mutex_unlock(&e->lock);
+	pthread_mutex_lock(&e->st->lock);
+	for (uint64_t target = e->st->recorded_gen; e->st->completed_gen < target;)
+		pthread_cond_wait(&e->st->cond, &e->st->lock);
+	pthread_mutex_unlock(&e->st->lock);
 	return CUDA_SUCCESS;
 }
 
@@ -794,20 +906,20 @@ static CUresult event_elapsed_time(float *ms, CUevent start, CUevent end)
 	if (!start || !end || start->magic != SIM_MAGIC_EVENT || end->magic != SIM_MAGIC_EVENT ||
 	    (start->flags & CU_EVENT_DISABLE_TIMING) || (end->flags & CU_EVENT_DISABLE_TIMING))
 		return CUDA_ERROR_INVALID_HANDLE;
-	pthread_mutex_lock(&start->lock);
-	if (!start->completed_gen)
+	pthread_mutex_lock(&start->st->lock);
+	if (!start->st->completed_gen)
 		res = CUDA_ERROR_INVALID_HANDLE;
-	else if (start->completed_gen < start->recorded_gen)
+	else if (start->st->completed_gen < start->st->recorded_gen)
 		res = CUDA_ERROR_NOT_READY;
-	t0 = start->when;
-	pthread_mutex_unlock(&start->lock);
-	pthread_mutex_lock(&end->lock);
-	if (res == CUDA_SUCCESS && !end->completed_gen)
+	t0 = start->st->when;
+	pthread_mutex_unlock(&start->st->lock);
+	pthread_mutex_lock(&end->st->lock);
+	if (res == CUDA_SUCCESS && !end->st->completed_gen)
 		res = CUDA_ERROR_INVALID_HANDLE;
-	else if (res == CUDA_SUCCESS && end->completed_gen < end->recorded_gen)
+	else if (res == CUDA_SUCCESS && end->st->completed_gen < end->st->recorded_gen)
 		res = CUDA_ERROR_NOT_READY;
-	t1 = end->when;
-	pthread_mutex_unlock(&end->lock);
+	t1 = end->st->when;
+	pthread_mutex_unlock(&end->st->lock);
 	if (res == CUDA_SUCCESS)
 		*ms =
 		    (float)((double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);

@@ -79,6 +79,11 @@ void crc_workers_stop(void);
  * session and puts the key in m for the worker. Nothing to do without TLS. 0 or CRC_E*. */
 int crc_front_handoff(int fd, struct crc_link_msg *m, const struct crc_msg_hdr *req);
 
+/* ---- ipc.c -------------------------------------------------------------------------------------- */
+/* Serves a worker's CUDA IPC registry socket (link.h) on a thread of its own, which closes it. 0 or
+ * -errno (closed then too). */
+int crc_ipc_serve_worker(int sock);
+
 /* ---- control.c ---------------------------------------------------------------------------------- */
 /* Serves a greeted control connection on a thread of its own. */
 void crc_front_control(int fd, bool tcp, const struct crc_peer *peer);

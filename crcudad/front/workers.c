@@ -50,7 +50,8 @@ static struct worker *spawn(int *rc)
 	struct worker *w = calloc(1, sizeof(*w));
 	char base[32], size[32], ring[32], level[16];
 	char *argv[12];
-	int sv[2] = {-1, -1}, memfd = -1, child_link = -1, child_memfd = -1, n = 0;
+	int sv[2] = {-1, -1}, ipc[2] = {-1, -1}, memfd = -1, child_link = -1, child_memfd = -1,
+	    child_ipc = -1, n = 0;
 	posix_spawn_file_actions_t fa;
 
 	*rc = CRC_ENOMEM;
@@ -58,6 +59,7 @@ static struct worker *spawn(int *rc)
 		return NULL;
 	w->link = -1;
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) ||
+	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ipc) ||
 	    (memfd = memfd_create("crcuda-worker-status", MFD_CLOEXEC)) < 0 ||
 	    ftruncate(memfd, sizeof(*w->st))) {
 		*rc = -errno;
@@ -74,7 +76,8 @@ static struct worker *spawn(int *rc)
 	/* Above the numbers they are given as in the child, so that the dup2 there clears close-on-exec. */
 	child_link = fcntl(sv[1], F_DUPFD_CLOEXEC, 10);
 	child_memfd = fcntl(memfd, F_DUPFD_CLOEXEC, 10);
-	if (child_link < 0 || child_memfd < 0) {
+	child_ipc = fcntl(ipc[1], F_DUPFD_CLOEXEC, 10);
+	if (child_link < 0 || child_memfd < 0 || child_ipc < 0) {
 		*rc = -errno;
 		goto fail;
 	}
@@ -92,31 +95,40 @@ static struct worker *spawn(int *rc)
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_adddup2(&fa, child_link, CRC_LINK_FD);
 	posix_spawn_file_actions_adddup2(&fa, child_memfd, CRC_LINK_STATUS_FD);
+	posix_spawn_file_actions_adddup2(&fa, child_ipc, CRC_LINK_IPC_FD);
 	*rc = -posix_spawn(&w->pid, fr.worker_exe, &fa, NULL, argv, environ);
 	posix_spawn_file_actions_destroy(&fa);
 	if (*rc)
 		goto fail;
 	close(sv[1]);
+	close(ipc[1]);
 	close(child_link);
 	close(child_memfd);
+	close(child_ipc);
 	close(memfd);
 	w->link = sv[0];
+	if (crc_ipc_serve_worker(ipc[0]))
+		pr_warn("worker %d: no CUDA IPC registry thread: its IPC calls will fail", (int)w->pid);
 	w->next = workers;
 	workers = w;
 	pr_debug("worker %d started", (int)w->pid);
 	return w;
 fail:
 	pr_err("cannot start a worker (%s): %s", fr.worker_exe, crc_strerror(*rc));
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 2; i++) {
 		if (sv[i] >= 0)
 			close(sv[i]);
+		if (ipc[i] >= 0)
+			close(ipc[i]);
+	}
 	if (memfd >= 0)
 		close(memfd);
 	if (child_link >= 0)
 		close(child_link);
 	if (child_memfd >= 0)
 		close(child_memfd);
-	sv[0] = -1;
+	if (child_ipc >= 0)
+		close(child_ipc);
 	worker_free(w);
 	return NULL;
 }

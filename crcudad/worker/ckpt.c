@@ -198,6 +198,7 @@ void crc_ckpt_resume(struct crc_session *s)
 		crc_tcp_resume(s, false);
 	}
 	s->state = CRC_CTL_RUNNING;
+	crc_ipc_thaw(s);
 	pr_info("session %llu: resumed", (unsigned long long)s->id);
 }
 
@@ -1215,7 +1216,7 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir, unsigned flags)
 	 * restored session checkpointed before the client's first call rebuilds its graphs now. */
 	if (s->graphs_pending && crc_graph_restore_pending(s))
 		snprintf(why, sizeof(why), "the restored session's CUDA graphs could not be rebuilt");
-	if (why[0] || crc_managed_flush(s, why, sizeof(why)) ||
+	if (why[0] || crc_ipc_ckpt_check(s, why, sizeof(why)) || crc_managed_flush(s, why, sizeof(why)) ||
 	    !(graphs = crc_graph_describe(s, why, sizeof(why)))) {
 		crc_session_cmd_done(s, CRC_ENOTSUP, "%s", why);
 		return CRC_ENOTSUP;
@@ -1403,6 +1404,17 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir, unsigned flags)
 
 		rc = objs ? crc_ckpt_meta_set(s->ckpt, "crcuda.texobjects", objs) : CRC_ENOMEM;
 		free(objs);
+		if (rc)
+			goto fail;
+	}
+	{
+		char *opens = crc_ipc_describe(s), *exports = crc_ipc_describe_exports(s);
+
+		rc = opens && exports ? crc_ckpt_meta_set(s->ckpt, "crcuda.ipc_opens", opens) : CRC_ENOMEM;
+		if (!rc)
+			rc = crc_ckpt_meta_set(s->ckpt, "crcuda.ipc_exports", exports);
+		free(opens);
+		free(exports);
 		if (rc)
 			goto fail;
 	}

@@ -59,6 +59,16 @@ static void alloc_remove(struct crc_session *s, struct crc_alloc *victim)
 	}
 }
 
+struct crc_alloc *crc_alloc_add(struct crc_session *s, enum crc_alloc_kind kind, uint64_t ptr, uint64_t size)
+{
+	return alloc_add(s, kind, ptr, size);
+}
+
+void crc_alloc_remove(struct crc_session *s, struct crc_alloc *a)
+{
+	alloc_remove(s, a);
+}
+
 static void account(struct crc_session *s, int64_t bytes)
 {
 	/* Under the lock: the status page reads it from another thread. */
@@ -66,6 +76,11 @@ static void account(struct crc_session *s, int64_t bytes)
 	s->mapped_bytes += (uint64_t)bytes;
 	pthread_mutex_unlock(&crcd.lock);
 	crc_worker_publish();
+}
+
+void crc_alloc_account(struct crc_session *s, int64_t bytes)
+{
+	account(s, bytes);
 }
 
 /* ---- the VA range ------------------------------------------------------------------------------- */
@@ -86,7 +101,8 @@ int crc_va_take(struct crc_session *s, uint64_t size, uint64_t align, uint64_t h
 	if (align < CRC_GRANULE)
 		align = CRC_GRANULE;
 	for (struct crc_alloc *a = s->allocs; a; a = a->next) {
-		if (a->kind == CRC_ALLOC_MEM || (a->kind == CRC_ALLOC_RESERVE && a->in_window)) {
+		if (a->kind == CRC_ALLOC_MEM || a->kind == CRC_ALLOC_IPC ||
+		    (a->kind == CRC_ALLOC_RESERVE && a->in_window)) {
 			if (n == cap) {
 				void *p = realloc(used, (cap = cap ? cap * 2 : 32) * sizeof(*used));
 
@@ -153,8 +169,17 @@ static CUresult map_new(struct crc_session *s, uint64_t bytes, uint64_t *out)
 	if (crc_va_take(s, size, 0, s->force_addr, &ptr) || (s->force_addr && ptr != s->force_addr))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	prop.location.id = dev;
+	prop.requestedHandleTypes = crc_ipc_handle_types(dev, false);
 	access.location = prop.location;
 	res = CALL(cuMemCreate, &h, size, &prop, 0);
+	if (res != CUDA_SUCCESS && res != CUDA_ERROR_OUT_OF_MEMORY && prop.requestedHandleTypes) {
+		/* A device that says it can but will not: its memory is not exportable (IPC refused). */
+		pr_warn("device %d: cuMemCreate of exportable memory failed (%d): its memory is made without "
+			"a shareable handle type from now on, and CUDA IPC of it is refused",
+			(int)dev, (int)res);
+		prop.requestedHandleTypes = crc_ipc_handle_types(dev, true);
+		res = CALL(cuMemCreate, &h, size, &prop, 0);
+	}
 	if (res != CUDA_SUCCESS)
 		return res;
 	res = CALL(cuMemMap, ptr, size, 0, h, 0);
@@ -179,6 +204,8 @@ static CUresult map_new(struct crc_session *s, uint64_t bytes, uint64_t *out)
 
 static void unmap_alloc(struct crc_session *s, struct crc_alloc *a)
 {
+	if (a->ipc_key)
+		crc_ipc_unexport(a->ipc_key);
 	CALL(cuMemUnmap, a->ptr, a->size);
 	CALL(cuMemRelease, a->handle);
 	account(s, -(int64_t)a->size);
@@ -296,21 +323,49 @@ CUresult crc_ovr_cuMemMap(struct crc_session *s, void *const *argv)
 	CUmemGenericAllocationHandle h = *(CUmemGenericAllocationHandle *)argv[3];
 	unsigned long long flags = *(unsigned long long *)argv[4];
 	CUresult res = CALL(cuMemMap, ptr, size, offset, h, flags);
+	struct crc_alloc *m, *owner;
 
-	if (res == CUDA_SUCCESS && !alloc_add(s, CRC_ALLOC_MAP, ptr, size))
+	if (res != CUDA_SUCCESS)
+		return res;
+	m = alloc_add(s, CRC_ALLOC_MAP, ptr, size);
+	if (!m)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	/* Another process's memory (a shareable handle): nothing a replay could map again. */
+	for (owner = s->allocs; owner; owner = owner->next)
+		if (owner->kind == CRC_ALLOC_HANDLE && owner->handle == h && owner->ipc_imported) {
+			m->ipc_imported = true;
+			m->ipc_key = owner->ipc_key;
+			s->jdrop = true;
+		}
 	return res;
+}
+
+/* [ptr, ptr + size) lies in mappings of imported memory only (their records are not journaled). */
+static bool imported_range(struct crc_session *s, uint64_t ptr, uint64_t size)
+{
+	bool any = false;
+
+	for (struct crc_alloc *a = s->allocs; a; a = a->next) {
+		if (a->kind != CRC_ALLOC_MAP || a->ptr >= ptr + size || a->ptr + a->size <= ptr)
+			continue;
+		if (!a->ipc_imported)
+			return false;
+		any = true;
+	}
+	return any;
 }
 
 CUresult crc_ovr_cuMemUnmap(struct crc_session *s, void *const *argv)
 {
 	uint64_t ptr = *(CUdeviceptr *)argv[0];
 	size_t size = *(size_t *)argv[1];
+	bool imported = imported_range(s, ptr, size);
 	CUresult res = CALL(cuMemUnmap, ptr, size);
 
 	if (res == CUDA_SUCCESS) {
 		struct crc_alloc *a, *next;
 
+		s->jdrop |= imported;
 		for (a = s->allocs; a; a = next) {
 			next = a->next;
 			if (a->kind == CRC_ALLOC_MAP && a->ptr >= ptr && a->ptr + a->size <= ptr + size)
@@ -337,7 +392,12 @@ CUresult crc_ovr_cuMemRelease(struct crc_session *s, void *const *argv)
 	if (!a)
 		return CUDA_ERROR_INVALID_VALUE;
 	res = CALL(cuMemRelease, h);
+	if (res == CUDA_SUCCESS && a->ipc_imported)
+		s->jdrop = true; /* its import was not journaled */
 	if (res == CUDA_SUCCESS && --a->refs == 0) {
+		/* Exported: importers that have not imported it yet cannot any more (see ipc.c). */
+		if (a->ipc_key && !a->ipc_imported)
+			crc_ipc_unexport(a->ipc_key);
 		crc_forget(s, a->vhandle);
 		account(s, -(int64_t)a->size);
 		alloc_remove(s, a);
@@ -1254,6 +1314,9 @@ void crc_session_release_resources(struct crc_session *s)
 		case CRC_ALLOC_MEM:
 			unmap_alloc(s, a);
 			continue;
+		case CRC_ALLOC_IPC:
+			crc_ipc_unmap(s, a);
+			continue;
 		case CRC_ALLOC_MAP:
 			CALL(cuMemUnmap, a->ptr, a->size);
 			break;
@@ -1317,7 +1380,73 @@ CUresult crc_raw_vmm_access(struct crc_session *s, const struct crc_call_hdr *h,
 	for (uint64_t i = 0; i < w[2]; i++)
 		if (d[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE)
 			d[i].location.id = crc_dev_backend(s, d[i].location.id);
+	s->jdrop = imported_range(s, w[0], w[1]);
 	return CALL(cuMemSetAccess, w[0], w[1], d, w[2]);
+}
+
+/* cuMemExportToShareableHandle of an application's handle (a POSIX descriptor: the client makes the
+ * application's own descriptor of the reply, crcuda/proto.h). */
+CUresult crc_raw_vmm_export(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+			    size_t len)
+{
+	struct crc_shareable_wire *out;
+	struct crc_alloc *a;
+	union crc_slot mh;
+	uint64_t v;
+	CUresult res;
+
+	if (len < sizeof(v))
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(&v, args, sizeof(v));
+	res = crc_translate(s, h, CRC_HT_MEMHANDLE, v, &mh);
+	if (res != CUDA_SUCCESS)
+		return CUDA_ERROR_INVALID_VALUE;
+	a = handle_find(s, (CUmemGenericAllocationHandle)mh.u64);
+	if (!a)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = crc_ipc_export(s, a->handle, a->size, &a->ipc_key);
+	if (res != CUDA_SUCCESS)
+		return res;
+	out = crc_out(s, sizeof(*out));
+	if (!out)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	memset(out, 0, sizeof(*out));
+	memcpy(out->magic, CRC_SHAREABLE_MAGIC, sizeof(out->magic));
+	out->key = a->ipc_key;
+	out->size = a->size;
+	out->session_id = s->id;
+	return CUDA_SUCCESS;
+}
+
+/* cuMemImportFromShareableHandle: the export the application's descriptor names, by its key. Not
+ * journaled (a replay could not import it again): a checkpoint is refused while it is held. */
+CUresult crc_raw_vmm_import(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+			    size_t len)
+{
+	CUmemGenericAllocationHandle mh;
+	uint64_t key, size, exporter;
+	struct crc_alloc *a;
+	CUresult res;
+
+	(void)h;
+	if (len < sizeof(key))
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(&key, args, sizeof(key));
+	res = crc_ipc_import(s, key, &mh, &size, &exporter);
+	if (res != CUDA_SUCCESS)
+		return res;
+	s->jdrop = true;
+	a = handle_find(s, mh);
+	if (a && !a->ipc_imported) {
+		/* Its own export: the driver gives this process's handle back, one more reference. */
+		return reply_mem_handle(s, mh, size);
+	}
+	res = reply_mem_handle(s, mh, size);
+	if (res == CUDA_SUCCESS && (a = handle_find(s, mh))) {
+		a->ipc_imported = true;
+		a->ipc_key = key;
+	}
+	return res;
 }
 
 /* Stream attributes (crc_stream_attr_req). A set is journaled (CONTEXT_SET): a restore sets it again. */

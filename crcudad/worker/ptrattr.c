@@ -158,6 +158,15 @@ static const struct crc_alloc *alloc_of(struct crc_session *s, uint64_t ptr, enu
 	return NULL;
 }
 
+/* cuMemAlloc memory, or another session's opened with cuIpcOpenMemHandle (which natively is such
+ * memory too). */
+static const struct crc_alloc *mem_of(struct crc_session *s, uint64_t ptr)
+{
+	const struct crc_alloc *m = alloc_of(s, ptr, CRC_ALLOC_MEM);
+
+	return m ? m : alloc_of(s, ptr, CRC_ALLOC_IPC);
+}
+
 /* The application's VMM reservations are ranges of the daemon's one reservation of the session's
  * window: the range reported is the application's. */
 static struct answer reserved_answer(struct crc_session *s, unsigned a, uint64_t ptr, struct answer r)
@@ -225,7 +234,7 @@ CUresult crc_raw_ptrattr(struct crc_session *s, const struct crc_call_hdr *h, co
 	if (len < sizeof(w) || !out)
 		return CUDA_ERROR_INVALID_VALUE;
 	memcpy(w, args, sizeof(w));
-	r = answer(s, alloc_of(s, w[0], CRC_ALLOC_MEM), (unsigned)w[1], w[0], false);
+	r = answer(s, mem_of(s, w[0]), (unsigned)w[1], w[0], false);
 	memcpy(out, r.v, sizeof(r.v));
 	return r.res;
 }
@@ -244,7 +253,7 @@ CUresult crc_raw_ptrattrs(struct crc_session *s, const struct crc_call_hdr *h, c
 	memcpy(w, args, sizeof(w));
 	if (!w[1] || w[1] > MAX_ARRAY || len < sizeof(w) + w[1] * 8 || !(out = crc_out(s, w[1] * 16)))
 		return CUDA_ERROR_INVALID_VALUE;
-	m = alloc_of(s, w[0], CRC_ALLOC_MEM);
+	m = mem_of(s, w[0]);
 	for (uint64_t i = 0; i < w[1]; i++) {
 		uint64_t a;
 		struct answer r;

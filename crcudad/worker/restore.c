@@ -721,7 +721,8 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 	bool ok = true;
 	int rc, memfd = -1;
 	double t0 = crc_now_s();
-	const char *handles;
+	const char *handles, *exports;
+	bool lazy;
 
 	rc = crc_store_open(store_dir, 0, &st);
 	if (rc) {
@@ -787,13 +788,24 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 		if (*handles == ',')
 			handles++;
 	}
-	if (!restore_lazy()) {
+	/* A session that exported memory uploads it before exporting it again: another process may open
+	 * and read it at once, which the lazy upload's wait (the client's first call) would not cover. */
+	exports = crc_manifest_meta_get(mf, "crcuda.ipc_exports");
+	lazy = restore_lazy() && !(exports && *exports);
+	if (!lazy) {
 		CUcontext dctx[CRC_MAX_DEVICES];
 
 		rc = upload_all(s, st, mf, dctx, crc_session_dev_ctxs(s, dctx) > 0, why, why_len);
 	}
 	if (rc)
 		goto fail;
+	/* Another process's memory the session had open: the export's as it is now (not in the checkpoint).
+	 */
+	rc = crc_ipc_restore(s, crc_manifest_meta_get(mf, "crcuda.ipc_opens"), why, why_len);
+	if (rc)
+		goto fail;
+	/* What it exported, under the keys the handles it gave out name. */
+	crc_ipc_restore_exports(s, exports);
 	rc = crc_arrays_restore(s, st, mf, why, why_len);
 	if (!rc)
 		rc = crc_texobjs_restore(s, crc_manifest_meta_get(mf, "crcuda.texobjects"), why, why_len);
@@ -879,7 +891,7 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 			crc_now_s() - t0);
 	}
 	jload_free(&j);
-	if (restore_lazy()) {
+	if (lazy) {
 		/* The upload goes on: the store and the manifest are its until crc_upload_wait. */
 		struct crc_upload *u = calloc(1, sizeof(*u));
 

@@ -399,7 +399,8 @@ static int send_reply(struct crc_session *s, const struct crc_msg_hdr *req, CUre
 		return rc;
 	r->result = res;
 	r->pad = 0;
-	memcpy(r + 1, s->out, s->out_len);
+	if (s->out_len) /* a restored session has no reply buffer before its first output */
+		memcpy(r + 1, s->out, s->out_len);
 	return crc_chan_commit(&s->chan);
 }
 
@@ -949,6 +950,7 @@ static void session_dealloc(struct crc_session *s)
 		free(s->tables[t].real);
 	crc_journal_free(s);
 	crc_graph_free(s);
+	crc_ipc_free(s);
 	crc_texobjs_free(s);
 	crc_hostfn_free(s);
 	free(s->store_dir);

@@ -66,6 +66,7 @@ enum crc_alloc_kind {
 	CRC_ALLOC_RESERVE, /* the application's cuMemAddressReserve */
 	CRC_ALLOC_MAP,	   /* the application's cuMemMap */
 	CRC_ALLOC_HANDLE,  /* the application's cuMemCreate (refs: create + retains - releases) */
+	CRC_ALLOC_IPC,	   /* another session's memory opened here (cuIpcOpenMemHandle; refs: opens) */
 };
 struct crc_alloc {
 	enum crc_alloc_kind kind;
@@ -77,6 +78,10 @@ struct crc_alloc {
 	bool in_window; /* a reservation inside the session range (else the backend's own) */
 	bool sync_set;	/* cuPointerSetAttribute(SYNC_MEMOPS) named this allocation: sync_memops answers */
 	unsigned sync_memops;
+	uint64_t ipc_key;  /* MEM, HANDLE: exported under this key (cuIpcGetMemHandle, a shareable handle);
+			      IPC, and HANDLE or MAP with ipc_imported: the export opened */
+	bool ipc_imported; /* HANDLE: imported from a shareable handle; MAP: a mapping of such a handle */
+	int ipc_dev;	   /* IPC: the backend device it is accessible from */
 	struct crc_alloc *next;
 };
 
@@ -156,6 +161,11 @@ struct crc_session {
 	struct crc_notify_reg *notify;	    /* the application's log and async callbacks (hostfn.c) */
 	struct crc_texobj *texobjs;	    /* live texture and surface objects (arrays.c) */
 	void *exec_app_node;		    /* the node an exec node call named, before graph.c remapped it */
+	/* Interprocess events (ipc.c): the real events this session exported a handle of, and those it
+	 * opened from another process's handle. */
+	void **ipc_events_out, **ipc_events_in;
+	unsigned n_ipc_events_out, n_ipc_events_in;
+	bool ipc_frozen; /* its exports are frozen in the front's registry for a checkpoint */
 	/* The reply being built and module images being assembled. */
 	uint8_t *out;
 	size_t out_len, out_cap;
@@ -387,6 +397,12 @@ int crc_dev_client(const struct crc_session *s, int dev);
 #define CRC_OVERRIDES(X)                                                                                     \
 	X(cuDevicePrimaryCtxRetain)                                                                          \
 	X(cuMemAlloc_v2)                                                                                     \
+	X(cuIpcGetMemHandle)                                                                                 \
+	X(cuIpcOpenMemHandle)                                                                                \
+	X(cuIpcOpenMemHandle_v2)                                                                             \
+	X(cuIpcCloseMemHandle)                                                                               \
+	X(cuIpcGetEventHandle)                                                                               \
+	X(cuIpcOpenEventHandle)                                                                              \
 	X(cuMemAllocPitch_v2)                                                                                \
 	X(cuMemFree_v2)                                                                                      \
 	X(cuMemAddressReserve)                                                                               \
@@ -509,6 +525,8 @@ typedef CUresult crc_raw_fn(struct crc_session *s, const struct crc_call_hdr *h,
 	X(cuMemCreate, vmm_create)                                                                           \
 	X(cuMemRetainAllocationHandle, vmm_retain)                                                           \
 	X(cuMemSetAccess, vmm_access)                                                                        \
+	X(cuMemExportToShareableHandle, vmm_export)                                                          \
+	X(cuMemImportFromShareableHandle, vmm_import)                                                        \
 	X(cuPointerGetAttribute, ptrattr)                                                                    \
 	X(cuPointerGetAttributes, ptrattrs)                                                                  \
 	X(cuPointerSetAttribute, ptrset)                                                                     \
@@ -594,5 +612,41 @@ void crc_session_release_resources(struct crc_session *s);
 /* ---- the session's VA range (handlers.c) ------------------------------------------------------- */
 /* A free range of `size` bytes (granule multiple) in the session's range, at `hint` when free. */
 int crc_va_take(struct crc_session *s, uint64_t size, uint64_t align, uint64_t hint, uint64_t *out);
+
+/* ---- CUDA IPC between sessions (ipc.c) ---------------------------------------------------------- */
+/* The session's allocations, for ipc.c (handlers.c). */
+struct crc_alloc *crc_alloc_add(struct crc_session *s, enum crc_alloc_kind kind, uint64_t ptr, uint64_t size);
+void crc_alloc_remove(struct crc_session *s, struct crc_alloc *a);
+void crc_alloc_account(struct crc_session *s, int64_t bytes);
+/* Memory a session allocates is exportable as a POSIX descriptor where the device can (so that
+ * cuIpcGetMemHandle can give it to another session's worker): the requested handle types. failed: the
+ * driver refused such memory; none from now on. */
+CUmemAllocationHandleType crc_ipc_handle_types(CUdevice dev, bool failed);
+/* Exports memory (h, size bytes) to the front's registry as a POSIX descriptor, under a new key into
+ * *key unless it has one already. The driver's error, or what the registry's failure means. */
+CUresult crc_ipc_export(struct crc_session *s, CUmemGenericAllocationHandle h, uint64_t size, uint64_t *key);
+/* Imports the export named key: a handle of the backend's (*h) and its size. CUDA_ERROR_INVALID_VALUE
+ * when the registry has no such export. */
+CUresult crc_ipc_import(struct crc_session *s, uint64_t key, CUmemGenericAllocationHandle *h, uint64_t *size,
+			uint64_t *session_id);
+/* The exporter frees memory it exported: the front forgets it. */
+void crc_ipc_unexport(uint64_t key);
+/* Opened IPC memory goes (the session ends). */
+void crc_ipc_unmap(struct crc_session *s, struct crc_alloc *a);
+/* The session's opened IPC memory for a checkpoint's metadata (crcuda.ipc_opens; NULL: out of memory),
+ * and its opening again in a restored session (0, or an error with why). */
+char *crc_ipc_describe(struct crc_session *s);
+int crc_ipc_restore(struct crc_session *s, const char *desc, char *why, size_t len);
+/* The session's exports of cuMemAlloc memory ("ADDR KEY\n" each; NULL: out of memory), exported again
+ * under the same keys in a restored session, so the handles the application gave out stay valid (a
+ * failure is only logged: another live copy of the session exports them). */
+char *crc_ipc_describe_exports(struct crc_session *s);
+void crc_ipc_restore_exports(struct crc_session *s, const char *desc);
+/* What of CUDA IPC refuses a checkpoint of the session: 0, or -1 with why. A session whose exports
+ * nobody else has open passes, and they are frozen (other sessions' opens wait) until crc_ipc_thaw
+ * (the session resumes) or its end. */
+int crc_ipc_ckpt_check(struct crc_session *s, char *why, size_t len);
+void crc_ipc_thaw(struct crc_session *s);
+void crc_ipc_free(struct crc_session *s);
 
 #endif

@@ -556,6 +556,18 @@ struct crc_vmm_create_req {
 	uint32_t pad;
 };
 
+/* cuMemExportToShareableHandle (POSIX descriptor): request = the u64 memory handle; reply = this wire.
+ * The application's descriptor is a sealed memfd holding it, which cuMemImportFromShareableHandle (in
+ * any process under the layer) reads: request = the u64 key; reply = the u64 memory handle. The key
+ * names the export in crcudad's registry (crcudad/link.h). */
+struct crc_shareable_wire {
+	char magic[8]; /* CRC_SHAREABLE_MAGIC */
+	uint64_t key;
+	uint64_t size;
+	uint64_t session_id; /* the exporter's */
+};
+#define CRC_SHAREABLE_MAGIC "crcudaSH"
+
 /* Function/kernel lookup: request = crc_call_hdr + crc_getfn_req + NUL-terminated name; reply =
  * crc_getfn_reply + nparams crc_kparam_wire. The layout lets the client pack kernelParams; the
  * attributes answer cuFuncGetAttribute locally. */

@@ -20,6 +20,11 @@
 #                                    (root only; else skipped)
 #       daemon-killed                SIGKILL the daemon mid-run: the client gets errors and exits
 #       client-killed                SIGKILL a client: the daemon frees its memory, serves others
+#       ipc                          CUDA IPC between two programs (tests/programs/ipc): memory and an
+#                                    event; a checkpoint of either side is refused, saying why, and both
+#                                    run on
+#       ipc-unexportable             a driver that refuses exportable memory (fault injection): memory is
+#                                    made without a shareable type, programs run, IPC of it is refused
 set -u
 build=$1 case=$2
 shift 2
@@ -108,6 +113,78 @@ layer-only)
 	rc=$?
 	cat "$tmp/out"
 	[ $rc = 0 ] || fail "$prog $*: exit $rc"
+	;;
+ipc)
+	start_daemon
+	prog=$build/tests/programs/ipc
+	ctl=$build/tests/ckpt-daemon/ckpt_ctl
+	client -- "$prog" >"$tmp/out" 2>&1
+	rc=$?
+	cat "$tmp/out"
+	[ $rc = 0 ] || fail "ipc through the layer: exit $rc"
+	for line in "B: read A's pattern: exact" "B: a kernel counted .* as expected" \
+		"A: read B's pattern after waiting on the event: exact" \
+		"B: read A's memset after waiting on the event: exact" "B: opened again: the same pointer" \
+		"A: opening its own memory handle: CUDA_ERROR_INVALID_CONTEXT" \
+		"B: opening a zeroed memory handle: CUDA_ERROR_INVALID_VALUE" \
+		"B: closing it once more: CUDA_ERROR_INVALID_VALUE" \
+		"B: opening the handle of freed memory: CUDA_ERROR_INVALID_VALUE" \
+		"A: handle of an ordinary event: CUDA_ERROR_INVALID_VALUE" \
+		"B: read A's pattern in the imported VMM memory: exact" \
+		"A: read B's pattern in the shared VMM memory: exact" \
+		"A: exporting a handle made without the descriptor type: CUDA_ERROR_NOT_PERMITTED" \
+		"B: importing a pipe as a shareable handle: refused" \
+		"B: the opened memory is device memory, its range starts at the pointer: yes, enough bytes" \
+		"ipc: PASS"; do
+		grep -q "^$line\$" "$tmp/out" || fail "no line '$line'"
+	done
+	[ "$(grep -c "session [0-9]*: pid .* -> worker" "$tmp/daemon.log")" -ge 2 ] || fail "ipc did not run two sessions"
+	# B holds A's memory and event open: neither session can be checkpointed (A's restore would give it
+	# an event B no longer shares; B cannot open A's event again); both are told why and run on to the
+	# end. (Memory alone is carried, and refused only while another process has it open:
+	# tests/cr/ipc-cr.sh.)
+	client -- "$prog" --hold "$tmp/hold" >"$tmp/out" 2>&1 &
+	prog_pid=$!
+	for _ in $(seq 300); do [ -s "$tmp/hold" ] && break; sleep 0.1; done
+	b=$(cat "$tmp/hold") || fail "B did not open the memory"
+	a=$(awk '/^PPid:/ {print $2}' "/proc/$b/status")
+	for who in "$b:has another process's interprocess event open" "$a:exported an interprocess event other processes may have open"; do
+		pid=${who%%:*}
+		"$ctl" "$CRCUDA_SOCKET" quiesce "$pid" || fail "quiesce of $pid"
+		"$ctl" "$CRCUDA_SOCKET" checkpoint "$pid" "$tmp/store" >"$tmp/ckpt" 2>&1 &&
+			fail "a checkpoint of $pid was taken"
+		cat "$tmp/ckpt"
+		grep -q "${who#*:}" "$tmp/ckpt" || fail "the refusal does not say why: $(cat "$tmp/ckpt")"
+		"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume of $pid"
+	done
+	touch "$tmp/hold.go"
+	wait "$prog_pid" || fail "ipc after the refused checkpoints: exit $?: $(tail -5 "$tmp/out")"
+	grep -q "^ipc: PASS$" "$tmp/out" || fail "no PASS after the refused checkpoints"
+	# Once B has let go of all it opened and imported (and A of what it exported), B checkpoints.
+	rm -f "$tmp/hold" "$tmp/hold.go"
+	client -- "$prog" --hold-end "$tmp/hold" >"$tmp/out" 2>&1 &
+	prog_pid=$!
+	for _ in $(seq 300); do [ -s "$tmp/hold" ] && break; sleep 0.1; done
+	b=$(cat "$tmp/hold") || fail "B did not get to its end"
+	"$ctl" "$CRCUDA_SOCKET" quiesce "$b" || fail "quiesce of B at its end"
+	"$ctl" "$CRCUDA_SOCKET" checkpoint "$b" "$tmp/store" >"$tmp/ckpt" 2>&1 ||
+		fail "B's checkpoint after it closed everything: $(cat "$tmp/ckpt")"
+	"$ctl" "$CRCUDA_SOCKET" abort "$b" || fail "abort"
+	"$ctl" "$CRCUDA_SOCKET" resume "$b" || fail "resume of B"
+	touch "$tmp/hold.go"
+	wait "$prog_pid" || fail "ipc after B's checkpoint: exit $?: $(tail -5 "$tmp/out")"
+	echo "ipc: exact both ways (memory, event, VMM shareable handle); checkpoints of the importer and of" \
+		"the exporter refused while shared, both ran on; the importer checkpoints once it let go"
+	;;
+ipc-unexportable)
+	CRCUDA_SIM_FAIL=cuMemCreate:1:801 start_daemon
+	client -- "$build/tests/programs/vector_add" >"$tmp/out" 2>&1 || fail "vector_add: $(tail -3 "$tmp/out")"
+	client -- "$build/tests/programs/ipc" >"$tmp/out" 2>&1 && fail "ipc of unexportable memory passed"
+	cat "$tmp/out"
+	grep -q "cuIpcGetMemHandle(&m.mem, d) failed: CUDA_ERROR_NOT_SUPPORTED" "$tmp/out" ||
+		fail "cuIpcGetMemHandle did not answer CUDA_ERROR_NOT_SUPPORTED"
+	grep -q "cuMemCreate of exportable memory failed" "$tmp/daemon.log" || fail "no warning in the daemon log"
+	echo "ipc-unexportable: programs run; IPC refused with CUDA_ERROR_NOT_SUPPORTED"
 	;;
 same-output)
 	start_daemon

@@ -46,6 +46,8 @@ CALLTRACE_MAX=0 timeout 300 tests/gpu/calltrace.sh build-gpu sgemm torch >"$out/
 grep -E "^(==|sgemm|torch|summary|  +[0-9]+ )" "$out/calltrace.txt" | head -60
 echo "== checkpoint/restore of PyTorch training under crcuda"
 tests/gpu/torch-cr.sh build-gpu 2>&1 | tee -a "$out/layer.txt"
+echo "== CUDA IPC between two processes (driver API, PyTorch), natively and under the layer"
+tests/gpu/ipc.sh build-gpu 2>&1 | tee -a "$out/layer.txt"
 echo "== checkpoint/restore of a two-device program (skipped with one GPU)"
 tests/gpu/devices-cr.sh build-gpu 2>&1 | tee -a "$out/layer.txt"
 echo "== one GPU worker per application: faults beside PyTorch training and a long program"

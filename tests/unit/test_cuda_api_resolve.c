@@ -39,7 +39,7 @@ int main(void)
 	CHECK_EQ_INT(crc_cu_table[CRC_CU_cuMemcpyHtoD_v2].version, 3020);
 	CHECK_EQ_INT(crc_cu_table[CRC_CU_cuGetProcAddress_v2].policy, CRC_CU_POLICY_HOOK);
 	CHECK_EQ_INT(crc_cu_table[CRC_CU_cuDriverGetVersion].policy, CRC_CU_POLICY_LOCAL);
-	CHECK_EQ_INT(crc_cu_table[CRC_CU_cuIpcGetMemHandle].policy, CRC_CU_POLICY_UNSUPPORTED);
+	CHECK_EQ_INT(crc_cu_table[CRC_CU_cuMulticastCreate].policy, CRC_CU_POLICY_UNSUPPORTED);
 	CHECK_EQ_INT(crc_cu_find("cuNoSuchFunction"), -1);
 	CHECK_EQ_INT(crc_cu_find(""), -1);
 	CHECK_EQ_INT(crc_cu_find(NULL), -1);

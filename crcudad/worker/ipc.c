@@ -1,0 +1,592 @@
+/* CUDA IPC between sessions. Each session runs in a worker process of its own, so the driver's own
+ * IPC could connect two workers, but crcuda's memory is VMM (cuMemCreate at fixed addresses), which
+ * cuIpcGetMemHandle does not take. So the application's memory handle names an export of the front's
+ * registry (link.h): cuIpcGetMemHandle exports the allocation as a POSIX descriptor
+ * (cuMemExportToShareableHandle) and gives it to the front under a random key; cuIpcOpenMemHandle in
+ * another session's worker gets the descriptor by key, imports it and maps it in that session's own VA
+ * range, where the application's pointer is a device pointer like any other. Event handles are the
+ * backend's own (an interprocess event's handle is valid in any process of the host). VMM memory's
+ * shareable handles (POSIX descriptors) go the same way: the application's descriptor is a sealed
+ * memfd that names the export's key (libcrcuda/hooks_ipc.c), imported as a handle of the backend's.
+ * An export lives while the exporter holds the memory (cuMemFree, the last cuMemRelease): an importer
+ * that comes later gets CUDA_ERROR_INVALID_VALUE, where natively a descriptor kept open would still
+ * import it.
+ *
+ * A session that has another session's IPC memory open (cuIpcOpenMemHandle) is checkpointed without
+ * it (the memory is the exporter's) and its restore opens the export again at the same address
+ * (crc_ipc_describe, crc_ipc_restore), so the restored program shares the exporter's memory as it is
+ * then, as if it had only paused; a restore where the exporter is gone fails, saying so. A session
+ * that exported cuMemAlloc memory is checkpointed once no other session has it open (the front counts
+ * opens): its exports are frozen meanwhile (another session's open waits for the checkpoint's end),
+ * and a restore exports the memory again under the same keys, so handles given out before open the
+ * restored memory. A checkpoint is refused with the reason (crc_ipc_ckpt_check) while another session
+ * has its exported memory open (a restore would give it new memory the other does not share), while it
+ * holds or exported an interprocess event, or holds or exported VMM shareable memory (their opens are
+ * not counted: an import is held until its session ends). */
+#define LOG_PREFIX "crcudad: "
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "crcuda/errno.h"
+#include "crcuda/log.h"
+#include "link.h"
+#include "worker.h"
+
+/* After cuda.h: define and call entry points by their ABI names. */
+#include "crcuda/cuda_api_undef.h"
+
+#define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
+
+/* The application's CUipcMemHandle. */
+struct ipc_mem_wire {
+	char magic[8];
+	uint64_t key;
+	uint64_t size;
+	uint64_t session_id; /* the exporter's, for messages */
+};
+static const char ipc_mem_magic[8] = "crcudaIM";
+_Static_assert(sizeof(struct ipc_mem_wire) <= CU_IPC_HANDLE_SIZE, "an IPC handle holds it");
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* One request to the front's registry and its reply (a descriptor: *fd_out, else -1). */
+static int registry_call(struct crc_ipc_msg *m, int fd_in, int *fd_out)
+{
+	int fds[1], nfds = 0, rc;
+
+	if (fd_out)
+		*fd_out = -1;
+	pthread_mutex_lock(&registry_lock);
+	rc = crc_sock_send_fds(CRC_LINK_IPC_FD, m, sizeof(*m), &fd_in, fd_in >= 0);
+	if (!rc)
+		rc = crc_sock_recv_fds(CRC_LINK_IPC_FD, m, sizeof(*m), fds, 1, &nfds);
+	pthread_mutex_unlock(&registry_lock);
+	if (rc) {
+		pr_warn("the front's CUDA IPC registry does not answer: %s", crc_strerror(rc));
+		return rc;
+	}
+	if (nfds && fd_out && !m->status)
+		*fd_out = fds[0];
+	else if (nfds)
+		close(fds[0]);
+	return m->status;
+}
+
+CUmemAllocationHandleType crc_ipc_handle_types(CUdevice dev, bool failed)
+{
+	static int posix_fd[CRC_MAX_DEVICES] = {0}; /* 0 unknown, 1 yes, -1 no */
+	int v = 0;
+
+	if (dev < 0 || dev >= CRC_MAX_DEVICES)
+		return CU_MEM_HANDLE_TYPE_NONE;
+	if (failed)
+		posix_fd[dev] = -1;
+	if (!posix_fd[dev])
+		posix_fd[dev] = CALL(cuDeviceGetAttribute, &v,
+				     CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+				     dev) == CUDA_SUCCESS &&
+					v
+				    ? 1
+				    : -1;
+	return posix_fd[dev] > 0 ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
+}
+
+void crc_ipc_unexport(uint64_t key)
+{
+	struct crc_ipc_msg m = {.op = CRC_IPC_DROP, .key = key};
+
+	registry_call(&m, -1, NULL);
+}
+
+/* The allocation (cuMemAlloc) holding ptr, or NULL. */
+static struct crc_alloc *alloc_holding(struct crc_session *s, enum crc_alloc_kind kind, uint64_t ptr)
+{
+	for (struct crc_alloc *a = s->allocs; a; a = a->next)
+		if (a->kind == kind && ptr >= a->ptr && ptr - a->ptr < a->size)
+			return a;
+	return NULL;
+}
+
+/* Exports h (size bytes) under key. */
+static CUresult export_as(struct crc_session *s, CUmemGenericAllocationHandle h, uint64_t size, uint64_t key)
+{
+	struct crc_ipc_msg m = {.op = CRC_IPC_PUT, .key = key, .size = size, .session_id = s->id};
+	int fd = -1, rc;
+	CUresult res =
+	    CALL(cuMemExportToShareableHandle, &fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	rc = registry_call(&m, fd, NULL);
+	close(fd);
+	if (rc == CRC_EEXIST)
+		return CUDA_ERROR_ALREADY_MAPPED;
+	if (rc)
+		return rc == CRC_ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_OPERATING_SYSTEM;
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_ipc_export(struct crc_session *s, CUmemGenericAllocationHandle h, uint64_t size, uint64_t *key)
+{
+	uint64_t k = 0;
+	CUresult res;
+
+	if (*key)
+		return CUDA_SUCCESS;
+	do {
+		if (getrandom(&k, sizeof(k), 0) != (ssize_t)sizeof(k))
+			return CUDA_ERROR_OPERATING_SYSTEM;
+	} while (!k);
+	res = export_as(s, h, size, k);
+	if (res == CUDA_SUCCESS)
+		*key = k;
+	return res;
+}
+
+CUresult crc_ipc_import(struct crc_session *s, uint64_t key, CUmemGenericAllocationHandle *h, uint64_t *size,
+			uint64_t *session_id)
+{
+	struct crc_ipc_msg m = {.op = CRC_IPC_GET, .key = key};
+	CUresult res;
+	int fd, rc;
+
+	(void)s;
+	rc = registry_call(&m, -1, &fd);
+	if (rc)
+		/* Freed, or its exporter is gone: natively, an invalid handle. */
+		return rc == CRC_ENOTFOUND ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OPERATING_SYSTEM;
+	res = CALL(cuMemImportFromShareableHandle, h, (void *)(intptr_t)fd,
+		   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	close(fd);
+	*size = m.size;
+	*session_id = m.session_id;
+	return res;
+}
+
+CUresult crc_ovr_cuIpcGetMemHandle(struct crc_session *s, void *const *argv)
+{
+	CUipcMemHandle *out = argv[0];
+	uint64_t ptr = *(CUdeviceptr *)argv[1];
+	struct crc_alloc *a = alloc_holding(s, CRC_ALLOC_MEM, ptr);
+	struct ipc_mem_wire w = {0};
+	CUresult res;
+
+	if (!out)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* Only cuMemAlloc memory, as natively (VMM memory has shareable handles instead). */
+	if (!a)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = crc_ipc_export(s, a->handle, a->size, &a->ipc_key);
+	if (res != CUDA_SUCCESS) {
+		pr_warn("session %llu: cannot export the memory at 0x%llx as a descriptor (%d)",
+			(unsigned long long)s->id, (unsigned long long)a->ptr, (int)res);
+		return res == CUDA_ERROR_NOT_PERMITTED ? CUDA_ERROR_NOT_SUPPORTED : res;
+	}
+	memcpy(w.magic, ipc_mem_magic, sizeof(w.magic));
+	w.key = a->ipc_key;
+	w.size = a->size;
+	w.session_id = s->id;
+	memset(out, 0, sizeof(*out));
+	memcpy(out->reserved, &w, sizeof(w));
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_ovr_cuIpcOpenMemHandle_v2(struct crc_session *s, void *const *argv)
+{
+	CUdeviceptr *pdptr = argv[0];
+	const CUipcMemHandle *handle = argv[1];
+	unsigned flags = *(unsigned *)argv[2];
+	CUmemAccessDesc access = {.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+				  .location.type = CU_MEM_LOCATION_TYPE_DEVICE};
+	CUmemGenericAllocationHandle h;
+	struct ipc_mem_wire w;
+	struct crc_alloc *a;
+	uint64_t ptr, size, exporter;
+	CUdevice dev;
+	CUresult res;
+
+	memcpy(&w, handle->reserved, sizeof(w));
+	if (!pdptr || (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) ||
+	    memcmp(w.magic, ipc_mem_magic, sizeof(w.magic)) || !w.key)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = crc_be.cuCtxGetDevice_fn(&dev);
+	if (res != CUDA_SUCCESS)
+		return res;
+	for (a = s->allocs; a; a = a->next) {
+		/* Its own memory: the driver refuses to open it in the process that exported it. */
+		if (a->kind == CRC_ALLOC_MEM && a->ipc_key == w.key)
+			return CUDA_ERROR_INVALID_CONTEXT;
+		/* Opened already: the same pointer, one more reference. */
+		if (a->kind == CRC_ALLOC_IPC && a->ipc_key == w.key) {
+			a->refs++;
+			*pdptr = a->ptr;
+			return CUDA_SUCCESS;
+		}
+	}
+	res = crc_ipc_import(s, w.key, &h, &size, &exporter);
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (crc_va_take(s, size, 0, 0, &ptr)) {
+		CALL(cuMemRelease, h);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	access.location.id = dev;
+	res = CALL(cuMemMap, ptr, size, 0, h, 0);
+	if (res == CUDA_SUCCESS) {
+		res = CALL(cuMemSetAccess, ptr, size, &access, 1);
+		if (res != CUDA_SUCCESS)
+			CALL(cuMemUnmap, ptr, size);
+	}
+	if (res == CUDA_SUCCESS && !(a = crc_alloc_add(s, CRC_ALLOC_IPC, ptr, size))) {
+		CALL(cuMemUnmap, ptr, size);
+		res = CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	if (res != CUDA_SUCCESS) {
+		CALL(cuMemRelease, h);
+		return res;
+	}
+	a->handle = h;
+	a->req = size;
+	a->refs = 1;
+	a->ipc_key = w.key;
+	a->ipc_dev = dev;
+	a->vhandle = s->cur_ctx;
+	crc_alloc_account(s, (int64_t)size);
+	pr_debug("session %llu: opened IPC memory of session %llu at 0x%llx (%llu bytes)",
+		 (unsigned long long)s->id, (unsigned long long)exporter, (unsigned long long)ptr,
+		 (unsigned long long)size);
+	*pdptr = ptr;
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_ovr_cuIpcOpenMemHandle(struct crc_session *s, void *const *argv)
+{
+	return crc_ovr_cuIpcOpenMemHandle_v2(s, argv);
+}
+
+void crc_ipc_unmap(struct crc_session *s, struct crc_alloc *a)
+{
+	struct crc_ipc_msg m = {.op = CRC_IPC_CLOSE, .key = a->ipc_key};
+
+	/* The exporter may be checkpointed once no other session holds its memory. */
+	registry_call(&m, -1, NULL);
+	CALL(cuMemUnmap, a->ptr, a->size);
+	CALL(cuMemRelease, a->handle);
+	crc_alloc_account(s, -(int64_t)a->size);
+	crc_alloc_remove(s, a);
+}
+
+CUresult crc_ovr_cuIpcCloseMemHandle(struct crc_session *s, void *const *argv)
+{
+	uint64_t ptr = *(CUdeviceptr *)argv[0];
+
+	for (struct crc_alloc *a = s->allocs; a; a = a->next) {
+		if (a->kind != CRC_ALLOC_IPC || a->ptr != ptr)
+			continue;
+		if (--a->refs > 0)
+			return CUDA_SUCCESS;
+		/* Work of this session may still read it. */
+		CALL(cuCtxSynchronize);
+		crc_ipc_unmap(s, a);
+		return CUDA_SUCCESS;
+	}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult note_event(void ***list, unsigned *n, void *ev)
+{
+	void **p;
+
+	for (unsigned i = 0; i < *n; i++)
+		if ((*list)[i] == ev)
+			return CUDA_SUCCESS;
+	p = realloc(*list, (*n + 1) * sizeof(*p));
+	if (!p)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	p[(*n)++] = ev;
+	*list = p;
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_ovr_cuIpcGetEventHandle(struct crc_session *s, void *const *argv)
+{
+	CUipcEventHandle *out = argv[0];
+	CUevent ev = *(CUevent *)argv[1];
+	CUresult res = CALL(cuIpcGetEventHandle, out, ev);
+
+	return res == CUDA_SUCCESS ? note_event(&s->ipc_events_out, &s->n_ipc_events_out, ev) : res;
+}
+
+CUresult crc_ovr_cuIpcOpenEventHandle(struct crc_session *s, void *const *argv)
+{
+	CUevent *out = argv[0];
+	const CUipcEventHandle *handle = argv[1];
+	CUresult res = CALL(cuIpcOpenEventHandle, out, *handle);
+
+	if (res == CUDA_SUCCESS && note_event(&s->ipc_events_in, &s->n_ipc_events_in, *out) != CUDA_SUCCESS) {
+		CALL(cuEventDestroy_v2, *out);
+		res = CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return res;
+}
+
+/* The first of the events still live in the session, or NULL. */
+static void *live_event(struct crc_session *s, void **list, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (crc_find_handle(s, CRC_HT_EVENT, list[i]))
+			return list[i];
+	return NULL;
+}
+
+int crc_ipc_ckpt_check(struct crc_session *s, char *why, size_t len)
+{
+	const char *later = "this is not supported yet; the program runs on";
+	bool exports = false;
+
+	for (struct crc_alloc *a = s->allocs; a; a = a->next) {
+		if ((a->kind == CRC_ALLOC_HANDLE || a->kind == CRC_ALLOC_MAP) && a->ipc_imported) {
+			snprintf(
+			    why, len,
+			    "checkpoint of a session that imports shareable memory from a live exporter "
+			    "(session "
+			    "%llu holds another process's memory, cuMemImportFromShareableHandle, %s): %s",
+			    (unsigned long long)s->id, a->kind == CRC_ALLOC_MAP ? "mapped" : "not released",
+			    later);
+			return -1;
+		}
+		if (a->kind == CRC_ALLOC_HANDLE && a->ipc_key) {
+			snprintf(
+			    why, len,
+			    "checkpoint of a session that exported shareable memory other processes may have "
+			    "imported (session %llu, cuMemExportToShareableHandle, not released): %s",
+			    (unsigned long long)s->id, later);
+			return -1;
+		}
+		exports |= a->kind == CRC_ALLOC_MEM && a->ipc_key;
+	}
+	if (live_event(s, s->ipc_events_in, s->n_ipc_events_in)) {
+		snprintf(
+		    why, len,
+		    "checkpoint of a session that has another process's interprocess event open (session "
+		    "%llu, cuIpcOpenEventHandle): %s",
+		    (unsigned long long)s->id, later);
+		return -1;
+	}
+	if (live_event(s, s->ipc_events_out, s->n_ipc_events_out)) {
+		snprintf(
+		    why, len,
+		    "checkpoint of a session that exported an interprocess event other processes may have "
+		    "open (session %llu, cuIpcGetEventHandle, not destroyed): %s",
+		    (unsigned long long)s->id, later);
+		return -1;
+	}
+	/* Its exports, while no other session has one open: nobody may open one until the checkpoint
+	 * ends (crc_ipc_thaw), or a restore would give the exporter new memory that they do not share. */
+	if (exports && !s->ipc_frozen) {
+		struct crc_ipc_msg m = {.op = CRC_IPC_FREEZE};
+		int rc = registry_call(&m, -1, NULL);
+
+		if (rc == CRC_EBUSY) {
+			struct crc_alloc *a;
+
+			for (a = s->allocs; a && !(a->kind == CRC_ALLOC_MEM && a->ipc_key == m.key);
+			     a = a->next)
+				;
+			snprintf(
+			    why, len,
+			    "checkpoint of a session that exported IPC memory another process has open "
+			    "(session %llu, cuIpcGetMemHandle of 0x%llx; natively that process would keep "
+			    "memory a restore replaces): the program runs on",
+			    (unsigned long long)s->id, a ? (unsigned long long)a->ptr : 0ULL);
+			return -1;
+		}
+		if (rc) {
+			snprintf(why, len, "the daemon's CUDA IPC registry does not answer: %s",
+				 crc_strerror(rc));
+			return -1;
+		}
+		s->ipc_frozen = true;
+	}
+	return 0;
+}
+
+void crc_ipc_thaw(struct crc_session *s)
+{
+	struct crc_ipc_msg m = {.op = CRC_IPC_THAW};
+
+	if (!s->ipc_frozen)
+		return;
+	registry_call(&m, -1, NULL);
+	s->ipc_frozen = false;
+}
+
+char *crc_ipc_describe_exports(struct crc_session *s)
+{
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&out, &len);
+
+	if (!f)
+		return NULL;
+	for (struct crc_alloc *a = s->allocs; a; a = a->next)
+		if (a->kind == CRC_ALLOC_MEM && a->ipc_key)
+			fprintf(f, "%llx %llx\n", (unsigned long long)a->ptr, (unsigned long long)a->ipc_key);
+	if (fclose(f)) {
+		free(out);
+		return NULL;
+	}
+	return out;
+}
+
+void crc_ipc_restore_exports(struct crc_session *s, const char *desc)
+{
+	for (const char *r = desc; r && *r;) {
+		unsigned long long addr, key;
+		struct crc_alloc *a;
+		int used = 0;
+		CUresult res;
+
+		if (sscanf(r, "%llx %llx%n", &addr, &key, &used) < 2 || !used || r[used] != '\n') {
+			pr_warn("session %llu: the checkpoint's list of exports is unreadable: not exported "
+				"again",
+				(unsigned long long)s->id);
+			return;
+		}
+		r += used + 1;
+		for (a = s->allocs; a && !(a->kind == CRC_ALLOC_MEM && a->ptr == addr); a = a->next)
+			;
+		res = a ? export_as(s, a->handle, a->size, key) : CUDA_ERROR_INVALID_VALUE;
+		if (res == CUDA_SUCCESS)
+			a->ipc_key = key;
+		else
+			/* Another copy of the session exports it (its original still runs, or a restore
+			 * beside this one): handles of it name that one's memory, not this one's. */
+			pr_warn("session %llu: the memory at 0x%llx is not exported again under its IPC "
+				"handle (%s)",
+				(unsigned long long)s->id, addr,
+				res == CUDA_ERROR_ALREADY_MAPPED ? "another copy of the session exports it"
+								 : "the export failed");
+	}
+}
+
+void crc_ipc_free(struct crc_session *s)
+{
+	free(s->ipc_events_out);
+	free(s->ipc_events_in);
+	s->ipc_events_out = s->ipc_events_in = NULL;
+	s->n_ipc_events_out = s->n_ipc_events_in = 0;
+}
+
+/* "ADDR SIZE KEY REFS DEV CTX\n" per opened IPC memory (DEV the client's ordinal): NULL on memory
+ * exhaustion. */
+char *crc_ipc_describe(struct crc_session *s)
+{
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&out, &len);
+
+	if (!f)
+		return NULL;
+	for (struct crc_alloc *a = s->allocs; a; a = a->next)
+		if (a->kind == CRC_ALLOC_IPC)
+			fprintf(f, "%llx %llx %llx %d %d %llx\n", (unsigned long long)a->ptr,
+				(unsigned long long)a->size, (unsigned long long)a->ipc_key, a->refs,
+				crc_dev_client(s, a->ipc_dev), (unsigned long long)a->vhandle);
+	if (fclose(f)) {
+		free(out);
+		return NULL;
+	}
+	return out;
+}
+
+/* Opens export key again at addr (size bytes), accessible from backend device dev. */
+static CUresult reopen(struct crc_session *s, uint64_t addr, uint64_t size, uint64_t key, CUdevice dev,
+		       CUmemGenericAllocationHandle *h)
+{
+	CUmemAccessDesc access = {.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+				  .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev}};
+	uint64_t got_size, exporter, at;
+	CUresult res = crc_ipc_import(s, key, h, &got_size, &exporter);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if (got_size != size || crc_va_take(s, size, 0, addr, &at) || at != addr) {
+		CALL(cuMemRelease, *h);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	res = CALL(cuMemMap, addr, size, 0, *h, 0);
+	if (res == CUDA_SUCCESS) {
+		res = CALL(cuMemSetAccess, addr, size, &access, 1);
+		if (res != CUDA_SUCCESS)
+			CALL(cuMemUnmap, addr, size);
+	}
+	if (res != CUDA_SUCCESS)
+		CALL(cuMemRelease, *h);
+	return res;
+}
+
+int crc_ipc_restore(struct crc_session *s, const char *desc, char *why, size_t len)
+{
+	CUcontext prev;
+	int rc = 0;
+
+	if (!desc || !*desc)
+		return 0;
+	if (crc_session_some_ctx(s, &prev) != CUDA_SUCCESS) {
+		snprintf(why, len, "no context to open the session's IPC memory in");
+		return CRC_ECUDA;
+	}
+	for (const char *r = desc; *r && !rc;) {
+		unsigned long long addr, size, key, ctx;
+		int refs, dev, used = 0;
+		CUmemGenericAllocationHandle h;
+		struct crc_alloc *a;
+		CUresult res;
+
+		if (sscanf(r, "%llx %llx %llx %d %d %llx%n", &addr, &size, &key, &refs, &dev, &ctx, &used) <
+			6 ||
+		    !used || r[used] != '\n' || refs < 1) {
+			snprintf(why, len, "the checkpoint's list of opened IPC memory is unreadable");
+			rc = CRC_ECORRUPT;
+			break;
+		}
+		r += used + 1;
+		res = reopen(s, addr, size, key, crc_dev_backend(s, dev), &h);
+		if (res != CUDA_SUCCESS) {
+			snprintf(why, len,
+				 "the session had another process's IPC memory open at 0x%llx "
+				 "(cuIpcOpenMemHandle), "
+				 "which %s (CUDA error %d)",
+				 addr,
+				 res == CUDA_ERROR_INVALID_VALUE ? "its exporter no longer exports: restore "
+								   "the exporter first, or keep it running"
+								 : "could not be opened again",
+				 (int)res);
+			rc = CRC_ENOTFOUND;
+			break;
+		}
+		a = crc_alloc_add(s, CRC_ALLOC_IPC, addr, size);
+		if (!a) {
+			CALL(cuMemUnmap, addr, size);
+			CALL(cuMemRelease, h);
+			snprintf(why, len, "out of memory");
+			rc = CRC_ENOMEM;
+			break;
+		}
+		a->handle = h;
+		a->req = size;
+		a->refs = refs;
+		a->ipc_key = key;
+		a->ipc_dev = crc_dev_backend(s, dev);
+		a->vhandle = ctx;
+		crc_alloc_account(s, (int64_t)size);
+	}
+	crc_session_ctx_back(prev);
+	return rc;
+}
