@@ -229,6 +229,10 @@ CUresult crc_ovr_cuIpcOpenMemHandle_v2(struct crc_session *s, void *const *argv)
 		}
 	}
 	res = crc_ipc_import(s, w.key, &h, &size, &exporter);
+	/* A handle of ours whose memory is gone (freed, or its exporter ended): what the driver answers
+	 * for the handle of freed memory (measured on the H200: tests/gpu/ipc.sh). */
+	if (res == CUDA_ERROR_INVALID_VALUE)
+		return CUDA_ERROR_NOT_PERMITTED;
 	if (res != CUDA_SUCCESS)
 		return res;
 	if (crc_va_take(s, size, 0, 0, &ptr)) {

@@ -128,7 +128,7 @@ ipc)
 		"A: opening its own memory handle: CUDA_ERROR_INVALID_CONTEXT" \
 		"B: opening a zeroed memory handle: CUDA_ERROR_INVALID_VALUE" \
 		"B: closing it once more: CUDA_ERROR_INVALID_VALUE" \
-		"B: opening the handle of freed memory: CUDA_ERROR_INVALID_VALUE" \
+		"B: opening the handle of freed memory: CUDA_ERROR_NOT_PERMITTED" \
 		"A: handle of an ordinary event: CUDA_ERROR_INVALID_VALUE" \
 		"B: read A's pattern in the imported VMM memory: exact" \
 		"A: read B's pattern in the shared VMM memory: exact" \
