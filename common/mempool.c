@@ -17,6 +17,10 @@ struct pool {
 	cuuint64_t release_threshold, used, used_high, reserved_high;
 	unsigned char access[MAX_DEVICES]; /* CUmemAccess_flags */
 	bool is_default, destroyed;
+	/* Imported from another process (cuMemPoolImportFromShareableHandle): its pointers can be
+	 * imported, nothing allocated; origin names the exporter's pool. */
+	bool imported;
+	uint64_t origin[2];
 	struct pool *next;
 };
 
@@ -158,11 +162,12 @@ CUresult crc_mempool_create(CUmemoryPool *pool, const CUmemPoolProps *props,
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!device_ok(props->location.id, ops))
 		return CUDA_ERROR_INVALID_VALUE; /* as the driver answers (H100, driver 580) */
-	if (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE) {
-		pr_warn(
-		    "memory pools that can be exported (handle types %#x) are not supported under crcuda: "
-		    "sharing them needs IPC between processes",
-		    (unsigned)props->handleTypes);
+	/* POSIX descriptors are shared as crcuda's own (libcrcuda/hooks_ipc.c); fabric and Win32 handles
+	 * would need the driver's bytes in this process. */
+	if (props->handleTypes & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+		pr_warn("memory pools exported as handles of types %#x are not supported under crcuda (POSIX "
+			"file descriptors are)",
+			(unsigned)props->handleTypes);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	pthread_mutex_lock(&lock);
@@ -172,6 +177,57 @@ CUresult crc_mempool_create(CUmemoryPool *pool, const CUmemPoolProps *props,
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	*pool = (CUmemoryPool)p;
 	return CUDA_SUCCESS;
+}
+
+CUresult crc_mempool_import(CUmemoryPool *pool, const CUmemPoolProps *props, const uint64_t origin[2])
+{
+	struct pool *p;
+
+	if (!pool || !props)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&lock);
+	p = pool_new(props);
+	if (p) {
+		p->imported = true;
+		p->origin[0] = origin[0];
+		p->origin[1] = origin[1];
+	}
+	pthread_mutex_unlock(&lock);
+	if (!p)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*pool = (CUmemoryPool)p;
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_mempool_origin(CUmemoryPool h, uint64_t origin[2])
+{
+	struct pool *p;
+	CUresult res = CUDA_ERROR_INVALID_VALUE;
+
+	pthread_mutex_lock(&lock);
+	p = pool_of(h);
+	if (p && p->imported) {
+		origin[0] = p->origin[0];
+		origin[1] = p->origin[1];
+		res = CUDA_SUCCESS;
+	}
+	pthread_mutex_unlock(&lock);
+	return res;
+}
+
+CUresult crc_mempool_owner(CUdeviceptr ptr, CUmemoryPool *pool)
+{
+	CUresult res = CUDA_ERROR_NOT_FOUND;
+
+	pthread_mutex_lock(&lock);
+	for (struct live *l = lives; l; l = l->next)
+		if (l->p == ptr) {
+			*pool = (CUmemoryPool)l->pool;
+			res = CUDA_SUCCESS;
+			break;
+		}
+	pthread_mutex_unlock(&lock);
+	return res;
 }
 
 CUresult crc_mempool_props(CUmemoryPool h, CUmemPoolProps *props)
@@ -359,7 +415,7 @@ CUresult crc_mempool_alloc(CUdeviceptr *ptr, size_t bytes, CUmemoryPool h, CUstr
 	pthread_mutex_lock(&lock);
 	p = pool_of(h);
 	pthread_mutex_unlock(&lock);
-	if (!p)
+	if (!p || p->imported)
 		return CUDA_ERROR_INVALID_VALUE;
 	l = malloc(sizeof(*l));
 	if (!l)

@@ -127,6 +127,9 @@ CUresult crc_rpc(uint16_t op, const void *args, size_t len, void *out, size_t ou
 CUresult crc_post(uint16_t op, const void *args, size_t len);
 
 /* The generic forwarder: argv[i] points at the i-th argument, marshalled as spec[i] says. */
+/* Frees ptr when it is a pointer imported from another process's memory pool (hooks_ipc.c): true,
+ * with the result in *res; false for any other pointer. */
+bool crc_pool_import_free(CUdeviceptr ptr, CUstream stream, bool async, CUresult *res);
 CUresult crc_fwd_call(int id, bool async, unsigned nargs, const struct crc_arg_spec *spec,
 		      const void *const *argv);
 

@@ -18,6 +18,7 @@
 
 #include "client.h"
 #include "crcuda/cuda_marshal_specs.h"
+#include "crcuda/mempool.h"
 
 static pthread_mutex_t ipc_events_lock = PTHREAD_MUTEX_INITIALIZER;
 static uintptr_t *ipc_events;
@@ -152,4 +153,152 @@ CUresult crc_hook_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h
 	if (res == CUDA_SUCCESS)
 		*handle = h;
 	return res;
+}
+
+/* ---- memory pools shared between processes --------------------------------------------------------
+ * A pool made with POSIX descriptor handles is exported as a sealed memfd naming it (this process's
+ * pid and the pool) and holding its properties; the importer gets a pool of its own that only imports
+ * pointers. A pointer's export data is the IPC handle of its memory (cuIpcGetMemHandle: the worker's
+ * registry shares it) with its pool's name in the bytes the handle leaves free, so that an import into
+ * another pool fails, as natively. The importer's pointer is IPC memory it opened: freeing it closes
+ * it. */
+#define POOL_SHARE_MAGIC "crcudaMP"
+#define POOL_PTR_MAGIC	 "crcudaPP"
+#define POOL_TAG_AT	 40 /* in the 64 bytes of export data; crcuda's IPC handle uses the first 32 */
+
+struct pool_share_wire {
+	char magic[8];
+	uint64_t origin[2]; /* the exporter's pid and pool */
+	CUmemPoolProps props;
+};
+
+struct pool_ptr_tag {
+	char magic[8];
+	uint64_t origin[2];
+};
+_Static_assert(POOL_TAG_AT + sizeof(struct pool_ptr_tag) <= sizeof(CUmemPoolPtrExportData), "the tag fits");
+
+static pthread_mutex_t pool_imports_lock = PTHREAD_MUTEX_INITIALIZER;
+static CUdeviceptr *pool_imports;
+static size_t n_pool_imports, cap_pool_imports;
+
+CUresult crc_hook_cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool,
+						   CUmemAllocationHandleType handleType,
+						   unsigned long long flags)
+{
+	struct pool_share_wire w = {.magic = POOL_SHARE_MAGIC,
+				    .origin = {(uint64_t)getpid(), (uintptr_t)pool}};
+	int fd;
+
+	if (!handle_out || flags || crc_mempool_props(pool, &w.props) != CUDA_SUCCESS)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (!(w.props.handleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+		return CUDA_ERROR_INVALID_VALUE;
+	fd = memfd_create("crcuda-pool-handle", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return CUDA_ERROR_OPERATING_SYSTEM;
+	if (pwrite(fd, &w, sizeof(w), 0) != (ssize_t)sizeof(w) ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL)) {
+		close(fd);
+		return CUDA_ERROR_OPERATING_SYSTEM;
+	}
+	*(int *)handle_out = fd;
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_hook_cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle,
+						     CUmemAllocationHandleType handleType,
+						     unsigned long long flags)
+{
+	int fd = (int)(intptr_t)handle;
+	struct pool_share_wire w;
+
+	if (!pool_out || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	/* Only a descriptor this layer made names a pool. */
+	if (fd < 0 || pread(fd, &w, sizeof(w), 0) != (ssize_t)sizeof(w) ||
+	    memcmp(w.magic, POOL_SHARE_MAGIC, sizeof(w.magic)))
+		return CUDA_ERROR_INVALID_VALUE;
+	return crc_mempool_import(pool_out, &w.props, w.origin);
+}
+
+CUresult crc_hook_cuMemPoolExportPointer(CUmemPoolPtrExportData *out, CUdeviceptr ptr)
+{
+	struct pool_ptr_tag tag = {.magic = POOL_PTR_MAGIC, .origin = {(uint64_t)getpid()}};
+	CUmemoryPool pool;
+	CUipcMemHandle h;
+	CUresult res;
+
+	if (!out || crc_mempool_owner(ptr, &pool) != CUDA_SUCCESS)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = crc_fwd_cuIpcGetMemHandle(&h, ptr);
+	if (res != CUDA_SUCCESS)
+		return res;
+	tag.origin[1] = (uintptr_t)pool;
+	memcpy(out->reserved, h.reserved, sizeof(out->reserved));
+	memcpy(out->reserved + POOL_TAG_AT, &tag, sizeof(tag));
+	return CUDA_SUCCESS;
+}
+
+CUresult crc_hook_cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool,
+					 CUmemPoolPtrExportData *data)
+{
+	uint64_t origin[2];
+	struct pool_ptr_tag tag;
+	CUipcMemHandle h;
+	CUresult res;
+
+	if (!ptr_out || !data || crc_mempool_origin(pool, origin) != CUDA_SUCCESS)
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(&tag, data->reserved + POOL_TAG_AT, sizeof(tag));
+	/* Export data of another pool's pointer. */
+	if (memcmp(tag.magic, POOL_PTR_MAGIC, sizeof(tag.magic)) || tag.origin[0] != origin[0] ||
+	    tag.origin[1] != origin[1])
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(h.reserved, data->reserved, sizeof(h.reserved));
+	memset(h.reserved + POOL_TAG_AT, 0, sizeof(tag));
+	res = crc_fwd_cuIpcOpenMemHandle_v2(ptr_out, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+	if (res != CUDA_SUCCESS)
+		return res;
+	pthread_mutex_lock(&pool_imports_lock);
+	if (n_pool_imports == cap_pool_imports) {
+		size_t cap = cap_pool_imports ? 2 * cap_pool_imports : 16;
+		CUdeviceptr *more = realloc(pool_imports, cap * sizeof(*more));
+
+		if (!more) {
+			pthread_mutex_unlock(&pool_imports_lock);
+			crc_fwd_cuIpcCloseMemHandle(*ptr_out);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		pool_imports = more;
+		cap_pool_imports = cap;
+	}
+	pool_imports[n_pool_imports++] = *ptr_out;
+	pthread_mutex_unlock(&pool_imports_lock);
+	return CUDA_SUCCESS;
+}
+
+bool crc_pool_import_free(CUdeviceptr ptr, CUstream stream, bool async, CUresult *res)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&pool_imports_lock);
+	for (size_t i = 0; i < n_pool_imports; i++)
+		if (pool_imports[i] == ptr) {
+			pool_imports[i] = pool_imports[--n_pool_imports];
+			found = true;
+			break;
+		}
+	pthread_mutex_unlock(&pool_imports_lock);
+	if (!found)
+		return false;
+	/* Stream-ordered: the work queued before the free may still read it. */
+	*res = async ? crc_fwd_cuStreamSynchronize(stream) : CUDA_SUCCESS;
+	if (*res == CUDA_SUCCESS)
+		*res = crc_fwd_cuIpcCloseMemHandle(ptr);
+	return true;
 }

@@ -45,6 +45,9 @@ CUresult crc_hook_cuMemFree_v2(CUdeviceptr dptr)
 
 	if (pin && pin->managed && pin->addr == dptr)
 		return managed_free((void *)(uintptr_t)dptr);
+	/* A pointer imported from another process's pool is closed. */
+	if (crc_pool_import_free(dptr, NULL, false, &res))
+		return res;
 	/* Graph memory stays while its graphs need it (graph_mem.c). */
 	if (crc_graph_mem_owns(dptr))
 		return CUDA_SUCCESS;
@@ -124,6 +127,8 @@ CUresult crc_hook_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 
 	if (crc_graph_mem_owns(dptr))
 		return crc_capturing_on(hStream) ? crc_graph_mem_capture_free(dptr, hStream) : CUDA_SUCCESS;
+	if (crc_pool_import_free(dptr, hStream, true, &res))
+		return res;
 	if (crc_capturing_on(hStream))
 		return crc_fwd_cuMemFreeAsync(dptr, hStream);
 	res = crc_mempool_free(dptr, hStream, &pool_ops);

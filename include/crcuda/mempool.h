@@ -9,6 +9,7 @@
 #define CRCUDA_MEMPOOL_H
 
 #include <cuda.h>
+#include <stdint.h>
 #include <stdbool.h>
 
 struct crc_mempool_ops {
@@ -42,6 +43,13 @@ CUresult crc_mempool_trim(CUmemoryPool pool);
 /* pool NULL: the current device's current pool (cuMemAllocAsync). */
 CUresult crc_mempool_alloc(CUdeviceptr *p, size_t bytes, CUmemoryPool pool, CUstream stream,
 			   const struct crc_mempool_ops *ops);
+/* A pool imported from another process (props as its exporter's; origin names the exporter's pool):
+ * nothing is allocated from it; crc_mempool_origin gives origin back (CUDA_ERROR_INVALID_VALUE for a
+ * pool not imported). */
+CUresult crc_mempool_import(CUmemoryPool *pool, const CUmemPoolProps *props, const uint64_t origin[2]);
+CUresult crc_mempool_origin(CUmemoryPool pool, uint64_t origin[2]);
+/* The pool of stream-ordered allocation ptr (CUDA_ERROR_NOT_FOUND: none). */
+CUresult crc_mempool_owner(CUdeviceptr ptr, CUmemoryPool *pool);
 /* CUDA_ERROR_NOT_FOUND: p is no stream-ordered allocation (the caller frees it its own way). */
 CUresult crc_mempool_free(CUdeviceptr p, CUstream stream, const struct crc_mempool_ops *ops);
 

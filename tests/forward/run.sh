@@ -134,6 +134,9 @@ ipc)
 		"A: read B's pattern in the shared VMM memory: exact" \
 		"A: exporting a handle made without the descriptor type: CUDA_ERROR_NOT_PERMITTED" \
 		"B: importing a pipe as a shareable handle: refused" \
+		"B: importing another pool's pointer into the pool: refused" \
+		"B: read A's pattern in the imported pool's memory: exact" \
+		"A: read B's pattern in the shared pool's memory: exact" \
 		"B: the opened memory is device memory, its range starts at the pointer: yes, enough bytes" \
 		"ipc: PASS"; do
 		grep -q "^$line\$" "$tmp/out" || fail "no line '$line'"
@@ -173,7 +176,7 @@ ipc)
 	"$ctl" "$CRCUDA_SOCKET" resume "$b" || fail "resume of B"
 	touch "$tmp/hold.go"
 	wait "$prog_pid" || fail "ipc after B's checkpoint: exit $?: $(tail -5 "$tmp/out")"
-	echo "ipc: exact both ways (memory, event, VMM shareable handle); checkpoints of the importer and of" \
+	echo "ipc: exact both ways (memory, event, VMM shareable handle, pool); checkpoints of the importer and of" \
 		"the exporter refused while shared, both ran on; the importer checkpoints once it let go"
 	;;
 ipc-unexportable)

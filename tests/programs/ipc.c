@@ -5,16 +5,16 @@
  * own pattern and records the event; A waits on the event in a stream and reads exactly B's pattern;
  * then A writes and records, B waits and reads. Then VMM memory (cuMemCreate) shared through a
  * shareable handle, a POSIX descriptor passed over a unix socket (SCM_RIGHTS): B imports and maps it,
- * reads A's pattern and writes its own, which A reads. Error cases on both sides. Output is deterministic
- * (B prints as it goes; A prints after B has ended), so runs natively and through the layer compare
- * line for line.
- *   ipc [--hold FILE]      B, with the memory open, writes its pid to FILE and waits for FILE.go
- *   ipc [--hold-end FILE]  the same once B has let go of everything it opened and imported
- *   ipc --cr-export DIR    the two sides as separate programs (tests/cr/ipc-cr.sh checkpoints and
- *   ipc --cr-import DIR    restores the importer alone, then the exporter), talking through files in
- *   ipc --cr-reopen DIR    DIR (below); the reopener opens the restored exporter's memory
- *   ipc --cr-peek DIR      opens the exporter's memory, checks it and closes it
- * Exit 0 pass, 1 fail, 77 no device. */
+ * reads A's pattern and writes its own, which A reads. Then a memory pool made exportable: its
+ * descriptor and two pointers' export data (one of another pool, which B's import must refuse), B
+ * reads and writes the pool's memory and frees it, A reads B's pattern. Error cases on both sides. Output is
+ * deterministic (B prints as it goes; A prints after B has ended), so runs natively and through the layer
+ * compare line for line. ipc [--hold FILE]      B, with the memory open, writes its pid to FILE and waits for
+ * FILE.go ipc [--hold-end FILE]  the same once B has let go of everything it opened and imported ipc
+ * --cr-export DIR    the two sides as separate programs (tests/cr/ipc-cr.sh checkpoints and ipc --cr-import
+ * DIR    restores the importer alone, then the exporter), talking through files in ipc --cr-reopen DIR    DIR
+ * (below); the reopener opens the restored exporter's memory ipc --cr-peek DIR      opens the exporter's
+ * memory, checks it and closes it Exit 0 pass, 1 fail, 77 no device. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -274,6 +274,47 @@ static int exporter(int to_b, int from_b, int fd_sock, pid_t b)
 		vmm_unmap(vp, size);
 		CU_CHECK(cuMemRelease(vh));
 	}
+	/* A memory pool shared with B (NVIDIA's streamOrderedAllocationIPC's way): its descriptor, then
+	 * the export data of two pointers, the first of another pool (B's import of it into this pool
+	 * must fail), the second of this pool's. */
+	{
+		CUmemPoolProps pp = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+				     .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+				     .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+		CUmemoryPool pool, other;
+		CUdeviceptr pool_ptr, other_ptr;
+		CUmemPoolPtrExportData data[2];
+		int fd = -1;
+
+		CU_CHECK(cuMemPoolCreate(&pool, &pp));
+		CU_CHECK(cuMemPoolCreate(&other, &pp));
+		CU_CHECK(cuMemAllocFromPoolAsync(&pool_ptr, WORDS * 4, pool, st));
+		CU_CHECK(cuMemAllocFromPoolAsync(&other_ptr, WORDS * 4, other, st));
+		for (uint32_t i = 0; i < WORDS; i++)
+			host[i] = pattern_b(i) ^ PATTERN_C;
+		CU_CHECK(cuMemcpyHtoDAsync(pool_ptr, host, WORDS * 4, st));
+		CU_CHECK(cuStreamSynchronize(st));
+		CU_CHECK(
+		    cuMemPoolExportToShareableHandle(&fd, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+		CU_CHECK(cuMemPoolExportPointer(&data[0], other_ptr));
+		CU_CHECK(cuMemPoolExportPointer(&data[1], pool_ptr));
+		send_fd(fd_sock, fd);
+		close(fd);
+		if (write(to_b, data, sizeof(data)) != (ssize_t)sizeof(data)) {
+			perror("ipc: write to the pipe");
+			exit(1);
+		}
+		recv_msg(from_b, "b-pool-wrote", NULL);
+		CU_CHECK(cuMemcpyDtoH(host, pool_ptr, WORDS * 4));
+		status = check_words(host, pattern_a, 0, "A (pool)");
+		a_say("A: read B's pattern in the shared pool's memory: %s\n", status ? "WRONG" : "exact");
+		rc |= status;
+		CU_CHECK(cuMemFreeAsync(pool_ptr, st));
+		CU_CHECK(cuMemFreeAsync(other_ptr, st));
+		CU_CHECK(cuStreamSynchronize(st));
+		CU_CHECK(cuMemPoolDestroy(pool));
+		CU_CHECK(cuMemPoolDestroy(other));
+	}
 	recv_msg(from_b, "b-done", NULL);
 	CU_CHECK(cuEventDestroy(ev));
 	CU_CHECK(cuEventDestroy(plain));
@@ -446,6 +487,43 @@ static int importer(int to_a, int from_a, int fd_sock, const char *hold_file, co
 		close(not_ours[1]);
 		if (r == CUDA_SUCCESS)
 			return 1;
+	}
+	/* A's pool: imported from its descriptor, then its pointer (not the other pool's). */
+	{
+		CUmemPoolPtrExportData data[2];
+		CUmemoryPool pool;
+		CUdeviceptr p;
+		int fd = recv_fd(fd_sock);
+
+		if (read(from_a, data, sizeof(data)) != (ssize_t)sizeof(data)) {
+			perror("ipc: read from the pipe");
+			return 1;
+		}
+		CU_CHECK(cuMemPoolImportFromShareableHandle(&pool, (void *)(intptr_t)fd,
+							    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+		close(fd);
+		r = cuMemPoolImportPointer(&p, pool, &data[0]);
+		printf("B: importing another pool's pointer into the pool: %s\n",
+		       r == CUDA_SUCCESS ? "SUCCESS" : "refused");
+		if (r == CUDA_SUCCESS)
+			return 1;
+		CU_CHECK(cuMemPoolImportPointer(&p, pool, &data[1]));
+		CU_CHECK(cuMemcpyDtoH(host, p, WORDS * 4));
+		for (uint32_t i = 0; i < WORDS; i++)
+			if (host[i] != (pattern_b(i) ^ PATTERN_C)) {
+				fprintf(stderr, "B: pool word %u is %#x\n", i, host[i]);
+				return 1;
+			}
+		printf("B: read A's pattern in the imported pool's memory: exact\n");
+		for (uint32_t i = 0; i < WORDS; i++)
+			host[i] = pattern_a(i);
+		CU_CHECK(cuMemcpyHtoD(p, host, WORDS * 4));
+		CU_CHECK(cuCtxSynchronize());
+		/* Freed in the importer before the exporter frees it, as the driver asks. */
+		CU_CHECK(cuMemFreeAsync(p, st));
+		CU_CHECK(cuStreamSynchronize(st));
+		CU_CHECK(cuMemPoolDestroy(pool));
+		send_msg(to_a, "b-pool-wrote", NULL);
 	}
 	CU_CHECK(cuEventDestroy(ev));
 	CU_CHECK(cuMemFree(counter));
