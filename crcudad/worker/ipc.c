@@ -466,11 +466,19 @@ void crc_ipc_restore_exports(struct crc_session *s, const char *desc)
 		for (a = s->allocs; a && !(a->kind == CRC_ALLOC_MEM && a->ptr == addr); a = a->next)
 			;
 		res = a ? export_as(s, a->handle, a->size, key) : CUDA_ERROR_INVALID_VALUE;
+		/* The checkpointed process is gone (this one has its pid), but its worker may still be
+		 * ending, its exports with it: wait for that a while (seen on an H200: tens of ms). */
+		for (double until = crc_now_s() + 5;
+		     res == CUDA_ERROR_ALREADY_MAPPED && crc_now_s() < until;) {
+			usleep(20000);
+			res = export_as(s, a->handle, a->size, key);
+		}
 		if (res == CUDA_SUCCESS)
 			a->ipc_key = key;
 		else
-			/* Another copy of the session exports it (its original still runs, or a restore
-			 * beside this one): handles of it name that one's memory, not this one's. */
+			/* Another copy of the session exports it (its original still runs on another
+			 * host's daemon, or a restore beside this one): handles of it name that one's
+			 * memory, not this one's. */
 			pr_warn("session %llu: the memory at 0x%llx is not exported again under its IPC "
 				"handle (%s)",
 				(unsigned long long)s->id, addr,

@@ -294,6 +294,10 @@ static int exporter(int to_b, int from_b, int fd_sock, pid_t b)
 			host[i] = pattern_b(i) ^ PATTERN_C;
 		CU_CHECK(cuMemcpyHtoDAsync(pool_ptr, host, WORDS * 4, st));
 		CU_CHECK(cuStreamSynchronize(st));
+		/* The driver exports pointers of a pool whose handle was exported (measured on the H200). */
+		CU_CHECK(cuMemPoolExportToShareableHandle(&fd, other,
+							  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+		close(fd);
 		CU_CHECK(
 		    cuMemPoolExportToShareableHandle(&fd, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
 		CU_CHECK(cuMemPoolExportPointer(&data[0], other_ptr));
