@@ -105,6 +105,20 @@ CUresult crc_hook_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsig
 	return crc_fwd_call(CRC_CU_cuEventRecordWithFlags, false, 3, spec_cuEventRecordWithFlags, argv);
 }
 
+/* A descriptor the application may pass to another process: a memfd holding len bytes of data, sealed
+ * so that nobody can change them. -1 on failure. */
+static int sealed_memfd(const char *name, const void *data, size_t len)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	if (fd >= 0 && (pwrite(fd, data, len, 0) != (ssize_t)len ||
+			fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL))) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
 CUresult crc_hook_cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
 					       CUmemAllocationHandleType handleType, unsigned long long flags)
 {
@@ -121,14 +135,9 @@ CUresult crc_hook_cuMemExportToShareableHandle(void *shareableHandle, CUmemGener
 	res = crc_rpc(CRC_CU_cuMemExportToShareableHandle, &h, sizeof(h), &w, sizeof(w));
 	if (res != CUDA_SUCCESS)
 		return res;
-	fd = memfd_create("crcuda-shareable-handle", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	fd = sealed_memfd("crcuda-shareable-handle", &w, sizeof(w));
 	if (fd < 0)
 		return CUDA_ERROR_OPERATING_SYSTEM;
-	if (pwrite(fd, &w, sizeof(w), 0) != (ssize_t)sizeof(w) ||
-	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL)) {
-		close(fd);
-		return CUDA_ERROR_OPERATING_SYSTEM;
-	}
 	*(int *)shareableHandle = fd;
 	return CUDA_SUCCESS;
 }
@@ -196,14 +205,9 @@ CUresult crc_hook_cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPoo
 		return CUDA_ERROR_NOT_SUPPORTED;
 	if (!(w.props.handleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
 		return CUDA_ERROR_INVALID_VALUE;
-	fd = memfd_create("crcuda-pool-handle", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	fd = sealed_memfd("crcuda-pool-handle", &w, sizeof(w));
 	if (fd < 0)
 		return CUDA_ERROR_OPERATING_SYSTEM;
-	if (pwrite(fd, &w, sizeof(w), 0) != (ssize_t)sizeof(w) ||
-	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL)) {
-		close(fd);
-		return CUDA_ERROR_OPERATING_SYSTEM;
-	}
 	*(int *)handle_out = fd;
 	return CUDA_SUCCESS;
 }

@@ -386,25 +386,32 @@ int crc__chunk_read_at(struct crc_store *st, const struct crc_hash *hash, const 
 	return chunk_read_fd(st, hash, loc, buf, &st->read_fd, &st->read_pack, st->read_scratch);
 }
 
+/* Where the chunk of that hash is, in a read transaction of its own; *out_len its length, which buflen
+ * must hold (CRC_EINVAL otherwise, *out_len set all the same). */
+static int locate_for_read(struct crc_store *st, const struct crc_hash *hash, size_t buflen, size_t *out_len,
+			   struct chunk_loc *loc)
+{
+	MDB_txn *txn;
+	int rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn);
+	if (rc)
+		return crc__mdb_err(rc, "mdb_txn_begin");
+	rc = crc__chunk_locate(st, txn, hash, loc);
+	mdb_txn_abort(txn);
+	if (rc)
+		return rc;
+	if (out_len)
+		*out_len = loc->length;
+	return buflen < loc->length ? CRC_EINVAL : 0;
+}
+
 int crc_store_chunk_read(struct crc_store *st, const struct crc_hash *hash, void *buf, size_t buflen,
 			 size_t *out_len)
 {
 	if (!st || !hash || (!buf && buflen))
 		return CRC_EINVAL;
-	MDB_txn *txn;
 	struct chunk_loc loc;
-	int rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn);
-	if (rc)
-		return crc__mdb_err(rc, "mdb_txn_begin");
-	rc = crc__chunk_locate(st, txn, hash, &loc);
-	mdb_txn_abort(txn);
-	if (rc)
-		return rc;
-	if (out_len)
-		*out_len = loc.length;
-	if (buflen < loc.length)
-		return CRC_EINVAL;
-	return crc__chunk_read_at(st, hash, &loc, buf);
+	int rc = locate_for_read(st, hash, buflen, out_len, &loc);
+	return rc ? rc : crc__chunk_read_at(st, hash, &loc, buf);
 }
 
 /* ---- one thread's reader ------------------------------------------------------------------------- */
@@ -433,20 +440,9 @@ int crc_chunk_reader_read(struct crc_chunk_reader *r, const struct crc_hash *has
 {
 	if (!r || !hash || (!buf && buflen))
 		return CRC_EINVAL;
-	MDB_txn *txn;
 	struct chunk_loc loc;
-	int rc = mdb_txn_begin(r->st->env, NULL, MDB_RDONLY, &txn);
-	if (rc)
-		return crc__mdb_err(rc, "mdb_txn_begin");
-	rc = crc__chunk_locate(r->st, txn, hash, &loc);
-	mdb_txn_abort(txn);
-	if (rc)
-		return rc;
-	if (out_len)
-		*out_len = loc.length;
-	if (buflen < loc.length)
-		return CRC_EINVAL;
-	return chunk_read_fd(r->st, hash, &loc, buf, &r->fd, &r->pack, &r->scratch);
+	int rc = locate_for_read(r->st, hash, buflen, out_len, &loc);
+	return rc ? rc : chunk_read_fd(r->st, hash, &loc, buf, &r->fd, &r->pack, &r->scratch);
 }
 
 void crc_chunk_reader_close(struct crc_chunk_reader *r)
