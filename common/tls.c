@@ -70,6 +70,7 @@ static struct {
 	void *(*session_get_ptr)(gnutls_session_t);
 	int (*handshake)(gnutls_session_t);
 	ssize_t (*record_send)(gnutls_session_t, const void *, size_t);
+	int (*bye)(gnutls_session_t, gnutls_close_request_t);
 	ssize_t (*record_recv)(gnutls_session_t, void *, size_t);
 	size_t (*record_check_pending)(gnutls_session_t);
 	const char *(*strerror)(int);
@@ -120,6 +121,7 @@ static void load(void)
 	    SYM(session_get_ptr),
 	    SYM(handshake),
 	    SYM(record_send),
+	    SYM(bye),
 	    SYM(record_recv),
 	    SYM(record_check_pending),
 	    SYM(strerror),
@@ -774,6 +776,35 @@ int crc_tls_read_all(int fd, void *buf, size_t len, int *rc)
 		len -= (size_t)n;
 	}
 	return 1;
+}
+
+void crc_tls_end_writes(int fd)
+{
+	struct conn *c = lookup(fd);
+
+	if (!c) {
+		shutdown(fd, SHUT_WR);
+		return;
+	}
+	/* close_notify: the peer reads the end of the stream and may still answer. */
+	G.bye(c->s, GNUTLS_SHUT_WR);
+	flush(c);
+}
+
+int crc_tls_read_some(int fd, void *buf, size_t len, ssize_t *got)
+{
+	struct conn *c = lookup(fd);
+
+	if (!c)
+		return 0;
+	for (;;) {
+		ssize_t n = G.record_recv(c->s, buf, len);
+
+		if (n == GNUTLS_E_INTERRUPTED)
+			continue;
+		*got = n >= 0 ? n : io_error(c, n);
+		return 1;
+	}
 }
 
 /* ---- a client of crcudad ------------------------------------------------------------------------ */

@@ -44,6 +44,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "crcuda/tls.h"
 #include "crcuda/xxh3.h"
 
 #include "crc_store.h"
@@ -178,7 +179,11 @@ struct xw {
 static int write_all(int fd, const void *p, size_t n)
 {
 	const uint8_t *b = p;
+	int rc;
 
+	/* A migration's TLS connection (cmd_migrate.c). */
+	if (crc_tls_write_all(fd, p, n, &rc))
+		return rc == CRC_EAGAIN ? -EAGAIN : rc ? -EPIPE : 0;
 	while (n) {
 		ssize_t w = write(fd, b, n);
 
@@ -218,7 +223,7 @@ static int xw_out(struct xw *w, const void *p, size_t n)
 		rc = write_all(w->fd, b, n);
 	}
 	if (!rc && cut)
-		shutdown(w->fd, SHUT_WR);
+		crc_tls_end_writes(w->fd);
 	return rc;
 }
 
@@ -933,6 +938,21 @@ struct xr {
 	bool eof;
 };
 
+/* read(2), or the bytes of TLS records where fd has a session (a migration's connection). */
+static ssize_t fd_read(int fd, void *p, size_t n)
+{
+	ssize_t got;
+
+	if (!crc_tls_read_some(fd, p, n, &got))
+		return read(fd, p, n);
+	if (got >= 0)
+		return got;
+	if (got == CRC_EDAEMON)
+		return 0; /* the peer went away: the stream ends */
+	errno = got == CRC_EAGAIN ? EAGAIN : EPROTO;
+	return -1;
+}
+
 /* Reads n bytes: 0, CRC_ETRUNC when the stream ends first (*got says how many came), or -errno. */
 static int xr_read(struct xr *r, void *p, size_t n, bool hash, size_t *got)
 {
@@ -947,7 +967,7 @@ static int xr_read(struct xr *r, void *p, size_t n, bool hash, size_t *got)
 				break;
 			if (n - done >= IO_BUF) {
 				/* Large reads go straight to the caller's buffer. */
-				k = read(r->fd, d + done, n - done);
+				k = fd_read(r->fd, d + done, n - done);
 				if (k < 0 && errno == EINTR)
 					continue;
 				if (k < 0)
@@ -959,7 +979,7 @@ static int xr_read(struct xr *r, void *p, size_t n, bool hash, size_t *got)
 				done += (size_t)k;
 				continue;
 			}
-			k = read(r->fd, r->buf, IO_BUF);
+			k = fd_read(r->fd, r->buf, IO_BUF);
 			if (k < 0 && errno == EINTR)
 				continue;
 			if (k < 0)

@@ -53,6 +53,7 @@
 #include "crcuda/errno.h"
 #include "crcuda/proto.h"
 #include "crcuda/sock.h"
+#include "crcuda/tls.h"
 #include "crcudactl.h"
 
 #define MIG_MAGIC	    "CRCUDAMG"
@@ -100,11 +101,20 @@ static double mib(uint64_t b)
 	return (double)b / (1 << 20);
 }
 
+/* A TLS transfer's result as the plain ones give theirs: 0, -EAGAIN on the timeout, -EPIPE. */
+static int tls_errno(int rc)
+{
+	return !rc ? 0 : rc == CRC_EAGAIN ? -EAGAIN : -EPIPE;
+}
+
 /* 0, or -errno (-EPIPE: the peer closed). */
 static int send_all(int fd, const void *p, size_t n)
 {
 	const uint8_t *b = p;
+	int rc;
 
+	if (crc_tls_write_all(fd, p, n, &rc))
+		return tls_errno(rc);
 	while (n) {
 		ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
 
@@ -122,7 +132,10 @@ static int send_all(int fd, const void *p, size_t n)
 static int recv_all(int fd, void *p, size_t n)
 {
 	uint8_t *b = p;
+	int rc;
 
+	if (crc_tls_read_all(fd, p, n, &rc))
+		return tls_errno(rc);
 	while (n) {
 		ssize_t r = recv(fd, b, n, 0);
 
@@ -336,6 +349,7 @@ struct recv_cfg {
 	char token[CRC_TOKEN_MAX + 1];
 	size_t token_len;
 	unsigned timeout;
+	bool insecure; /* --insecure: plaintext, the token in the hello only */
 };
 
 /* FILES: one line per file that is missing or differs here. */
@@ -528,6 +542,21 @@ static int serve(const struct recv_cfg *cfg, int c, const char *peer)
 	int rc, ret = 1;
 
 	set_timeouts(c, cfg->timeout);
+	/* TLS with the token as the key (common/tls.c): a wrong token fails the handshake, and costs
+	 * its peer a delay, as at crcudad. */
+	if (!cfg->insecure) {
+		char why[256];
+
+		rc = crc_tls_server(c, CRC_TLS_ID_TOKEN, cfg->token, cfg->token_len,
+				    (int)(cfg->timeout ? cfg->timeout : 60) * 1000, why, sizeof(why));
+		if (rc) {
+			fprintf(stderr, "crcudactl receive: %s: %s\n", peer, why);
+			if (rc == CRC_EAUTH)
+				usleep(CRC_TLS_AUTH_DELAY_MS * 1000);
+			goto out;
+		}
+		fprintf(stderr, "crcudactl receive: %s: TLS (%s)\n", peer, crc_tls_cipher(c));
+	}
 	if ((rc = msg_recv(c, &type, &p, &len)) || type != MIG_HELLO || len < 12 || memcmp(p, MIG_MAGIC, 8)) {
 		fprintf(stderr, "crcudactl receive: %s: not a crcudactl migrate (%s)\n", peer,
 			rc ? io_why(rc) : "no hello");
@@ -651,7 +680,8 @@ static void receive_usage(FILE *f)
 	    "present the token), checks that the files a process needs are here, imports what the\n"
 	    "source sends into the store (only chunks the store lacks travel) and restores the program\n"
 	    "here at the end, on the daemon at SOCKET (started, with --backend, where none answers).\n"
-	    "Runs in the foreground until killed. The connection is not encrypted (see docs/remote.md).\n"
+	    "Runs in the foreground until killed. Connections are TLS 1.3 with the token as the key\n"
+	    "(docs/remote.md); a wrong token costs its peer 2 s.\n"
 	    "\n"
 	    "Options:\n"
 	    "  -l, --listen ADDR:PORT  where to listen (\":PORT\" for every address)\n"
@@ -663,13 +693,14 @@ static void receive_usage(FILE *f)
 	    "      --backend sim|cuda  the backend of a daemon a restore starts\n"
 	    "      --timeout SEC       a silent source is given up after SEC seconds (default %d)\n"
 	    "      --once              serve one migration, then exit with its status\n"
+	    "      --insecure          plaintext TCP (sources must say --insecure too)\n"
 	    "  -h, --help              this help\n",
 	    MIG_TIMEOUT_DEFAULT);
 }
 
 int cmd_receive(int argc, char **argv, struct ctl_opts *opts)
 {
-	enum { OPT_TOKEN = 256, OPT_DAEMON, OPT_BACKEND, OPT_TIMEOUT, OPT_ONCE };
+	enum { OPT_TOKEN = 256, OPT_DAEMON, OPT_BACKEND, OPT_TIMEOUT, OPT_ONCE, OPT_INSECURE };
 	static const struct option longopts[] = {
 	    {"listen", required_argument, NULL, 'l'},
 	    {"token-file", required_argument, NULL, OPT_TOKEN},
@@ -678,6 +709,7 @@ int cmd_receive(int argc, char **argv, struct ctl_opts *opts)
 	    {"backend", required_argument, NULL, OPT_BACKEND},
 	    {"timeout", required_argument, NULL, OPT_TIMEOUT},
 	    {"once", no_argument, NULL, OPT_ONCE},
+	    {"insecure", no_argument, NULL, OPT_INSECURE},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -712,6 +744,9 @@ int cmd_receive(int argc, char **argv, struct ctl_opts *opts)
 		case OPT_TIMEOUT:
 			if (ctl_parse_timeout("receive", optarg, &cfg.timeout))
 				return CTL_EXIT_USAGE;
+			break;
+		case OPT_INSECURE:
+			cfg.insecure = true;
 			break;
 		case OPT_ONCE:
 			once = true;
@@ -857,6 +892,16 @@ static int mig_connect(struct mig *m, const char *token)
 				"cannot reach the destination %s: %s (is `crcudactl receive` running there?)",
 				m->to, crc_strerror(m->fd));
 	set_timeouts(m->fd, m->timeout);
+	if (crc_tls_wanted()) {
+		char why[256];
+		int rc = crc_tls_client(m->fd, CRC_TLS_ID_TOKEN, token, tl,
+					(int)(m->timeout ? m->timeout : 60) * 1000, why, sizeof(why));
+
+		if (rc == CRC_EAUTH)
+			return mig_fail(m, "the destination refused the token");
+		if (rc)
+			return mig_fail(m, "no TLS with the destination %s: %s", m->to, why);
+	}
 	memcpy(hello, MIG_MAGIC, 8);
 	put32(hello + 8, MIG_VERSION);
 	memcpy(hello + 12, token, tl);
@@ -1233,6 +1278,8 @@ static void migrate_usage(FILE *f)
 	    "      --timeout SEC       each step's limit (default %d)\n"
 	    "      --send-files        send the files the destination lacks (created there, with the\n"
 	    "                          directories above them; a file that differs is never replaced)\n"
+	    "      --insecure          plaintext TCP to a `receive --insecure` (else TLS 1.3, the token\n"
+	    "                          as the key)\n"
 	    "  -h, --help              this help\n"
 	    "\n"
 	    "Exit status: 0 migrated; 1 failed (the program runs here: see the message); 2 usage error.\n",
@@ -1241,7 +1288,7 @@ static void migrate_usage(FILE *f)
 
 int cmd_migrate(int argc, char **argv, struct ctl_opts *opts)
 {
-	enum { OPT_TOKEN = 256, OPT_DOWNTIME, OPT_DAEMON, OPT_TIMEOUT, OPT_SEND_FILES };
+	enum { OPT_TOKEN = 256, OPT_DOWNTIME, OPT_DAEMON, OPT_TIMEOUT, OPT_SEND_FILES, OPT_INSECURE };
 	static const struct option longopts[] = {
 	    {"to", required_argument, NULL, 't'},
 	    {"token-file", required_argument, NULL, OPT_TOKEN},
@@ -1251,6 +1298,7 @@ int cmd_migrate(int argc, char **argv, struct ctl_opts *opts)
 	    {"daemon", required_argument, NULL, OPT_DAEMON},
 	    {"timeout", required_argument, NULL, OPT_TIMEOUT},
 	    {"send-files", no_argument, NULL, OPT_SEND_FILES},
+	    {"insecure", no_argument, NULL, OPT_INSECURE},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -1305,6 +1353,9 @@ int cmd_migrate(int argc, char **argv, struct ctl_opts *opts)
 			break;
 		case OPT_SEND_FILES:
 			send_files = true;
+			break;
+		case OPT_INSECURE:
+			setenv("CRCUDA_INSECURE", "1", 1);
 			break;
 		case 'h':
 			migrate_usage(stdout);

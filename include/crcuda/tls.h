@@ -66,6 +66,13 @@ int crc_tls_take_handoff(int fd, bool *refused, char *why, size_t why_len);
  * result), 0 when it has none. */
 int crc_tls_write_all(int fd, const void *buf, size_t len, int *rc);
 int crc_tls_read_all(int fd, void *buf, size_t len, int *rc);
+/* As read(2) for a stream on fd's session: 1 with *got the bytes read (at most len; 0 when the peer
+ * ended the session; a negative CRC_E* on an error, CRC_EAGAIN on the socket's timeout), 0 when fd
+ * has no session. */
+int crc_tls_read_some(int fd, void *buf, size_t len, ssize_t *got);
+/* Ends what this side sends on fd (a TLS close_notify where fd has a session, shutdown(SHUT_WR)
+ * otherwise); the peer may still answer. */
+void crc_tls_end_writes(int fd);
 
 /* First bytes of a TLS ClientHello: a record of type handshake (0x16), version 3.x. */
 static inline bool crc_tls_looks_like_hello(const uint8_t *b, size_t n)

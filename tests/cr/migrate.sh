@@ -23,6 +23,7 @@
 #                      file; no checkpoint taken; the program finishes right
 #       send-files     the same with --send-files: the library goes along (created in the receiver's
 #                      tmpfs) and the program is migrated and finishes right there
+#       insecure       --insecure on both sides (plaintext); a TLS source against it refused
 #       token          a wrong token: refused at once, nothing done
 # Where network namespaces cannot be made, both sides use loopback ports in this one (said so).
 # Needs root and CRIU: exit 77 otherwise.
@@ -161,6 +162,7 @@ live)
 	grep -q "^migrate: round 2: sent .* MiB .*; dirty rate [0-9.]* MiB/s" "$tmp/migrate.out" || fail "no second round with a dirty rate"
 	grep -q "^migrate: pid $app runs on $addrB:$port: downtime [0-9.]* s, total [0-9.]* s" "$tmp/migrate.out" ||
 		fail "no downtime line"
+	grep -q ": TLS (" "$tmp/receive.log" || fail "the migration did not go over TLS: $(cat "$tmp/receive.log")"
 	[ -z "$nsB" ] || [ "$(netns_of "$app")" = "$(ip netns exec "$nsB" readlink /proc/self/ns/net)" ] ||
 		fail "the migrated program is not in $nsB"
 	finish "migrated from ${nsA:-port} to ${nsB:-port} while it ran"
@@ -250,6 +252,18 @@ files | send-files)
 	[ -z "$(CRCUDA_STORE=$tmp/a/store "$ctl" store ls 2>/dev/null | tail -n +2)" ] ||
 		fail "a checkpoint was taken although the files were missing"
 	finish "refused for a missing file before anything was stopped"
+	;;
+insecure)
+	# Plaintext on both sides (--insecure); a TLS source against it, and the reverse, refused at once.
+	start_receive -- --insecure
+	start_app
+	migrate
+	grep -q "no TLS with the destination" "$tmp/migrate.err" || fail "a TLS source against --insecure: no clear error"
+	runs_here "a TLS source against a plaintext receiver"
+	mig_opts="--insecure" migrate
+	[ "$rc" = 0 ] || fail "migrate --insecure failed"
+	grep -q ": TLS (" "$tmp/receive.log" && fail "an --insecure migration used TLS"
+	finish "migrated in plaintext, both sides --insecure"
 	;;
 token)
 	start_receive
