@@ -121,7 +121,8 @@ static int ensure_local_daemon(const char *sock, const char *backend)
 	return 0;
 }
 
-/* Waits (a little) for pid to be free: the checkpointed process may be a zombie not yet reaped. */
+/* Waits (a little) for pid to be free: the checkpointed process may be a zombie not yet reaped, or
+ * still exiting (CRIU kills it at the end of the dump and does not wait for it to be gone). */
 static bool pid_free(pid_t pid)
 {
 	for (int i = 0; i < 100; i++) {

@@ -474,20 +474,23 @@ int ctl_exit_status(int status)
 
 bool ctl_pid_gone(pid_t pid)
 {
-	char path[64], line[256];
-	bool zombie = false;
+	char path[64], line[1024], state = 0;
+	unsigned long flags = 0;
+	const char *end;
 	FILE *f;
 
 	if (kill(pid, 0) && errno == ESRCH)
 		return true;
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	/* /proc/PID/stat: "pid (comm) state ppid pgrp session tty tpgid flags ...", comm may hold
+	 * anything, so fields count from the last ')'. A zombie, or a process that is exiting (killed by
+	 * CRIU at the end of a dump, its memory still being torn down: PF_EXITING), has ended. */
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
 	f = fopen(path, "r");
-	while (f && fgets(line, sizeof(line), f))
-		if (!strncmp(line, "State:", 6))
-			zombie = strchr(line, 'Z') != NULL;
+	if (f && fgets(line, sizeof(line), f) && (end = strrchr(line, ')')))
+		sscanf(end + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags);
 	if (f)
 		fclose(f);
-	return zombie;
+	return state == 'Z' || state == 'X' || (flags & 0x4 /* PF_EXITING */);
 }
 
 /* Not our child: its end without its status (a zombie counts as ended). */

@@ -94,7 +94,7 @@ int ctl_json_print(json_t *v);
 
 /* CLOCK_MONOTONIC seconds. */
 double ctl_now(void);
-/* No such process, or a zombie (ended, not reaped yet). */
+/* No such process, a zombie (ended, not reaped yet), or a process that is exiting. */
 bool ctl_pid_gone(pid_t pid);
 /* --timeout SEC of command cmd: 0, or -1 with a usage message. */
 int ctl_parse_timeout(const char *cmd, const char *arg, unsigned *out);
