@@ -123,13 +123,22 @@ static int ensure_local_daemon(const char *sock, const char *backend)
 
 /* Waits (a little) for pid to be free: the checkpointed process may be a zombie not yet reaped, or
  * still exiting (CRIU kills it at the end of the dump and does not wait for it to be gone). */
+#define PID_FREE_WAIT_S 60 /* a zombie is reaped in the end: init may be slow at it under load */
+
 static bool pid_free(pid_t pid)
 {
-	for (int i = 0; i < 100; i++) {
+	for (int i = 0; i < PID_FREE_WAIT_S * 20; i++) {
 		if (kill(pid, 0) && errno == ESRCH)
 			return true;
-		if (!ctl_pid_gone(pid)) /* alive, not a zombie */
+		if (!ctl_pid_gone(pid)) /* alive, neither a zombie nor exiting */
 			return false;
+		/* A zombie's parent (init, for a process an earlier restore detached) reaps it: criu_stress
+		 * saw this take more than 5 s on a loaded machine. */
+		if (i == 40)
+			ctl_error(
+			    "restore: waiting for pid %d to be free (it has ended; its parent has not reaped "
+			    "it yet)",
+			    (int)pid);
 		usleep(50000);
 	}
 	return false;
