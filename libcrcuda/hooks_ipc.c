@@ -20,60 +20,73 @@
 #include "crcuda/cuda_marshal_specs.h"
 #include "crcuda/mempool.h"
 
-static pthread_mutex_t ipc_events_lock = PTHREAD_MUTEX_INITIALIZER;
-static uintptr_t *ipc_events;
-static size_t n_ipc_events, cap_ipc_events;
-static _Atomic size_t any_ipc_events; /* n_ipc_events, read without the lock on every record */
+/* A set of addresses under a lock, with an emptiness check without it for the hot paths (every event
+ * record, every free asks). */
+struct addr_set {
+	pthread_mutex_t lock;
+	uintptr_t *v;
+	size_t n, cap;
+	_Atomic size_t any; /* n, read without the lock */
+};
 
-CUresult crc_ipc_event_note(uintptr_t event)
+static CUresult addr_set_add(struct addr_set *set, uintptr_t a)
 {
 	CUresult res = CUDA_SUCCESS;
 
-	pthread_mutex_lock(&ipc_events_lock);
-	if (n_ipc_events == cap_ipc_events) {
-		size_t cap = cap_ipc_events ? 2 * cap_ipc_events : 16;
-		uintptr_t *p = realloc(ipc_events, cap * sizeof(*p));
+	pthread_mutex_lock(&set->lock);
+	if (set->n == set->cap) {
+		size_t cap = set->cap ? 2 * set->cap : 16;
+		uintptr_t *p = realloc(set->v, cap * sizeof(*p));
 
 		if (p) {
-			ipc_events = p;
-			cap_ipc_events = cap;
+			set->v = p;
+			set->cap = cap;
 		} else {
 			res = CUDA_ERROR_OUT_OF_MEMORY;
 		}
 	}
 	if (res == CUDA_SUCCESS)
-		ipc_events[n_ipc_events++] = event;
-	any_ipc_events = n_ipc_events;
-	pthread_mutex_unlock(&ipc_events_lock);
+		set->v[set->n++] = a;
+	set->any = set->n;
+	pthread_mutex_unlock(&set->lock);
 	return res;
+}
+
+/* Whether a was in the set (taken out if take). */
+static bool addr_set_find(struct addr_set *set, uintptr_t a, bool take)
+{
+	bool found = false;
+
+	if (!set->any)
+		return false;
+	pthread_mutex_lock(&set->lock);
+	for (size_t i = 0; i < set->n && !found; i++) {
+		if (set->v[i] == a) {
+			found = true;
+			if (take)
+				set->v[i] = set->v[--set->n];
+		}
+	}
+	set->any = set->n;
+	pthread_mutex_unlock(&set->lock);
+	return found;
+}
+
+static struct addr_set ipc_events = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+CUresult crc_ipc_event_note(uintptr_t event)
+{
+	return addr_set_add(&ipc_events, event);
 }
 
 void crc_ipc_event_forget(uintptr_t event)
 {
-	if (!any_ipc_events)
-		return;
-	pthread_mutex_lock(&ipc_events_lock);
-	for (size_t i = 0; i < n_ipc_events; i++) {
-		if (ipc_events[i] == event) {
-			ipc_events[i] = ipc_events[--n_ipc_events];
-			break;
-		}
-	}
-	any_ipc_events = n_ipc_events;
-	pthread_mutex_unlock(&ipc_events_lock);
+	addr_set_find(&ipc_events, event, true);
 }
 
 static bool is_ipc_event(uintptr_t event)
 {
-	bool found = false;
-
-	if (!any_ipc_events)
-		return false;
-	pthread_mutex_lock(&ipc_events_lock);
-	for (size_t i = 0; i < n_ipc_events && !found; i++)
-		found = ipc_events[i] == event;
-	pthread_mutex_unlock(&ipc_events_lock);
-	return found;
+	return addr_set_find(&ipc_events, event, false);
 }
 
 CUresult crc_hook_cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
@@ -187,9 +200,7 @@ struct pool_ptr_tag {
 };
 _Static_assert(POOL_TAG_AT + sizeof(struct pool_ptr_tag) <= sizeof(CUmemPoolPtrExportData), "the tag fits");
 
-static pthread_mutex_t pool_imports_lock = PTHREAD_MUTEX_INITIALIZER;
-static CUdeviceptr *pool_imports;
-static size_t n_pool_imports, cap_pool_imports;
+static struct addr_set pool_imports = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 CUresult crc_hook_cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool,
 						   CUmemAllocationHandleType handleType,
@@ -266,39 +277,14 @@ CUresult crc_hook_cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool
 	memcpy(h.reserved, data->reserved, sizeof(h.reserved));
 	memset(h.reserved + POOL_TAG_AT, 0, sizeof(tag));
 	res = crc_fwd_cuIpcOpenMemHandle_v2(ptr_out, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
-	if (res != CUDA_SUCCESS)
-		return res;
-	pthread_mutex_lock(&pool_imports_lock);
-	if (n_pool_imports == cap_pool_imports) {
-		size_t cap = cap_pool_imports ? 2 * cap_pool_imports : 16;
-		CUdeviceptr *more = realloc(pool_imports, cap * sizeof(*more));
-
-		if (!more) {
-			pthread_mutex_unlock(&pool_imports_lock);
-			crc_fwd_cuIpcCloseMemHandle(*ptr_out);
-			return CUDA_ERROR_OUT_OF_MEMORY;
-		}
-		pool_imports = more;
-		cap_pool_imports = cap;
-	}
-	pool_imports[n_pool_imports++] = *ptr_out;
-	pthread_mutex_unlock(&pool_imports_lock);
-	return CUDA_SUCCESS;
+	if (res == CUDA_SUCCESS && (res = addr_set_add(&pool_imports, *ptr_out)) != CUDA_SUCCESS)
+		crc_fwd_cuIpcCloseMemHandle(*ptr_out);
+	return res;
 }
 
 bool crc_pool_import_free(CUdeviceptr ptr, CUstream stream, bool async, CUresult *res)
 {
-	bool found = false;
-
-	pthread_mutex_lock(&pool_imports_lock);
-	for (size_t i = 0; i < n_pool_imports; i++)
-		if (pool_imports[i] == ptr) {
-			pool_imports[i] = pool_imports[--n_pool_imports];
-			found = true;
-			break;
-		}
-	pthread_mutex_unlock(&pool_imports_lock);
-	if (!found)
+	if (!addr_set_find(&pool_imports, ptr, true))
 		return false;
 	/* Stream-ordered: the work queued before the free may still read it. */
 	*res = async ? crc_fwd_cuStreamSynchronize(stream) : CUDA_SUCCESS;
