@@ -7,6 +7,7 @@
 #include "client.h"
 #include "hooks.h"
 #include "crcuda/log.h"
+#include "crcuda/nvml_fwd.h"
 #ifdef CRC_HAVE_EXPORT_TABLES
 #include "export_tables.h"
 #endif
@@ -164,10 +165,41 @@ CUresult crc_hook_cuGetProcAddress(const char *symbol, void **pfn, int driverVer
 	return crc_hook_cuGetProcAddress_v2(symbol, pfn, driverVersion, flags, NULL);
 }
 
+/* crcuda's NVML (nvml/) asks the worker's real NVML through this: one control request, waited for. */
+static int nvml_call(const void *req, size_t len, void *reply, size_t cap, size_t *reply_len)
+{
+	struct crc_call c;
+	void *args;
+	CUresult res = crc_ctl_begin(&c, CRC_OP_NVML, 0, len, &args);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	memcpy(args, req, len);
+	res = crc_call_wait(&c, NULL, NULL);
+	if (res == CUDA_SUCCESS) {
+		if (c.reply_len > cap) {
+			res = CUDA_ERROR_UNKNOWN;
+		} else {
+			memcpy(reply, c.reply, c.reply_len);
+			*reply_len = c.reply_len;
+		}
+	}
+	crc_call_end(&c);
+	return res;
+}
+
+static const struct crc_nvml_table nvml_table = {sizeof(nvml_table), nvml_call};
+
 CUresult crc_hook_cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
 {
+	static const CUuuid nvml_id = CRC_NVML_TABLE_ID;
+
 	if (!ppExportTable || !pExportTableId)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (!memcmp(pExportTableId->bytes, nvml_id.bytes, sizeof(nvml_id.bytes))) {
+		*ppExportTable = &nvml_table;
+		return CUDA_SUCCESS;
+	}
 #ifdef CRC_HAVE_EXPORT_TABLES
 	return crc_export_table_get(ppExportTable, pExportTableId);
 #else

@@ -11,16 +11,19 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include <cuda.h>
 
 #include "crcuda/log.h"
+#include "crcuda/nvml_fwd.h"
 #include "nvml_types.h"
 
 #define NVML_EXPORT	 __attribute__((visibility("default")))
@@ -62,7 +65,8 @@ _Static_assert(sizeof(nvmlFieldValue_t) == 40 && offsetof(nvmlFieldValue_t, valu
 	X(cuDevicePrimaryCtxRelease_v2)                                                                      \
 	X(cuCtxPushCurrent_v2)                                                                               \
 	X(cuCtxPopCurrent_v2)                                                                                \
-	X(cuMemGetInfo_v2)
+	X(cuMemGetInfo_v2)                                                                                    \
+	X(cuGetExportTable)
 
 static struct {
 #define NVML_CU_MEMBER(f) __typeof__(f) *f;
@@ -77,6 +81,9 @@ struct nvmlDevice_st {
 };
 
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+/* libcrcuda's way to the worker's real NVML; NULL where libcuda.so.1 is NVIDIA's (or the simulated
+ * device's), which refuses the table's id. */
+static const struct crc_nvml_table *fwd_table;
 /* nvmlInit* calls not yet matched by nvmlShutdown; NVML is reference counted. */
 static atomic_uint init_count;
 static unsigned int dev_count;
@@ -254,6 +261,16 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
 	r = enumerate();
 	if (r != NVML_SUCCESS)
 		goto out;
+	if (!fwd_table) {
+		static const CUuuid id = CRC_NVML_TABLE_ID;
+		const void *t = NULL;
+
+		if (cu.cuGetExportTable(&t, &id) == CUDA_SUCCESS && t &&
+		    ((const struct crc_nvml_table *)t)->size >= sizeof(struct crc_nvml_table))
+			fwd_table = t;
+		pr_info("%s", fwd_table ? "sensors, clocks, PCIe, processes: from the daemon's NVML"
+					: "not under crcuda: answering from the driver API only");
+	}
 	if (!dev_count && !(flags & NVML_INIT_FLAG_NO_GPUS)) {
 		r = NVML_ERROR_DRIVER_NOT_LOADED;
 		goto out;
@@ -397,7 +414,7 @@ static int driver_version(char *buf, size_t len)
 	return found ? 0 : -1;
 }
 
-nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
+static nvmlReturn_t driver_nvmlSystemGetDriverVersion(char *version, unsigned int length)
 {
 	char buf[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE];
 
@@ -411,7 +428,7 @@ nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
 }
 
 /* NVML's own version is "<CUDA major>.<driver version>" ("13.580.159.04"). */
-nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
+static nvmlReturn_t driver_nvmlSystemGetNVMLVersion(char *version, unsigned int length)
 {
 	char drv[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE], buf[NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE + 16];
 	int cuda = 0;
@@ -625,7 +642,7 @@ nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t *mo
 }
 
 /* The driver reports the current ECC state only; pending is taken to be the same. */
-nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t *current, nvmlEnableState_t *pending)
+static nvmlReturn_t driver_nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t *current, nvmlEnableState_t *pending)
 {
 	int v;
 
@@ -637,7 +654,7 @@ nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t *curren
 }
 
 /* The driver's peak clocks (kHz); it has no current clock and no video clock. */
-nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
+static nvmlReturn_t driver_nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
 {
 	CUdevice_attribute a;
 	int khz;
@@ -691,7 +708,7 @@ static nvmlReturn_t mem_info(const struct nvmlDevice_st *d, unsigned long long *
 	return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+static nvmlReturn_t driver_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
 	unsigned long long total, free;
 	nvmlReturn_t r;
@@ -707,7 +724,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 }
 
 /* The driver does not split off memory reserved by the system: reserved is 0 and counted in used. */
-nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+static nvmlReturn_t driver_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
 	unsigned long long total, free;
 	nvmlReturn_t r;
@@ -728,7 +745,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *me
 /* Read and write from cuDeviceCanAccessPeer (a device always reaches itself); NVLink, atomics and
  * the rest are not visible through the driver API: NOT_SUPPORTED status, which callers treat as
  * "no such path". */
-nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
+static nvmlReturn_t driver_nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
 				    nvmlGpuP2PCapsIndex_t p2pIndex, nvmlGpuP2PStatus_t *p2pStatus)
 {
 	struct nvmlDevice_st *d2;
@@ -756,7 +773,7 @@ nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
 
 /* No field is known: the call succeeds and each value says NOT_SUPPORTED, as NVML does for a field a
  * device lacks (NCCL reads NVLink fields this way). */
-nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values)
+static nvmlReturn_t driver_nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values)
 {
 	DEV_QUERY(device, d, values || valuesCount == 0);
 	(void)d;
@@ -768,6 +785,107 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvml
 		values[i].nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
 	}
 	return NVML_SUCCESS;
+}
+
+/* ---- forwarded entry points ---- */
+
+/* Sends f to the worker's NVML. Returns false where nothing answered it there (not under crcuda, the
+ * daemon has no NVML or not this function, the daemon gone): the caller's fallback answers then.
+ * Otherwise *r is the real NVML's answer and the caller's buffers hold what it wrote. */
+static bool forward(const struct crc_nvml_fn *f, const union crc_nvml_arg *a, nvmlReturn_t *r)
+{
+	char uuid[CRC_NVML_PARAMS_MAX][NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+	union crc_nvml_arg w[CRC_NVML_PARAMS_MAX];
+	size_t lens[CRC_NVML_PARAMS_MAX] = {0}, req_len = CRC_NVML_NAME_MAX + 4, cap = 16, got = 0;
+	uint8_t *req = NULL, *reply = NULL; /* reply: 8 bytes of header and 8 of padding, then buffers */
+	int32_t ret;
+	uint32_t worker_pid;
+	int res;
+
+	if (!initialized()) {
+		*r = NVML_ERROR_UNINITIALIZED;
+		return true;
+	}
+	if (!fwd_table)
+		return false;
+	for (unsigned i = 0; i < f->n; i++) {
+		const struct crc_nvml_param *p = &f->params[i];
+
+		w[i] = a[i];
+		if (p->kind == CRC_NVML_DEV) {
+			struct nvmlDevice_st *d = dev_of(a[i].p);
+
+			if (!d || format_uuid(d, uuid[i], sizeof(uuid[i])) != NVML_SUCCESS) {
+				*r = NVML_ERROR_INVALID_ARGUMENT;
+				return true;
+			}
+			w[i].p = uuid[i];
+			req_len += CRC_NVML_UUID_BYTES;
+			continue;
+		}
+		if (p->kind == CRC_NVML_VAL) {
+			req_len += sizeof(uint64_t);
+			continue;
+		}
+		/* A count given by value that the wire cannot carry (or a negative one) is the caller's
+		 * error; an in-out count is a capacity, and a smaller one is as good. */
+		if (p->kind == CRC_NVML_ARR && !p->count_is_ptr &&
+		    (a[p->ref].u > INT32_MAX || a[p->ref].u > CRC_NVML_BYTES_MAX / p->size)) {
+			*r = NVML_ERROR_INVALID_ARGUMENT;
+			return true;
+		}
+		lens[i] = a[i].p ? crc_nvml_param_bytes(f, a, i) : 0;
+		req_len += 4 + lens[i];
+		cap += 4 + lens[i];
+	}
+	req = malloc(req_len);
+	reply = malloc(cap);
+	if (!req || !reply) {
+		free(req);
+		free(reply);
+		*r = NVML_ERROR_MEMORY;
+		return true;
+	}
+	req_len = crc_nvml_encode_req(f, w, req, req_len);
+	res = req_len ? fwd_table->call(req, req_len, reply, cap, &got) : CUDA_ERROR_INVALID_VALUE;
+	if (res == CUDA_SUCCESS && crc_nvml_decode_reply(f, a, reply, got, &ret, &worker_pid))
+		res = CUDA_ERROR_UNKNOWN;
+	free(req);
+	free(reply);
+	if (res != CUDA_SUCCESS) {
+		static atomic_flag logged = ATOMIC_FLAG_INIT;
+
+		if (!atomic_flag_test_and_set(&logged))
+			pr_info("%s: the daemon did not answer (CUDA error %d): answering here", f->name, res);
+		return false;
+	}
+	if (ret == NVML_ERROR_FUNCTION_NOT_FOUND)
+		return false; /* the daemon's NVML is older than this function */
+	*r = (nvmlReturn_t)ret;
+	if (f->flags & CRC_NVML_F_PID) {
+		/* The worker's use of the GPU is the application's: it shows under the caller's pid. */
+		for (unsigned i = 0; i < f->n; i++) {
+			const struct crc_nvml_param *p = &f->params[i];
+			uint64_t n;
+
+			if (p->kind != CRC_NVML_ARR || !a[i].p)
+				continue;
+			n = crc_nvml_arr_count(f, a, i);
+			if (n > lens[i] / p->size)
+				n = lens[i] / p->size;
+			for (uint64_t e = 0; e < n; e++) {
+				uint8_t *pid_at = (uint8_t *)a[i].p + e * p->size;
+				unsigned int pid;
+
+				memcpy(&pid, pid_at, sizeof(pid));
+				if (pid == worker_pid) {
+					pid = (unsigned int)getpid();
+					memcpy(pid_at, &pid, sizeof(pid));
+				}
+			}
+		}
+	}
+	return true;
 }
 
 /* ---- generated entry points ---- */
@@ -808,6 +926,26 @@ static nvmlReturn_t no_processes(nvmlDevice_t device, unsigned int *infoCount)
 	{                                                                                                    \
 		return target args;                                                                          \
 	}
+#define NVML_UNPAREN(...) __VA_ARGS__
+#define NVML_FWD(sym, fallback, flags, ret, params, args, desc, pack, call)                                  \
+	static const struct crc_nvml_param sym##_params[] = {NVML_UNPAREN desc};                             \
+	static const struct crc_nvml_fn sym##_fwd = {#sym, sym##_params,                                     \
+						     sizeof(sym##_params) / sizeof(sym##_params[0]), flags}; \
+	ret sym params                                                                                       \
+	{                                                                                                    \
+		const union crc_nvml_arg a[] = {NVML_UNPAREN pack};                                          \
+		nvmlReturn_t r;                                                                              \
+                                                                                                             \
+		if (forward(&sym##_fwd, a, &r))                                                              \
+			return r;                                                                            \
+		NVML_FALLBACK_##fallback(sym, args)                                                          \
+	}
+#define NVML_FALLBACK_NONE(sym, args)                                                                        \
+	static atomic_flag logged = ATOMIC_FLAG_INIT;                                                        \
+	return unsupported(#sym, &logged);
+#define NVML_FALLBACK_DRIVER(sym, args) return driver_##sym args;
+#define NVML_FALLBACK_EMPTY(sym, args)	return no_processes(device, infoCount);
+#define NVML_API_FORWARD(sym, target, ret, params, args)
 /* Generated stubs ignore their arguments. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-parameter"

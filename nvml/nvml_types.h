@@ -186,28 +186,58 @@ typedef struct nvmlFieldValue_st {
 	nvmlValue_t value;
 } nvmlFieldValue_t;
 
-/* Only passed through unsupported entry points. */
+typedef struct nvmlBAR1Memory_st {
+	unsigned long long bar1Total;
+	unsigned long long bar1Free;
+	unsigned long long bar1Used;
+} nvmlBAR1Memory_t;
+
+typedef struct nvmlProcessUtilizationSample_st {
+	unsigned int pid;
+	unsigned long long timeStamp;
+	unsigned int smUtil;
+	unsigned int memUtil;
+	unsigned int encUtil;
+	unsigned int decUtil;
+} nvmlProcessUtilizationSample_t;
+
+typedef struct nvmlViolationTime_st {
+	unsigned long long referenceTime;
+	unsigned long long violationTime;
+} nvmlViolationTime_t;
+
+/* Enumerations the library only passes on or copies (4 bytes, as NVML's enums). */
 typedef unsigned int nvmlAffinityScope_t;
 typedef unsigned int nvmlBrandType_t;
 typedef unsigned int nvmlClockId_t;
+typedef unsigned int nvmlDeviceArchitecture_t;
 typedef unsigned int nvmlEccCounterType_t;
 typedef unsigned int nvmlGpuTopologyLevel_t;
+typedef unsigned int nvmlGpuVirtualizationMode_t;
+typedef unsigned int nvmlInforomObject_t;
 typedef unsigned int nvmlIntNvLinkDeviceType_t;
 typedef unsigned int nvmlMemoryErrorType_t;
+typedef unsigned int nvmlMemoryLocation_t;
 typedef unsigned int nvmlNvLinkCapability_t;
 typedef unsigned int nvmlPcieUtilCounter_t;
+typedef unsigned int nvmlPerfPolicyType_t;
 typedef unsigned int nvmlPstates_t;
 typedef unsigned int nvmlTemperatureSensors_t;
 typedef unsigned int nvmlTemperatureThresholds_t;
 typedef struct nvmlEventSet_st *nvmlEventSet_t;
-typedef struct nvmlBAR1Memory_st nvmlBAR1Memory_t;
 typedef struct nvmlConfComputeSystemState_st nvmlConfComputeSystemState_t;
 typedef struct nvmlEventData_st nvmlEventData_t;
 typedef struct nvmlGpuFabricInfo_st nvmlGpuFabricInfo_t;
 typedef struct nvmlGpuFabricInfo_v2_st nvmlGpuFabricInfoV_t;
 typedef struct nvmlPlatformInfo_st nvmlPlatformInfo_t;
-typedef struct nvmlProcessUtilizationSample_st nvmlProcessUtilizationSample_t;
 typedef struct nvmlSystemConfComputeSettings_st nvmlSystemConfComputeSettings_t;
-typedef struct nvmlTemperature_st nvmlTemperature_t;
+
+/* nvmlDeviceGetTemperatureV: version is nvmlTemperature_v1. */
+typedef struct nvmlTemperature_st {
+	unsigned int version;
+	nvmlTemperatureSensors_t sensorType;
+	int temperature;
+} nvmlTemperature_t;
+#define nvmlTemperature_v1 NVML_STRUCT_VERSION(nvmlTemperature_t, 1)
 
 #endif

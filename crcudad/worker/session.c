@@ -873,6 +873,9 @@ bool crc_session_serve_one(struct crc_session *s, int timeout_ms)
 		case CRC_OP_MANAGED_WAIT:
 			res = crc_ctl_managed_wait(s, p, len);
 			break;
+		case CRC_OP_NVML:
+			res = crc_ctl_nvml(s, p, len);
+			break;
 		case CRC_OP_MVAR_PULL:
 		case CRC_OP_MVAR_PUSH:
 			res = crc_ctl_mvar_copy(s, m->op == CRC_OP_MVAR_PUSH, p, len);

@@ -461,6 +461,8 @@ CUresult crc_session_drain(struct crc_session *s);
 CUresult crc_ctl_managed_place(struct crc_session *s, const uint8_t *args, size_t len);
 /* CRC_OP_MANAGED_WAIT: the CPU touched managed memory after GPU work was sent. */
 CUresult crc_ctl_managed_wait(struct crc_session *s, const uint8_t *args, size_t len);
+/* nvml.c: CRC_OP_NVML, a query for the real NVML of this host. */
+CUresult crc_ctl_nvml(struct crc_session *s, const uint8_t *req, size_t len);
 /* CRC_OP_MVAR_PULL / CRC_OP_MVAR_PUSH: a __managed__ variable's bytes to the client or from it. */
 CUresult crc_ctl_mvar_copy(struct crc_session *s, bool push, const uint8_t *args, size_t len);
 /* A checkpoint: the device copies of managed memory into the shared pages (the client's process

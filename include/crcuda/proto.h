@@ -70,6 +70,8 @@ enum crc_ctl_op {
 				     callback, delivered through the host-function page; again after a restore
 				   */
 	CRC_OP_NOTIFY_UNREGISTER, /* struct crc_notify_req */
+	CRC_OP_NVML,		  /* a forwarded NVML query (crcuda/nvml_fwd.h); reply: its answer.
+				   * CUDA_ERROR_NOT_SUPPORTED: the worker has no NVML */
 	/* Control connections (role CRC_ROLE_CONTROL): requests and replies framed on the socket as
 	 * struct crc_msg_hdr + payload; every reply is struct crc_ctl_reply + the op's data. */
 	CRC_OP_CTL_SESSIONS = CRC_OP_CTL + 0x100, /* reply: n struct crc_ctl_session_wire */

@@ -19,7 +19,9 @@ fi
 # In a directory of its own: crcudad refuses a socket directory others may write to (/tmp).
 sockdir=$(mktemp -d /tmp/crcuda-gpu-nvml.XXXXXX)
 sock=$sockdir/crcudad.sock
-"$build/crcudactl/crcudactl" run --backend cuda --socket "$sock" --idle-exit 2 -- \
+# The worker without NVML (CRCUDAD_NVML=none): this checks the answers from the driver API, which the
+# queries forwarded to the daemon's NVML (tests/gpu/nvml.sh) fall back to.
+CRCUDAD_NVML=none "$build/crcudactl/crcudactl" run --backend cuda --socket "$sock" --idle-exit 2 -- \
 	"$test_nvml" "$build/libcrcuda/libnvidia-ml.so.1" --script "$script"
 rc=$?
 pkill -f "crcudad.*$sock" 2>/dev/null

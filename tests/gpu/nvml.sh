@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# NVML as applications see it, natively and under crcuda, on the GPU machine: tests/nvml/nvml_query
+# (device 0: identity, XLA's PCIe query, link, memory, BAR1, clocks, utilisation, temperature, power,
+# serial, its own entry in the process list) with NVIDIA's libnvidia-ml.so.1, then under
+# `crcudactl run` with crcuda's, which forwards to the worker's NVML. Identity, limits and maxima must
+# be equal; readings that move (utilisation, temperature, power, current clocks and link) must be
+# answered wherever NVIDIA answers them. Prints one table and PASS/FAIL.
+#   tests/gpu/nvml.sh BUILD_DIR
+set -uo pipefail
+build=${1:?usage: nvml.sh BUILD_DIR}
+q=$build/tests/nvml/nvml_query
+tmp=$(mktemp -d /tmp/crcuda-gpu-nvml.XXXXXX)
+trap 'pkill -f "crcudad.*$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
+if [ ! -e /dev/nvidiactl ]; then
+	echo "nvml.sh: no NVIDIA GPU here: skipped"
+	exit 0
+fi
+"$q" >"$tmp/native.txt" 2>"$tmp/native.err" || { cat "$tmp/native.err"; echo "FAIL nvml natively"; exit 1; }
+"$build/crcudactl/crcudactl" run --backend cuda --socket "$tmp/crcudad.sock" --idle-exit 2 -- "$q" \
+	>"$tmp/layer.txt" 2>"$tmp/layer.err" || { cat "$tmp/layer.err"; echo "FAIL nvml under crcuda"; exit 1; }
+stable="name uuid pci.busId xla.handle_by_bus_id_same pcie.link.gen.max pcie.link.width.max
+	pcie.link.gen.gpumax pcie.speed.max memory.total bar1.total clocks.max.sm clocks.max.mem
+	temperature.threshold.slowdown power.limit_mw power.default_limit_mw energy.total_mj.nonzero
+	persistence_mode cores memory.bus_width architecture serial vbios processes.self_listed
+	processes.self_uses_64MiB"
+fails=0
+printf '%-32s %-44s %-44s %s\n' query native "under crcuda" verdict
+while read -r key native; do
+	layer=$(awk -v k="$key" '$1 == k { $1 = ""; sub(/^ /, ""); print; exit }' "$tmp/layer.txt")
+	if [[ " $(echo $stable) " == *" $key "* ]]; then
+		if [ "$native" = "$layer" ]; then v=equal; else v=DIFFERS; fails=$((fails + 1)); fi
+	elif [[ $native == error* ]]; then
+		v="(not answered natively)"
+	elif [[ $layer == error* || -z $layer ]]; then
+		v=UNANSWERED
+		fails=$((fails + 1))
+	else
+		v=answered
+	fi
+	printf '%-32s %-44s %-44s %s\n' "$key" "${native:0:44}" "${layer:0:44}" "$v"
+done <"$tmp/native.txt"
+if [ "$fails" -eq 0 ]; then
+	echo "PASS nvml: $(wc -l <"$tmp/native.txt") queries, natively and under crcuda alike"
+else
+	echo "FAIL nvml: $fails of $(wc -l <"$tmp/native.txt") queries differ or go unanswered under crcuda"
+	exit 1
+fi
