@@ -39,6 +39,41 @@ while read -r key native; do
 	fi
 	printf '%-32s %-44s %-44s %s\n' "$key" "${native:0:44}" "${layer:0:44}" "$v"
 done <"$tmp/native.txt"
+# PyTorch's NVML-backed utilities (through pynvml, where it is installed): answered under crcuda too,
+# and torch.cuda.list_gpu_processes() names the training process itself.
+if python3 -c 'import torch, pynvml' 2>/dev/null; then
+	cat >"$tmp/torch_nvml.py" <<'PY'
+import os, torch
+x = torch.ones(1 << 20, device="cuda")
+out = {}
+for name in ("utilization", "memory_usage", "temperature", "power_draw", "clock_rate", "device_memory_used"):
+    try:
+        out[name] = getattr(torch.cuda, name)()
+    except Exception as e:
+        out[name] = "error " + type(e).__name__
+out["self_listed"] = int(str(os.getpid()) in torch.cuda.list_gpu_processes())
+for k, v in out.items():
+    print(k, v)
+PY
+	python3 "$tmp/torch_nvml.py" >"$tmp/torch-native.txt" 2>&1
+	"$build/crcudactl/crcudactl" run --backend cuda --socket "$tmp/crcudad.sock" --idle-exit 2 -- \
+		python3 "$tmp/torch_nvml.py" >"$tmp/torch-layer.txt" 2>&1
+	while read -r key native; do
+		layer=$(awk -v k="$key" '$1 == k { $1 = ""; sub(/^ /, ""); print; exit }' "$tmp/torch-layer.txt")
+		if [[ $native == error* ]]; then
+			v="(not answered natively)"
+		elif [[ $layer == error* || -z $layer ]]; then
+			v=UNANSWERED
+			fails=$((fails + 1))
+		elif [ "$key" = self_listed ] && [ "$layer" != "$native" ]; then
+			v=DIFFERS
+			fails=$((fails + 1))
+		else
+			v=answered
+		fi
+		printf '%-32s %-44s %-44s %s\n' "torch.cuda.$key" "${native:0:44}" "${layer:0:44}" "$v"
+	done <"$tmp/torch-native.txt"
+fi
 if [ "$fails" -eq 0 ]; then
 	echo "PASS nvml: $(wc -l <"$tmp/native.txt") queries, natively and under crcuda alike"
 else
