@@ -144,6 +144,27 @@ def ctl_client():
     put("ctl_client", "refused", bytes([4]) + reply(0x8101, 1, status=-3, msg=b"no session of pid 1"))
 
 
+def nvml_req():
+    # include/crcuda/nvml_fwd.h: name[64], u32 nparams, then per parameter DEV uuid[96] | VAL u64 |
+    # u32 len + bytes (0xffffffff: NULL)
+    def req(name, *params):
+        return name.encode().ljust(64, b"\0") + struct.pack("<I", len(params)) + b"".join(params)
+    dev = b"GPU-4bbc86ca-7e99-c1b0-b8f4-4917eb903156".ljust(96, b"\0")
+    val = lambda v: struct.pack("<Q", v)
+    buf = lambda b: struct.pack("<I", len(b)) + b
+    null = struct.pack("<I", 0xffffffff)
+    put("nvml_req", "clock_info", req("nvmlDeviceGetClockInfo", dev, val(1), buf(b"\0" * 4)))
+    put("nvml_req", "processes", req("nvmlDeviceGetComputeRunningProcesses_v3", dev,
+                                     buf(struct.pack("<I", 4)), buf(b"\0" * 96)))
+    put("nvml_req", "processes_count", req("nvmlDeviceGetComputeRunningProcesses_v3", dev,
+                                           buf(struct.pack("<I", 0)), null))
+    put("nvml_req", "process_utilization", req("nvmlDeviceGetProcessUtilization", dev, buf(b"\0" * 64),
+                                               buf(struct.pack("<I", 2)), val(0)))
+    put("nvml_req", "field_values", req("nvmlDeviceGetFieldValues", dev, val(2), buf(b"\1" * 80)))
+    put("nvml_req", "serial", req("nvmlDeviceGetSerial", dev, buf(b"\0" * 30), val(30)))
+    put("nvml_req", "topology", req("nvmlDeviceGetTopologyCommonAncestor", dev, dev, buf(b"\0" * 4)))
+
+
 def criu_image():
     put("criu_image", "dump", b"version 1\ndaemon /tmp/crcuda-0/crcudad.sock\nstore /var/lib/crcuda/store\n"
         b"ckpt 12\ntask 4242 3 123456\n")
@@ -185,6 +206,7 @@ def main():
     rings()
     frames()
     ctl_client()
+    nvml_req()
     criu_image()
     if a.nvcc:
         images(a.nvcc)
