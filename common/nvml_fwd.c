@@ -82,8 +82,7 @@ static int take_u32(struct cursor *c, uint32_t *v)
 	return take(c, v, sizeof(*v));
 }
 
-size_t crc_nvml_encode_req(const struct crc_nvml_fn *f, const union crc_nvml_arg *a, uint8_t *buf,
-			   size_t cap)
+size_t crc_nvml_encode_req(const struct crc_nvml_fn *f, const union crc_nvml_arg *a, uint8_t *buf, size_t cap)
 {
 	struct cursor c = {.w = buf, .left = cap};
 	char name[CRC_NVML_NAME_MAX] = {0};

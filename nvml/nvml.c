@@ -65,7 +65,7 @@ _Static_assert(sizeof(nvmlFieldValue_t) == 40 && offsetof(nvmlFieldValue_t, valu
 	X(cuDevicePrimaryCtxRelease_v2)                                                                      \
 	X(cuCtxPushCurrent_v2)                                                                               \
 	X(cuCtxPopCurrent_v2)                                                                                \
-	X(cuMemGetInfo_v2)                                                                                    \
+	X(cuMemGetInfo_v2)                                                                                   \
 	X(cuGetExportTable)
 
 static struct {
@@ -642,7 +642,8 @@ nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t *mo
 }
 
 /* The driver reports the current ECC state only; pending is taken to be the same. */
-static nvmlReturn_t driver_nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t *current, nvmlEnableState_t *pending)
+static nvmlReturn_t driver_nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t *current,
+						nvmlEnableState_t *pending)
 {
 	int v;
 
@@ -654,7 +655,8 @@ static nvmlReturn_t driver_nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableS
 }
 
 /* The driver's peak clocks (kHz); it has no current clock and no video clock. */
-static nvmlReturn_t driver_nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
+static nvmlReturn_t driver_nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type,
+						     unsigned int *clock)
 {
 	CUdevice_attribute a;
 	int khz;
@@ -746,7 +748,8 @@ static nvmlReturn_t driver_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlM
  * the rest are not visible through the driver API: NOT_SUPPORTED status, which callers treat as
  * "no such path". */
 static nvmlReturn_t driver_nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
-				    nvmlGpuP2PCapsIndex_t p2pIndex, nvmlGpuP2PStatus_t *p2pStatus)
+						  nvmlGpuP2PCapsIndex_t p2pIndex,
+						  nvmlGpuP2PStatus_t *p2pStatus)
 {
 	struct nvmlDevice_st *d2;
 	int can = 0;
@@ -773,7 +776,8 @@ static nvmlReturn_t driver_nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevi
 
 /* No field is known: the call succeeds and each value says NOT_SUPPORTED, as NVML does for a field a
  * device lacks (NCCL reads NVLink fields this way). */
-static nvmlReturn_t driver_nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values)
+static nvmlReturn_t driver_nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
+						    nvmlFieldValue_t *values)
 {
 	DEV_QUERY(device, d, values || valuesCount == 0);
 	(void)d;
@@ -856,7 +860,8 @@ static bool forward(const struct crc_nvml_fn *f, const union crc_nvml_arg *a, nv
 		static atomic_flag logged = ATOMIC_FLAG_INIT;
 
 		if (!atomic_flag_test_and_set(&logged))
-			pr_info("%s: the daemon did not answer (CUDA error %d): answering here", f->name, res);
+			pr_info("%s: the daemon did not answer (CUDA error %d): answering here", f->name,
+				res);
 		return false;
 	}
 	if (ret == NVML_ERROR_FUNCTION_NOT_FOUND)

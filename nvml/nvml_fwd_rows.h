@@ -14,7 +14,7 @@ struct crc_nvml_row {
 	nvmlReturn_t (*invoke)(void *fn, union crc_nvml_arg *a);
 };
 
-#define NVML_UNPAREN_(...) __VA_ARGS__
+#define NVML_UNPAREN_(...)				 __VA_ARGS__
 #define NVML_API(sym, policy, target, ret, params, args) ret sym params;
 #define NVML_FWD(sym, fallback, flags, ret, params, args, desc, pack, call)                                  \
 	static const struct crc_nvml_param sym##_params[] = {NVML_UNPAREN_ desc};                            \
@@ -28,7 +28,9 @@ struct crc_nvml_row {
 
 #define NVML_API(sym, policy, target, ret, params, args)
 #define NVML_FWD(sym, fallback, flags, ret, params, args, desc, pack, call)                                  \
-	{{#sym, sym##_params, sizeof(sym##_params) / sizeof(sym##_params[0]), flags}, #fallback, sym##_invoke},
+	{{#sym, sym##_params, sizeof(sym##_params) / sizeof(sym##_params[0]), flags},                        \
+	 #fallback,                                                                                          \
+	 sym##_invoke},
 /* Sorted by name, as the table is. */
 static const struct crc_nvml_row crc_nvml_rows[] = {
 #include "nvml_exports.def"

@@ -308,11 +308,49 @@ static void drain(int fd)
 
 struct tcp_greeting {
 	int fd;
+	int slot;
 	char from[INET6_ADDRSTRLEN + 16];
 };
 
-static atomic_uint greetings;
-#define MAX_GREETINGS 64
+/* Connections being greeted (peeked at, handshaken, delayed for a wrong token: up to ~12 s each), by
+ * the peer's address: at most MAX_GREETINGS in all and MAX_GREETINGS_PER_HOST from one address, so one
+ * host that opens connections and says nothing (or guesses tokens) cannot keep the others out. */
+#define MAX_GREETINGS	       64
+#define MAX_GREETINGS_PER_HOST 8
+static struct {
+	pthread_mutex_t lock;
+	bool used[MAX_GREETINGS];
+	char host[MAX_GREETINGS][INET6_ADDRSTRLEN];
+} greetings = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* A slot for a connection from host; -1 when all are taken, -2 when host has its share. */
+static int greeting_take(const char *host)
+{
+	int free_slot = -1, same = 0;
+
+	pthread_mutex_lock(&greetings.lock);
+	for (int i = 0; i < MAX_GREETINGS; i++) {
+		if (!greetings.used[i])
+			free_slot = free_slot < 0 ? i : free_slot;
+		else if (!strcmp(greetings.host[i], host))
+			same++;
+	}
+	if (same >= MAX_GREETINGS_PER_HOST) {
+		free_slot = -2;
+	} else if (free_slot >= 0) {
+		greetings.used[free_slot] = true;
+		snprintf(greetings.host[free_slot], sizeof(greetings.host[free_slot]), "%s", host);
+	}
+	pthread_mutex_unlock(&greetings.lock);
+	return free_slot;
+}
+
+static void greeting_done(int slot)
+{
+	pthread_mutex_lock(&greetings.lock);
+	greetings.used[slot] = false;
+	pthread_mutex_unlock(&greetings.lock);
+}
 
 /* A TCP connection, on a thread of its own (a TLS handshake, a wrong token's delay, must not hold up
  * the others): TLS with the token as the pre-shared key unless --insecure; a client speaking the other
@@ -362,8 +400,8 @@ static void *tcp_greet(void *arg)
 			pr_debug("TCP client %s: TLS %s", g->from, crc_tls_cipher(g->fd));
 		greet(g->fd, true, (struct crc_peer){0}, g->from);
 	}
+	greeting_done(g->slot);
 	free(g);
-	atomic_fetch_sub(&greetings, 1);
 	return NULL;
 }
 
@@ -372,26 +410,37 @@ static void accept_tcp(int lfd)
 	struct sockaddr_storage sa;
 	socklen_t len = sizeof(sa);
 	struct tcp_greeting *g;
-	char host[INET6_ADDRSTRLEN], port[16];
+	char host[INET6_ADDRSTRLEN], port[16] = "?";
+	static atomic_bool refusing;
 	pthread_t t;
-	int fd = accept4(lfd, (struct sockaddr *)&sa, &len, SOCK_CLOEXEC);
+	int slot, fd = accept4(lfd, (struct sockaddr *)&sa, &len, SOCK_CLOEXEC);
 
 	if (fd < 0)
 		return;
-	if (atomic_fetch_add(&greetings, 1) >= MAX_GREETINGS || !(g = calloc(1, sizeof(*g)))) {
-		atomic_fetch_sub(&greetings, 1);
-		pr_warn("refusing a TCP connection: %u others are being greeted", MAX_GREETINGS);
+	if (getnameinfo((struct sockaddr *)&sa, len, host, sizeof(host), port, sizeof(port),
+			NI_NUMERICHOST | NI_NUMERICSERV))
+		snprintf(host, sizeof(host), "?");
+	slot = greeting_take(host);
+	if (slot < 0) {
+		/* Logged once per burst: a flood would otherwise fill the log too. */
+		if (!atomic_exchange(&refusing, true))
+			pr_warn("refusing TCP connections from %s: %s %d others", host,
+				slot == -2 ? "it has" : "the daemon is greeting",
+				slot == -2 ? MAX_GREETINGS_PER_HOST : MAX_GREETINGS);
+		close(fd);
+		return;
+	}
+	atomic_store(&refusing, false);
+	if (!(g = calloc(1, sizeof(*g)))) {
+		greeting_done(slot);
 		close(fd);
 		return;
 	}
 	g->fd = fd;
-	if (getnameinfo((struct sockaddr *)&sa, len, host, sizeof(host), port, sizeof(port),
-			NI_NUMERICHOST | NI_NUMERICSERV))
-		snprintf(g->from, sizeof(g->from), "?");
-	else
-		snprintf(g->from, sizeof(g->from), strchr(host, ':') ? "[%s]:%s" : "%s:%s", host, port);
+	g->slot = slot;
+	snprintf(g->from, sizeof(g->from), strchr(host, ':') ? "[%s]:%s" : "%s:%s", host, port);
 	if (pthread_create(&t, NULL, tcp_greet, g)) {
-		atomic_fetch_sub(&greetings, 1);
+		greeting_done(slot);
 		free(g);
 		close(fd);
 		return;

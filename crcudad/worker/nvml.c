@@ -41,11 +41,12 @@ static void nvml_load(void)
 		return;
 	}
 	init = (nvmlReturn_t(*)(void))dlsym(nvml.lib, "nvmlInit_v2");
-	nvml.by_uuid = (nvmlReturn_t(*)(const char *, nvmlDevice_t *))dlsym(nvml.lib, "nvmlDeviceGetHandleByUUID");
+	nvml.by_uuid =
+	    (nvmlReturn_t(*)(const char *, nvmlDevice_t *))dlsym(nvml.lib, "nvmlDeviceGetHandleByUUID");
 	r = init && nvml.by_uuid ? init() : NVML_ERROR_FUNCTION_NOT_FOUND;
 	if (r != NVML_SUCCESS) {
-		pr_warn("%s: nvmlInit_v2 failed (%d): the application's NVML answers from the driver API", path,
-			(int)r);
+		pr_warn("%s: nvmlInit_v2 failed (%d): the application's NVML answers from the driver API",
+			path, (int)r);
 		dlclose(nvml.lib);
 		nvml.lib = NULL;
 		return;

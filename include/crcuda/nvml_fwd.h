@@ -41,12 +41,30 @@ struct crc_nvml_param {
 	uint32_t size;	      /* PTR: the object's bytes; ARR: an element's */
 };
 
-#define CRC_NVML_P_DEV		     {CRC_NVML_DEV, 0, 0, 0}
-#define CRC_NVML_P_VAL		     {CRC_NVML_VAL, 0, 0, 0}
-#define CRC_NVML_P_PTR(type)	     {CRC_NVML_PTR, 0, 0, sizeof(type)}
-#define CRC_NVML_P_STR(len_index)    {CRC_NVML_STR, 0, len_index, 1}
-#define CRC_NVML_P_ARR(type, ref)    {CRC_NVML_ARR, 0, ref, sizeof(type)}
-#define CRC_NVML_P_ARR_IO(type, ref) {CRC_NVML_ARR, 1, ref, sizeof(type)}
+#define CRC_NVML_P_DEV                                                                                       \
+	{                                                                                                    \
+		CRC_NVML_DEV, 0, 0, 0                                                                        \
+	}
+#define CRC_NVML_P_VAL                                                                                       \
+	{                                                                                                    \
+		CRC_NVML_VAL, 0, 0, 0                                                                        \
+	}
+#define CRC_NVML_P_PTR(type)                                                                                 \
+	{                                                                                                    \
+		CRC_NVML_PTR, 0, 0, sizeof(type)                                                             \
+	}
+#define CRC_NVML_P_STR(len_index)                                                                            \
+	{                                                                                                    \
+		CRC_NVML_STR, 0, len_index, 1                                                                \
+	}
+#define CRC_NVML_P_ARR(type, ref)                                                                            \
+	{                                                                                                    \
+		CRC_NVML_ARR, 0, ref, sizeof(type)                                                           \
+	}
+#define CRC_NVML_P_ARR_IO(type, ref)                                                                         \
+	{                                                                                                    \
+		CRC_NVML_ARR, 1, ref, sizeof(type)                                                           \
+	}
 
 /* A forwarded function's pid array: elements start with a process id, which the client translates (the
  * worker's pid is the application's own use of the GPU). */
@@ -93,7 +111,11 @@ void crc_nvml_encode_reply(const struct crc_nvml_fn *f, const union crc_nvml_arg
  * tells crcuda's NVML it is not under the layer). call sends a request and returns the reply's length
  * in *reply_len; its result is a CUresult (CUDA_ERROR_NOT_SUPPORTED: the daemon has no NVML). */
 #define CRC_NVML_TABLE_ID                                                                                    \
-	{{'c', 'r', 'c', 'u', 'd', 'a', '.', 'n', 'v', 'm', 'l', '.', 'f', 'w', 'd', '1'}}
+	{                                                                                                    \
+		{                                                                                            \
+			'c', 'r', 'c', 'u', 'd', 'a', '.', 'n', 'v', 'm', 'l', '.', 'f', 'w', 'd', '1'       \
+		}                                                                                            \
+	}
 struct crc_nvml_table {
 	size_t size;
 	int (*call)(const void *req, size_t len, void *reply, size_t cap, size_t *reply_len);

@@ -6,6 +6,8 @@
 #                                    TLS; tcp-insecure: plaintext, crcudad --insecure and CRCUDA_INSECURE)
 #       same-output PROG             PROG prints the same natively (on the sim) and through the layer
 #       bad-token                    TCP with a wrong (and with no) token: refused after a delay, no hang
+#       greeting-flood               another host (127.0.0.2) holds 70 silent TCP connections: a client
+#                                    of 127.0.0.1 still gets in (greetings are capped per address)
 #       certs                        TLS with certificates (crcudad --tls-cert/--tls-key/--tls-ca, the
 #                                    client's CRCUDA_TLS_*): a program exact; a client certificate of
 #                                    another CA, a daemon certificate of another name, a client with the
@@ -240,6 +242,34 @@ bad-token)
 		fail "no refusal line in the daemon log (--insecure)"
 	client CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token CRCUDA_INSECURE=1 -- "$loop" smoke ||
 		fail "right token refused (--insecure)"
+	;;
+greeting-flood)
+	start_daemon
+	# More silent connections from one address than the daemon greets at once in all (64): each would
+	# hold a greeting for the 5 s the daemon waits for a first byte.
+	python3 - "$port" >"$tmp/flood.out" 2>&1 <<'PY' &
+import socket, sys, time
+held = []
+for _ in range(70):
+    s = socket.socket()
+    s.bind(("127.0.0.2", 0))
+    try:
+        s.connect(("127.0.0.1", int(sys.argv[1])))
+        held.append(s)
+    except OSError:
+        pass
+print(len(held), "connected", flush=True)
+time.sleep(10)
+PY
+	flood=$!
+	for _ in $(seq 50); do grep -q connected "$tmp/flood.out" && break; sleep 0.1; done
+	cat "$tmp/flood.out"
+	client CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token -- "$loop" smoke ||
+		fail "a client was kept out by another address's silent connections"
+	kill "$flood" 2>/dev/null
+	wait "$flood" 2>/dev/null
+	grep -q "refusing TCP connections from 127.0.0.2: it has 8 others" "$tmp/daemon.log" ||
+		fail "no refusal line for the flooding address"
 	;;
 certs)
 	command -v openssl >/dev/null || { echo "skipped: no openssl(1) to make certificates"; exit 77; }

@@ -176,7 +176,8 @@ int main(int argc, char **argv)
 	fallback_mode = !strcmp(argv[2], "--fallback");
 	load(&ours, argv[1]);
 	count = (nvmlReturn_t(*)(unsigned int *))sym(ours.lib, "nvmlDeviceGetCount_v2");
-	by_index = (nvmlReturn_t(*)(unsigned int, nvmlDevice_t *))sym(ours.lib, "nvmlDeviceGetHandleByIndex_v2");
+	by_index =
+	    (nvmlReturn_t(*)(unsigned int, nvmlDevice_t *))sym(ours.lib, "nvmlDeviceGetHandleByIndex_v2");
 	uuid = (nvmlReturn_t(*)(nvmlDevice_t, char *, unsigned int))sym(ours.lib, "nvmlDeviceGetUUID");
 	CHECK_EQ_INT(count(&n), NVML_SUCCESS);
 	CHECK(n >= 1 && n <= MAX_DEVS);
