@@ -21,7 +21,7 @@ run() { # run NAME CMD...: output in $tmp/NAME.out, NCCL's log in $tmp/NAME.err,
 	t0=$(date +%s.%N)
 	NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT timeout 300 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"
 	local rc=$?
-	echo "$(date +%s.%N) - $t0" | bc >"$tmp/$name.s"
+	awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }' >"$tmp/$name.s"
 	return $rc
 }
 run native python3 "$app" "$steps" || { tail -20 "$tmp/native.err"; echo "FAIL ddp_nccl natively"; exit 1; }
