@@ -44,6 +44,7 @@
 #include "crcudactl.h"
 
 #define CKPT_TIMEOUT_DEFAULT 600
+#define CKPT_TREE_MAX	     64 /* crcuda clients in one process tree (the plugin's limit) */
 #define CKPT_JSON_VERSION    1
 
 static void ckpt_usage(FILE *f)
@@ -287,6 +288,61 @@ static int find_session(const char *daemon, const char *token, pid_t pid, int wa
 	return rc ? -1 : 0;
 }
 
+/* The crcuda clients of root's process tree (root and its descendants) with a session on the daemon:
+ * their pids into out (at most max), their number into *n. */
+static int tree_clients(const char *daemon, const char *token, pid_t root, pid_t *out, unsigned max,
+			unsigned *n)
+{
+	struct crc_ctl_session *list = NULL;
+	struct crc_ctl *c = NULL;
+	unsigned count = 0;
+	int rc = crc_ctl_open(daemon, token, &c);
+
+	if (!rc)
+		rc = crc_ctl_sessions(c, &list, &count);
+	crc_ctl_close(c);
+	*n = 0;
+	for (unsigned i = 0; !rc && i < count; i++) {
+		pid_t p = list[i].pid;
+
+		for (int depth = 0; p > 1 && p != root && depth < 4096; depth++)
+			p = ctl_pid_parent(p);
+		if (p == root && *n < max)
+			out[(*n)++] = list[i].pid;
+	}
+	free(list);
+	return rc;
+}
+
+/* Every process of root's tree, root first, as "p1,p2,..." into out (a restore waits for each pid
+ * to be free: CRIU restores them all with their own pids). */
+static void tree_all_pids(pid_t root, char *out, size_t len)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	size_t n = (size_t)snprintf(out, len, "%d", (int)root);
+
+	while (d && (e = readdir(d)) && n < len) {
+		char *end;
+		pid_t p = (pid_t)strtol(e->d_name, &end, 10), q = p;
+
+		if (*end || p <= 1 || p == root)
+			continue;
+		for (int depth = 0; q > 1 && q != root && depth < 4096; depth++)
+			q = ctl_pid_parent(q);
+		if (q == root)
+			n += (size_t)snprintf(out + n, len - n, ",%d", (int)p);
+	}
+	if (d)
+		closedir(d);
+	if (n >= len) /* too many to name: the restore waits for the root only */
+		snprintf(out, len, "%d", (int)root);
+}
+
+/* The process tree being checkpointed (tree mode: the clients below a parent), for undo. */
+static pid_t tree_pids[CKPT_TREE_MAX];
+static unsigned tree_n;
+
 /* After a failure: nothing may stay half-done in the daemon (the plugin's fini does the same, but
  * CRIU may have died before it ran). Errors are expected (nothing to undo) and ignored. */
 static void undo(const char *daemon, const char *token, pid_t pid)
@@ -296,6 +352,10 @@ static void undo(const char *daemon, const char *token, pid_t pid)
 	if (crc_ctl_open(daemon, token, &c) == 0) {
 		crc_ctl_abort(c, pid);
 		crc_ctl_resume(c, pid);
+		for (unsigned i = 0; i < tree_n; i++) {
+			crc_ctl_abort(c, tree_pids[i]);
+			crc_ctl_resume(c, tree_pids[i]);
+		}
 		crc_ctl_close(c);
 	}
 }
@@ -509,8 +569,18 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 			  daemon);
 		return CTL_EXIT_USAGE;
 	}
-	if (find_session(daemon, tcp ? token : NULL, pid, (int)timeout * 1000, &sess))
+	/* A parent (a launcher, torchrun, a shell) whose descendants are crcuda clients: the whole tree
+	 * in one dump, each client quiesced before any is copied, all committed together. */
+	tree_n = 0;
+	if (tree_clients(daemon, tcp ? token : NULL, pid, tree_pids, CKPT_TREE_MAX, &tree_n) ||
+	    (tree_n == 1 && tree_pids[0] == pid))
+		tree_n = 0;
+	if (tree_n) {
+		/* One commit point for the tree: no client's copy may finish after the others run on. */
+		background = false;
+	} else if (find_session(daemon, tcp ? token : NULL, pid, (int)timeout * 1000, &sess)) {
 		return CTL_EXIT_FAILURE;
+	}
 
 	/* The store must exist (the daemon opens it by path), and be named absolutely. */
 	rc = crc_store_open(store, CRC_STORE_CREATE, &st);
@@ -578,17 +648,27 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	const char *rel = dir + strlen(store) + 1;
 
 	char *env[13], e_daemon[PATH_MAX + 16], e_store[PATH_MAX + 16], e_img[PATH_MAX + 32],
-	    e_report[PATH_MAX * 2 + 32], e_meta[1024 + CTL_LINEAGE_MAX], e_timeout[64],
-	    e_token[CRC_TOKEN_MAX + 16], e_decision[PATH_MAX * 2 + 32];
+	    e_report[PATH_MAX * 2 + 32], e_meta[2048 + CTL_LINEAGE_MAX], e_timeout[64],
+	    treemeta[1024] = "", e_token[CRC_TOKEN_MAX + 16], e_decision[PATH_MAX * 2 + 32];
 	int ne;
 	snprintf(e_daemon, sizeof(e_daemon), "CRCUDA_DAEMON=%s", daemon);
 	snprintf(e_store, sizeof(e_store), "CRCUDA_STORE=%s", store);
 	snprintf(e_img, sizeof(e_img), "CRCUDA_CRIU_IMAGES=%s", rel);
 	snprintf(e_report, sizeof(e_report), "CRCUDA_PLUGIN_REPORT=%s", report);
+	/* Each client's checkpoint names the tree it belongs to: its root and how many there are. */
+	if (tree_n) {
+		char all[900];
+
+		tree_all_pids(pid, all, sizeof(all));
+		snprintf(treemeta, sizeof(treemeta),
+			 "\ncrcuda.tree=%d\ncrcuda.tree.clients=%u\ncrcuda.tree.pids=%s", (int)pid, tree_n,
+			 all);
+	}
 	snprintf(e_meta, sizeof(e_meta),
 		 "CRCUDA_CKPT_META=crcuda.backend=%s\ncrcuda.host=%s\ncrcuda.comm=%s\ncriu.shell_job=%d\n"
-		 "crcuda.leave_running=%d%s%s",
-		 backend, host, comm, shell_job, leave, lineage[0] ? "\ncrcuda.lineage=" : "", lineage);
+		 "crcuda.leave_running=%d%s%s%s",
+		 backend, host, comm, shell_job, leave, lineage[0] ? "\ncrcuda.lineage=" : "", lineage,
+		 treemeta);
 	snprintf(e_decision, sizeof(e_decision), "CRCUDA_CKPT_DECISION=%s", decision);
 	snprintf(e_timeout, sizeof(e_timeout), "CRCUDA_TIMEOUT_MS=%u", timeout * 1000);
 	env[0] = e_daemon, env[1] = e_store, env[2] = e_img, env[3] = e_report, env[4] = e_meta;
@@ -671,6 +751,19 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 		}
 		secs = ctl_now() - t0;
 	}
+	/* A tree: every client committed, or the checkpoint is not one (a restore would lack some). */
+	uint64_t tree_ids[CKPT_TREE_MAX];
+	unsigned tree_got = 0;
+	for (int i = 0;
+	     tree_n && tree_got < CKPT_TREE_MAX && ctl_report_get(report, "ckpt", i, val, sizeof(val)) == 0;
+	     i++)
+		tree_ids[tree_got++] = strtoull(strchr(val, ' ') ? strchr(val, ' ') + 1 : val, NULL, 10);
+	if (rc == 0 && id && tree_n && tree_got != tree_n) {
+		ctl_error("checkpoint of the process tree of %d failed: %u of its %u crcuda clients were "
+			  "committed; do not restore checkpoint %" PRIu64,
+			  (int)pid, tree_got, tree_n, id);
+		goto out;
+	}
 	if (rc != 0 || !id) {
 		if (ctl_report_get(report, "error", 0, val, sizeof(val)) == 0)
 			ctl_error("checkpoint of %d failed: %s", (int)pid, val);
@@ -703,20 +796,23 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	}
 	uint64_t dev_bytes = 0, new_bytes = 0, allocs = 0, globals = 0, copied = 0, snap = 0;
 	double dev_secs = 0, copy_secs = 0, pause_q = 0, pause_d = 0, pause_c = 0;
-	if (ctl_report_get(report, "stats", 0, val, sizeof(val)) == 0) {
+	/* Summed over the clients (a tree has several); the pause is the longest one's. */
+	for (int i = 0; ctl_report_get(report, "stats", i, val, sizeof(val)) == 0; i++) {
 		const char *p = strstr(val, " seconds="), *c = strstr(val, " copy_seconds=");
-		dev_bytes = report_u64(val, "device_bytes="), new_bytes = report_u64(val, "new_bytes=");
-		allocs = report_u64(val, "allocations="), globals = report_u64(val, "globals=");
-		copied = report_u64(val, "copied_bytes="), snap = report_u64(val, "snapshot_bytes=");
-		dev_secs = p ? strtod(p + 9, NULL) : 0;
-		copy_secs = c ? strtod(c + 14, NULL) : 0;
+		dev_bytes += report_u64(val, "device_bytes="), new_bytes += report_u64(val, "new_bytes=");
+		allocs += report_u64(val, "allocations="), globals += report_u64(val, "globals=");
+		copied += report_u64(val, "copied_bytes="), snap += report_u64(val, "snapshot_bytes=");
+		dev_secs += p ? strtod(p + 9, NULL) : 0;
+		copy_secs += c ? strtod(c + 14, NULL) : 0;
 	}
-	if (ctl_report_get(report, "pause", 0, val, sizeof(val)) == 0) {
+	for (int i = 0; ctl_report_get(report, "pause", i, val, sizeof(val)) == 0; i++) {
 		const char *q = strstr(val, "quiesce="), *d = strstr(val, "device="),
 			   *c = strstr(val, "criu=");
-		pause_q = q ? strtod(q + 8, NULL) : 0;
-		pause_d = d ? strtod(d + 7, NULL) : 0;
-		pause_c = c ? strtod(c + 5, NULL) : 0;
+		double pq = q ? strtod(q + 8, NULL) : 0, pd = d ? strtod(d + 7, NULL) : 0,
+		       pc = c ? strtod(c + 5, NULL) : 0;
+
+		if (pq + pd + pc > pause_q + pause_d + pause_c)
+			pause_q = pq, pause_d = pd, pause_c = pc;
 	}
 	if (opts->json) {
 		json_t *j = json_pack(
@@ -734,6 +830,16 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 		json_object_set_new(j, "pause_device_seconds", json_real(pause_d));
 		json_object_set_new(j, "pause_criu_seconds", json_real(pause_c));
 		json_object_set_new(j, "background_wait_seconds", json_real(drain_wait));
+		if (tree_n) {
+			json_t *ids = json_array(), *pids = json_array();
+
+			for (unsigned i = 0; i < tree_got; i++)
+				json_array_append_new(ids, json_integer((json_int_t)tree_ids[i]));
+			for (unsigned i = 0; i < tree_n; i++)
+				json_array_append_new(pids, json_integer(tree_pids[i]));
+			json_object_set_new(j, "tree_ids", ids);
+			json_object_set_new(j, "tree_pids", pids);
+		}
 		ctl_json_print(j);
 	} else {
 		printf("checkpoint %" PRIu64 ": pid %d, %.1f MiB of device memory (%.1f MiB changed and "
@@ -744,6 +850,12 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 		       leave	 ? "left running"
 		       : stopped ? "left stopped"
 				 : "stopped");
+		if (tree_n) {
+			printf("; the process tree of %d: %u crcuda clients (checkpoints", (int)pid, tree_n);
+			for (unsigned i = 0; i < tree_got; i++)
+				printf(" %" PRIu64, tree_ids[i]);
+			printf("; restoring any one restores the tree)");
+		}
 		if (leave && pause_q + pause_d + pause_c > 0)
 			printf(" (paused %.3f s: quiesce %.3f, device %.3f, CRIU %.3f%s)",
 			       pause_q + pause_d + pause_c, pause_q, pause_d, pause_c,

@@ -310,8 +310,11 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 		ctl_error("restore: %s", val);
 		goto out;
 	}
+	/* A client of a process tree: CRIU restores the whole tree, from its root. */
+	const char *tree = crc_manifest_meta_get(m, "crcuda.tree"),
+		   *tree_clients = crc_manifest_meta_get(m, "crcuda.tree.clients");
 	const char *rel = crc_manifest_meta_get(m, "criu.images_dir"),
-		   *pidm = crc_manifest_meta_get(m, "crcuda.pid"),
+		   *pidm = tree ? tree : crc_manifest_meta_get(m, "crcuda.pid"),
 		   *backend = crc_manifest_meta_get(m, "crcuda.backend"),
 		   *shell = crc_manifest_meta_get(m, "criu.shell_job"),
 		   *va_base = crc_manifest_meta_get(m, "crcuda.va_base"),
@@ -336,6 +339,19 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 			  "it, still running?): CRIU restores the process with its own pid",
 			  (int)pid);
 		goto out;
+	}
+	/* A tree: every one of its processes comes back with its own pid. */
+	for (const char *p = crc_manifest_meta_get(m, "crcuda.tree.pids"); p && *p;
+	     p = strchr(p, ',') ? strchr(p, ',') + 1 : "") {
+		pid_t q = (pid_t)atoi(p);
+
+		if (q > 0 && q != pid && !pid_free(q)) {
+			ctl_error(
+			    "restore: pid %d of the process tree of %d is in use (the checkpointed tree, or "
+			    "an earlier restore of it, still running?)",
+			    (int)q, (int)pid);
+			goto out;
+		}
 	}
 	if (!va_base || !va_size) {
 		ctl_error("restore: checkpoint %" PRIu64
@@ -471,8 +487,9 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 					 "id", (json_int_t)a.id, "pid", got, "daemon",
 					 a.remote ? a.remote : daemon, "store", store, "seconds", secs));
 	else
-		printf("restored checkpoint %s as pid %d in %.2f s (daemon %s)\n", idbuf, got, secs,
-		       a.remote ? a.remote : daemon);
+		printf("restored checkpoint %s as pid %d in %.2f s (daemon %s)%s%s%s\n", idbuf, got, secs,
+		       a.remote ? a.remote : daemon, tree ? ": the process tree, with its " : "",
+		       tree && tree_clients ? tree_clients : "", tree ? " crcuda clients" : "");
 	ret = CTL_EXIT_OK;
 	if (a.wait)
 		wait_for = got;

@@ -92,7 +92,15 @@ struct task {
 	double t_quiesce, t_quiesced, t_device; /* when its pause began, it was quiesced, copied */
 	/* A TCP client parks on a unix socket of ours instead of its connection (park_listen). */
 	char park[108];
-	int park_fd; /* our end, -1 */
+	int park_fd;   /* our end, -1 */
+	uint64_t ckpt; /* committed as */
+};
+
+/* Restore: a task of the dump with a session, by the inode of its socket to the daemon. */
+struct r_task {
+	pid_t pid;
+	uint32_t ino;
+	uint64_t ckpt;
 };
 
 static struct {
@@ -102,12 +110,13 @@ static struct {
 	char token[256];
 	char store[PATH_MAX];
 	int timeout_ms;
-	struct crc_ctl *ctl; /* dump: one control connection for the whole dump */
+	struct crc_ctl *ctl;  /* dump: one control connection for the whole dump */
+	bool inventory_named; /* dump: this plugin is in CRIU's inventory */
 	struct task tasks[MAX_TASKS];
 	unsigned ntasks;
-	/* restore: what the dump recorded */
-	uint32_t r_ino;
-	pid_t r_pid;
+	/* restore: what the dump recorded (a process tree has several clients, each its checkpoint) */
+	struct r_task r_tasks[MAX_TASKS];
+	unsigned r_ntasks;
 	uint64_t r_ckpt;
 	struct crc_ctl_restore_opts r_gpus; /* CRCUDA_GPU (crcudactl restore --gpu): gpu, gpus, ngpus */
 } P;
@@ -314,10 +323,13 @@ static int image_write(uint64_t ckpt)
 		      P.daemon, P.store);
 	if (ckpt)
 		n += snprintf(buf + n, sizeof(buf) - n, "ckpt %" PRIu64 "\n", ckpt);
+	/* task PID SESSION SOCKET-INODE [CHECKPOINT]: the last field once committed (a tree's clients
+	 * each have their own; version-1 readers take the first three). */
 	for (unsigned i = 0; i < P.ntasks && n < (int)sizeof(buf) - 128; i++)
 		if (P.tasks[i].sk_ino)
-			n += snprintf(buf + n, sizeof(buf) - n, "task %d %" PRIu64 " %u\n",
-				      (int)P.tasks[i].pid, P.tasks[i].session, P.tasks[i].sk_ino);
+			n += snprintf(buf + n, sizeof(buf) - n, "task %d %" PRIu64 " %u %" PRIu64 "\n",
+				      (int)P.tasks[i].pid, P.tasks[i].session, P.tasks[i].sk_ino,
+				      P.tasks[i].ckpt);
 	/* Replaced whole (rename) so that a reader never sees half of it. */
 	fd = openat(dir, PLUGIN_IMG ".tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0 || write(fd, buf, (size_t)n) != n || fsync(fd) || close(fd) ||
@@ -354,14 +366,16 @@ static int image_read(void)
 			memcpy(P.store, line + 6, strlen(line + 6) + 1);
 		else if (sscanf(line, "ckpt %llu", &a) == 1)
 			P.r_ckpt = a;
-		else if (sscanf(line, "task %d %llu %u", &pid, &b, &ino) == 3) {
-			if (P.r_ino) {
-				fail("the dump holds more than one crcuda client: not supported");
+		else if (sscanf(line, "task %d %llu %u %llu", &pid, &b, &ino, &a) >= 3) {
+			if (P.r_ntasks == MAX_TASKS) {
+				fail("the dump holds more than %d crcuda clients", MAX_TASKS);
 				fclose(f);
 				return -1;
 			}
-			P.r_pid = pid;
-			P.r_ino = ino;
+			/* Without its own checkpoint (an older dump, one client): the dump's. */
+			if (sscanf(line, "task %*d %*u %*u %llu", &a) != 1)
+				a = 0;
+			P.r_tasks[P.r_ntasks++] = (struct r_task){.pid = pid, .ino = ino, .ckpt = a};
 		}
 	}
 	fclose(f);
@@ -679,9 +693,11 @@ static int dump_unix_sk(int fd, int id)
 		return -1;
 	}
 	t->sk_ino = (uint32_t)id;
-	/* Restore then needs this plugin (and fails clearly without it). */
-	if (add_inventory_plugin(PLUGIN_NAME) || image_write(0))
+	/* Restore then needs this plugin (and fails clearly without it). Named once: a restore takes
+	 * one name off CRIU's list, and a name left there fails it. */
+	if ((!P.inventory_named && add_inventory_plugin(PLUGIN_NAME)) || image_write(0))
 		return -1;
+	P.inventory_named = true;
 	pr_info("socket %d of task %d to %s: restored by the plugin\n", id, (int)t->pid, P.daemon);
 	return 0;
 }
@@ -847,6 +863,7 @@ static void dump_fini(int ret)
 				pr_info("task %d: checkpoint %" PRIu64 " committed (images %s)\n",
 					(int)t->pid, id, rel);
 				report("ckpt %d %" PRIu64, (int)t->pid, id);
+				t->ckpt = id;
 				last = id;
 			}
 		} else if (t->checkpointed) {
@@ -901,12 +918,32 @@ static int restore_init(void)
 		return -1;
 	}
 	v = getenv("CRCUDA_CKPT_ID");
-	if (v && *v)
-		P.r_ckpt = strtoull(v, NULL, 10);
-	if (!P.r_ckpt) {
-		fail("no checkpoint id: the dump was not committed (set CRCUDA_CKPT_ID, or use crcudactl "
-		     "restore)");
-		return -1;
+	if (v && *v) {
+		uint64_t want = strtoull(v, NULL, 10);
+		bool member = false;
+
+		for (unsigned i = 0; i < P.r_ntasks; i++)
+			member |= P.r_tasks[i].ckpt == want;
+		/* One client: the checkpoint asked for (the images may serve several, with --leave-running).
+		 * A tree's clients each take their own, and the one asked for must be one of them. */
+		if (P.r_ntasks <= 1)
+			P.r_ckpt = want;
+		else if (!member) {
+			fail("checkpoint %" PRIu64 " is not one of this dump's %u crcuda clients", want,
+			     P.r_ntasks);
+			return -1;
+		}
+	}
+	for (unsigned i = 0; i < P.r_ntasks; i++) {
+		if (P.r_ntasks == 1 || !P.r_tasks[i].ckpt)
+			P.r_tasks[i].ckpt = P.r_ckpt;
+		if (!P.r_tasks[i].ckpt) {
+			fail("no checkpoint id for task %d: the dump was not committed (set CRCUDA_CKPT_ID, "
+			     "or "
+			     "use crcudactl restore)",
+			     (int)P.r_tasks[i].pid);
+			return -1;
+		}
 	}
 	P.r_gpus.gpu = -1;
 	v = getenv("CRCUDA_GPU");
@@ -933,7 +970,7 @@ static int restore_init(void)
 		return -1;
 	}
 	crc_ctl_close(probe);
-	pr_info("restoring checkpoint %" PRIu64 " of %s on %s (gpu %s)\n", P.r_ckpt, P.store, P.daemon,
+	pr_info("restoring %u crcuda client(s) of %s on %s (gpu %s)\n", P.r_ntasks, P.store, P.daemon,
 		getenv("CRCUDA_GPU") ? getenv("CRCUDA_GPU") : "as checkpointed");
 	return 0;
 }
@@ -942,14 +979,18 @@ static int restore_init(void)
 static int restore_unix_sk(int id)
 {
 	struct crc_ctl_restore_opts o;
+	const struct r_task *t = NULL;
 	struct crc_ctl *c;
 	int fd = -1, rc;
 
-	if (!P.enabled || P.stage != CR_PLUGIN_STAGE__RESTORE || (uint32_t)id != P.r_ino)
+	for (unsigned i = 0; P.enabled && i < P.r_ntasks; i++)
+		if (P.r_tasks[i].ino == (uint32_t)id)
+			t = &P.r_tasks[i];
+	if (!t || P.stage != CR_PLUGIN_STAGE__RESTORE)
 		return -ENOTSUP;
 	o = P.r_gpus;
 	o.store_dir = P.store;
-	o.ckpt_id = P.r_ckpt;
+	o.ckpt_id = t->ckpt;
 	o.pid = getpid();
 	o.timeout_ms = P.timeout_ms;
 	phase("replay", (int)o.pid);
@@ -960,7 +1001,7 @@ static int restore_unix_sk(int id)
 	}
 	rc = crc_ctl_restore(c, &o, &fd); /* consumes c on success only */
 	if (rc) {
-		fail("the daemon at %s could not restore checkpoint %" PRIu64 ": %s%s", P.daemon, P.r_ckpt,
+		fail("the daemon at %s could not restore checkpoint %" PRIu64 ": %s%s", P.daemon, t->ckpt,
 		     crc_ctl_error(c),
 		     rc == CRC_EBUSY || rc == CRC_EINVAL
 			 ? " (`crcudactl restore` sends such a restore to a second local crcudad)"
@@ -969,7 +1010,7 @@ static int restore_unix_sk(int id)
 		return -1;
 	}
 	pr_info("task %d: session replayed on %s, socket %d\n", (int)o.pid, P.daemon, fd);
-	report("restored %d %" PRIu64, (int)o.pid, P.r_ckpt);
+	report("restored %d %" PRIu64, (int)o.pid, t->ckpt);
 	return fd;
 }
 

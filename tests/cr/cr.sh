@@ -4,6 +4,10 @@
 # checksum over its device memory) bit for bit against an uninterrupted run under the layer.
 #   cr.sh BUILD CASE
 # CASE: basic          checkpoint mid-run (async steps in flight), kill, restore, finish
+#       tree           a parent (a shell, no CUDA of its own) with two programs under the layer: the
+#                      parent checkpointed (both sessions quiesced, copied and committed in one dump),
+#                      killed, restored from either client's checkpoint as one tree with the same pids;
+#                      both finish exact, twice
 #       twice          two --leave-running checkpoints while it runs (device memory snapshotted and
 #                      copied to the store while it rewrites it); the original finishes; then the
 #                      earlier and the later one are each restored and finish
@@ -267,6 +271,49 @@ basic)
 	cmp -s "$tmp/sum.before" "$tmp/sum.after" || fail "the restore changed the checkpoint's images"
 	finish "$pid" "restored"
 	"$ctl" store verify >/dev/null || fail "store verify"
+	;;
+tree)
+	dir=$tmp/tree
+	mkdir -p "$dir"
+	# shellcheck disable=SC2016
+	D=$dir setsid "$ctl" run "${run_opts[@]}" -- sh -c '
+		"$0" "$@" --ready-file "$D/ready1" --go-file "$D/go" >"$D/out1" 2>"$D/err1" &
+		"$0" "$@" --ready-file "$D/ready2" --go-file "$D/go" >"$D/out2" 2>"$D/err2" &
+		wait' "$app_bin" "${app_args[@]}" </dev/null >"$dir/out" 2>"$dir/err" &
+	parent=$!
+	disown "$parent"
+	pids+=("$parent")
+	wait_for 60 test -e "$dir/ready1" -a -e "$dir/ready2" || fail "the programs did not get ready"
+	kids=$(pgrep -P "$parent" | sort | xargs)
+	[ "$(wc -w <<<"$kids")" = 2 ] || fail "the parent has children '$kids', expected 2"
+	pids+=($kids)
+	out=$(timeout 120 "$ctl" --json checkpoint "$parent" 2>"$tmp/ckpt.err") ||
+		fail "checkpoint of the tree failed: $(cat "$tmp/ckpt.err")"
+	ids=$(python3 -c 'import json, sys; print(" ".join(map(str, json.load(sys.stdin)["tree_ids"])))' <<<"$out") ||
+		fail "no tree_ids in: $out"
+	[ "$(wc -w <<<"$ids")" = 2 ] || fail "checkpoints '$ids' for two clients"
+	for p in $parent $kids; do wait_for 30 gone "$p" || fail "pid $p still runs after the checkpoint"; done
+	for id in $ids; do
+		"$ctl" inspect "$id" | grep -q "crcuda.tree = $parent\$" || fail "checkpoint $id does not name its tree"
+	done
+	for f in out1 out2 err1 err2 out err; do stat -c %s "$dir/$f" >"$dir/$f.size"; done
+	for id in $ids; do # either client's checkpoint restores the whole tree
+		for f in out1 out2 err1 err2 out err; do truncate -s "$(cat "$dir/$f.size")" "$dir/$f"; done
+		rm -f "$dir/go"
+		got=$(timeout 120 "$ctl" restore "$id" 2>"$tmp/restore.err") ||
+			fail "restore of checkpoint $id failed: $(cat "$tmp/restore.err")"
+		echo "$got"
+		grep -q "as pid $parent .*the process tree, with its 2 crcuda clients" <<<"$got" ||
+			fail "restore of $id: $got"
+		[ "$(pgrep -P "$parent" | sort | xargs)" = "$kids" ] || fail "restored children differ from $kids"
+		touch "$dir/go"
+		wait_for 120 gone "$parent" || fail "the restored tree did not finish"
+		for n in 1 2; do
+			got=$(checksum "$dir/out$n")
+			[ "$got" = "$ref" ] || fail "child $n after restoring $id: checksum '$got', uninterrupted: $ref"
+		done
+		echo "cr: tree restored from checkpoint $id: both children's checksums = uninterrupted run"
+	done
 	;;
 twice)
 	# Ready at once, no waiting: it runs on while it is checkpointed twice (--leave-running).
