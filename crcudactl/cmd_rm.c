@@ -51,6 +51,30 @@ static const char *store_images(const struct crc_manifest *m)
 	return rel;
 }
 
+/* Does a checkpoint other than id name the image directory rel (the clients of one process tree share
+ * theirs)? */
+static bool images_shared(struct crc_store *st, uint64_t id, const char *rel)
+{
+	uint64_t *ids = NULL;
+	size_t n = 0;
+	bool shared = false;
+
+	if (crc_store_manifest_list(st, &ids, &n))
+		return true; /* not known: keep the images */
+	for (size_t i = 0; i < n && !shared; i++) {
+		struct crc_manifest *m = NULL;
+		const char *r;
+
+		if (ids[i] == id || crc_store_manifest_get(st, ids[i], &m))
+			continue;
+		r = store_images(m);
+		shared = r && !strcmp(r, rel);
+		crc_manifest_free(m);
+	}
+	free(ids);
+	return shared;
+}
+
 /* Removes checkpoint id: 0, or -1 with the reason in why. *bytes grows by the images' size. */
 static int remove_one(struct crc_store *st, uint64_t id, char *why, size_t len, uint64_t *bytes)
 {
@@ -65,6 +89,8 @@ static int remove_one(struct crc_store *st, uint64_t id, char *why, size_t len, 
 		return -1;
 	}
 	rel = store_images(m);
+	if (rel && images_shared(st, id, rel))
+		rel = NULL; /* another client of its process tree still needs them */
 	if (rel) {
 		snprintf(dir, sizeof(dir), "%s/%s", crc_store_dir(st), rel);
 		fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);

@@ -314,6 +314,14 @@ tree)
 		done
 		echo "cr: tree restored from checkpoint $id: both children's checksums = uninterrupted run"
 	done
+	# The clients share the tree's CRIU images: removing one checkpoint keeps them for the other.
+	read -r id1 id2 <<<"$ids"
+	images=$store/$("$ctl" inspect "$id2" | sed -n 's/.*criu.images_dir = //p')
+	[ -e "$images/inventory.img" ] || fail "no CRIU images at $images"
+	"$ctl" rm "$id1" >/dev/null || fail "rm $id1"
+	[ -e "$images/inventory.img" ] || fail "rm $id1 removed the images checkpoint $id2 still needs"
+	"$ctl" rm "$id2" >/dev/null || fail "rm $id2"
+	[ -e "$images" ] && fail "rm of the tree's last checkpoint left its images"
 	;;
 twice)
 	# Ready at once, no waiting: it runs on while it is checkpointed twice (--leave-running).
