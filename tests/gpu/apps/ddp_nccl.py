@@ -5,6 +5,7 @@ final weights, so two runs compare exactly. Exits 77 with fewer than 2 GPUs or w
     python3 ddp_nccl.py [STEPS]"""
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -23,7 +24,11 @@ def rank_main(rank, world, steps, port):
     g = torch.Generator().manual_seed(100 + rank)
     x = torch.randn(64, 256, generator=g).cuda()
     y = torch.randint(0, 10, (64,), generator=g).cuda()
+    pause = float(os.environ.get("DDP_STEP_SLEEP", "0"))  # seconds a step: room for a checkpoint
     for step in range(steps):
+        if pause:
+            torch.cuda.synchronize()
+            time.sleep(pause)
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(ddp(x), y)
         loss.backward()
