@@ -63,6 +63,9 @@ static void ckpt_usage(FILE *f)
 	    "                       snapshotted in free device memory and copied to the store while\n"
 	    "                       it runs on (the command returns once that is committed)\n"
 	    "      --no-background  with -R: copy device memory before the process runs on\n"
+	    "      --tcp-established  dump established TCP connections (CRIU's --tcp-established; the\n"
+	    "                       restore then restores them too): a process tree whose members talk\n"
+	    "                       over loopback TCP (PyTorch's TCPStore, NCCL's bootstrap)\n"
 	    "      --leave-stopped  leave the process stopped (SIGSTOP) after the checkpoint, its\n"
 	    "                       session kept: SIGCONT lets it run on, SIGKILL ends it (what\n"
 	    "                       `crcudactl migrate` does for its last round)\n"
@@ -438,12 +441,14 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 		OPT_TIMEOUT,
 		OPT_JSON,
 		OPT_NO_BACKGROUND,
-		OPT_STOPPED
+		OPT_STOPPED,
+		OPT_TCP_ESTABLISHED
 	};
 	static const struct option longopts[] = {
 	    {"leave-running", no_argument, NULL, 'R'},
 	    {"no-background", no_argument, NULL, OPT_NO_BACKGROUND},
 	    {"leave-stopped", no_argument, NULL, OPT_STOPPED},
+	    {"tcp-established", no_argument, NULL, OPT_TCP_ESTABLISHED},
 	    {"store", required_argument, NULL, 's'},
 	    {"daemon", required_argument, NULL, OPT_DAEMON},
 	    {"remote", required_argument, NULL, OPT_REMOTE},
@@ -460,7 +465,7 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	const char *store_arg = NULL, *daemon_arg = NULL, *remote_arg = NULL, *token_file = NULL;
 	char token[CRC_TOKEN_MAX + 1] = "";
 	bool tcp = false;
-	bool leave = false, background = true, stopped = false;
+	bool leave = false, background = true, stopped = false, tcp_established = false;
 	unsigned timeout = CKPT_TIMEOUT_DEFAULT;
 	char store[PATH_MAX], daemon[PATH_MAX], criu[PATH_MAX], plugdir[PATH_MAX], dir[PATH_MAX + 64];
 	char report[PATH_MAX * 2], outlog[PATH_MAX * 2], dlog[PATH_MAX * 2], backend[64], host[256] = "",
@@ -515,6 +520,9 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 			break;
 		case OPT_STOPPED:
 			stopped = true;
+			break;
+		case OPT_TCP_ESTABLISHED:
+			tcp_established = true;
 			break;
 		case 'h':
 			ckpt_usage(stdout);
@@ -666,9 +674,9 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	}
 	snprintf(e_meta, sizeof(e_meta),
 		 "CRCUDA_CKPT_META=crcuda.backend=%s\ncrcuda.host=%s\ncrcuda.comm=%s\ncriu.shell_job=%d\n"
-		 "crcuda.leave_running=%d%s%s%s",
-		 backend, host, comm, shell_job, leave, lineage[0] ? "\ncrcuda.lineage=" : "", lineage,
-		 treemeta);
+		 "crcuda.leave_running=%d\ncriu.tcp_established=%d%s%s%s",
+		 backend, host, comm, shell_job, leave, tcp_established,
+		 lineage[0] ? "\ncrcuda.lineage=" : "", lineage, treemeta);
 	snprintf(e_decision, sizeof(e_decision), "CRCUDA_CKPT_DECISION=%s", decision);
 	snprintf(e_timeout, sizeof(e_timeout), "CRCUDA_TIMEOUT_MS=%u", timeout * 1000);
 	env[0] = e_daemon, env[1] = e_store, env[2] = e_img, env[3] = e_report, env[4] = e_meta;
@@ -712,6 +720,8 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 		args[na++] = "--leave-stopped";
 	if (shell_job)
 		args[na++] = "--shell-job";
+	if (tcp_established)
+		args[na++] = "--tcp-established";
 	args[na] = NULL;
 
 	double t0 = ctl_now();

@@ -317,6 +317,7 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 		   *pidm = tree ? tree : crc_manifest_meta_get(m, "crcuda.pid"),
 		   *backend = crc_manifest_meta_get(m, "crcuda.backend"),
 		   *shell = crc_manifest_meta_get(m, "criu.shell_job"),
+		   *tcp_est = crc_manifest_meta_get(m, "criu.tcp_established"),
 		   *va_base = crc_manifest_meta_get(m, "crcuda.va_base"),
 		   *va_size = crc_manifest_meta_get(m, "crcuda.va_size"),
 		   *devices = crc_manifest_meta_get(m, "crcuda.devices");
@@ -423,7 +424,7 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 	}
 	env[ne] = NULL;
 
-	char *args[20];
+	char *args[24];
 	int na = 0;
 	args[na++] = criu;
 	args[na++] = "restore";
@@ -446,6 +447,8 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 	args[na++] = plugdir;
 	if (shell && !strcmp(shell, "1"))
 		args[na++] = "--shell-job";
+	if (tcp_est && !strcmp(tcp_est, "1"))
+		args[na++] = "--tcp-established";
 	/* The restored tree's root becomes our child (CLONE_PARENT), so that its status reaches us. */
 	if (a.wait)
 		args[na++] = "--restore-sibling";

@@ -26,7 +26,7 @@ for _ in $(seq 600); do grep -q "^step $at " "$tmp/layer.out" && break; sleep 0.
 grep -q "^step $at " "$tmp/layer.out" || { tail "$tmp/layer.err"; echo "FAIL ddp_cr: step $at never came"; exit 1; }
 echo "ddp-cr: tree of $parent: $(pgrep -P "$parent" | xargs)"
 t0=$(date +%s.%N)
-if ! "$ctl" checkpoint "$parent" >"$tmp/ckpt.out" 2>"$tmp/ckpt.err"; then
+if ! "$ctl" checkpoint --tcp-established "$parent" >"$tmp/ckpt.out" 2>"$tmp/ckpt.err"; then
 	cat "$tmp/ckpt.err"
 	echo "FAIL ddp_cr: checkpoint of the DDP tree"
 	tail -5 "$tmp/daemon.log"
