@@ -283,7 +283,13 @@ soak_step() {
 	done
 	# No daemon (it died, or never started): empty fields, which the verdict fails.
 	rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/${pid:-0}/status" 2>/dev/null)
+	# Descriptors: the least of three readings 0.1 s apart (a reading can catch a connection closing).
 	fds=$(ls "/proc/${pid:-0}/fd" 2>/dev/null | wc -l)
+	for i in 1 2; do
+		sleep 0.1
+		c=$(ls "/proc/${pid:-0}/fd" 2>/dev/null | wc -l)
+		[ "$c" -lt "$fds" ] && fds=$c
+	done
 	[ -n "$rss" ] || fds=""
 	for c in $([ -n "$rss" ] && pgrep -P "$pid"); do
 		nw=$((nw + 1))

@@ -3,7 +3,8 @@
 # cr-stress.sh --soak runs the cycles (random instants, kill + restore or --leave-running, chains, each
 # run compared bit for bit with an uninterrupted one): J jobs, each with ONE daemon and ONE store for all
 # of its N cycles and always the same program, `store prune --keep 1` and `store gc` after each trial,
-# then a sample of the daemon's RSS and open descriptors, its workers' and the store's size (a CSV row).
+# then a sample of the daemon's RSS and open descriptors (the least of three readings 0.1 s apart), its
+# workers (after waiting up to 5 s for the ended session's worker to go) and the store's size (a CSV row).
 # This script judges the CSV: the curve at 0, 25, 50, 75 and 100% of each job's cycles, and a verdict.
 #
 #   soak.sh BUILD [--cycles N] [--jobs J] [--csv FILE] [cr-stress.sh options: --seed, --programs, ...]
