@@ -38,7 +38,8 @@
 #                    `store gc`, then a sample of the daemon (pid, VmRSS, open descriptors), its children
 #                    (the workers: count, VmRSS, descriptors) and the store (du -sb), one CSV row each:
 #                    job,cycle,rss_kb,fds,store_bytes,trial,program,daemon_pid,workers,workers_rss_kb,
-#                    workers_fds,seconds (cycle: the job's checkpoints so far)
+#                    workers_fds,seconds,kills,leaves (cycle: the job's checkpoints so far; kills, leaves:
+#                    how many of them killed and restored, or left the program running)
 #   --daemon-preload LIB  (tests) the daemons run with LD_PRELOAD=LIB: tests/stress/soak_leak.c leaks in
 #                    crcudad to show that the soak's verdict fails on a leak
 # Needs root and CRIU (.deps/criu, or CRCUDA_CRIU): exit 77 otherwise.
@@ -263,7 +264,7 @@ trial() {
 # soak_step W PROGRAM: after a trial of job W, the store pruned and collected, then one sample (a CSV
 # row) of the job's daemon, its workers and its store.
 soak_step() {
-	local w=$1 wd=$tmp/w$1 s=$tmp/w$1/store pid c i cycles trials rss fds nw=0 wrss=0 wfds=0 bytes=0
+	local w=$1 wd=$tmp/w$1 s=$tmp/w$1/store pid c i cycles trials rss fds nw=0 wrss=0 wfds=0 bytes=0 kills leaves
 	if [ -d "$s" ]; then
 		if [ "$soak_keep" -gt 0 ] && ! "$ctl" store prune --keep "$soak_keep" --store "$s" >>"$wd/gc.log" 2>&1; then
 			echo "job $w: store prune failed: $(tail -n 1 "$wd/gc.log")" >>"$tmp/failed"
@@ -274,6 +275,8 @@ soak_step() {
 	fi
 	cycles=$(awk '{ s += $2 } END { print s + 0 }' "$wd/results")
 	trials=$(wc -l <"$wd/results")
+	# Before the first checkpoint (the trial ended before its first instant) there is no store to weigh.
+	[ "$cycles" = 0 ] && return
 	pid=$(sed -n 's/^([^)]*) \([0-9]*\) crcudad: serving on.*/\1/p' "$wd/d/crcudad.log" 2>/dev/null | tail -n 1)
 	# The ended session's worker may still be on its way out: up to 5 s for the daemon to be back to
 	# its one pooled worker (a worker that stays is sampled, and is a leak).
@@ -296,7 +299,9 @@ soak_step() {
 		wrss=$((wrss + $(awk '/^VmRSS:/ { print $2 }' "/proc/$c/status" 2>/dev/null || echo 0)))
 		wfds=$((wfds + $(ls "/proc/$c/fd" 2>/dev/null | wc -l)))
 	done
-	echo "$w,$cycles,$rss,$fds,$bytes,$trials,$2,$pid,$nw,$wrss,$wfds,$((($(now_ms) - t0) / 1000))" >>"$wd/soak.csv"
+	kills=$(grep -o ' kill@' "$wd/results" | wc -l)
+	leaves=$(grep -o ' leave@' "$wd/results" | wc -l)
+	echo "$w,$cycles,$rss,$fds,$bytes,$trials,$2,$pid,$nw,$wrss,$wfds,$((($(now_ms) - t0) / 1000)),$kills,$leaves" >>"$wd/soak.csv"
 }
 
 # worker W: trials W, W+J, ... until the total of tried instants (over all workers) reaches --count;
@@ -340,7 +345,7 @@ fi
 secs=$((($(now_ms) - t0) / 1000))
 if [ -n "$soak_csv" ]; then
 	{
-		echo "job,cycle,rss_kb,fds,store_bytes,trial,program,daemon_pid,workers,workers_rss_kb,workers_fds,seconds"
+		echo "job,cycle,rss_kb,fds,store_bytes,trial,program,daemon_pid,workers,workers_rss_kb,workers_fds,seconds,kills,leaves"
 		cat "$tmp"/w*/soak.csv 2>/dev/null | sort -t, -k1,1n -k6,6n
 	} >"$soak_csv"
 fi

@@ -13,14 +13,14 @@ fail=0
 # the body may change rss, fds, st (store bytes), wk (workers), pid.
 make() {
 	awk -v OFS=, 'BEGIN {
-		print "job,cycle,rss_kb,fds,store_bytes,trial,program,daemon_pid,workers,workers_rss_kb,workers_fds,seconds"
+		print "job,cycle,rss_kb,fds,store_bytes,trial,program,daemon_pid,workers,workers_rss_kb,workers_fds,seconds,kills,leaves"
 		srand(7)
 		for (i = 1; i <= 300; i++) {
 			c = int(i * 1000 / 300); rss = 2064 + int(rand() * 24); fds = 6; wk = 1; pid = 4242
 			st = 9086681 + int(rand() * 3000000)
 			if (i % 17 == 0) { fds = 8; wk = 2 }
 			'"$2"'
-			print 0, c, rss, fds, st, i, "state_app", pid, wk, wk * 3000, wk * 5, i * 3
+			print 0, c, rss, fds, st, i, "state_app", pid, wk, wk * 3000, wk * 5, i * 3, int(c * 0.7), c - int(c * 0.7)
 		}
 	}' >"$tmp/$1.csv"
 }
@@ -42,7 +42,9 @@ expect() {
 
 make flat ''
 expect flat pass
-make rss_leak 'rss += int(c * 5)' # 5 KiB a cycle: +4.5 MiB after the warm-up
+make rss_settling 'rss += (c < 100 ? c * 8 : 800) + int(c / 10)' # 800 KiB while warming, then 1 KiB a 10 cycles
+expect rss_settling pass
+make rss_leak 'rss += int(c * 3)' # 3 KiB a cycle: +2.7 MiB after the warm-up
 expect rss_leak "the daemon's RSS grew"
 make fd_leak 'fds += int(c / 250)' # one descriptor every 250 cycles
 expect fd_leak "the daemon's open descriptors grew"

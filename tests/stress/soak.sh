@@ -16,9 +16,10 @@
 #
 # A job FAILS when, from its warm-up (the median of the samples up to 10% of its cycles) to its end (the
 # median of the samples from 90% of its cycles on; medians: a sample can catch a session still ending):
-#   - the daemon's RSS grew by more than SOAK_RSS_PCT % (default 20) or SOAK_RSS_MIN_KB (default 4096),
-#     whichever is larger (the front daemon holds about 2 MiB: a floor keeps malloc's arenas settling
-#     from failing a short run, and 4 MiB over 1,000 cycles is 4 KiB a cycle, a leak worth finding);
+#   - the daemon's RSS grew by more than SOAK_RSS_PCT % (default 20) or SOAK_RSS_MIN_KB (default 2048),
+#     whichever is larger (the front daemon holds about 2 MiB, and moved by 4 to 90 KiB in 40-cycle
+#     runs; 2 MiB over the 900 cycles after a 1,000-cycle run's warm-up is about 2 KiB a cycle, and
+#     the least-squares slope after the warm-up is printed for a slower one);
 #   - its open descriptors grew by more than SOAK_FD_SLACK (default 2; one leaked per trial shows);
 #   - it has more workers (processes) than at the warm-up;
 #   - the store grew by more than SOAK_STORE_PCT % (default 25) or SOAK_STORE_MIN_MB (default 16),
@@ -32,7 +33,7 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 
 # verdict CSV: prints each job's curve and checks; returns 1 when a check fails.
 verdict() {
-	awk -F, -v rss_pct="${SOAK_RSS_PCT:-20}" -v rss_min="${SOAK_RSS_MIN_KB:-4096}" \
+	awk -F, -v rss_pct="${SOAK_RSS_PCT:-20}" -v rss_min="${SOAK_RSS_MIN_KB:-2048}" \
 		-v fd_slack="${SOAK_FD_SLACK:-2}" -v st_pct="${SOAK_STORE_PCT:-25}" \
 		-v st_min="$((${SOAK_STORE_MIN_MB:-16} * 1048576))" '
 	function median(a, n,   i, j, t, b) { # of a[1..n]
@@ -48,14 +49,15 @@ verdict() {
 		j = $1; k = ++n[j]
 		if (!(j in seen)) { seen[j] = 1; jobs[++nj] = j }
 		cyc[j, k] = $2; rss[j, k] = $3; fds[j, k] = $4; st[j, k] = $5; prog[j] = $7
-		pid[j, k] = $8; wk[j, k] = $9; wrss[j, k] = $10; wfds[j, k] = $11; sec[j, k] = $12
+		pid[j, k] = $8; wk[j, k] = $9; wrss[j, k] = $10; wfds[j, k] = $11; sec[j, k] = $12; kills[j] = $13; leaves[j] = $14
 	}
 	END {
 		bad = 0
 		if (!nj) { print "soak: no samples"; exit 1 }
 		for (x = 1; x <= nj; x++) {
 			j = jobs[x]; m = n[j]; last = cyc[j, m]; fail = ""
-			printf "\njob %s (%s, daemon pid %s): %d cycles, %d trials, %d s\n", j, prog[j], pid[j, 1], last, m, sec[j, m]
+			printf "\njob %s (%s, daemon pid %s): %d cycles (%d kill + restore, %d --leave-running), %d trials, %d s\n", j,
+				prog[j], pid[j, 1], last, kills[j], leaves[j], m, sec[j, m]
 			printf "  %5s %7s %8s %5s %8s %12s %11s %10s\n", "at", "cycle", "rss_kb", "fds", "workers",
 				"workers_rss", "workers_fds", "store_MiB"
 			split("0 25 50 75 100", pct, " ")
@@ -77,9 +79,19 @@ verdict() {
 			}
 			br = median(wr, nw); bf = median(wf, nw); bs = median(ws, nw); bw = median(ww, nw)
 			r = median(er, ne); f = median(ef, ne); s = median(es, ne); w = median(ew, ne)
+			# Least-squares slopes over the samples after the warm-up, per 100 cycles.
+			sn = sx = sxx = sr = sxr = sf = sxf = 0
+			for (i = nw + 1; i <= m; i++) {
+				sn++; sx += cyc[j, i]; sxx += cyc[j, i] * cyc[j, i]
+				sr += rss[j, i]; sxr += cyc[j, i] * rss[j, i]; sf += fds[j, i]; sxf += cyc[j, i] * fds[j, i]
+			}
+			dd = sn * sxx - sx * sx
 			lim = max(br * rss_pct / 100, rss_min)
 			printf "  warm-up (median of %d samples) -> end (median of the last %d):\n", nw, ne
 			printf "    daemon rss %d -> %d kB (%+d, limit +%d)%s\n", br, r, r - br, lim, (r - br > lim ? "  FAIL" : "")
+			if (sn >= 2 && dd > 0)
+				printf "    after the warm-up, per 100 cycles: rss %+.1f kB, fds %+.2f\n", 100 * (sn * sxr - sx * sr) / dd,
+					100 * (sn * sxf - sx * sf) / dd
 			if (r - br > lim) fail = fail "; the daemon'"'"'s RSS grew"
 			printf "    daemon fds %d -> %d (%+d, limit +%d)%s\n", bf, f, f - bf, fd_slack, (f - bf > fd_slack ? "  FAIL" : "")
 			if (f - bf > fd_slack) fail = fail "; the daemon'"'"'s open descriptors grew"
