@@ -30,7 +30,7 @@ expect() {
 	out=$("$soak" --verdict "$tmp/$1.csv" 2>&1)
 	rc=$?
 	if [ "$2" = pass ]; then
-		[ $rc = 0 ] && echo "ok: $1 passes" || { echo "FAIL: $1 should pass:"; echo "$out"; fail=1; }
+		if [ $rc = 0 ]; then echo "ok: $1 passes"; else echo "FAIL: $1 should pass:"; echo "$out"; fail=1; fi
 	elif [ $rc = 1 ] && grep -q "FAIL: .*$2" <<<"$out"; then
 		echo "ok: $1 fails: $2"
 	else
