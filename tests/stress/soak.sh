@@ -26,8 +26,8 @@
 #     whichever is larger (one checkpoint is kept: without prune and gc a trial adds its size);
 #   - the daemon changed (restarted) or was gone at a sample, or a job has fewer than 4 samples;
 # and the soak fails when any trial was not exact (cr-stress.sh's check) or a prune or gc failed.
-# On a 16-CPU machine, 1,000 cycles: tests/stress/soak.sh build --cycles 1000 --jobs 8 (see
-# docs/development.md). Needs root and CRIU (exit 77 otherwise), as cr-stress.sh.
+# On a 16-CPU machine, 1,000 cycles per daemon: tests/stress/soak.sh build --cycles 1000 --jobs 8 (about
+# an hour: docs/development.md says how long a cycle takes). Root and CRIU (exit 77 otherwise).
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
 
