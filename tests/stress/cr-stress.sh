@@ -281,7 +281,7 @@ soak_step() {
 	# The ended session's worker may still be on its way out: up to 5 s for the daemon to be back to
 	# its one pooled worker (a worker that stays is sampled, and is a leak).
 	for ((i = 0; i < 100; i++)); do
-		[ "$(pgrep -c -P "${pid:-0}")" -le 1 ] && break
+		{ [ -z "$pid" ] || [ "$(pgrep -c -P "$pid")" -le 1 ]; } && break
 		sleep 0.05
 	done
 	# No daemon (it died, or never started): empty fields, which the verdict fails.
