@@ -9,7 +9,7 @@
 #
 #   cr-stress.sh BUILD [--backend sim|cuda] [--count N] [--seed S] [--jobs J] [--chain-max K]
 #                [--kill-percent P] [--programs "P1 P2..."] [--prog NAME 'COMMAND'] [--trial SEED]
-#                [--keep]
+#                [--keep] [--soak CSV [--soak-keep K]] [--daemon-preload LIB]
 #   --count N        at least N checkpoints in all (default 200), spread over the programs in turn
 #   --jobs J         trials run J at a time, each worker with its own daemon and store (default 2)
 #   --chain-max K    checkpoints per trial: 1..K (default 5)
@@ -31,6 +31,17 @@
 #                    cannot be compared bit for bit; default 1)
 #   --trial SEED     run one trial with that trial seed (from a failure line), on its program
 #                    (--programs names it)
+#   --soak CSV       soak mode (issue 18; tests/stress/soak.sh reads the CSV and judges it): --count N
+#                    checkpoints for EACH job, job W always running program W of --programs (modulo), all
+#                    of a job's trials against its one daemon and one store (CRCUDA_LINEAGE cr-stress-wW);
+#                    after each trial `store prune --keep K` (--soak-keep, default 1; 0: no prune) and
+#                    `store gc`, then a sample of the daemon (pid, VmRSS, open descriptors), its children
+#                    (the workers: count, VmRSS, descriptors) and the store (du -sb), one CSV row each:
+#                    job,cycle,rss_kb,fds,store_bytes,trial,program,daemon_pid,workers,workers_rss_kb,
+#                    workers_fds,seconds,kills,leaves (cycle: the job's checkpoints so far; kills, leaves:
+#                    how many of them killed and restored, or left the program running)
+#   --daemon-preload LIB  (tests) the daemons run with LD_PRELOAD=LIB: tests/stress/soak_leak.c leaks in
+#                    crcudad to show that the soak's verdict fails on a leak
 # Needs root and CRIU (.deps/criu, or CRCUDA_CRIU): exit 77 otherwise.
 set -u
 build=$(cd "${1:?usage: cr-stress.sh BUILD [options]}" && pwd)
@@ -39,6 +50,7 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 ctl=$build/crcudactl/crcudactl
 backend=sim count=200 seed=${CR_STRESS_SEED:-$(((RANDOM << 15 | RANDOM) % 1000000))} jobs=2 chain_max=5 kill_pct=70
 programs="stress_drv stress_rt_static stress_rt_shared" trial_only="" keep=0 ref_runs=1
+soak_csv="" soak_keep=1 daemon_preload=""
 declare -A cmd
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -51,6 +63,9 @@ while [ $# -gt 0 ]; do
 	--programs) programs=$2 ;;
 	--trial) trial_only=$2 ;;
 	--ref-runs) ref_runs=$2 ;;
+	--soak) soak_csv=$2 ;;
+	--soak-keep) soak_keep=$2 ;;
+	--daemon-preload) daemon_preload=$2 ;;
 	--keep) keep=1; shift; continue ;;
 	--prog)
 		cmd[$2]=$3
@@ -62,6 +77,10 @@ while [ $# -gt 0 ]; do
 	shift 2
 done
 [ -n "${custom:-}" ] && programs=$custom
+if [ -n "$soak_csv" ]; then
+	case $soak_csv in /*) ;; *) soak_csv=$PWD/$soak_csv ;; esac
+	: >"$soak_csv" || exit 2
+fi
 
 skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root (CRIU)"
@@ -100,11 +119,18 @@ if [ "$backend" = sim ]; then
 fi
 unset CRCUDA_REMOTE CRCUDA_TOKEN CRCUDA_TOKEN_FILE CRCUDA_LIBDIR CRCUDAD CRCUDA_DAEMON CRCUDA_SOCKET CRCUDA_STORE
 run_opts=(--backend "$backend" --idle-exit 120)
+if [ -n "$daemon_preload" ]; then
+	[ -f "$daemon_preload" ] || { echo "cr-stress: no library $daemon_preload" >&2; exit 2; }
+	daemon_preload=$(realpath "$daemon_preload") # the daemon starts in /
+	printf '#!/bin/sh\nLD_PRELOAD=%q exec %q "$@"\n' "$daemon_preload" "$build/crcudad/crcudad" >"$tmp/crcudad"
+	chmod +x "$tmp/crcudad"
+	export CRCUDAD=$tmp/crcudad
+fi
 
 cleanup() {
 	local f p
 	for f in "$tmp"/w*/pids; do [ -f "$f" ] && while read -r p; do kill -9 "$p" 2>/dev/null; done <"$f"; done
-	for f in "$tmp"/w*/d/crcudad.sock*.log "$tmp"/ref/d/crcudad.sock*.log; do
+	for f in "$tmp"/w*/d/*.log "$tmp"/ref/d/*.log; do
 		[ -f "$f" ] || continue
 		p=$(sed -n 's/^([^)]*) \([0-9]*\) crcudad: serving on.*/\1/p' "$f" | head -1)
 		[ -n "$p" ] && grep -qas -- "$tmp/" "/proc/$p/cmdline" && kill -9 "$p" 2>/dev/null
@@ -121,11 +147,11 @@ cleanup() {
 trap cleanup EXIT
 # shellcheck source=../lib/proc.sh
 . "$top/tests/lib/proc.sh"
-# The newest dump log under DIR's store ends where CRIU waits for a trap that never comes; its criu is
+# The newest dump log under the store DIR ends where CRIU waits for a trap that never comes; its criu is
 # killed (by pid).
 criu_hung() {
 	local log p
-	log=$(ls -t "$1"/store/criu/*/dump.log 2>/dev/null | head -1)
+	log=$(ls -t "$1"/criu/*/dump.log 2>/dev/null | head -1)
 	[ -n "$log" ] && tail -n 1 "$log" | grep -q "new_sp=" || return 1
 	for p in /proc/[0-9]*; do
 		grep -qas -- "${log%/dump.log}" "$p/cmdline" && kill -9 "${p#/proc/}" 2>/dev/null
@@ -174,7 +200,9 @@ trial() {
 	# CR_STRESS_AT="MS MS ...": these instants instead (a regression test pins them).
 	[ -n "${CR_STRESS_AT:-}" ] && read -ra ats <<<"$CR_STRESS_AT"
 	mkdir -p "$dir"
+	# A soak's job keeps one store (pruned between trials) and one lineage (what prune counts by).
 	export CRCUDA_SOCKET=$wd/d/crcudad.sock CRCUDA_STORE=$dir/store
+	[ -n "$soak_csv" ] && export CRCUDA_STORE=$wd/store CRCUDA_LINEAGE=cr-stress-w$w
 	# shellcheck disable=SC2086
 	setsid "$ctl" run "${run_opts[@]}" -- ${cmd[$p]} </dev/null >"$dir/out" 2>"$dir/err" &
 	pid=$!
@@ -198,7 +226,7 @@ trial() {
 			ok=0
 			# This machine's CRIU can hang curing its parasite (the task never traps at its
 			# rt_sigreturn): an infrastructure failure, not crcuda's, counted apart.
-			criu_hung "$dir" && { ok=2; what="$what (CRIU hung curing its parasite)"; }
+			criu_hung "$CRCUDA_STORE" && { ok=2; what="$what (CRIU hung curing its parasite)"; }
 			kill -9 "$pid" 2>/dev/null
 			break
 		fi
@@ -233,23 +261,79 @@ trial() {
 	if [ $ok = 1 ]; then rm -rf "$dir"; elif [ $ok = 2 ]; then echo "$p trial $ts:$what" >>"$tmp/infra"; else echo "$p trial $ts:$what (logs: $dir)" >>"$tmp/failed"; fi
 }
 
-# worker W: trials W, W+J, ... until the total of tried instants (over all workers) reaches --count.
+# soak_step W PROGRAM: after a trial of job W, the store pruned and collected, then one sample (a CSV
+# row) of the job's daemon, its workers and its store.
+soak_step() {
+	local w=$1 wd=$tmp/w$1 s=$tmp/w$1/store pid c i cycles trials rss fds nw=0 wrss=0 wfds=0 bytes=0 kills leaves
+	if [ -d "$s" ]; then
+		if [ "$soak_keep" -gt 0 ] && ! "$ctl" store prune --keep "$soak_keep" --store "$s" >>"$wd/gc.log" 2>&1; then
+			echo "job $w: store prune failed: $(tail -n 1 "$wd/gc.log")" >>"$tmp/failed"
+		fi
+		"$ctl" store gc --store "$s" >>"$wd/gc.log" 2>&1 ||
+			echo "job $w: store gc failed: $(tail -n 1 "$wd/gc.log")" >>"$tmp/failed"
+		bytes=$(du -sb "$s" | cut -f1)
+	fi
+	cycles=$(awk '{ s += $2 } END { print s + 0 }' "$wd/results")
+	trials=$(wc -l <"$wd/results")
+	# Before the first checkpoint (the trial ended before its first instant) there is no store to weigh.
+	[ "$cycles" = 0 ] && return
+	pid=$(sed -n 's/^([^)]*) \([0-9]*\) crcudad: serving on.*/\1/p' "$wd/d/crcudad.log" 2>/dev/null | tail -n 1)
+	# The ended session's worker may still be on its way out: up to 5 s for the daemon to be back to
+	# its one pooled worker (a worker that stays is sampled, and is a leak).
+	for ((i = 0; i < 100; i++)); do
+		{ [ -z "$pid" ] || [ "$(pgrep -c -P "$pid")" -le 1 ]; } && break
+		sleep 0.05
+	done
+	# No daemon (it died, or never started): empty fields, which the verdict fails.
+	rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/${pid:-0}/status" 2>/dev/null)
+	# Descriptors: the least of three readings 0.1 s apart (a reading can catch a connection closing).
+	fds=$(ls "/proc/${pid:-0}/fd" 2>/dev/null | wc -l)
+	for i in 1 2; do
+		sleep 0.1
+		c=$(ls "/proc/${pid:-0}/fd" 2>/dev/null | wc -l)
+		[ "$c" -lt "$fds" ] && fds=$c
+	done
+	[ -n "$rss" ] || fds=""
+	for c in $([ -n "$rss" ] && pgrep -P "$pid"); do
+		nw=$((nw + 1))
+		wrss=$((wrss + $(awk '/^VmRSS:/ { print $2 }' "/proc/$c/status" 2>/dev/null || echo 0)))
+		wfds=$((wfds + $(ls "/proc/$c/fd" 2>/dev/null | wc -l)))
+	done
+	kills=$(grep -o ' kill@' "$wd/results" | wc -l)
+	leaves=$(grep -o ' leave@' "$wd/results" | wc -l)
+	echo "$w,$cycles,$rss,$fds,$bytes,$trials,$2,$pid,$nw,$wrss,$wfds,$((($(now_ms) - t0) / 1000)),$kills,$leaves" >>"$wd/soak.csv"
+}
+
+# worker W: trials W, W+J, ... until the total of tried instants (over all workers) reaches --count;
+# in a soak, trials of program W (modulo) until this job's own instants reach --count.
 worker() {
-	local w=$1 n=$1 np p
+	local w=$1 n=$1 np p have
 	read -ra plist <<<"$programs"
 	np=${#plist[@]}
 	mkdir -p "$tmp/w$w/d"
 	: >"$tmp/w$w/results"
 	while :; do
-		total=$(cat "$tmp"/w*/results 2>/dev/null | awk '{ s += $2 } END { print s + 0 }')
-		[ "$total" -ge "$count" ] && break
-		p=${plist[$((n % np))]}
+		if [ -n "$soak_csv" ]; then
+			have=$(awk '{ s += $2 } END { print s + 0 }' "$tmp/w$w/results")
+			p=${plist[$((w % np))]}
+			# A soak that keeps failing has said what it had to: no endless loop of failed trials.
+			[ "$(cat "$tmp/failed" 2>/dev/null | wc -l)" -ge 10 ] && break
+		else
+			have=$(cat "$tmp"/w*/results 2>/dev/null | awk '{ s += $2 } END { print s + 0 }')
+			p=${plist[$((n % np))]}
+		fi
+		[ "$have" -ge "$count" ] && break
 		trial "$w" "$p" $((seed * 1000 + n))
+		[ -n "$soak_csv" ] && soak_step "$w" "$p"
 		n=$((n + jobs))
 	done
 }
 
-echo "cr-stress: backend $backend, seed $seed, $count instants, chains of 1..$chain_max, kill+restore $kill_pct%, $jobs at a time"
+if [ -n "$soak_csv" ]; then
+	echo "cr-stress: soak, backend $backend, seed $seed, $count instants per job, chains of 1..$chain_max, kill+restore $kill_pct%, $jobs jobs (one daemon and one store each), store prune --keep $soak_keep and gc after each trial"
+else
+	echo "cr-stress: backend $backend, seed $seed, $count instants, chains of 1..$chain_max, kill+restore $kill_pct%, $jobs at a time"
+fi
 t0=$(now_ms)
 if [ -n "$trial_only" ]; then
 	mkdir -p "$tmp/w0/d"
@@ -259,6 +343,12 @@ else
 	wait
 fi
 secs=$((($(now_ms) - t0) / 1000))
+if [ -n "$soak_csv" ]; then
+	{
+		echo "job,cycle,rss_kb,fds,store_bytes,trial,program,daemon_pid,workers,workers_rss_kb,workers_fds,seconds,kills,leaves"
+		cat "$tmp"/w*/soak.csv 2>/dev/null | sort -t, -k1,1n -k6,6n
+	} >"$soak_csv"
+fi
 
 echo
 printf '%-20s %8s %8s %8s %8s %10s\n' program trials instants exact failed criu-hang
