@@ -810,6 +810,31 @@ int crc_tls_read_some(int fd, void *buf, size_t len, ssize_t *got)
 /* ---- a client of crcudad ------------------------------------------------------------------------ */
 #define CLIENT_HANDSHAKE_MS 10000
 
+int crc_tls_client_x509(int fd, const char *server, const char *cert, const char *key, const char *ca,
+			char *why, size_t why_len)
+{
+	char host[256] = "";
+	const char *colon = server ? strrchr(server, ':') : NULL;
+	struct x509 x = {.cert = cert, .key = key, .ca = ca, .peer_name = host};
+
+	if (!ca || !*ca || !cert || !*cert || !key || !*key) {
+		snprintf(why, why_len,
+			 "certificates need a certificate, its key and a CA (CRCUDA_TLS_CERT, "
+			 "CRCUDA_TLS_KEY and CRCUDA_TLS_CA, or --tls-cert, --tls-key and --tls-ca)");
+		return CRC_EINVAL;
+	}
+	/* "HOST:PORT" or "[V6]:PORT": the server's certificate must name HOST. */
+	if (colon && colon - server < (long)sizeof(host)) {
+		size_t n = (size_t)(colon - server);
+
+		if (n >= 2 && server[0] == '[' && server[n - 1] == ']')
+			snprintf(host, sizeof(host), "%.*s", (int)(n - 2), server + 1);
+		else
+			snprintf(host, sizeof(host), "%.*s", (int)n, server);
+	}
+	return handshake(fd, false, NULL, NULL, 0, &x, CLIENT_HANDSHAKE_MS, why, why_len);
+}
+
 int crc_tls_connect(int fd, const char *server, const void *token, size_t token_len, char *why,
 		    size_t why_len)
 {
@@ -818,27 +843,8 @@ int crc_tls_connect(int fd, const char *server, const void *token, size_t token_
 
 	if (!crc_tls_wanted())
 		return 0;
-	if ((ca && *ca) || (cert && *cert) || (key && *key)) {
-		char host[256] = "";
-		const char *colon = server ? strrchr(server, ':') : NULL;
-		struct x509 x = {.cert = cert, .key = key, .ca = ca, .peer_name = host};
-
-		if (!ca || !*ca || !cert || !*cert || !key || !*key) {
-			snprintf(why, why_len,
-				 "certificates need CRCUDA_TLS_CERT, CRCUDA_TLS_KEY and CRCUDA_TLS_CA");
-			return CRC_EINVAL;
-		}
-		/* "HOST:PORT" or "[V6]:PORT": the daemon's certificate must name HOST. */
-		if (colon && colon - server < (long)sizeof(host)) {
-			size_t n = (size_t)(colon - server);
-
-			if (n >= 2 && server[0] == '[' && server[n - 1] == ']')
-				snprintf(host, sizeof(host), "%.*s", (int)(n - 2), server + 1);
-			else
-				snprintf(host, sizeof(host), "%.*s", (int)n, server);
-		}
-		return handshake(fd, false, NULL, NULL, 0, &x, CLIENT_HANDSHAKE_MS, why, why_len);
-	}
+	if ((ca && *ca) || (cert && *cert) || (key && *key))
+		return crc_tls_client_x509(fd, server, cert, key, ca, why, why_len);
 	if (!token_len) {
 		snprintf(why, why_len, "no token: set CRCUDA_TOKEN or CRCUDA_TOKEN_FILE");
 		return CRC_EAUTH;

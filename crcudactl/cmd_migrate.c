@@ -350,6 +350,8 @@ struct recv_cfg {
 	size_t token_len;
 	unsigned timeout;
 	bool insecure; /* --insecure: plaintext, the token in the hello only */
+	/* --tls-cert/--tls-key/--tls-ca: TLS with certificates instead of the token as the key */
+	const char *tls_cert, *tls_key, *tls_ca;
 };
 
 /* FILES: one line per file that is missing or differs here. */
@@ -547,10 +549,15 @@ static int serve(const struct recv_cfg *cfg, int c, const char *peer)
 	if (!cfg->insecure) {
 		char why[256];
 
-		rc = crc_tls_server(c, CRC_TLS_ID_TOKEN, cfg->token, cfg->token_len,
-				    (int)(cfg->timeout ? cfg->timeout : 60) * 1000, why, sizeof(why));
+		int ms = (int)(cfg->timeout ? cfg->timeout : 60) * 1000;
+
+		rc = cfg->tls_cert ? crc_tls_server_x509(c, cfg->tls_cert, cfg->tls_key, cfg->tls_ca, ms, why,
+							 sizeof(why))
+				   : crc_tls_server(c, CRC_TLS_ID_TOKEN, cfg->token, cfg->token_len, ms, why,
+						    sizeof(why));
 		if (rc) {
-			fprintf(stderr, "crcudactl receive: %s: %s\n", peer, why);
+			fprintf(stderr, "crcudactl receive: %s: %s%s\n", peer, why,
+				rc == CRC_EAUTH && cfg->tls_cert ? " (not a certificate of --tls-ca?)" : "");
 			if (rc == CRC_EAUTH)
 				usleep(CRC_TLS_AUTH_DELAY_MS * 1000);
 			goto out;
@@ -681,7 +688,7 @@ static void receive_usage(FILE *f)
 	    "source sends into the store (only chunks the store lacks travel) and restores the program\n"
 	    "here at the end, on the daemon at SOCKET (started, with --backend, where none answers).\n"
 	    "Runs in the foreground until killed. Connections are TLS 1.3 with the token as the key\n"
-	    "(docs/remote.md); a wrong token costs its peer 2 s.\n"
+	    "(docs/remote.md), or with certificates (--tls-*); a wrong token costs its peer 2 s.\n"
 	    "\n"
 	    "Options:\n"
 	    "  -l, --listen ADDR:PORT  where to listen (\":PORT\" for every address)\n"
@@ -694,15 +701,31 @@ static void receive_usage(FILE *f)
 	    "      --timeout SEC       a silent source is given up after SEC seconds (default %d)\n"
 	    "      --once              serve one migration, then exit with its status\n"
 	    "      --insecure          plaintext TCP (sources must say --insecure too)\n"
+	    "      --tls-cert FILE, --tls-key FILE, --tls-ca FILE\n"
+	    "                          TLS with this certificate and key (PEM); sources must present a\n"
+	    "                          certificate the CA signed (the token is still checked)\n"
 	    "  -h, --help              this help\n",
 	    MIG_TIMEOUT_DEFAULT);
 }
 
 int cmd_receive(int argc, char **argv, struct ctl_opts *opts)
 {
-	enum { OPT_TOKEN = 256, OPT_DAEMON, OPT_BACKEND, OPT_TIMEOUT, OPT_ONCE, OPT_INSECURE };
+	enum {
+		OPT_TOKEN = 256,
+		OPT_DAEMON,
+		OPT_BACKEND,
+		OPT_TIMEOUT,
+		OPT_ONCE,
+		OPT_INSECURE,
+		OPT_CERT,
+		OPT_KEY,
+		OPT_CA
+	};
 	static const struct option longopts[] = {
 	    {"listen", required_argument, NULL, 'l'},
+	    {"tls-cert", required_argument, NULL, OPT_CERT},
+	    {"tls-key", required_argument, NULL, OPT_KEY},
+	    {"tls-ca", required_argument, NULL, OPT_CA},
 	    {"token-file", required_argument, NULL, OPT_TOKEN},
 	    {"store", required_argument, NULL, 's'},
 	    {"daemon", required_argument, NULL, OPT_DAEMON},
@@ -748,6 +771,15 @@ int cmd_receive(int argc, char **argv, struct ctl_opts *opts)
 		case OPT_INSECURE:
 			cfg.insecure = true;
 			break;
+		case OPT_CERT:
+			cfg.tls_cert = optarg;
+			break;
+		case OPT_KEY:
+			cfg.tls_key = optarg;
+			break;
+		case OPT_CA:
+			cfg.tls_ca = optarg;
+			break;
 		case OPT_ONCE:
 			once = true;
 			break;
@@ -773,6 +805,22 @@ int cmd_receive(int argc, char **argv, struct ctl_opts *opts)
 		return CTL_EXIT_USAGE;
 	}
 	cfg.token_len = (size_t)rc;
+	if (cfg.tls_cert || cfg.tls_key || cfg.tls_ca) {
+		char why[512];
+
+		if (!cfg.tls_cert || !cfg.tls_key || !cfg.tls_ca) {
+			ctl_error("receive: certificates need --tls-cert, --tls-key and --tls-ca");
+			return CTL_EXIT_USAGE;
+		}
+		if (cfg.insecure) {
+			ctl_error("receive: --insecure or certificates, not both");
+			return CTL_EXIT_USAGE;
+		}
+		if (crc_tls_check_x509(cfg.tls_cert, cfg.tls_key, cfg.tls_ca, why, sizeof(why))) {
+			ctl_error("receive: %s", why);
+			return CTL_EXIT_FAILURE;
+		}
+	}
 	if (ctl_store_dir(store_arg, cfg.store, sizeof(cfg.store)))
 		return CTL_EXIT_USAGE;
 	if ((rc = crc_store_open(cfg.store, CRC_STORE_CREATE, &st))) {
@@ -838,7 +886,8 @@ struct mig {
 	char store[PATH_MAX];
 	const char *daemon;
 	unsigned timeout;
-	char tmp[64]; /* a directory for the checkpoints' output */
+	char tmp[64];				 /* a directory for the checkpoints' output */
+	const char *tls_cert, *tls_key, *tls_ca; /* --tls-*: certificates for the destination */
 	uint64_t sent;
 	char why[PATH_MAX + 1024];
 };
@@ -894,10 +943,14 @@ static int mig_connect(struct mig *m, const char *token)
 	set_timeouts(m->fd, m->timeout);
 	if (crc_tls_wanted()) {
 		char why[256];
-		int rc = crc_tls_client(m->fd, CRC_TLS_ID_TOKEN, token, tl,
-					(int)(m->timeout ? m->timeout : 60) * 1000, why, sizeof(why));
+		bool certs = m->tls_cert || m->tls_key || m->tls_ca;
+		/* With certificates (--tls-*: the destination's must name its HOST), else the token. */
+		int rc = certs ? crc_tls_client_x509(m->fd, m->to, m->tls_cert, m->tls_key, m->tls_ca, why,
+						     sizeof(why))
+			       : crc_tls_client(m->fd, CRC_TLS_ID_TOKEN, token, tl,
+						(int)(m->timeout ? m->timeout : 60) * 1000, why, sizeof(why));
 
-		if (rc == CRC_EAUTH)
+		if (rc == CRC_EAUTH && !certs)
 			return mig_fail(m, "the destination refused the token");
 		if (rc)
 			return mig_fail(m, "no TLS with the destination %s: %s", m->to, why);
@@ -905,7 +958,12 @@ static int mig_connect(struct mig *m, const char *token)
 	memcpy(hello, MIG_MAGIC, 8);
 	put32(hello + 8, MIG_VERSION);
 	memcpy(hello + 12, token, tl);
-	if (mig_ask(m, MIG_HELLO, hello, 12 + tl, "the destination's greeting", &p, &len))
+	/* In TLS 1.3 the server judges our certificate after our side of the handshake is done: its
+	 * refusal is the connection closing here. */
+	if (mig_ask(m, MIG_HELLO, hello, 12 + tl,
+		    m->tls_cert ? "the destination's greeting (did its --tls-ca sign our --tls-cert?)"
+				: "the destination's greeting",
+		    &p, &len))
 		return -1;
 	free(p);
 	return 0;
@@ -1280,6 +1338,10 @@ static void migrate_usage(FILE *f)
 	    "                          directories above them; a file that differs is never replaced)\n"
 	    "      --insecure          plaintext TCP to a `receive --insecure` (else TLS 1.3, the token\n"
 	    "                          as the key)\n"
+	    "      --tls-cert FILE, --tls-key FILE, --tls-ca FILE\n"
+	    "                          TLS with certificates (PEM) to a `receive --tls-*`: this side's\n"
+	    "                          certificate and key, and the CA the destination's must come from\n"
+	    "                          (it must name HOST)\n"
 	    "  -h, --help              this help\n"
 	    "\n"
 	    "Exit status: 0 migrated; 1 failed (the program runs here: see the message); 2 usage error.\n",
@@ -1288,9 +1350,22 @@ static void migrate_usage(FILE *f)
 
 int cmd_migrate(int argc, char **argv, struct ctl_opts *opts)
 {
-	enum { OPT_TOKEN = 256, OPT_DOWNTIME, OPT_DAEMON, OPT_TIMEOUT, OPT_SEND_FILES, OPT_INSECURE };
+	enum {
+		OPT_TOKEN = 256,
+		OPT_DOWNTIME,
+		OPT_DAEMON,
+		OPT_TIMEOUT,
+		OPT_SEND_FILES,
+		OPT_INSECURE,
+		OPT_CERT,
+		OPT_KEY,
+		OPT_CA
+	};
 	static const struct option longopts[] = {
 	    {"to", required_argument, NULL, 't'},
+	    {"tls-cert", required_argument, NULL, OPT_CERT},
+	    {"tls-key", required_argument, NULL, OPT_KEY},
+	    {"tls-ca", required_argument, NULL, OPT_CA},
 	    {"token-file", required_argument, NULL, OPT_TOKEN},
 	    {"rounds", required_argument, NULL, 'n'},
 	    {"max-downtime", required_argument, NULL, OPT_DOWNTIME},
@@ -1356,6 +1431,15 @@ int cmd_migrate(int argc, char **argv, struct ctl_opts *opts)
 			break;
 		case OPT_INSECURE:
 			setenv("CRCUDA_INSECURE", "1", 1);
+			break;
+		case OPT_CERT:
+			m.tls_cert = optarg;
+			break;
+		case OPT_KEY:
+			m.tls_key = optarg;
+			break;
+		case OPT_CA:
+			m.tls_ca = optarg;
 			break;
 		case 'h':
 			migrate_usage(stdout);

@@ -57,6 +57,10 @@ int crc_tls_server_x509(int fd, const char *cert, const char *key, const char *c
  * or CRC_E* with a sentence in why. */
 int crc_tls_connect(int fd, const char *server, const void *token, size_t token_len, char *why,
 		    size_t why_len);
+/* The same handshake with certificates given by path (server: "HOST:PORT", whose certificate must
+ * name HOST): crcudactl migrate to a `receive --tls-*`. */
+int crc_tls_client_x509(int fd, const char *server, const char *cert, const char *key, const char *ca,
+			char *why, size_t why_len);
 /* After a client's hello on a TLS connection (nothing to do on another): reads the front's struct
  * crc_tls_handoff and makes the handshake with the worker it names. 0; the daemon's refusal (*refused
  * set); or CRC_E* with a sentence in why. */

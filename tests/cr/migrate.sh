@@ -25,6 +25,9 @@
 #                      tmpfs) and the program is migrated and finishes right there
 #       insecure       --insecure on both sides (plaintext); a TLS source against it refused
 #       token          a wrong token: refused at once, nothing done
+#       certs          receive --tls-cert/--tls-key/--tls-ca: a source with the token only, and one
+#                      whose certificate another CA signed, refused (the program runs on); one with
+#                      the CA's certificate migrated, over TLS
 # Where network namespaces cannot be made, both sides use loopback ports in this one (said so).
 # Needs root and CRIU: exit 77 otherwise.
 set -u
@@ -264,6 +267,39 @@ insecure)
 	[ "$rc" = 0 ] || fail "migrate --insecure failed"
 	grep -q ": TLS (" "$tmp/receive.log" && fail "an --insecure migration used TLS"
 	finish "migrated in plaintext, both sides --insecure"
+	;;
+certs)
+	command -v openssl >/dev/null || skip "no openssl(1) to make certificates"
+	for n in ca other-ca dest src intruder; do
+		openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$n" \
+			-keyout "$tmp/$n.key" -out "$tmp/$n.csr" 2>/dev/null || fail "openssl req $n"
+	done
+	for n in ca other-ca; do
+		openssl x509 -req -in "$tmp/$n.csr" -signkey "$tmp/$n.key" -days 2 -out "$tmp/$n.pem" \
+			-extfile <(printf "basicConstraints=critical,CA:TRUE\nkeyUsage=keyCertSign\n") 2>/dev/null ||
+			fail "openssl x509 $n"
+	done
+	sign() { # sign NAME CA
+		openssl x509 -req -in "$tmp/$1.csr" -CA "$tmp/$2.pem" -CAkey "$tmp/$2.key" -CAcreateserial -days 2 \
+			-out "$tmp/$1.pem" -extfile <(printf "subjectAltName=IP:%s\n" "$addrB") 2>/dev/null || fail "sign $1"
+	}
+	sign dest ca
+	sign src ca
+	sign intruder other-ca
+	start_receive -- --tls-cert "$tmp/dest.pem" --tls-key "$tmp/dest.key" --tls-ca "$tmp/ca.pem"
+	start_app
+	migrate
+	grep -qE "no TLS with the destination|refused the token" "$tmp/migrate.err" || fail "a token-only source: no clear error"
+	runs_here "a token-only source against a receiver with certificates"
+	mig_opts="--tls-cert $tmp/intruder.pem --tls-key $tmp/intruder.key --tls-ca $tmp/ca.pem" migrate
+	grep -qE "no TLS with the destination|did its --tls-ca sign our --tls-cert" "$tmp/migrate.err" ||
+		fail "a certificate of another CA: no clear error"
+	runs_here "a source certificate another CA signed"
+	grep -q "not a certificate of --tls-ca" "$tmp/receive.log" || fail "the receiver did not say why it refused"
+	mig_opts="--tls-cert $tmp/src.pem --tls-key $tmp/src.key --tls-ca $tmp/ca.pem" migrate
+	[ "$rc" = 0 ] || fail "migrate with the CA's certificates failed"
+	grep -q ": TLS (" "$tmp/receive.log" || fail "no TLS in the receiver's log"
+	finish "migrated over TLS with certificates"
 	;;
 token)
 	start_receive
