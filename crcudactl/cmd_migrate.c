@@ -951,7 +951,8 @@ static int mig_connect(struct mig *m, const char *token)
 						(int)(m->timeout ? m->timeout : 60) * 1000, why, sizeof(why));
 
 		if (rc == CRC_EAUTH && !certs)
-			return mig_fail(m, "the destination refused the token");
+			return mig_fail(
+			    m, "the destination refused the token (or it wants certificates: --tls-*)");
 		if (rc)
 			return mig_fail(m, "no TLS with the destination %s: %s", m->to, why);
 	}
