@@ -29,12 +29,12 @@ _crcudactl()
 	case $cmd in
 	"") opts="run checkpoint restore export import migrate receive ls status rm inspect store -h --help -V --version -v --verbose -q --quiet --json" ;;
 	run) opts="--backend --socket --daemon-log --idle-exit --va-base --va-session --remote --token-file -h --help --" ;;
-	checkpoint) opts="-R --leave-running --leave-stopped --no-background -s --store --daemon --remote --token-file --timeout --json -h --help" ;;
+	checkpoint) opts="-R --leave-running --leave-stopped --no-background --tcp-established -s --store --daemon --remote --token-file --timeout --json -h --help" ;;
 	restore) opts="-s --store --remote --token-file --daemon --backend --gpu --timeout --json -h --help" ;;
 	export) opts="-s --store -o --output --json -h --help" ;;
 	import) opts="-s --store -i --input --json -h --help" ;;
-	migrate) opts="-t --to --token-file -n --rounds --max-downtime -s --store --daemon --timeout --send-files -h --help" ;;
-	receive) opts="-l --listen --token-file -s --store --daemon --backend --timeout --once -h --help" ;;
+	migrate) opts="-t --to --token-file -n --rounds --max-downtime -s --store --daemon --timeout --send-files --insecure --tls-cert --tls-key --tls-ca -h --help" ;;
+	receive) opts="-l --listen --token-file -s --store --daemon --backend --timeout --once --insecure --tls-cert --tls-key --tls-ca -h --help" ;;
 	ls) opts="-s --store --daemon --json -h --help" ;;
 	inspect) opts="-s --store --chunks --json -h --help" ;;
 	status) opts="--daemon --json -h --help" ;;
