@@ -165,17 +165,27 @@ static void daemon_backend(const char *sock, char *out, size_t len)
 	closedir(proc);
 }
 
+/* The sessions of the daemon at addr (token: a TCP one's), into *list (to free). */
+static int daemon_sessions(const char *addr, const char *token, struct crc_ctl_session **list, unsigned *n)
+{
+	struct crc_ctl *c = NULL;
+	int rc = crc_ctl_open(addr, token, &c);
+
+	*list = NULL;
+	*n = 0;
+	if (!rc)
+		rc = crc_ctl_sessions(c, list, n);
+	crc_ctl_close(c);
+	return rc;
+}
+
 /* The session of pid on the remote daemon at addr (no daemons beside it there). */
 static int find_remote(const char *addr, const char *token, pid_t pid, struct crc_ctl_session *out)
 {
 	struct crc_ctl_session *list = NULL;
-	struct crc_ctl *c = NULL;
 	unsigned n = 0;
-	int rc = crc_ctl_open(addr, token, &c);
+	int rc = daemon_sessions(addr, token, &list, &n);
 
-	if (!rc)
-		rc = crc_ctl_sessions(c, &list, &n);
-	crc_ctl_close(c);
 	for (unsigned i = 0; !rc && i < n; i++)
 		if (list[i].pid == pid) {
 			*out = list[i];
@@ -297,13 +307,9 @@ static int tree_clients(const char *daemon, const char *token, pid_t root, pid_t
 			unsigned *n)
 {
 	struct crc_ctl_session *list = NULL;
-	struct crc_ctl *c = NULL;
 	unsigned count = 0;
-	int rc = crc_ctl_open(daemon, token, &c);
+	int rc = daemon_sessions(daemon, token, &list, &count);
 
-	if (!rc)
-		rc = crc_ctl_sessions(c, &list, &count);
-	crc_ctl_close(c);
 	*n = 0;
 	for (unsigned i = 0; !rc && i < count; i++) {
 		pid_t p = list[i].pid;

@@ -24,19 +24,25 @@ stable="name uuid pci.busId xla.handle_by_bus_id_same pcie.link.gen.max pcie.lin
 	persistence_mode cores memory.bus_width architecture serial vbios processes.self_listed
 	processes.self_uses_64MiB"
 fails=0
-printf '%-32s %-44s %-44s %s\n' query native "under crcuda" verdict
-while read -r key native; do
-	layer=$(awk -v k="$key" '$1 == k { $1 = ""; sub(/^ /, ""); print; exit }' "$tmp/layer.txt")
-	if [[ " $(echo $stable) " == *" $key "* ]]; then
-		if [ "$native" = "$layer" ]; then v=equal; else v=DIFFERS; fails=$((fails + 1)); fi
-	elif [[ $native == error* ]]; then
+# verdict NATIVE LAYER [EXACT]: a reading must be answered where NVIDIA answers it; EXACT ones equal.
+verdict() {
+	if [ -n "${3:-}" ]; then
+		if [ "$1" = "$2" ]; then v=equal; else v=DIFFERS; fails=$((fails + 1)); fi
+	elif [[ $1 == error* ]]; then
 		v="(not answered natively)"
-	elif [[ $layer == error* || -z $layer ]]; then
+	elif [[ $2 == error* || -z $2 ]]; then
 		v=UNANSWERED
 		fails=$((fails + 1))
 	else
 		v=answered
 	fi
+}
+printf '%-32s %-44s %-44s %s\n' query native "under crcuda" verdict
+while read -r key native; do
+	layer=$(awk -v k="$key" '$1 == k { $1 = ""; sub(/^ /, ""); print; exit }' "$tmp/layer.txt")
+	exact=""
+	[[ " $(echo $stable) " == *" $key "* ]] && exact=1
+	verdict "$native" "$layer" "$exact"
 	printf '%-32s %-44s %-44s %s\n' "$key" "${native:0:44}" "${layer:0:44}" "$v"
 done <"$tmp/native.txt"
 # PyTorch's NVML-backed utilities (through pynvml, where it is installed): answered under crcuda too,
@@ -60,17 +66,7 @@ PY
 		python3 "$tmp/torch_nvml.py" >"$tmp/torch-layer.txt" 2>&1
 	while read -r key native; do
 		layer=$(awk -v k="$key" '$1 == k { $1 = ""; sub(/^ /, ""); print; exit }' "$tmp/torch-layer.txt")
-		if [[ $native == error* ]]; then
-			v="(not answered natively)"
-		elif [[ $layer == error* || -z $layer ]]; then
-			v=UNANSWERED
-			fails=$((fails + 1))
-		elif [ "$key" = self_listed ] && [ "$layer" != "$native" ]; then
-			v=DIFFERS
-			fails=$((fails + 1))
-		else
-			v=answered
-		fi
+		verdict "$native" "$layer" "$([ "$key" = self_listed ] && echo 1)"
 		printf '%-32s %-44s %-44s %s\n' "torch.cuda.$key" "${native:0:44}" "${layer:0:44}" "$v"
 	done <"$tmp/torch-native.txt"
 fi
