@@ -58,6 +58,7 @@
 #include "criu-log.h"
 #include "criu-plugin.h"
 #include "crcuda/ctl.h"
+#include "crcuda/durable.h"
 #include "crcuda/errno.h"
 #include "crcuda/proto.h"
 #include "crcuda/sock.h"
@@ -773,34 +774,10 @@ static void dump_meta(const struct task *t, const char *rel, char *buf, size_t l
 static int sync_images(void)
 {
 	const char *env = getenv("CRCUDA_STORE_SYNC");
-	int dfd, rc = 0;
-	struct dirent *e;
-	DIR *d;
 
 	if (env && !strcmp(env, "0"))
 		return 0;
-	dfd = openat(criu_get_image_dir(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0 || !(d = fdopendir(dfd))) {
-		if (dfd >= 0)
-			close(dfd);
-		return -errno;
-	}
-	while (!rc && (e = readdir(d))) {
-		int fd;
-
-		if (e->d_type != DT_REG && e->d_type != DT_UNKNOWN)
-			continue;
-		fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-		if (fd < 0)
-			continue; /* not a regular file we can open (a socket CRIU left): nothing to sync */
-		if (fsync(fd))
-			rc = -errno;
-		close(fd);
-	}
-	if (!rc && fsync(dirfd(d)))
-		rc = -errno;
-	closedir(d);
-	return rc;
+	return crc_sync_dir_files(criu_get_image_dir());
 }
 
 static void dump_fini(int ret)
