@@ -58,6 +58,10 @@
 #                      CRIU's images refuses the checkpoint, the program running on; one failing in
 #                      LMDB's commit (--leave-running) too; the previous checkpoint stays the latest
 #                      and restores exactly
+#       restore-fails  a restore failing half-way (EIO reading the pack files after the journal's replay;
+#                      the restoring worker killed while its read hangs), beside another program: a
+#                      clear error, nothing of the half-restored program stays, the other program runs
+#                      on and finishes exactly, the checkpoint is unchanged and then restores exactly
 #       export         a checkpoint exported (to a file and to a pipe: the same bytes; into a pipe
 #                      closed early: a clear error), the source node's daemon and store then gone; a
 #                      truncated export, one with a byte flipped in its middle (a chunk) and one with a
@@ -770,6 +774,68 @@ fsync)
 	next=$(checkpoint "$app" --leave-running)
 	[ "$next" -gt "$prev" ] || fail "no checkpoint after the faults"
 	finish "$app" "after a checkpoint refused for LMDB's failed fsync"
+	;;
+restore-fails)
+	# A restore that fails half-way, beside another program on the same daemon: the restored session's
+	# worker has replayed the journal, made the allocations and uploaded a chunk when its third read of
+	# a pack file fails (EIO, the iofault shim in the daemon), and, in a second round, when that worker
+	# is killed (-9) while that read hangs (the shim stalls it). Each restore fails saying why; nothing of the
+	# half-restored program stays; the other program's session stays and it finishes exactly; the
+	# checkpoint's images are unchanged, the store verifies, and the checkpoint then restores exactly.
+	[ -f "$shim" ] || skip "no iofault shim at $shim"
+	start_app victim
+	id=$(checkpoint "$app")
+	victim=$app victim_dir=$dir
+	wait_for 30 gone "$victim" || fail "the program still runs after the checkpoint"
+	(cd "$store" && find criu -type f -exec md5sum {} + | sort) >"$tmp/sum.before"
+	for round in eio killed; do
+		if [ $round = eio ]; then
+			restart_daemon LD_PRELOAD="$shim" IOFAULT_PATH="$store/packs/*" IOFAULT_OPS=read IOFAULT_CALL=3 \
+				IOFAULT_ARM_FILE="$tmp/arm" IOFAULT_LOG="$tmp/read-fault.log"
+		else
+			restart_daemon LD_PRELOAD="$shim" IOFAULT_PATH="$store/packs/*" IOFAULT_OPS=read IOFAULT_CALL=3 \
+				IOFAULT_ARM_FILE="$tmp/arm" IOFAULT_LOG="$tmp/read-fault.log" IOFAULT_STALL_MS=60000
+		fi
+		rm -f "$tmp/read-fault.log"
+		start_app "other-$round"
+		other=$app other_dir=$dir
+		grep -q "^[0-9]* *$other " <("$ctl" ls) || fail "no session of the other program"
+		dir=$victim_dir
+		truncate -s "$(cat "$tmp/ckpt$id.out.size")" "$dir/out"
+		truncate -s "$(cat "$tmp/ckpt$id.err.size")" "$dir/err"
+		touch "$tmp/arm"
+		timeout 120 "$ctl" restore "$id" >"$tmp/rf.out" 2>"$tmp/rf.err" &
+		rpid=$!
+		if [ $round = killed ]; then
+			wait_for 60 grep -qs "^stall: pid [0-9]* pread $store/packs/" "$tmp/read-fault.log" ||
+				fail "the restore never read a pack file: $(cat "$tmp/rf.err")"
+			wpid=$(sed -n 's/^stall: pid \([0-9]*\) .*/\1/p' "$tmp/read-fault.log" | head -n 1)
+			# A worker of the daemon, not the other program's.
+			grep -qa crcudad-worker "/proc/$wpid/cmdline" && ! grep -q "pid $other uid [0-9]* -> worker $wpid\$" "$log" ||
+				fail "the stalled reader $wpid is not the restoring worker"
+			kill -9 "$wpid"
+		fi
+		wait "$rpid" && fail "restore ($round) succeeded: $(cat "$tmp/rf.out")"
+		first=$(head -n 1 "$tmp/rf.err")
+		case $round in
+		eio) echo "$first" | grep -Eq "$eio" ;;
+		killed) echo "$first" | grep -Eq "worker .*(ended|died)|daemon unreachable" ;;
+		esac || fail "restore ($round): the first line does not say why: $(cat "$tmp/rf.err")"
+		echo "cr: restore failing half-way ($round): $first"
+		grep -q "^\(iofault\|stall\): pid [0-9]* pread $store/packs/" "$tmp/read-fault.log" ||
+			fail "no fault was injected into the restore's reads"
+		rm "$tmp/arm"
+		wait_for 30 gone "$victim" || fail "a half-restored pid $victim stays after the failed restore ($round)"
+		gone "$other" && fail "the other program died with the failed restore ($round)"
+		grep -q "^[0-9]* *$other " <("$ctl" ls) || fail "the other program's session went away ($round)"
+		(cd "$store" && find criu -type f -exec md5sum {} + | sort) >"$tmp/sum.after"
+		cmp -s "$tmp/sum.before" "$tmp/sum.after" || fail "the failed restore ($round) changed the checkpoint's images"
+		"$ctl" store verify >"$tmp/verify" 2>&1 || fail "store verify after the failed restore ($round): $(cat "$tmp/verify")"
+		pid=$(restore "$id")
+		finish "$pid" "checkpoint $id restored after a restore failed half-way ($round)"
+		dir=$other_dir
+		finish "$other" "the other program beside a restore failing half-way ($round)"
+	done
 	;;
 devices)
 	app_args=(--mb 8 --chunks 4 --steps 24 --devices 2)

@@ -5,7 +5,8 @@
  *                       with a *, ? or [ in it, a shell pattern the whole path must match (fnmatch, a *
  *                       also matching slashes)
  *   IOFAULT_OPS         comma-separated: write (write, pwrite, writev, pwritev, splice into the file),
- *                       fsync (fsync, fdatasync, syncfs, sync_file_range); default write
+ *                       fsync (fsync, fdatasync, syncfs, sync_file_range), read (read, pread);
+ *                       default write
  *   IOFAULT_ERRNO       EIO (default), ENOSPC or a number
  *   IOFAULT_AFTER_BYTES writes succeed until this many bytes went to matching files in this process
  *                       (the one that crosses it is cut short there; the next fails); default 0
@@ -14,6 +15,9 @@
  *   IOFAULT_ARM_FILE    faults only while this file exists (so a long-lived daemon can be armed later)
  *   IOFAULT_LOG         appends "iofault: pid PID OP PATH: ERRNO" for every failure injected (a test
  *                       checks that the fault it meant did happen)
+ *   IOFAULT_STALL_MS    instead of failing, a call that would fail first sleeps this long (a disk that
+ *                       stops answering; logged "stall: pid PID OP PATH" before the sleep, so that a test
+ *                       can kill that process there), then goes through
  *   IOFAULT_TRACE=1     inject nothing: append "ok: pid PID OP PATH" to IOFAULT_LOG after every
  *                       matching call that succeeded (the order in which writes and syncs reached
  *                       the disk, across processes: one O_APPEND file)
@@ -32,9 +36,10 @@
 #include <string.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
-enum op { OP_WRITE = 1, OP_FSYNC = 2 };
+enum op { OP_WRITE = 1, OP_FSYNC = 2, OP_READ = 4 };
 
 static struct {
 	const char *path, *arm, *log;
@@ -42,7 +47,7 @@ static struct {
 	unsigned ops;
 	int err;
 	long long after_bytes;
-	long call;
+	long call, stall_ms;
 	bool trace;
 } cfg;
 static atomic_llong bytes_done;
@@ -66,6 +71,10 @@ static void configure(void)
 		cfg.ops |= OP_WRITE;
 	if (v && strstr(v, "fsync"))
 		cfg.ops |= OP_FSYNC;
+	if (v && strstr(v, "read"))
+		cfg.ops |= OP_READ;
+	v = getenv("IOFAULT_STALL_MS");
+	cfg.stall_ms = v ? atol(v) : 0;
 	v = getenv("IOFAULT_ERRNO");
 	cfg.err = !v || !strcmp(v, "EIO") ? EIO : !strcmp(v, "ENOSPC") ? ENOSPC : atoi(v);
 	if (cfg.err <= 0)
@@ -99,7 +108,7 @@ static bool targeted(int fd, unsigned op, char *name, size_t len)
 	return !cfg.arm || access(cfg.arm, F_OK) == 0;
 }
 
-static void log_line(const char *what, const char *name, bool ok)
+static void log_line(const char *what, const char *name, const char *kind)
 {
 	int fd;
 	char line[4400];
@@ -110,8 +119,8 @@ static void log_line(const char *what, const char *name, bool ok)
 	fd = open(cfg.log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return;
-	if (ok)
-		n = snprintf(line, sizeof(line), "ok: pid %d %s %s\n", (int)getpid(), what, name);
+	if (kind)
+		n = snprintf(line, sizeof(line), "%s: pid %d %s %s\n", kind, (int)getpid(), what, name);
 	else
 		n = snprintf(line, sizeof(line), "iofault: pid %d %s %s: %s\n", (int)getpid(), what, name,
 			     strerrorname_np(cfg.err) ? strerrorname_np(cfg.err) : "?");
@@ -144,13 +153,22 @@ static ssize_t allowance(size_t len)
 static ssize_t traced(const char *what, const char *name, ssize_t r)
 {
 	if (cfg.trace && r >= 0)
-		log_line(what, name, true);
+		log_line(what, name, "ok");
 	return r;
 }
 
+/* A call the fault falls on: fails (-1, errno set), or with IOFAULT_STALL_MS sleeps and returns 0
+ * (the caller then makes the call). */
 static ssize_t fail_with(const char *what, const char *name)
 {
-	log_line(what, name, false);
+	if (cfg.stall_ms > 0) {
+		struct timespec ts = {cfg.stall_ms / 1000, (cfg.stall_ms % 1000) * 1000000L};
+
+		log_line(what, name, "stall");
+		nanosleep(&ts, NULL);
+		return 0;
+	}
+	log_line(what, name, NULL);
 	errno = cfg.err;
 	return -1;
 }
@@ -170,8 +188,11 @@ ssize_t write(int fd, const void *buf, size_t len)
 	if (!len || !targeted(fd, OP_WRITE, name, sizeof(name)))
 		return real_write(fd, buf, len);
 	ok = allowance(len);
-	if (ok < 0)
-		return fail_with("write", name);
+	if (ok < 0) {
+		if (fail_with("write", name) < 0)
+			return -1;
+		ok = (ssize_t)len;
+	}
 	return traced("write", name, real_write(fd, buf, (size_t)ok));
 }
 
@@ -184,8 +205,11 @@ ssize_t pwrite(int fd, const void *buf, size_t len, off_t off)
 	if (!len || !targeted(fd, OP_WRITE, name, sizeof(name)))
 		return real_pwrite(fd, buf, len, off);
 	ok = allowance(len);
-	if (ok < 0)
-		return fail_with("pwrite", name);
+	if (ok < 0) {
+		if (fail_with("pwrite", name) < 0)
+			return -1;
+		ok = (ssize_t)len;
+	}
 	return traced("pwrite", name, real_pwrite(fd, buf, (size_t)ok, off));
 }
 
@@ -215,8 +239,8 @@ ssize_t writev(int fd, const struct iovec *iov, int n)
 
 	if (!targeted(fd, OP_WRITE, name, sizeof(name)))
 		return real_writev(fd, iov, n);
-	if (!vec_allowed(iov, n))
-		return fail_with("writev", name);
+	if (!vec_allowed(iov, n) && fail_with("writev", name) < 0)
+		return -1;
 	return traced("writev", name, real_writev(fd, iov, n));
 }
 
@@ -227,8 +251,8 @@ ssize_t pwritev(int fd, const struct iovec *iov, int n, off_t off)
 
 	if (!targeted(fd, OP_WRITE, name, sizeof(name)))
 		return real_pwritev(fd, iov, n, off);
-	if (!vec_allowed(iov, n))
-		return fail_with("pwritev", name);
+	if (!vec_allowed(iov, n) && fail_with("pwritev", name) < 0)
+		return -1;
 	return traced("pwritev", name, real_pwritev(fd, iov, n, off));
 }
 
@@ -243,8 +267,11 @@ ssize_t splice(int in, loff_t *in_off, int out, loff_t *out_off, size_t len, uns
 	if (!len || !targeted(out, OP_WRITE, name, sizeof(name)))
 		return real_splice(in, in_off, out, out_off, len, flags);
 	ok = allowance(len);
-	if (ok < 0)
-		return fail_with("splice", name);
+	if (ok < 0) {
+		if (fail_with("splice", name) < 0)
+			return -1;
+		ok = (ssize_t)len;
+	}
 	return traced("splice", name, real_splice(in, in_off, out, out_off, (size_t)ok, flags));
 }
 
@@ -254,8 +281,8 @@ ssize_t splice(int in, loff_t *in_off, int out, loff_t *out_off, size_t len, uns
 		char name_[4096];                                                                            \
 		if (!targeted(fd, OP_FSYNC, name_, sizeof(name_)))                                           \
 			return call;                                                                         \
-		if (allowance(0) < 0)                                                                        \
-			return (int)fail_with(what, name_);                                                  \
+		if (allowance(0) < 0 && fail_with(what, name_) < 0)                                          \
+			return -1;                                                                           \
 		return (int)traced(what, name_, call);                                                       \
 	} while (0)
 
@@ -282,3 +309,29 @@ int sync_file_range(int fd, off_t off, off_t len, unsigned flags)
 	REAL(sync_file_range);
 	SYNC_CALL("sync_file_range", fd, real_sync_file_range(fd, off, len, flags));
 }
+
+ssize_t read(int fd, void *buf, size_t len)
+{
+	REAL(read);
+	char name[4096];
+
+	if (!len || !targeted(fd, OP_READ, name, sizeof(name)))
+		return real_read(fd, buf, len);
+	if (allowance(0) < 0 && fail_with("read", name) < 0)
+		return -1;
+	return traced("read", name, real_read(fd, buf, len));
+}
+
+ssize_t pread(int fd, void *buf, size_t len, off_t off)
+{
+	REAL(pread);
+	char name[4096];
+
+	if (!len || !targeted(fd, OP_READ, name, sizeof(name)))
+		return real_pread(fd, buf, len, off);
+	if (allowance(0) < 0 && fail_with("pread", name) < 0)
+		return -1;
+	return traced("pread", name, real_pread(fd, buf, len, off));
+}
+
+ssize_t pread64(int fd, void *buf, size_t len, off_t off) __attribute__((alias("pread")));
