@@ -689,6 +689,10 @@ eio)
 		IOFAULT_AFTER_BYTES=$((1 << 20)) IOFAULT_LOG="$tmp/iofault.log"
 	start_app eio --step-ms 400
 	prev=$(checkpoint "$app" --leave-running)
+	# CRIU's log, written outside the store while CRIU ran, is in the image directory after it.
+	images=$store/$(sed -n 's/^  "criu_images": "\(.*\)",*$/\1/p' "$tmp/ckpt$prev.json")
+	[ -f "$images/dump.log" ] && [ ! -L "$images/dump.log" ] && grep -q "Dumping finished successfully" "$images/dump.log" ||
+		fail "no copy of CRIU's log in $images"
 	touch "$tmp/arm" "$dir/go"
 	sleep 0.5
 	fault_ckpt "$app" "EIO writing pack files" "$eio"
