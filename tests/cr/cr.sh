@@ -251,7 +251,8 @@ start_tcp_daemon() {
 store_ids() { "$ctl" store ls 2>/dev/null | awk 'NR > 1 { printf "%s ", $1 }'; }
 # fault_ckpt PID WHAT PATTERN [OPTIONS...]: a checkpoint under a fault must fail, its first line of
 # error saying why (PATTERN, an extended regex); the program runs on; the store is as it was: the
-# same checkpoints, every chunk and checkpoint whole (store verify), no image directory left behind.
+# same checkpoints, every chunk and checkpoint whole (store verify), no pack file or image directory
+# left behind, the latest checkpoint inspects.
 fault_ckpt() {
 	local pid=$1 what=$2 pat=$3 ids dirs first
 	shift 3
@@ -268,6 +269,9 @@ fault_ckpt() {
 	[ "$(ls "$store/criu" | sort | tr '\n' ' ')" = "$dirs" ] ||
 		fail "$what: image directories left behind: $(ls "$store/criu")"
 	"$ctl" store verify >"$tmp/verify" 2>&1 || fail "$what: store verify: $(cat "$tmp/verify")"
+	grep -q " 0 problems, 0 orphan packs" "$tmp/verify" || fail "$what: pack files left behind: $(cat "$tmp/verify")"
+	last=${ids% }
+	"$ctl" inspect "${last##* }" >/dev/null 2>"$tmp/inspect.err" || fail "$what: inspect ${last##* }: $(cat "$tmp/inspect.err")"
 }
 # restart_daemon [ENV...]: the test's daemon killed and started again with that environment (the
 # programs' sessions end with it).
