@@ -846,7 +846,7 @@ restore-fails)
 		first=$(head -n 1 "$tmp/rf.err")
 		case $round in
 		eio) echo "$first" | grep -Eq "$eio" ;;
-		killed) echo "$first" | grep -Eq "worker .*(ended|died)|daemon unreachable" ;;
+		killed) echo "$first" | grep -Eq "worker restoring the checkpoint .*went away" ;;
 		esac || fail "restore ($round): the first line does not say why: $(cat "$tmp/rf.err")"
 		echo "cr: restore failing half-way ($round): $first"
 		grep -q "^\(iofault\|stall\): pid [0-9]* pread $store/packs/" "$tmp/read-fault.log" ||
