@@ -40,6 +40,7 @@
 #include "crc_store.h"
 #include "crcuda/ctl.h"
 #include "crcuda/durable.h"
+#include "crcuda/proctree.h"
 #include "crcuda/errno.h"
 #include "crcuda/proto.h"
 #include "crcudactl.h"
@@ -56,7 +57,8 @@ static void ckpt_usage(FILE *f)
 	    "Checkpoints PID, a program running under `crcudactl run`: its session is quiesced and its\n"
 	    "device memory and globals go into the store, the process is dumped by CRIU (images in\n"
 	    "<store>/criu/<name>), and one store transaction commits both. The process is killed\n"
-	    "unless --leave-running. Needs root (CRIU).\n"
+	    "once that is committed, unless --leave-running (a failed checkpoint lets it run on).\n"
+	    "Needs root (CRIU).\n"
 	    "\n"
 	    "Options:\n"
 	    "  -R, --leave-running  let the process run on after the checkpoint: what changed is\n"
@@ -697,7 +699,10 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	args[na++] = script;
 	if (leave)
 		args[na++] = "--leave-running";
-	if (stopped)
+	/* Not CRIU but this command kills the process, once the commit is known: CRIU decides before the
+	 * plugin commits, so a commit that fails (LMDB's transaction on a full or failing disk) would
+	 * otherwise have lost the process. */
+	if (stopped || !leave)
 		args[na++] = "--leave-stopped";
 	if (shell_job)
 		args[na++] = "--shell-job";
@@ -714,6 +719,8 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 
 	if (ctl_report_get(report, "ckpt", 0, val, sizeof(val)) == 0)
 		id = strtoull(strchr(val, ' ') ? strchr(val, ' ') + 1 : val, NULL, 10);
+	if (!leave && !stopped)
+		crc_signal_tree(pid, rc == 0 && id ? SIGKILL : SIGCONT);
 	if (cancel.state == CTL_CANCELLED && !id) {
 		/* CRIU let the process go (or was killed): the session resumes, as after a failure. */
 		undo(daemon, tcp ? token : NULL, pid);
