@@ -119,7 +119,7 @@ export CRCUDA_CRIU=$criu
 unset CRCUDA_REMOTE CRCUDA_TOKEN CRCUDA_TOKEN_FILE CRCUDA_LIBDIR CRCUDAD CRCUDA_DAEMON
 read -r -a app_extra <<<"${CR_APP_EXTRA:-}"
 app_args=(--mb 8 --chunks 4 --steps 24 "${app_extra[@]}")
-backend=${CR_BACKEND:-sim} # CR_BACKEND=cuda: the basic, twice and capture cases on a GPU
+backend=${CR_BACKEND:-sim} # CR_BACKEND=cuda: the basic, twice, capture and fault cases on a GPU
 run_opts=(--backend "$backend" --idle-exit 60) # start_app's daemon
 pids=() # the programs (original and restored share a pid)
 extra_daemons=()
@@ -284,7 +284,7 @@ restart_daemon() {
 		kill -9 "$p"
 		wait_for 30 gone "$p" || fail "daemon $p does not die"
 	done
-	env "$@" "$crcudad" --backend sim --socket "$sock" --idle-exit 60 --foreground -v >"$tmp/daemon.out" 2>>"$log" &
+	env "$@" "$crcudad" --backend "$backend" --socket "$sock" --idle-exit 60 --foreground -v >"$tmp/daemon.out" 2>>"$log" &
 	disown $!
 	wait_for 30 grep -qs ready "$tmp/daemon.out" || fail "the daemon did not start again: $(tail -5 "$log")"
 	rm -f "$tmp/daemon.out"
