@@ -458,7 +458,8 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	char report[PATH_MAX * 2], outlog[PATH_MAX * 2], dlog[PATH_MAX * 2], backend[64], host[256] = "",
 											  comm[64] = "";
 	char *end, val[PATH_MAX], pidbuf[32], lineage[CTL_LINEAGE_MAX], script[PATH_MAX],
-	    decision[PATH_MAX * 2], work[] = "/tmp/crcuda-ckpt-XXXXXX";
+	    decision[PATH_MAX * 2], work[PATH_MAX];
+	bool work_made = false; /* (mkdtemp's letters may end in X too) */
 	struct ctl_cancel cancel = {0};
 	struct crc_ctl_session sess = {0};
 	struct crc_store *st = NULL;
@@ -607,11 +608,14 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	}
 	/* The plugin's report and CRIU's output outside the store: a full or failing store must not
 	 * take the reason of a failure with it. */
+	snprintf(work, sizeof(work), "%s/crcuda-ckpt-XXXXXX",
+		 getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
 	if (!mkdtemp(work)) {
 		ctl_error("checkpoint: mkdtemp %s: %s", work, strerror(errno));
 		rm_tree(dir);
 		goto out;
 	}
+	work_made = true;
 	snprintf(report, sizeof(report), "%s/plugin.report", work);
 	snprintf(outlog, sizeof(outlog), "%s/criu-dump.out", work);
 	/* CRIU's log too (its --work-dir); the image directory names it while CRIU runs, and holds a
@@ -836,7 +840,7 @@ out:
 	ctl_cancel_catch(false);
 	if (lockfd >= 0)
 		close(lockfd);
-	if (work[strlen(work) - 1] != 'X')
+	if (work_made)
 		rm_tree(work);
 	return ret;
 }

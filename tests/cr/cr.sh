@@ -259,9 +259,12 @@ fault_ckpt() {
 	shift 3
 	ids=$(store_ids)
 	dirs=$(ls "$store/criu" | sort | tr '\n' ' ')
-	if timeout 120 "$ctl" checkpoint "$@" "$pid" >"$tmp/fault.out" 2>"$tmp/fault.err"; then
+	mkdir -p "$tmp/ckpt-tmp"
+	if TMPDIR=$tmp/ckpt-tmp timeout 120 "$ctl" checkpoint "$@" "$pid" >"$tmp/fault.out" 2>"$tmp/fault.err"; then
 		fail "$what: the checkpoint succeeded: $(cat "$tmp/fault.out")"
 	fi
+	# crcudactl's own files (CRIU's log, the plugin's report) went, with the image directory.
+	[ -z "$(ls -A "$tmp/ckpt-tmp")" ] || fail "$what: crcudactl left $(ls "$tmp/ckpt-tmp") in TMPDIR"
 	first=$(head -n 1 "$tmp/fault.err")
 	echo "$first" | grep -Eq "$pat" || fail "$what: the first line does not say why ($pat): $(cat "$tmp/fault.err")"
 	echo "cr: $what: $first"
