@@ -147,6 +147,9 @@ static int exchange(struct crc_ctl *c, uint16_t op, const void *a, size_t alen, 
 {
 	struct crc_msg_hdr h = {.len = (uint32_t)(sizeof(h) + alen + blen), .op = op, .seq = ++c->seq};
 	struct crc_ctl_reply *r = NULL;
+	/* A restore's connection goes on to the worker that replays it: its death ends it too. */
+	const char *peer =
+	    op == CRC_OP_CTL_RESTORE ? "crcudad's worker restoring the checkpoint (or crcudad)" : "crcudad";
 	int rc;
 
 	c->err[0] = 0;
@@ -174,7 +177,7 @@ static int exchange(struct crc_ctl *c, uint16_t op, const void *a, size_t alen, 
 			return fail(c, CRC_EPROTO, "bad handoff from crcudad (%u bytes)", h.len);
 		rc = crc_sock_read_all(c->fd, &ho, sizeof(ho));
 		if (rc)
-			return fail(c, CRC_EDAEMON, "crcudad went away: %s", crc_strerror(rc));
+			return fail(c, CRC_EDAEMON, "%s went away: %s", peer, crc_strerror(rc));
 		crc_tls_drop(c->fd);
 		rc = crc_tls_client(c->fd, CRC_TLS_ID_HANDOFF, ho.key, sizeof(ho.key), 10000, why,
 				    sizeof(why));
@@ -184,7 +187,7 @@ static int exchange(struct crc_ctl *c, uint16_t op, const void *a, size_t alen, 
 		rc = crc_sock_read_all(c->fd, &h, sizeof(h));
 	}
 	if (rc)
-		return fail(c, CRC_EDAEMON, "crcudad went away: %s", crc_strerror(rc));
+		return fail(c, CRC_EDAEMON, "%s went away: %s", peer, crc_strerror(rc));
 	if (h.op != op || h.seq != c->seq || h.len < sizeof(h) + sizeof(*r) || h.len > (64u << 20))
 		return fail(c, CRC_EPROTO, "bad reply from crcudad (op %u, %u bytes)", h.op, h.len);
 	r = malloc(h.len - sizeof(h));
@@ -193,7 +196,7 @@ static int exchange(struct crc_ctl *c, uint16_t op, const void *a, size_t alen, 
 	rc = crc_sock_read_all(c->fd, r, h.len - sizeof(h));
 	if (rc) {
 		free(r);
-		return fail(c, CRC_EDAEMON, "crcudad went away: %s", crc_strerror(rc));
+		return fail(c, CRC_EDAEMON, "%s went away: %s", peer, crc_strerror(rc));
 	}
 	r->msg[sizeof(r->msg) - 1] = 0;
 	rc = r->status;

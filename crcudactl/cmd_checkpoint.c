@@ -39,6 +39,8 @@
 
 #include "crc_store.h"
 #include "crcuda/ctl.h"
+#include "crcuda/durable.h"
+#include "crcuda/proctree.h"
 #include "crcuda/errno.h"
 #include "crcuda/proto.h"
 #include "crcudactl.h"
@@ -56,7 +58,8 @@ static void ckpt_usage(FILE *f)
 	    "Checkpoints PID, a program running under `crcudactl run`: its session is quiesced and its\n"
 	    "device memory and globals go into the store, the process is dumped by CRIU (images in\n"
 	    "<store>/criu/<name>), and one store transaction commits both. The process is killed\n"
-	    "unless --leave-running. Needs root (CRIU).\n"
+	    "once that is committed, unless --leave-running (a failed checkpoint lets it run on).\n"
+	    "Needs root (CRIU).\n"
 	    "\n"
 	    "Options:\n"
 	    "  -R, --leave-running  let the process run on after the checkpoint: what changed is\n"
@@ -270,13 +273,42 @@ static void task_lineage(pid_t pid, char *out, size_t len)
 }
 
 /* CRIU's action script (crcudactl itself, main() sees CRTOOLS_SCRIPT_ACTION): at post-dump it takes
- * the decision for a commit, unless a cancel took it first (CRIU then lets the tasks run on). */
+ * the decision for a commit, unless a cancel took it first (CRIU then lets the tasks run on). First it
+ * makes CRIU's images durable (unless CRCUDA_STORE_SYNC=0): the plugin commits after this, when CRIU
+ * kills the tasks whatever happens, so a full or failing disk must fail the dump here, where CRIU
+ * still lets them run on. */
 int ctl_action_script(void)
 {
-	const char *action = getenv("CRTOOLS_SCRIPT_ACTION"), *link = getenv("CRCUDA_CKPT_DECISION");
+	const char *action = getenv("CRTOOLS_SCRIPT_ACTION"), *link = getenv("CRCUDA_CKPT_DECISION"),
+		   *sync = getenv("CRCUDA_STORE_SYNC");
 
 	if (!action || strcmp(action, "post-dump"))
 		return 0;
+	if (link && *link && !(sync && !strcmp(sync, "0"))) {
+		char dir[PATH_MAX];
+		int fd, rc;
+
+		snprintf(dir, sizeof(dir), "%s", link);
+		if (strrchr(dir, '/'))
+			*strrchr(dir, '/') = 0;
+		fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		rc = fd < 0 ? -errno : crc_sync_dir_files(fd);
+		if (fd >= 0)
+			close(fd);
+		if (rc) {
+			const char *report = getenv("CRCUDA_PLUGIN_REPORT");
+			FILE *f = report && *report ? fopen(report, "ae") : NULL;
+
+			fprintf(stderr, "crcudactl: post-dump: syncing CRIU's images in %s to disk: %s\n",
+				dir, strerror(-rc));
+			/* The reason crcudactl shows (the plugin's own line comes after it). */
+			if (f) {
+				fprintf(f, "error syncing CRIU's images to disk: %s\n", strerror(-rc));
+				fclose(f);
+			}
+			return 1;
+		}
+	}
 	if (link && *link && symlink("commit", link)) {
 		fprintf(stderr, "crcudactl: post-dump: %s: %s (the checkpoint was cancelled)\n", link,
 			strerror(errno));
@@ -387,6 +419,26 @@ static void rm_tree(const char *dir)
 	rmdir(dir);
 }
 
+/* CRIU's log into the image directory, in place of the link to it (best effort: it is not an image). */
+static void keep_dump_log(const char *log, const char *dir)
+{
+	char path[PATH_MAX * 2], buf[65536];
+	int in, out;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "%s/dump.log", dir);
+	unlink(path);
+	in = open(log, O_RDONLY | O_CLOEXEC);
+	out = in < 0 ? -1 : open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	while (out >= 0 && (n = read(in, buf, sizeof(buf))) > 0)
+		if (write(out, buf, (size_t)n) != n)
+			break;
+	if (in >= 0)
+		close(in);
+	if (out >= 0)
+		close(out);
+}
+
 static uint64_t report_u64(const char *stats, const char *key)
 {
 	const char *p = strstr(stats, key);
@@ -477,7 +529,8 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	char report[PATH_MAX * 2], outlog[PATH_MAX * 2], dlog[PATH_MAX * 2], backend[64], host[256] = "",
 											  comm[64] = "";
 	char *end, val[PATH_MAX], pidbuf[32], lineage[CTL_LINEAGE_MAX], script[PATH_MAX],
-	    decision[PATH_MAX * 2];
+	    decision[PATH_MAX * 2], work[PATH_MAX];
+	bool work_made = false; /* (mkdtemp's letters may end in X too) */
 	struct ctl_cancel cancel = {0};
 	struct crc_ctl_session sess = {0};
 	struct crc_store *st = NULL;
@@ -637,8 +690,28 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 		ctl_error("checkpoint: cannot lock %s: %s", dir, strerror(errno));
 		goto out;
 	}
-	snprintf(report, sizeof(report), "%s/crcuda-plugin.report", dir);
-	snprintf(outlog, sizeof(outlog), "%s/criu-dump.out", dir);
+	/* The plugin's report and CRIU's output outside the store: a full or failing store must not
+	 * take the reason of a failure with it. */
+	snprintf(work, sizeof(work), "%s/crcuda-ckpt-XXXXXX",
+		 getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	if (!mkdtemp(work)) {
+		ctl_error("checkpoint: mkdtemp %s: %s", work, strerror(errno));
+		rm_tree(dir);
+		goto out;
+	}
+	work_made = true;
+	snprintf(report, sizeof(report), "%s/plugin.report", work);
+	snprintf(outlog, sizeof(outlog), "%s/criu-dump.out", work);
+	/* CRIU's log too (its --work-dir); the image directory names it while CRIU runs, and holds a
+	 * copy after a checkpoint, as it held the log itself before. */
+	snprintf(dlog, sizeof(dlog), "%s/dump.log", work);
+	{
+		char link[PATH_MAX * 2];
+
+		snprintf(link, sizeof(link), "%s/dump.log", dir);
+		if (symlink(dlog, link))
+			fprintf(stderr, "crcudactl: checkpoint: %s: %s\n", link, strerror(errno));
+	}
 	snprintf(decision, sizeof(decision), "%s/crcuda-decision", dir);
 	cancel.link = decision;
 	{
@@ -713,6 +786,8 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	args[na++] = dir;
 	args[na++] = "--libdir";
 	args[na++] = plugdir;
+	args[na++] = "-W";
+	args[na++] = work;
 	args[na++] = "-o";
 	args[na++] = "dump.log";
 	args[na++] = "-v4";
@@ -722,7 +797,10 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	args[na++] = script;
 	if (leave)
 		args[na++] = "--leave-running";
-	if (stopped)
+	/* Not CRIU but this command kills the process, once the commit is known: CRIU decides before the
+	 * plugin commits, so a commit that fails (LMDB's transaction on a full or failing disk) would
+	 * otherwise have lost the process. */
+	if (stopped || !leave)
 		args[na++] = "--leave-stopped";
 	if (shell_job)
 		args[na++] = "--shell-job";
@@ -741,6 +819,24 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 
 	if (ctl_report_get(report, "ckpt", 0, val, sizeof(val)) == 0)
 		id = strtoull(strchr(val, ' ') ? strchr(val, ' ') + 1 : val, NULL, 10);
+	/* A tree: every client committed, or the checkpoint is not one (a restore would lack some). */
+	uint64_t tree_ids[CKPT_TREE_MAX];
+	unsigned tree_got = 0;
+	for (int i = 0;
+	     tree_n && tree_got < CKPT_TREE_MAX && ctl_report_get(report, "ckpt", i, val, sizeof(val)) == 0;
+	     i++)
+		tree_ids[tree_got++] = strtoull(strchr(val, ' ') ? strchr(val, ' ') + 1 : val, NULL, 10);
+	bool partial = rc == 0 && id && tree_n && tree_got != tree_n;
+	if (!leave && !stopped)
+		crc_signal_tree(pid, rc == 0 && id && !partial ? SIGKILL : SIGCONT);
+	if (partial) {
+		ctl_error("checkpoint of the process tree of %d failed: %u of its %u crcuda clients were "
+			  "committed (checkpoint %" PRIu64
+			  " and others: remove them with `crcudactl rm`); the "
+			  "processes run on",
+			  (int)pid, tree_got, tree_n, id);
+		goto out;
+	}
 	if (cancel.state == CTL_CANCELLED && !id) {
 		/* CRIU let the process go (or was killed): the session resumes, as after a failure. */
 		undo(daemon, tcp ? token : NULL, pid);
@@ -767,28 +863,18 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 		}
 		secs = ctl_now() - t0;
 	}
-	/* A tree: every client committed, or the checkpoint is not one (a restore would lack some). */
-	uint64_t tree_ids[CKPT_TREE_MAX];
-	unsigned tree_got = 0;
-	for (int i = 0;
-	     tree_n && tree_got < CKPT_TREE_MAX && ctl_report_get(report, "ckpt", i, val, sizeof(val)) == 0;
-	     i++)
-		tree_ids[tree_got++] = strtoull(strchr(val, ' ') ? strchr(val, ' ') + 1 : val, NULL, 10);
-	if (rc == 0 && id && tree_n && tree_got != tree_n) {
-		ctl_error("checkpoint of the process tree of %d failed: %u of its %u crcuda clients were "
-			  "committed; do not restore checkpoint %" PRIu64,
-			  (int)pid, tree_got, tree_n, id);
-		goto out;
-	}
 	if (rc != 0 || !id) {
 		if (ctl_report_get(report, "error", 0, val, sizeof(val)) == 0)
 			ctl_error("checkpoint of %d failed: %s", (int)pid, val);
+		else if (ctl_criu_storage_error(dlog, val, sizeof(val)) ||
+			 ctl_criu_storage_error(outlog, val, sizeof(val)))
+			ctl_error("checkpoint of %d failed: CRIU could not write its images into %s: %s",
+				  (int)pid, dir, val);
 		else if (rc > 0)
 			ctl_error("checkpoint of %d failed: criu dump exited %d", (int)pid, rc);
 		else
 			ctl_error("checkpoint of %d failed", (int)pid);
 		ctl_show_criu_errors(outlog, 5);
-		snprintf(dlog, sizeof(dlog), "%s/dump.log", dir);
 		ctl_show_criu_errors(dlog, 8);
 		if (!id) {
 			undo(daemon, tcp ? token : NULL, pid);
@@ -880,9 +966,12 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	}
 	ret = CTL_EXIT_OK;
 	unlink(decision); /* not an image */
+	keep_dump_log(dlog, dir);
 out:
 	ctl_cancel_catch(false);
 	if (lockfd >= 0)
 		close(lockfd);
+	if (work_made)
+		rm_tree(work);
 	return ret;
 }

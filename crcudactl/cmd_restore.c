@@ -267,6 +267,7 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 	struct restore_args a = {.timeout = RESTORE_TIMEOUT_DEFAULT};
 	char store[PATH_MAX], daemon[PATH_MAX], criu[PATH_MAX], plugdir[PATH_MAX], imgdir[PATH_MAX * 2];
 	char work[] = "/tmp/crcuda-restore-XXXXXX", report[64], outlog[64], pidfile[64], rlog[64];
+	bool work_made = false; /* (mkdtemp's letters may end in X too) */
 	char val[PATH_MAX], idbuf[32], path[PATH_MAX * 2 + 32];
 	struct crc_manifest *m = NULL;
 	struct crc_store *st = NULL;
@@ -384,6 +385,7 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 		ctl_error("restore: mkdtemp: %s", strerror(errno));
 		goto out;
 	}
+	work_made = true;
 	snprintf(report, sizeof(report), "%s/plugin.report", work);
 	snprintf(outlog, sizeof(outlog), "%s/criu.out", work);
 	snprintf(pidfile, sizeof(pidfile), "%s/pid", work);
@@ -499,7 +501,7 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 out:
 	if (imgfd >= 0)
 		close(imgfd);
-	if (!keep_work && work[strlen(work) - 1] != 'X') {
+	if (!keep_work && work_made) {
 		const char *files[] = {report, outlog, pidfile, rlog};
 		for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
 			unlink(files[i]);

@@ -423,6 +423,29 @@ void ctl_show_criu_errors(const char *log, int max)
 	fclose(f);
 }
 
+bool ctl_criu_storage_error(const char *log, char *out, size_t len)
+{
+	/* What a full, failing or read-only disk makes CRIU's writes fail with. */
+	static const int errs[] = {ENOSPC, EDQUOT, EIO, EROFS, EFBIG};
+	char line[1024];
+	FILE *f = fopen(log, "r");
+	bool found = false;
+
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		if (!strstr(line, "Error ("))
+			continue;
+		for (size_t i = 0; !found && i < sizeof(errs) / sizeof(errs[0]); i++)
+			if (strstr(line, strerror(errs[i]))) {
+				snprintf(out, len, "%s", strerror(errs[i]));
+				found = true;
+			}
+	}
+	fclose(f);
+	return found;
+}
+
 const char *ctl_token_file(const char *given)
 {
 	const char *file = getenv("CRCUDA_TOKEN_FILE");

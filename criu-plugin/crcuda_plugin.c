@@ -43,6 +43,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -58,6 +59,8 @@
 #include "criu-log.h"
 #include "criu-plugin.h"
 #include "crcuda/ctl.h"
+#include "crcuda/durable.h"
+#include "crcuda/proctree.h"
 #include "crcuda/errno.h"
 #include "crcuda/proto.h"
 #include "crcuda/sock.h"
@@ -112,6 +115,7 @@ static struct {
 	int timeout_ms;
 	struct crc_ctl *ctl;  /* dump: one control connection for the whole dump */
 	bool inventory_named; /* dump: this plugin is in CRIU's inventory */
+	pid_t criu_parent;    /* dump: who ran CRIU (crcudactl, which kills the tasks after the commit) */
 	struct task tasks[MAX_TASKS];
 	unsigned ntasks;
 	/* restore: what the dump recorded (a process tree has several clients, each its checkpoint) */
@@ -393,6 +397,7 @@ static int dump_init(void)
 	else if (home)
 		snprintf(P.store, sizeof(P.store), "%s/.local/share/crcuda/store", home);
 	read_token(P.token, sizeof(P.token));
+	P.criu_parent = getppid();
 	return 0;
 }
 
@@ -789,34 +794,10 @@ static void dump_meta(const struct task *t, const char *rel, char *buf, size_t l
 static int sync_images(void)
 {
 	const char *env = getenv("CRCUDA_STORE_SYNC");
-	int dfd, rc = 0;
-	struct dirent *e;
-	DIR *d;
 
 	if (env && !strcmp(env, "0"))
 		return 0;
-	dfd = openat(criu_get_image_dir(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0 || !(d = fdopendir(dfd))) {
-		if (dfd >= 0)
-			close(dfd);
-		return -errno;
-	}
-	while (!rc && (e = readdir(d))) {
-		int fd;
-
-		if (e->d_type != DT_REG && e->d_type != DT_UNKNOWN)
-			continue;
-		fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-		if (fd < 0)
-			continue; /* not a regular file we can open (a socket CRIU left): nothing to sync */
-		if (fsync(fd))
-			rc = -errno;
-		close(fd);
-	}
-	if (!rc && fsync(dirfd(d)))
-		rc = -errno;
-	closedir(d);
-	return rc;
+	return crc_sync_dir_files(criu_get_image_dir());
 }
 
 static void dump_fini(int ret)
@@ -841,6 +822,7 @@ static void dump_fini(int ret)
 	for (unsigned i = 0; i < P.ntasks; i++) {
 		struct task *t = &P.tasks[i];
 		uint64_t id = 0;
+		bool committed = false; /* or handed to the background copy to commit */
 
 		if (!ret && t->checkpointed && t->sk_ino) {
 			images_rel(rel, sizeof(rel));
@@ -859,22 +841,33 @@ static void dump_fini(int ret)
 				pr_info("task %d: checkpoint committed once drained (images %s)\n",
 					(int)t->pid, rel);
 				report("pending %d", (int)t->pid);
+				committed = true;
 			} else {
 				pr_info("task %d: checkpoint %" PRIu64 " committed (images %s)\n",
 					(int)t->pid, id, rel);
 				report("ckpt %d %" PRIu64, (int)t->pid, id);
 				t->ckpt = id;
 				last = id;
+				committed = true;
 			}
 		} else if (t->checkpointed) {
 			crc_ctl_abort(P.ctl, t->pid);
 			report("aborted %d", (int)t->pid);
 		}
-		/* Always: after --leave-running or a failure the task runs on; otherwise CRIU kills it
-		 * while it is still frozen, so the parked threads never get to run (a detached TCP
-		 * session then ends at once: released). */
-		if (t->quiesced &&
-		    (!ret && killed ? crc_ctl_release(P.ctl, t->pid) : crc_ctl_resume(P.ctl, t->pid)))
+		/* Always: after --leave-running or a failure the task runs on; otherwise it is killed
+		 * (by CRIU, or by crcudactl once this commit is done) while it is still frozen or stopped,
+		 * so the parked threads never get to run (a detached TCP session then ends at once:
+		 * released). A commit that failed: crcudactl lets the task run on. */
+		bool ends = !ret && killed && committed;
+
+		/* crcudactl (which runs CRIU with --leave-stopped and kills the tasks once the commit is
+		 * known) died meanwhile: its kill is done here, or the tasks would stay stopped. */
+		if (ends && dec && *dec && getppid() != P.criu_parent) {
+			pr_info("task %d: crcudactl is gone: killing the task after the commit\n",
+				(int)t->pid);
+			crc_signal_tree(t->pid, SIGKILL);
+		}
+		if (t->quiesced && (ends ? crc_ctl_release(P.ctl, t->pid) : crc_ctl_resume(P.ctl, t->pid)))
 			pr_warn("resuming session of task %d: %s\n", (int)t->pid, crc_ctl_error(P.ctl));
 		/* The task's pause: quiescing, the device part, and CRIU's (the task is thawed right after
 		 * this, when it runs on). */
@@ -886,7 +879,7 @@ static void dump_fini(int ret)
 			struct crc_sock_notice n = {.magic = CRC_PROTO_MAGIC, .kind = CRC_NOTICE_RESUME};
 
 			/* The parked client takes its session back (it would on the close alone). */
-			if (ret || !killed)
+			if (!ends)
 				crc_sock_write_all(t->park_fd, &n, sizeof(n));
 			close(t->park_fd);
 			t->park_fd = -1;

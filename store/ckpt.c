@@ -454,6 +454,16 @@ void crc_ckpt_abort(struct crc_ckpt *ck)
 		ckpt_free(ck, true);
 }
 
+int crc_ckpt_sync(struct crc_ckpt *ck)
+{
+	if (!ck)
+		return CRC_EINVAL;
+	int rc = ck->error ? ck->error : sync_lanes(ck);
+	if (rc && !ck->error)
+		ck->error = rc;
+	return rc;
+}
+
 int crc_ckpt_commit(struct crc_ckpt *ck, uint64_t *out_id)
 {
 	if (!ck)

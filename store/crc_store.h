@@ -235,6 +235,13 @@ int crc_ckpt_ref_chunk_at(struct crc_ckpt *ck, unsigned lane, uint32_t region, u
  * @retval CRC_EINVAL bad arguments
  * @retval CRC_ENOMEM */
 int crc_ckpt_meta_set(struct crc_ckpt *ck, const char *key, const char *value);
+/** Makes what was put so far durable without committing: fsyncs the pack files (the lanes' in
+ * parallel) and the packs directory, so that the commit has only its LMDB transaction left. A caller
+ * that can still back out (the application not yet let go) calls it first: a full or failing disk
+ * then fails here. The commit syncs again whatever was put after it.
+ * @retval CRC_EIO, -errno writing or syncing pack files (the checkpoint can then only be aborted)
+ * @retval CRC_EINVAL ck is NULL */
+int crc_ckpt_sync(struct crc_ckpt *ck);
 /** Makes the checkpoint durable and visible: fsyncs its pack files (the lanes' in parallel), then
  * commits one LMDB transaction holding the chunk index entries and the manifest. Frees ck whatever
  * the result.

@@ -1421,11 +1421,22 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir, unsigned flags)
 #undef META
 	free(src);
 	free(graphs);
+	src = NULL;
+	graphs = NULL;
 	stats.seconds = crc_now_s() - t0;
 	stats.new_bytes = crc_ckpt_new_bytes(s->ckpt);
-	if (s->bg && !s->bg->ng) {
+	if (s->bg && !s->bg->ng)
 		crc_bg_end(s); /* nothing snapshotted: an ordinary checkpoint */
-	} else if (s->bg) {
+	/* The packs on disk before the answer: the commit comes after CRIU's dump, when the application
+	 * may be killed whatever the commit's fate, so a full or failing disk must fail the checkpoint
+	 * here, while the application can still run on. (A background copy syncs at its commit: the
+	 * application runs on then.) */
+	if (!s->bg && (rc = crc_ckpt_sync(s->ckpt))) {
+		snprintf(why, sizeof(why), "writing the checkpoint to the store %s failed: %s", store_dir,
+			 crc_strerror(rc));
+		goto fail;
+	}
+	if (s->bg) {
 		s->bg->ck = s->ckpt;
 		s->bg->store = s->store;
 		if (pthread_create(&s->bg->tid, NULL, bg_main, s->bg)) {

@@ -48,6 +48,25 @@
 #       kill9-ctl|kill9-criu|kill9-daemon
 #                      kill -9 of crcudactl, criu or the daemon at each step of a checkpoint and of a
 #                      restore: the previous checkpoint still restores and verifies
+#       enospc         the store on a small tmpfs (a mount namespace of the test's own), filled after a
+#                      first checkpoint: checkpoints of the idle program (CRIU's images need the room)
+#                      and of the running one (its pack files), with and without --leave-running, fail
+#                      with one line naming "No space left on device"; the program runs on and finishes
+#                      exactly, the store keeps its checkpoints and verifies, no image directory stays;
+#                      with room again a checkpoint succeeds; the first checkpoint restores exactly
+#       eio            the same with EIO from the worker's pack writes (mid-pack) and from CRIU's image
+#                      writes (tests/faults/iofault.c, an LD_PRELOAD shim, armed by a file)
+#       fsync          every write and sync under the store traced: the commit (LMDB's last write)
+#                      comes after the fsync of every pack file, the packs directory, every CRIU image
+#                      and the image directory; an fsync failing on a pack file, the plugin's image or
+#                      CRIU's images refuses the checkpoint, the program running on; one failing in
+#                      LMDB's commit too (CRIU leaves the program stopped; crcudactl kills it only once
+#                      the commit is done); the previous checkpoint stays the latest and restores
+#                      exactly
+#       restore-fails  a restore failing half-way (EIO reading the pack files after the journal's replay;
+#                      the restoring worker killed while its read hangs), beside another program: a
+#                      clear error, nothing of the half-restored program stays, the other program runs
+#                      on and finishes exactly, the checkpoint is unchanged and then restores exactly
 #       export         a checkpoint exported (to a file and to a pipe: the same bytes; into a pipe
 #                      closed early: a clear error), the source node's daemon and store then gone; a
 #                      truncated export, one with a byte flipped in its middle (a chunk) and one with a
@@ -77,6 +96,12 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 
 skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root (CRIU)"
+# enospc: the store on a tmpfs of the test's own, mounted in a mount namespace of its own (nothing
+# leaks out, nothing stays mounted after it): the whole test runs there.
+if [ "$case" = enospc ] && [ -z "${CR_IN_MNTNS:-}" ]; then
+	unshare -m --propagation private true 2>/dev/null || skip "no mount namespace (unshare -m)"
+	CR_IN_MNTNS=1 exec unshare -m --propagation private "$0" "$@"
+fi
 criu=${CRCUDA_CRIU:-$top/.deps/criu/bin/criu}
 [ -x "$criu" ] || skip "no CRIU at $criu (scripts/build-criu.sh)"
 [ -z "$plugin" ] || [ -f "$plugin" ] || skip "the CRIU plugin was not built"
@@ -98,7 +123,7 @@ export CRCUDA_CRIU=$criu
 unset CRCUDA_REMOTE CRCUDA_TOKEN CRCUDA_TOKEN_FILE CRCUDA_LIBDIR CRCUDAD CRCUDA_DAEMON
 read -r -a app_extra <<<"${CR_APP_EXTRA:-}"
 app_args=(--mb 8 --chunks 4 --steps 24 "${app_extra[@]}")
-backend=${CR_BACKEND:-sim} # CR_BACKEND=cuda: the basic, twice and capture cases on a GPU
+backend=${CR_BACKEND:-sim} # CR_BACKEND=cuda: the basic, twice, capture and fault cases on a GPU
 run_opts=(--backend "$backend" --idle-exit 60) # start_app's daemon
 pids=() # the programs (original and restored share a pid)
 extra_daemons=()
@@ -118,6 +143,7 @@ cleanup() {
 	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
 	for p in $(daemon_pids) "${extra_daemons[@]}"; do kill -9 "$p" 2>/dev/null; done
 	[ -n "$ns" ] && ip netns del "$ns" 2>/dev/null
+	mountpoint -q "$tmp/fs" 2>/dev/null && umount -l "$tmp/fs"
 	if [ $ok = 1 ]; then rm -rf "$tmp"; else echo "cr: logs kept in $tmp" >&2; fi
 }
 trap cleanup EXIT
@@ -225,6 +251,54 @@ start_tcp_daemon() {
 	disown $!
 	wait_for 30 grep -q ready "$tmp/r.out" || fail "no TCP daemon: $(cat "$tmp/r.log")"
 }
+
+# The store's checkpoint ids, one line.
+store_ids() { "$ctl" store ls 2>/dev/null | awk 'NR > 1 { printf "%s ", $1 }'; }
+# fault_ckpt PID WHAT PATTERN [OPTIONS...]: a checkpoint under a fault must fail, its first line of
+# error saying why (PATTERN, an extended regex); the program runs on; the store is as it was: the
+# same checkpoints, every chunk and checkpoint whole (store verify), no pack file or image directory
+# left behind, the latest checkpoint inspects.
+fault_ckpt() {
+	local pid=$1 what=$2 pat=$3 ids dirs first
+	shift 3
+	ids=$(store_ids)
+	dirs=$(ls "$store/criu" | sort | tr '\n' ' ')
+	mkdir -p "$tmp/ckpt-tmp"
+	if TMPDIR=$tmp/ckpt-tmp timeout 120 "$ctl" checkpoint "$@" "$pid" >"$tmp/fault.out" 2>"$tmp/fault.err"; then
+		fail "$what: the checkpoint succeeded: $(cat "$tmp/fault.out")"
+	fi
+	# crcudactl's own files (CRIU's log, the plugin's report) went, with the image directory.
+	[ -z "$(ls -A "$tmp/ckpt-tmp")" ] || fail "$what: crcudactl left $(ls "$tmp/ckpt-tmp") in TMPDIR"
+	first=$(head -n 1 "$tmp/fault.err")
+	echo "$first" | grep -Eq "$pat" || fail "$what: the first line does not say why ($pat): $(cat "$tmp/fault.err")"
+	echo "cr: $what: $first"
+	gone "$pid" && fail "$what: the program did not run on: $(cat "$tmp/fault.err")"
+	grep -q "^State:[[:space:]]*[RSD]" "/proc/$pid/status" ||
+		fail "$what: the program is not running: $(grep State "/proc/$pid/status")"
+	[ "$(store_ids)" = "$ids" ] || fail "$what: the store's checkpoints changed: '$ids' -> '$(store_ids)'"
+	[ "$(ls "$store/criu" | sort | tr '\n' ' ')" = "$dirs" ] ||
+		fail "$what: image directories left behind: $(ls "$store/criu")"
+	"$ctl" store verify >"$tmp/verify" 2>&1 || fail "$what: store verify: $(cat "$tmp/verify")"
+	grep -q " 0 problems, 0 orphan packs" "$tmp/verify" || fail "$what: pack files left behind: $(cat "$tmp/verify")"
+	last=${ids% }
+	"$ctl" inspect "${last##* }" >/dev/null 2>"$tmp/inspect.err" || fail "$what: inspect ${last##* }: $(cat "$tmp/inspect.err")"
+}
+# restart_daemon [ENV...]: the test's daemon killed and started again with that environment (the
+# programs' sessions end with it).
+restart_daemon() {
+	local p
+	for p in $(daemon_pids); do
+		kill -9 "$p"
+		wait_for 30 gone "$p" || fail "daemon $p does not die"
+	done
+	env "$@" "$crcudad" --backend "$backend" --socket "$sock" --idle-exit 60 --foreground -v >"$tmp/daemon.out" 2>>"$log" &
+	disown $!
+	wait_for 30 grep -qs ready "$tmp/daemon.out" || fail "the daemon did not start again: $(tail -5 "$log")"
+	rm -f "$tmp/daemon.out"
+}
+shim=$build/tests/faults/libcrcuda_iofault.so
+nospc="[Nn]o space left on device"
+eio="[Ii]nput/output error"
 
 case $case in
 basic)
@@ -632,12 +706,216 @@ kill9-ctl | kill9-criu | kill9-daemon)
 		# reused by the restore below.
 		criu_pid=$([ $step = replay ] && echo "$pparent" || echo "$ppid")
 		wait_for 60 gone "$criu_pid" || fail "criu ($criu_pid) still runs after step $step"
+		# Killed with the checkpoint committed (crcudactl kills after the commit: the plugin does
+		# when crcudactl is gone), or running on: never left stopped.
+		if [ $step != replay ] && ! gone "$app" && grep -q "^State:[[:space:]]*T" "/proc/$app/status"; then
+			fail "kill -9 $target at $step left pid $app stopped"
+		fi
 		# Whatever the failed step left (a frozen, parked or half-restored program) goes.
 		gone "$app" || reap "$app"
 		wait_for 60 gone "$app" || fail "pid $app still there after step $step"
 		pid=$(restore "$prev")
 		finish "$pid" "kill -9 $target at $step: previous checkpoint $prev restored"
 		"$ctl" store verify >/dev/null || fail "store verify after kill -9 $target at $step"
+	done
+	;;
+enospc)
+	# A checkpoint taken while there is room, then the store's tmpfs filled but for 64 KiB: checkpoints of
+	# the idle program (CRIU's images are what needs room: device memory is unchanged) and of the
+	# running one (its device memory changed: the pack files), with and without --leave-running, fail
+	# saying so; the program runs on and finishes exactly; room made again, a checkpoint succeeds; the
+	# first checkpoint restores exactly.
+	mkdir -p "$tmp/fs"
+	mount -t tmpfs -o size=256m,mode=0700 crcuda-enospc "$tmp/fs" || skip "cannot mount a tmpfs"
+	store=$tmp/fs/store
+	export CRCUDA_STORE=$store
+	start_app enospc --step-ms 250
+	prev=$(checkpoint "$app" --leave-running)
+	free=$(df --output=avail -B1 "$tmp/fs" | tail -n 1)
+	fallocate -l $((free - (64 << 10))) "$tmp/fs/filler" || fail "cannot fill the tmpfs"
+	fault_ckpt "$app" "disk full, idle program" "$nospc"
+	fault_ckpt "$app" "disk full, idle program, --leave-running" "$nospc" --leave-running
+	touch "$dir/go"
+	sleep 0.3
+	fault_ckpt "$app" "disk full, running program" "$nospc"
+	fault_ckpt "$app" "disk full, running program, --leave-running" "$nospc" --leave-running
+	rm "$tmp/fs/filler"
+	next=$(checkpoint "$app" --leave-running)
+	[ "$next" -gt "$prev" ] || fail "no checkpoint after room was made"
+	finish "$app" "after four checkpoints failed for a full disk"
+	pid=$(restore "$prev")
+	finish "$pid" "checkpoint $prev (taken before the disk filled) restored"
+	"$ctl" store verify >/dev/null || fail "store verify"
+	;;
+eio)
+	# EIO from the worker's writes of pack files after 1 MiB (mid-checkpoint: a pack half written): the
+	# daemon runs through the iofault shim (armed by a file); the program runs on between the
+	# checkpoints, so that its device memory changed. Then EIO from CRIU's own image writes (crcudactl
+	# and CRIU run through the shim). Each fails saying so, the program runs on, the store is as it was;
+	# unarmed, a checkpoint succeeds; the program finishes exactly and the checkpoint taken before the
+	# faults restores exactly.
+	[ -f "$shim" ] || skip "no iofault shim at $shim"
+	restart_daemon LD_PRELOAD="$shim" IOFAULT_PATH="$store/packs/" IOFAULT_ARM_FILE="$tmp/arm" \
+		IOFAULT_AFTER_BYTES=$((1 << 20)) IOFAULT_LOG="$tmp/iofault.log"
+	start_app eio --step-ms 400
+	prev=$(checkpoint "$app" --leave-running)
+	# CRIU's log, written outside the store while CRIU ran, is in the image directory after it.
+	images=$store/$(sed -n 's/^  "criu_images": "\(.*\)",*$/\1/p' "$tmp/ckpt$prev.json")
+	[ -f "$images/dump.log" ] && [ ! -L "$images/dump.log" ] && grep -q "Dumping finished successfully" "$images/dump.log" ||
+		fail "no copy of CRIU's log in $images"
+	touch "$tmp/arm" "$dir/go"
+	sleep 0.5
+	fault_ckpt "$app" "EIO writing pack files" "$eio"
+	grep -q "iofault: pid [0-9]* write $store/packs/.*: EIO" "$tmp/iofault.log" ||
+		fail "no EIO was injected into the pack writes: $(cat "$tmp/iofault.log")"
+	fault_ckpt "$app" "EIO writing pack files, --leave-running" "$eio" --leave-running
+	rm "$tmp/arm"
+	LD_PRELOAD=$shim IOFAULT_PATH=$store/criu/ IOFAULT_AFTER_BYTES=$((64 << 10)) IOFAULT_LOG=$tmp/criu-fault.log \
+		fault_ckpt "$app" "EIO writing CRIU's images" "$eio"
+	grep -q "iofault: pid [0-9]* [a-z]* $store/criu/.*: EIO" "$tmp/criu-fault.log" ||
+		fail "no EIO was injected into CRIU's image writes: $(cat "$tmp/criu-fault.log")"
+	next=$(checkpoint "$app" --leave-running)
+	[ "$next" -gt "$prev" ] || fail "no checkpoint after the faults"
+	finish "$app" "after three checkpoints failed for EIO"
+	pid=$(restore "$prev")
+	finish "$pid" "checkpoint $prev (taken before the faults) restored"
+	;;
+fsync)
+	# Power-cut durability. First the order: every write and sync under the store traced (the iofault
+	# shim in the daemon and in crcudactl, CRIU and its plugin, one log): a checkpoint's commit, the
+	# last write to LMDB's data.mdb, comes after the fsync of every pack file it wrote, of the packs
+	# directory, of every CRIU image file and of the image directory. Then an fsync failing (EIO) in
+	# each place: the pack files and CRIU's images (without --leave-running: where a failure after
+	# the dump would leave the program killed), and LMDB's own commit (with --leave-running and
+	# without); each checkpoint is refused saying so, the program runs on (not stopped), the earlier
+	# checkpoint stays the latest and restores exactly.
+	[ -f "$shim" ] || skip "no iofault shim at $shim"
+	restart_daemon LD_PRELOAD="$shim" IOFAULT_PATH="$store/" IOFAULT_OPS=write,fsync IOFAULT_TRACE=1 IOFAULT_LOG="$tmp/trace.log"
+	start_app fsync
+	rm -f "$tmp/trace.log"
+	prev=$(LD_PRELOAD=$shim IOFAULT_PATH=$store/ IOFAULT_OPS=write,fsync IOFAULT_TRACE=1 IOFAULT_LOG=$tmp/trace.log \
+		checkpoint "$app" --leave-running)
+	images=$store/$(sed -n 's/^  "criu_images": "\(.*\)",*$/\1/p' "$tmp/ckpt$prev.json")
+	commit=$(grep -n " $store/data.mdb\$" "$tmp/trace.log" | grep -v sync | tail -n 1 | cut -d: -f1)
+	[ -n "$commit" ] || fail "no write to data.mdb traced: $(tail "$tmp/trace.log")"
+	npacks=0
+	for f in $(grep -o " $store/packs/[0-9a-f]*\.pack\$" "$tmp/trace.log" | sort -u) $store/packs; do
+		s=$(grep -n "fsync $f\$" "$tmp/trace.log" | tail -n 1 | cut -d: -f1)
+		[ -n "$s" ] && [ "$s" -lt "$commit" ] || fail "$f not fsynced before the commit (line ${s:-none}, commit $commit)"
+		npacks=$((npacks + 1))
+	done
+	nimg=0
+	for f in "$images"/*.img "$images"; do
+		s=$(grep -n "fsync $f\$" "$tmp/trace.log" | head -n 1 | cut -d: -f1)
+		[ -n "$s" ] && [ "$s" -lt "$commit" ] || fail "$f not fsynced before the commit (line ${s:-none}, commit $commit)"
+		nimg=$((nimg + 1))
+	done
+	[ "$npacks" -ge 2 ] && [ "$nimg" -ge 10 ] || fail "too few files traced: $npacks packs, $nimg images"
+	echo "cr: commit (trace line $commit) after the fsyncs of $((npacks - 1)) pack files, the packs directory, $((nimg - 1)) image files and their directory"
+	reap "$app"
+	# The pack files' fsync, then CRIU's images': the program runs on between the checkpoints.
+	restart_daemon LD_PRELOAD="$shim" IOFAULT_PATH="$store/packs/" IOFAULT_OPS=fsync IOFAULT_ARM_FILE="$tmp/arm" \
+		IOFAULT_LOG="$tmp/iofault.log"
+	start_app fsync2 --step-ms 400
+	prev=$(checkpoint "$app" --leave-running)
+	touch "$tmp/arm" "$dir/go"
+	sleep 0.5
+	fault_ckpt "$app" "fsync of a pack file fails" "$eio"
+	grep -q "iofault: pid [0-9]* fsync $store/packs/.*: EIO" "$tmp/iofault.log" ||
+		fail "no fsync of a pack file failed: $(cat "$tmp/iofault.log")"
+	rm "$tmp/arm"
+	# The plugin's own image (written and synced during the dump), then CRIU's (synced after it).
+	for img in crcuda.img.tmp core-*.img; do
+		LD_PRELOAD=$shim IOFAULT_PATH="$store/criu/*/$img" IOFAULT_OPS=fsync IOFAULT_LOG=$tmp/criu-fault.log \
+			fault_ckpt "$app" "fsync of CRIU's images ($img) fails" "$eio"
+		grep -q "iofault: pid [0-9]* fsync $store/criu/.*/${img%%[*]*}.*: EIO" "$tmp/criu-fault.log" ||
+			fail "no fsync of $img failed: $(cat "$tmp/criu-fault.log")"
+		rm "$tmp/criu-fault.log"
+	done
+	finish "$app" "after the checkpoints refused for failed fsyncs"
+	pid=$(restore "$prev")
+	finish "$pid" "checkpoint $prev (the latest before the faults) restored"
+	# LMDB's commit: its fdatasync of data.mdb fails.
+	restart_daemon LD_PRELOAD="$shim" IOFAULT_PATH="$store/data.mdb" IOFAULT_OPS=fsync IOFAULT_ARM_FILE="$tmp/arm" \
+		IOFAULT_LOG="$tmp/mdb-fault.log"
+	start_app fsync3
+	prev=$(checkpoint "$app" --leave-running)
+	touch "$tmp/arm"
+	fault_ckpt "$app" "fsync of LMDB's commit fails (--leave-running)" "$eio|[Ii]/[Oo] error" --leave-running
+	grep -q "iofault: pid [0-9]* f[a-z]*sync $store/data.mdb: EIO" "$tmp/mdb-fault.log" ||
+		fail "no sync of data.mdb failed: $(cat "$tmp/mdb-fault.log")"
+	rm "$tmp/arm"
+	next=$(checkpoint "$app" --leave-running)
+	[ "$next" -gt "$prev" ] || fail "no checkpoint after the faults"
+	# Without --leave-running too: CRIU leaves the program stopped and crcudactl kills it only once
+	# the commit is done, so a commit that fails lets it run on.
+	touch "$tmp/arm"
+	fault_ckpt "$app" "fsync of LMDB's commit fails" "committing the checkpoint failed: .*($eio)"
+	rm "$tmp/arm"
+	finish "$app" "after checkpoints refused for LMDB's failed fsync"
+	pid=$(restore "$next")
+	finish "$pid" "checkpoint $next (the latest before the failed commits) restored"
+	;;
+restore-fails)
+	# A restore that fails half-way, beside another program on the same daemon: the restored session's
+	# worker has replayed the journal, made the allocations and uploaded a chunk when its third read of
+	# a pack file fails (EIO, the iofault shim in the daemon), and, in a second round, when that worker
+	# is killed (-9) while that read hangs (the shim stalls it). Each restore fails saying why; nothing of the
+	# half-restored program stays; the other program's session stays and it finishes exactly; the
+	# checkpoint's images are unchanged, the store verifies, and the checkpoint then restores exactly.
+	[ -f "$shim" ] || skip "no iofault shim at $shim"
+	start_app victim
+	id=$(checkpoint "$app")
+	victim=$app victim_dir=$dir
+	wait_for 30 gone "$victim" || fail "the program still runs after the checkpoint"
+	(cd "$store" && find criu -type f -exec md5sum {} + | sort) >"$tmp/sum.before"
+	for round in eio killed; do
+		if [ $round = eio ]; then
+			restart_daemon LD_PRELOAD="$shim" IOFAULT_PATH="$store/packs/*" IOFAULT_OPS=read IOFAULT_CALL=3 \
+				IOFAULT_ARM_FILE="$tmp/arm" IOFAULT_LOG="$tmp/read-fault.log"
+		else
+			restart_daemon LD_PRELOAD="$shim" IOFAULT_PATH="$store/packs/*" IOFAULT_OPS=read IOFAULT_CALL=3 \
+				IOFAULT_ARM_FILE="$tmp/arm" IOFAULT_LOG="$tmp/read-fault.log" IOFAULT_STALL_MS=60000
+		fi
+		rm -f "$tmp/read-fault.log"
+		start_app "other-$round"
+		other=$app other_dir=$dir
+		grep -q "^[0-9]* *$other " <("$ctl" ls) || fail "no session of the other program"
+		dir=$victim_dir
+		truncate -s "$(cat "$tmp/ckpt$id.out.size")" "$dir/out"
+		truncate -s "$(cat "$tmp/ckpt$id.err.size")" "$dir/err"
+		touch "$tmp/arm"
+		timeout 120 "$ctl" restore "$id" >"$tmp/rf.out" 2>"$tmp/rf.err" &
+		rpid=$!
+		if [ $round = killed ]; then
+			wait_for 60 grep -qs "^stall: pid [0-9]* pread $store/packs/" "$tmp/read-fault.log" ||
+				fail "the restore never read a pack file: $(cat "$tmp/rf.err")"
+			wpid=$(sed -n 's/^stall: pid \([0-9]*\) .*/\1/p' "$tmp/read-fault.log" | head -n 1)
+			# A worker of the daemon, not the other program's.
+			grep -qa crcudad-worker "/proc/$wpid/cmdline" && ! grep -q "pid $other uid [0-9]* -> worker $wpid\$" "$log" ||
+				fail "the stalled reader $wpid is not the restoring worker"
+			kill -9 "$wpid"
+		fi
+		wait "$rpid" && fail "restore ($round) succeeded: $(cat "$tmp/rf.out")"
+		first=$(head -n 1 "$tmp/rf.err")
+		case $round in
+		eio) echo "$first" | grep -Eq "$eio" ;;
+		killed) echo "$first" | grep -Eq "worker restoring the checkpoint .*went away" ;;
+		esac || fail "restore ($round): the first line does not say why: $(cat "$tmp/rf.err")"
+		echo "cr: restore failing half-way ($round): $first"
+		grep -q "^\(iofault\|stall\): pid [0-9]* pread $store/packs/" "$tmp/read-fault.log" ||
+			fail "no fault was injected into the restore's reads"
+		rm "$tmp/arm"
+		wait_for 30 gone "$victim" || fail "a half-restored pid $victim stays after the failed restore ($round)"
+		gone "$other" && fail "the other program died with the failed restore ($round)"
+		grep -q "^[0-9]* *$other " <("$ctl" ls) || fail "the other program's session went away ($round)"
+		(cd "$store" && find criu -type f -exec md5sum {} + | sort) >"$tmp/sum.after"
+		cmp -s "$tmp/sum.before" "$tmp/sum.after" || fail "the failed restore ($round) changed the checkpoint's images"
+		"$ctl" store verify >"$tmp/verify" 2>&1 || fail "store verify after the failed restore ($round): $(cat "$tmp/verify")"
+		pid=$(restore "$id")
+		finish "$pid" "checkpoint $id restored after a restore failed half-way ($round)"
+		dir=$other_dir
+		finish "$other" "the other program beside a restore failing half-way ($round)"
 	done
 	;;
 devices)

@@ -21,6 +21,9 @@
 #       other-daemon                 a client does not use a socket served by another user's process
 #                                    (root only; else skipped)
 #       daemon-killed                SIGKILL the daemon mid-run: the client gets errors and exits
+#       killed-in-sync front|worker  SIGKILL the daemon (its front), or the client's worker, while the
+#                                    client waits in cuCtxSynchronize for a 30 s kernel: it gets a CUDA
+#                                    error within 1 s
 #       client-killed                SIGKILL a client: the daemon frees its memory, serves others
 #       ipc                          CUDA IPC between two programs (tests/programs/ipc): memory and an
 #                                    event; a checkpoint of either side is refused, saying why, and both
@@ -456,6 +459,36 @@ daemon-killed)
 	cat "$tmp/err"
 	[ $rc = 3 ] || fail "client exit $rc after the daemon died, expected 3 (a CUDA error)"
 	[ $((SECONDS - start)) -le 10 ] || fail "client took $((SECONDS - start)) s to notice"
+	;;
+killed-in-sync)
+	who=${1:?killed-in-sync front|worker}
+	start_daemon
+	env LD_LIBRARY_PATH="$lib" timeout 60 "$loop" wait 30000 >"$tmp/out" 2>"$tmp/err" &
+	cpid=$!
+	for _ in $(seq 100); do grep -q waiting "$tmp/out" && break; sleep 0.1; done
+	grep -q waiting "$tmp/out" || fail "client not waiting: $(cat "$tmp/err")"
+	# The only session's (the client runs under timeout(1): its pid is timeout's child).
+	wpid=$(sed -n "s/.* -> worker \([0-9]*\).*/\1/p" "$tmp/daemon.log" | tail -1)
+	[ -n "$wpid" ] && [ -e "/proc/$wpid" ] || fail "no live worker for the client"
+	# In the synchronise: its thread sleeps in the kernel's wait, the worker runs the kernel.
+	sleep 0.5
+	kill -0 "$cpid" 2>/dev/null || fail "the client ended before the kill: $(cat "$tmp/err")"
+	if [ "$who" = front ]; then
+		kill -9 "$daemon_pid"
+		daemon_pid=
+	else
+		kill -9 "$wpid"
+	fi
+	t0=$(date +%s%3N)
+	wait "$cpid"
+	rc=$?
+	t1=$(date +%s%3N)
+	cat "$tmp/err"
+	echo "killed-in-sync $who: the client's cuCtxSynchronize returned after $((t1 - t0)) ms"
+	[ $rc = 3 ] && grep -q "cuCtxSynchronize: CUDA_ERROR" "$tmp/err" ||
+		fail "client exit $rc after its $who died in cuCtxSynchronize, expected 3 (a CUDA error)"
+	[ $((t1 - t0)) -le 1000 ] || fail "the client took $((t1 - t0)) ms to notice its $who died (limit 1000)"
+	[ "$who" = front ] && kill -9 "$wpid" 2>/dev/null
 	;;
 client-killed)
 	# The victim's session runs in a worker process of its own; killing the client ends that worker

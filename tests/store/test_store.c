@@ -1385,6 +1385,60 @@ static void test_schema_v1(void)
 	free(dir);
 }
 
+/* crc_ckpt_sync: the pack files of every lane and the packs directory are synced then, before the
+ * commit begins (a caller that can still back out learns of a full or failing disk there); the
+ * commit afterwards still works, and reads back. */
+static int sync_points, sync_dir_points, sync_commit_started;
+static void sync_hook(const char *point)
+{
+	if (!strcmp(point, "commit-start"))
+		sync_commit_started = 1;
+	else if (!sync_commit_started && !strcmp(point, "pack-synced"))
+		__atomic_fetch_add(&sync_points, 1, __ATOMIC_RELAXED);
+	else if (!sync_commit_started && !strcmp(point, "packs-dir-synced"))
+		sync_dir_points++;
+}
+
+static void test_ckpt_sync(void)
+{
+	char *dir;
+	uint64_t session, id;
+	struct crc_store *st = lane_store(&dir, &session);
+	struct crc_ckpt *ck;
+	struct crc_hash h[3];
+	uint32_t region;
+	uint8_t *buf = malloc(LANE_CHUNK), *back = malloc(LANE_CHUNK);
+	size_t got;
+	CHECK(buf && back);
+	struct crc_region_desc d = {.kind = CRC_REGION_DEVICE_ALLOC, .size = 3ull * LANE_CHUNK};
+	CHECK_EQ_INT(crc_ckpt_sync(NULL), CRC_EINVAL);
+	CHECK_OK(crc_ckpt_begin(st, session, &ck));
+	CHECK_OK(crc_ckpt_region_add(ck, &d, &region));
+	CHECK_OK(crc_ckpt_set_lanes(ck, 3));
+	for (uint32_t i = 0; i < 3; i++) {
+		test_fill(buf, LANE_CHUNK, 500 + i);
+		CHECK_OK(crc_ckpt_put_chunk_at(ck, i, region, i, buf, LANE_CHUNK, &h[i]));
+	}
+	crc__store_fault_hook = sync_hook;
+	CHECK_OK(crc_ckpt_sync(ck));
+	CHECK_EQ_INT(sync_points, 3); /* one pack file per lane */
+	CHECK_EQ_INT(sync_dir_points, 1);
+	CHECK_OK(crc_ckpt_commit(ck, &id));
+	crc__store_fault_hook = NULL;
+	CHECK(sync_commit_started);
+	for (uint32_t i = 0; i < 3; i++) {
+		test_fill(buf, LANE_CHUNK, 500 + i);
+		CHECK_OK(crc_store_chunk_read(st, &h[i], back, LANE_CHUNK, &got));
+		CHECK(got == LANE_CHUNK && !memcmp(buf, back, LANE_CHUNK));
+	}
+	check_store_clean(st);
+	free(buf);
+	free(back);
+	crc_store_close(st);
+	test_rmrf(dir);
+	free(dir);
+}
+
 int main(int argc, char **argv)
 {
 	/* test_export_compress.sh's store: "write_compressible STORE IMAGES_DIR" writes the compression
@@ -1418,6 +1472,7 @@ int main(int argc, char **argv)
 	    {"compress", test_compress},
 	    {"compress_corrupt", test_compress_corrupt},
 	    {"schema_v1", test_schema_v1},
+	    {"ckpt_sync", test_ckpt_sync},
 	};
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
 		if (argc > 1 && strcmp(argv[1], tests[i].name))
