@@ -2,12 +2,14 @@
  * control role, then requests and replies framed on the socket (struct crc_msg_hdr + payload). Linked
  * into crcudactl and into the CRIU plugin, so it keeps no global state. */
 #define LOG_PREFIX "ctl: "
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -392,19 +394,79 @@ int crc_ctl_release(struct crc_ctl *c, pid_t pid)
 
 _Static_assert(CRC_CTL_MAX_GPUS == CRC_MAX_DEVICES, "one --gpu entry per device");
 
+/* "GPU-" and 36 characters: 8-4-4-4-12 hexadecimal digits. */
+static bool is_gpu_uuid(const char *p, size_t len)
+{
+	if (len != 40 || strncasecmp(p, "GPU-", 4))
+		return false;
+	for (size_t i = 4; i < len; i++) {
+		bool dash = i == 12 || i == 17 || i == 22 || i == 27;
+
+		if (dash ? p[i] != '-' : !isxdigit((unsigned char)p[i]))
+			return false;
+	}
+	return true;
+}
+
+/* --gpu as UUIDs: each checked, then found by the restoring daemon. */
+static int parse_gpu_uuids(const char *arg, struct crc_ctl_restore_opts *o, char *err, size_t err_len)
+{
+	unsigned n = 0;
+
+	for (const char *p = arg;; p++) {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+
+		if (!is_gpu_uuid(p, len)) {
+			snprintf(err, err_len,
+				 "--gpu '%s': give device ordinals or GPU UUIDs (GPU-xxxxxxxx-xxxx-xxxx-xxxx-"
+				 "xxxxxxxxxxxx, as nvidia-smi -L shows them), not both",
+				 arg);
+			return CRC_EINVAL;
+		}
+		for (const char *q = arg; q < p; q += 41)
+			if (!strncasecmp(q, p, 40)) {
+				snprintf(
+				    err, err_len,
+				    "--gpu '%s' names GPU %.40s twice: each of the application's devices "
+				    "needs a GPU of its own",
+				    arg, p);
+				return CRC_EINVAL;
+			}
+		if (n == CRC_CTL_MAX_GPUS) {
+			snprintf(err, err_len, "--gpu '%s': more than %d devices", arg, CRC_CTL_MAX_GPUS);
+			return CRC_EINVAL;
+		}
+		o->gpus[n++] = -1;
+		if (!end)
+			break;
+		p = end;
+	}
+	o->gpu = -1;
+	o->ngpus = n;
+	o->gpu_uuids = arg;
+	return 0;
+}
+
 int crc_ctl_parse_gpus(const char *arg, struct crc_ctl_restore_opts *o, char *err, size_t err_len)
 {
 	const char *p = arg;
 	unsigned n = 0;
 	int v[CRC_CTL_MAX_GPUS];
 
+	o->gpu_uuids = NULL;
+	if (!strncasecmp(arg, "GPU-", 4))
+		return parse_gpu_uuids(arg, o, err, err_len);
 	do {
 		char *end;
 		long g = strtol(p, &end, 10);
 
 		if (end == p || g < 0 || g >= 1000 || (*end && *end != ',') || *p == '-' || *p == '+') {
-			snprintf(err, err_len,
-				 "--gpu wants a device ordinal or a list of them (0,1), got '%s'", arg);
+			snprintf(
+			    err, err_len,
+			    "--gpu wants device ordinals (0, or a list: 1,0) or GPU UUIDs (GPU-xxxxxxxx-xxxx-"
+			    "xxxx-xxxx-xxxxxxxxxxxx), not both, got '%s'",
+			    arg);
 			return CRC_EINVAL;
 		}
 		if (n == CRC_CTL_MAX_GPUS) {
@@ -447,8 +509,19 @@ int crc_ctl_restore(struct crc_ctl *c, const struct crc_ctl_restore_opts *opts, 
 	    .ngpus = opts->ngpus,
 	};
 	memcpy(w.gpus, opts->gpus, sizeof(w.gpus));
-	rc = exchange(c, CRC_OP_CTL_RESTORE, &w, sizeof(w), opts->store_dir, strlen(opts->store_dir) + 1,
-		      NULL, NULL);
+	/* The store directory, then (by UUID) the GPUs' list, each NUL-terminated. */
+	size_t sl = strlen(opts->store_dir) + 1, ul = opts->gpu_uuids ? strlen(opts->gpu_uuids) + 1 : 0;
+	char *tail = malloc(sl + ul);
+
+	if (!tail) {
+		rc = fail(c, CRC_ENOMEM, "out of memory");
+		goto out;
+	}
+	memcpy(tail, opts->store_dir, sl);
+	if (ul)
+		memcpy(tail + sl, opts->gpu_uuids, ul);
+	rc = exchange(c, CRC_OP_CTL_RESTORE, &w, sizeof(w), tail, sl + ul, NULL, NULL);
+	free(tail);
 	if (!rc && c->tcp) {
 		/* TCP: the REBIND notice (with TLS, the key of the restored process's own handshake) goes
 		 * to the restored process on a unix socket, with the TCP socket attached; the TLS session

@@ -391,8 +391,8 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 	snprintf(pidfile, sizeof(pidfile), "%s/pid", work);
 	snprintf(rlog, sizeof(rlog), "%s/restore.log", work);
 
-	char *env[10], e_daemon[PATH_MAX + 16], e_store[PATH_MAX + 16], e_id[64], e_gpu[64], e_report[96],
-	    e_timeout[64], e_token[PATH_MAX + 32];
+	char *env[10], e_daemon[PATH_MAX + 16], e_store[PATH_MAX + 16], e_id[64],
+	    e_gpu[16 + CRC_CTL_MAX_GPUS * 41], e_report[96], e_timeout[64], e_token[PATH_MAX + 32];
 	int ne = 0;
 	snprintf(e_store, sizeof(e_store), "CRCUDA_STORE=%s", store);
 	snprintf(e_id, sizeof(e_id), "CRCUDA_CKPT_ID=%" PRIu64, a.id);

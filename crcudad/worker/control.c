@@ -171,14 +171,22 @@ static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const 
 	int rc;
 
 	if (h->op == CRC_OP_CTL_RESTORE) {
-		const struct crc_ctl_restore_wire *w = (const void *)p;
+		struct crc_ctl_restore_wire w;
+		const char *store = (const char *)p + sizeof(w), *uuids = NULL;
 
-		if (len <= sizeof(*w) || p[len - 1]) {
+		rc = 0;
+		if (len <= sizeof(w) || p[len - 1]) {
 			rc = CRC_EINVAL;
 			snprintf(why, sizeof(why), "malformed restore request");
 		} else {
-			rc = crc_restore(c->fd, c->tcp, &c->peer, h, w, (const char *)(w + 1), why,
-					 sizeof(why));
+			memcpy(&w, p, sizeof(w));
+			/* After the store directory, --gpu by UUID (crc_ctl_restore). */
+			if (sizeof(w) + strlen(store) + 1 < len)
+				uuids = store + strlen(store) + 1;
+			if (uuids)
+				rc = crc_restore_gpus_by_uuid(&w, uuids, why, sizeof(why));
+			if (!rc)
+				rc = crc_restore(c->fd, c->tcp, &c->peer, h, &w, store, why, sizeof(why));
 		}
 		if (rc)
 			crc_ctl_reply_send(c->fd, h, rc, why, NULL, 0);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "crcuda/errno.h"
@@ -634,6 +635,49 @@ static int upload(struct crc_session *s, struct crc_store *st, const struct crc_
 	pthread_mutex_destroy(&j.lock);
 	free(items);
 	return rc;
+}
+
+int crc_restore_gpus_by_uuid(struct crc_ctl_restore_wire *w, const char *uuids, char *why, size_t why_len)
+{
+	char have[CRC_MAX_DEVICES][48];
+	unsigned n = 0;
+
+	for (int d = 0; d < crcd.dev_count && d < CRC_MAX_DEVICES; d++) {
+		CUuuid u = {0};
+		const unsigned char *b = (const unsigned char *)u.bytes;
+
+		if (crc_be.cuDeviceGetUuid_v2_fn)
+			crc_be.cuDeviceGetUuid_v2_fn(&u, d);
+		else if (crc_be.cuDeviceGetUuid_fn)
+			crc_be.cuDeviceGetUuid_fn(&u, d);
+		snprintf(have[d], sizeof(have[d]),
+			 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+			 b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+			 b[14], b[15]);
+	}
+	for (const char *p = uuids; *p && n < CRC_MAX_DEVICES; n++) {
+		size_t len = strcspn(p, ",");
+		int found = -1;
+
+		for (int d = 0; d < crcd.dev_count && d < CRC_MAX_DEVICES && found < 0; d++)
+			if (len == strlen(have[d]) && !strncasecmp(p, have[d], len))
+				found = d;
+		if (found < 0) {
+			snprintf(why, why_len, "GPU %.*s is not one of this daemon's %d GPU(s)%s%s", (int)len,
+				 p, crcd.dev_count, crcd.dev_count ? " (GPU 0 is " : "",
+				 crcd.dev_count ? have[0] : "");
+			if (crcd.dev_count && strlen(why) + 2 < why_len)
+				strcat(why, ")");
+			return CRC_ENODEV;
+		}
+		w->gpus[n] = found;
+		p += len + (p[len] == ',');
+	}
+	if (n != w->ngpus) {
+		snprintf(why, why_len, "malformed restore request (%u GPU UUIDs for %u GPUs)", n, w->ngpus);
+		return CRC_EINVAL;
+	}
+	return 0;
 }
 
 /* The session's device map from --gpu (w) and the devices the checkpoint used (crcuda.devices, the

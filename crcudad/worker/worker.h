@@ -357,6 +357,9 @@ CUresult crc_global_of(struct crc_session *s, uint64_t vh, const char *name, CUd
 int crc_ckpt_commit_session(struct crc_session *s, const char *args, size_t len);
 void crc_ckpt_abort_session(struct crc_session *s);
 /* On a control connection: replays a checkpoint into a new session served on fd. Replies itself. */
+/* --gpu by UUID: w->gpus[] from the comma-separated UUIDs (the GPUs of this daemon). 0, or CRC_ENODEV /
+ * CRC_EINVAL with the reason. */
+int crc_restore_gpus_by_uuid(struct crc_ctl_restore_wire *w, const char *uuids, char *why, size_t why_len);
 int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_msg_hdr *req,
 		const struct crc_ctl_restore_wire *w, const char *store_dir, char *why, size_t why_len);
 /* A ready worker makes a restore's pinned staging buffers ahead (CRCUDA_RESTORE_STAGING_AHEAD=0: not);

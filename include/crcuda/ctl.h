@@ -126,6 +126,9 @@ struct crc_ctl_restore_opts {
 	int gpu;
 	int gpus[CRC_CTL_MAX_GPUS];
 	unsigned ngpus;
+	/* --gpu by UUID ("GPU-...,GPU-..."): the GPUs of gpus[] (then -1), found by the restoring
+	 * daemon; NULL for ordinals. Points into the string parsed. */
+	const char *gpu_uuids;
 	pid_t pid;	/* the restored process's pid, as CRIU restores it */
 	int timeout_ms; /* for the replay */
 };
@@ -136,8 +139,9 @@ struct crc_ctl_restore_opts {
  * on failure it stays open so that crc_ctl_error() says why: close it then. The restored session
  * runs in a worker process of its own, at the checkpoint's own device VA range. */
 int crc_ctl_restore(struct crc_ctl *c, const struct crc_ctl_restore_opts *opts, int *client_fd);
-/* Parses a --gpu value, "N" or "A,B,...", into o's gpu/gpus/ngpus. 0, or CRC_EINVAL with the reason in
- * err. */
+/* Parses a --gpu value, "N" or "A,B,...", or the same with GPU UUIDs ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-
+ * xxxxxxxxxxxx", as nvidia-smi -L shows them), into o's gpu/gpus/ngpus/gpu_uuids. 0, or CRC_EINVAL
+ * with the reason in err. */
 int crc_ctl_parse_gpus(const char *arg, struct crc_ctl_restore_opts *o, char *err, size_t err_len);
 
 /* The daemon's side: the reply to control request req (status, the reason when it is not 0, data). */

@@ -27,7 +27,8 @@
 #                      simulated devices): checkpointed, restored as it was and with its devices
 #                      swapped (--gpu 1,0); --gpu 5, --gpu 1 (device 1 would need a GPU 2) and
 #                      --gpu 7,0 fail before anything is restored, saying why, and leave the
-#                      checkpoint usable
+#                      checkpoint usable; the same by the GPUs' UUIDs (swapped, an unknown one, a
+#                      mix with an ordinal, one named twice)
 #       tcp-certs      the same over TLS with certificates (crcudad --tls-*, crcudactl --tls-*):
 #                      --leave-running, kill + restore --remote
 #       tcp            a program whose session is TCP to a crcudad --listen (its GPU is remote): a
@@ -949,6 +950,21 @@ devices)
 	pid=$(restore "$id" --gpu 1,0)
 	grep -q "session .* restored checkpoint $id" "$log" || fail "no restore in the daemon log"
 	finish "$pid" "two devices restored swapped (--gpu 1,0)"
+	# The same by the GPUs' UUIDs (as nvidia-smi -L prints them), from the checkpoint's own record.
+	gpu_uuid() { sed -n "s/^ *crcuda.device.$1 = [0-9]* \([0-9a-f]\{32\}\) .*/\1/p" "$tmp/inspect.txt" |
+		sed 's/^\(.\{8\}\)\(.\{4\}\)\(.\{4\}\)\(.\{4\}\)/GPU-\1-\2-\3-\4-/'; }
+	u0=$(gpu_uuid 0) u1=$(gpu_uuid 1)
+	[[ $u0 == GPU-*-*-*-*-* && $u1 == GPU-*-*-*-*-* ]] || fail "no device UUIDs in: $(grep crcuda.device "$tmp/inspect.txt")"
+	for bad in "GPU-00000000-0000-0000-0000-000000000000,$u0" "0,$u1" "$u0,$u0"; do
+		truncate -s "$(cat "$tmp/ckpt$id.out.size")" "$dir/out"
+		truncate -s "$(cat "$tmp/ckpt$id.err.size")" "$dir/err"
+		timeout 120 "$ctl" restore --gpu "$bad" "$id" >"$tmp/bad.out" 2>&1 && fail "restore --gpu $bad succeeded"
+		grep -qE "is not one of this daemon.s 2 GPU|GPU UUIDs .*not both|twice" "$tmp/bad.out" ||
+			fail "no clear reason for --gpu $bad: $(cat "$tmp/bad.out")"
+		gone "$app" || fail "a refused restore (--gpu $bad) left pid $app behind"
+	done
+	pid=$(restore "$id" --gpu "${u1^^},$u0")
+	finish "$pid" "two devices restored swapped by UUID (--gpu $u1,$u0)"
 	;;
 export)
 	start_app export
