@@ -2,7 +2,9 @@
 # examples/slurm/crcuda-job.sh under a real single-node Slurm (Debian's slurm-wlm and munge, started here
 # without systemd), on the simulated device: sbatch the job, let state_app run some steps, scontrol
 # requeue it (Slurm sends SIGTERM to every process of the job), and the requeued run must restore the
-# job's final checkpoint and finish with the checksum of an uninterrupted run.
+# job's final checkpoint; then stop the restored program twice more (the time-limit warning to the batch
+# shell, after which the job requeues itself; scontrol requeue). The program must finish with the
+# checksum of an uninterrupted run and leave no checkpoint behind.
 #   requeue.sh BUILD
 # Needs root, CRIU (.deps/criu), slurmctld, slurmd and munged: exit 77 otherwise.
 set -u
@@ -36,7 +38,7 @@ export CRCUDA_SIM_KERNELS=$progs/libcrcuda_test_kernels.so CRCUDA_SOCKET=$tmp/d/
 export CRCUDA_STORE=$tmp/store CRCUDA_CRIU=$criu SLURM_CONF=$tmp/slurm.conf
 unset CRCUDA_REMOTE CRCUDA_TOKEN CRCUDA_TOKEN_FILE CRCUDA_LIBDIR CRCUDAD CRCUDA_DAEMON CRCUDA_LINEAGE
 unset SLURM_JOB_ID SLURM_RESTART_COUNT
-app_args=(--mb 8 --chunks 4 --steps 60 --step-ms 200 --ready-at 8)
+app_args=(--mb 8 --chunks 4 --steps 80 --step-ms 200 --ready-at 8)
 pids=()
 jobid=""
 ok=0
@@ -71,7 +73,7 @@ mkdir -p "$tmp/d"
 "$crcudad" --backend sim --socket "$CRCUDA_SOCKET" --idle-exit 300 --foreground -v >/dev/null 2>"$tmp/d/crcudad.log" &
 pids+=($!)
 wait_for 30 test -S "$CRCUDA_SOCKET" || fail "crcudad did not start"
-ref=$(timeout 120 "$ctl" run --backend sim -- "$progs/state_app" --mb 8 --chunks 4 --steps 60 | checksum /dev/stdin)
+ref=$(timeout 120 "$ctl" run --backend sim -- "$progs/state_app" --mb 8 --chunks 4 --steps 80 | checksum /dev/stdin)
 [ -n "$ref" ] || fail "the uninterrupted reference run failed"
 
 # munge, with a key and socket of its own.
@@ -95,7 +97,7 @@ SlurmctldPort=$port
 SlurmdPort=$((port + 1))
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$tmp/munge/munge.sock
+AuthInfo=socket=$tmp/munge/munge.sock,cred_expire=5
 StateSaveLocation=$tmp/ctld
 SlurmdSpoolDir=$tmp/spool
 SlurmctldPidFile=$tmp/slurmctld.pid
@@ -109,6 +111,7 @@ TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SchedulerType=sched/builtin
+SchedulerParameters=sched_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 MpiDefault=none
@@ -126,39 +129,48 @@ node_idle() { [ "$(sinfo -h -n "$host" -o %t 2>/dev/null)" = idle ]; }
 wait_for 30 node_idle || fail "the node did not come up: $(sinfo 2>&1; cat "$tmp/slurmctld.out" "$tmp/slurmd.out")"
 echo "slurm: $(sinfo -V), node $host up"
 
-# The job: state_app under crcuda, its output in app.out; ready (step 8 of 60) tells some steps ran.
+# The job: state_app under crcuda, its output in app.out; ready (step 8 of 80) tells some steps ran.
 start=$(date +%s.%N)
 jobid=$(CRCUDACTL=$ctl CRCUDA_BACKEND=sim JOB_OUT=$tmp/app.out sbatch --parsable -o "$tmp/job.log" \
 	-D "$tmp" "$job" "$progs/state_app" "${app_args[@]}" --ready-file "$tmp/ready") || fail "sbatch failed"
 ready_or_ended() { [ -e "$tmp/ready" ] || [[ ! "$(job_field JobState)" =~ ^(PENDING|CONFIGURING|RUNNING)$ ]]; }
 wait_for 60 ready_or_ended && [ -e "$tmp/ready" ] || fail "the job's program did not reach step 8"
 echo "slurm: job $jobid: the program is at step $(sed -n 's/ready //p' "$tmp/ready")"
-# requeue N: scontrol requeue (SIGTERM to every process of the job), then the job must run again.
+# requeue N HOW: stops the job (SIGTERM), which must be requeued and run again, restoring its checkpoint.
+# HOW: scontrol (scontrol requeue: SIGTERM to every process of the job), or warning (the time-limit
+# warning of --signal=B:TERM, SIGTERM to the batch shell alone: the job script requeues the job itself).
 requeue() {
-	scontrol requeue "$jobid" || fail "scontrol requeue $jobid failed"
-	echo "slurm: job $jobid requeued"
-	# Slurm holds a requeued job back for a while (Reason=BeginTime, some 2 minutes): let it start now.
-	wait_for 60 job_is PENDING "$1" || fail "job $jobid is $(job_field JobState) after requeue $1, not pending"
-	echo "slurm: job $jobid pending (Reason=$(job_field Reason), EligibleTime=$(job_field EligibleTime)): StartTime=now"
-	scontrol update JobId="$jobid" StartTime=now || fail "scontrol update JobId=$jobid StartTime=now failed"
+	if [ "$2" = scontrol ]; then
+		scontrol requeue "$jobid" || fail "scontrol requeue $jobid failed"
+	else
+		scancel --batch --signal=TERM "$jobid" || fail "scancel --batch --signal=TERM $jobid failed"
+	fi
+	echo "slurm: job $jobid stopped ($2)"
+	# Slurm holds a requeued job back until its credential has expired (Reason=BeginTime; cred_expire,
+	# 120 s by default, 5 s here). Starting it earlier (scontrol update StartTime=now) fails its launch.
+	wait_for 60 job_is PENDING "$1" || fail "job $jobid is $(job_field JobState) after requeue $1 ($2), not pending"
+	echo "slurm: job $jobid pending (Reason=$(job_field Reason), EligibleTime=$(job_field EligibleTime))"
 	restored() { [ "$(grep -c "^restored checkpoint [0-9]* as pid" "$tmp/job.log")" = "$1" ]; }
-	wait_for 30 restored "$1" || fail "requeue $1: no checkpoint restored"
+	wait_for 30 restored "$1" || fail "requeue $1 ($2): no checkpoint restored"
 	grep -q "crcuda-job: .*restart $1 of job $jobid on $host: restoring checkpoint" "$tmp/job.log" ||
-		fail "requeue $1: the job did not restore its checkpoint"
-	grep -q "starting over" "$tmp/job.log" && fail "requeue $1: the job started over"
+		fail "requeue $1 ($2): the job did not restore its checkpoint"
+	grep -q "starting over" "$tmp/job.log" && fail "requeue $1 ($2): the job started over"
 	echo "slurm: job $jobid, restart $1: $(grep "^restored checkpoint" "$tmp/job.log" | tail -1)"
 }
-# Once while crcudactl run supervises the program (run --checkpoint-on SIGTERM), once while the restored
-# program runs (restore --wait; the job script checkpoints it).
+# While crcudactl run supervises the program (run --checkpoint-on SIGTERM), then twice while a restored
+# program runs (restore --wait; the job script checkpoints it), the second time at the time-limit warning.
 sleep 0.5
-requeue 1
+requeue 1 scontrol
 sleep 1
-requeue 2
-wait_for 90 job_is COMPLETED 2 || fail "job $jobid: $(job_field JobState), $(job_field Restarts) restarts after 90 s"
+requeue 2 warning
+grep -q "crcuda-job: .* requeueing job $jobid" "$tmp/job.log" || fail "the job did not requeue itself at the warning"
+sleep 1
+requeue 3 scontrol
+wait_for 60 job_is COMPLETED 3 || fail "job $jobid: $(job_field JobState), $(job_field Restarts) restarts after 60 s"
 secs=$(echo "$(date +%s.%N) - $start" | bc 2>/dev/null || echo "?")
 
-[ "$(grep -c "crcuda-job: .* checkpoint [0-9]* taken; the requeued job resumes" "$tmp/job.log")" = 2 ] ||
-	fail "not two final checkpoints, one at each requeue"
+[ "$(grep -c "crcuda-job: .* checkpoint [0-9]* taken; the requeued job resumes" "$tmp/job.log")" = 3 ] ||
+	fail "not three final checkpoints, one at each requeue"
 grep -q "crcuda-job: .* the program exited with status 0" "$tmp/job.log" || fail "the program did not exit 0"
 [ "$(job_field ExitCode)" = 0:0 ] || fail "job exit code $(job_field ExitCode)"
 [ "$(grep -c checksum= "$tmp/app.out")" = 1 ] || fail "the program did not print one result"
