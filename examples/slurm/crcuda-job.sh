@@ -58,8 +58,8 @@ newest() { lineage_ckpts | tail -n 1; }
 # rm_lineage N: removes all but the newest N checkpoints of this job.
 rm_lineage() {
 	local ids
-	ids=$(lineage_ckpts | head -n "-$1" | cut -d' ' -f1)
-	[ -z "$ids" ] || "$ctl" rm $ids >/dev/null
+	mapfile -t ids < <(lineage_ckpts | head -n "-$1" | cut -d' ' -f1)
+	[ ${#ids[@]} = 0 ] || "$ctl" rm "${ids[@]}" >/dev/null
 }
 
 # Slurm signals the batch shell alone (--signal=B:TERM@120, before the time limit), or every process of
@@ -67,21 +67,30 @@ rm_lineage() {
 # crcudactl takes it back (run --checkpoint-on SIGTERM) and the program keeps ignoring it (CRIU restores
 # that too), so that a TERM to every process reaches the program only as a checkpoint.
 preempted=0
+child=""
+# shellcheck disable=SC2317 # a trap
 on_term() {
 	preempted=1
+	[ -n "$child" ] || return 0 # not started yet: done once it is
 	if [ "$mode" = run ]; then
 		kill -TERM "$child" 2>/dev/null # crcudactl run: the final checkpoint, then the program stops
-	else
-		log "SIGTERM: checkpointing pid $pid"
-		"$ctl" checkpoint "$pid" || log "the checkpoint of pid $pid failed"
+		return 0
 	fi
+	log "SIGTERM: checkpointing pid $pid"
+	# A restore still under way refuses a checkpoint: try again while it lasts.
+	for _ in {1..10}; do
+		"$ctl" checkpoint "$pid" && return 0
+		kill -0 "$child" 2>/dev/null || break
+		sleep 1
+	done
+	log "the checkpoint of pid $pid failed"
 }
 
+trap on_term TERM
 read -r id pid <<<"$(newest)"
 if [ -n "$id" ]; then
 	mode=restore
 	log "restart ${SLURM_RESTART_COUNT:-0} of job $SLURM_JOB_ID on $(hostname -s): restoring checkpoint $id (pid $pid)"
-	trap on_term TERM
 	(
 		trap '' TERM
 		exec "$ctl" restore --wait "$id"
@@ -91,7 +100,6 @@ else
 	[ "${SLURM_RESTART_COUNT:-0}" = 0 ] ||
 		log "restart $SLURM_RESTART_COUNT of job $SLURM_JOB_ID, but no checkpoint of $CRCUDA_LINEAGE: starting over"
 	log "running $* on $(hostname -s) (backend $backend, lineage $CRCUDA_LINEAGE, output in $out)"
-	trap on_term TERM
 	(
 		trap '' TERM
 		exec "$ctl" run --backend "$backend" --checkpoint-on SIGTERM ${CKPT_EVERY:+--every "$CKPT_EVERY"} \
@@ -99,6 +107,7 @@ else
 	) </dev/null >>"$out" 2>&1 &
 fi
 child=$!
+[ $preempted = 0 ] || on_term
 
 # A trap runs once wait returns: wait again until the child is gone.
 while :; do
