@@ -6,6 +6,7 @@
 # shell, after which the job requeues itself; scontrol requeue). The program must finish with the
 # checksum of an uninterrupted run and leave no checkpoint behind.
 #   requeue.sh BUILD
+# CR_BACKEND=cuda: the same with the daemon on the real driver (tests/gpu/slurm-cr.sh).
 # Needs root, CRIU (.deps/criu), slurmctld, slurmd and munged: exit 77 otherwise.
 set -u
 build=$(cd "$1" && pwd) || exit 1
@@ -14,6 +15,7 @@ ctl=$build/crcudactl/crcudactl
 crcudad=$build/crcudad/crcudad
 progs=$build/tests/programs
 job=$top/examples/slurm/crcuda-job.sh
+backend=${CR_BACKEND:-sim}
 
 skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root (CRIU, and slurmd running jobs as root)"
@@ -70,10 +72,10 @@ job_is() { [ "$(job_field JobState)" = "$1" ] && [ "$(job_field Restarts)" = "$2
 
 # The GPU's daemon is a node's service, outside the job (it must outlive the job's processes).
 mkdir -p "$tmp/d"
-"$crcudad" --backend sim --socket "$CRCUDA_SOCKET" --idle-exit 300 --foreground -v >/dev/null 2>"$tmp/d/crcudad.log" &
+"$crcudad" --backend "$backend" --socket "$CRCUDA_SOCKET" --idle-exit 300 --foreground -v >/dev/null 2>"$tmp/d/crcudad.log" &
 pids+=($!)
 wait_for 30 test -S "$CRCUDA_SOCKET" || fail "crcudad did not start"
-ref=$(timeout 120 "$ctl" run --backend sim -- "$progs/state_app" --mb 8 --chunks 4 --steps 80 | checksum /dev/stdin)
+ref=$(timeout 120 "$ctl" run --backend "$backend" -- "$progs/state_app" --mb 8 --chunks 4 --steps 80 | checksum /dev/stdin)
 [ -n "$ref" ] || fail "the uninterrupted reference run failed"
 
 # munge, with a key and socket of its own.
@@ -131,7 +133,7 @@ echo "slurm: $(sinfo -V), node $host up"
 
 # The job: state_app under crcuda, its output in app.out; ready (step 8 of 80) tells some steps ran.
 start=$(date +%s.%N)
-jobid=$(CRCUDACTL=$ctl CRCUDA_BACKEND=sim JOB_OUT=$tmp/app.out sbatch --parsable -o "$tmp/job.log" \
+jobid=$(CRCUDACTL=$ctl CRCUDA_BACKEND=$backend JOB_OUT=$tmp/app.out sbatch --parsable -o "$tmp/job.log" \
 	-D "$tmp" "$job" "$progs/state_app" "${app_args[@]}" --ready-file "$tmp/ready") || fail "sbatch failed"
 ready_or_ended() { [ -e "$tmp/ready" ] || [[ ! "$(job_field JobState)" =~ ^(PENDING|CONFIGURING|RUNNING)$ ]]; }
 wait_for 60 ready_or_ended && [ -e "$tmp/ready" ] || fail "the job's program did not reach step 8"
