@@ -340,17 +340,18 @@ static int tree_clients(const char *daemon, const char *token, pid_t root, pid_t
 {
 	struct crc_ctl_session *list = NULL;
 	unsigned count = 0;
+	pid_t *tree = NULL;
+	size_t ntree = 0;
 	int rc = daemon_sessions(daemon, token, &list, &count);
 
 	*n = 0;
-	for (unsigned i = 0; !rc && i < count; i++) {
-		pid_t p = list[i].pid;
-
-		for (int depth = 0; p > 1 && p != root && depth < 4096; depth++)
-			p = ctl_pid_parent(p);
-		if (p == root && *n < max)
-			out[(*n)++] = list[i].pid;
-	}
+	if (!rc && count)
+		ntree = crc_proc_tree(root, &tree);
+	for (unsigned i = 0; i < count; i++)
+		for (size_t k = 0; k < ntree; k++)
+			if (tree[k] == list[i].pid && *n < max)
+				out[(*n)++] = list[i].pid;
+	free(tree);
 	free(list);
 	return rc;
 }
@@ -359,23 +360,12 @@ static int tree_clients(const char *daemon, const char *token, pid_t root, pid_t
  * to be free: CRIU restores them all with their own pids). */
 static void tree_all_pids(pid_t root, char *out, size_t len)
 {
-	DIR *d = opendir("/proc");
-	struct dirent *e;
-	size_t n = (size_t)snprintf(out, len, "%d", (int)root);
+	pid_t *tree = NULL;
+	size_t ntree = crc_proc_tree(root, &tree), n = (size_t)snprintf(out, len, "%d", (int)root);
 
-	while (d && (e = readdir(d)) && n < len) {
-		char *end;
-		pid_t p = (pid_t)strtol(e->d_name, &end, 10), q = p;
-
-		if (*end || p <= 1 || p == root)
-			continue;
-		for (int depth = 0; q > 1 && q != root && depth < 4096; depth++)
-			q = ctl_pid_parent(q);
-		if (q == root)
-			n += (size_t)snprintf(out + n, len - n, ",%d", (int)p);
-	}
-	if (d)
-		closedir(d);
+	for (size_t k = 1; k < ntree && n < len; k++)
+		n += (size_t)snprintf(out + n, len - n, ",%d", (int)tree[k]);
+	free(tree);
 	if (n >= len) /* too many to name: the restore waits for the root only */
 		snprintf(out, len, "%d", (int)root);
 }

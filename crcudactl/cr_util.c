@@ -516,22 +516,6 @@ bool ctl_pid_gone(pid_t pid)
 	return state == 'Z' || state == 'X' || (flags & 0x4 /* PF_EXITING */);
 }
 
-pid_t ctl_pid_parent(pid_t pid)
-{
-	char path[64], line[1024];
-	const char *end;
-	int ppid = 0;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	f = fopen(path, "r");
-	if (f && fgets(line, sizeof(line), f) && (end = strrchr(line, ')')))
-		sscanf(end + 1, " %*c %d", &ppid);
-	if (f)
-		fclose(f);
-	return (pid_t)ppid;
-}
-
 /* Not our child: its end without its status (a zombie counts as ended). */
 static int wait_stranger(pid_t pid, const char *what)
 {

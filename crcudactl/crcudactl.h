@@ -96,8 +96,6 @@ int ctl_json_print(json_t *v);
 double ctl_now(void);
 /* No such process, a zombie (ended, not reaped yet), or a process that is exiting. */
 bool ctl_pid_gone(pid_t pid);
-/* The parent of pid (/proc/PID/stat), 0 where it cannot be read. */
-pid_t ctl_pid_parent(pid_t pid);
 /* --timeout SEC of command cmd: 0, or -1 with a usage message. */
 int ctl_parse_timeout(const char *cmd, const char *arg, unsigned *out);
 /* --store DIR, else $CRCUDA_STORE, else ~/.local/share/crcuda/store. 0 or -1 (message printed). */
