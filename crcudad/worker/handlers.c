@@ -451,19 +451,27 @@ CUresult crc_raw_vmm_create(struct crc_session *s, const struct crc_call_hdr *h,
 	return res == CUDA_SUCCESS ? reply_mem_handle(s, mh, r->size) : res;
 }
 
+/* A raw request's leading argument, one virtual handle of type tag: its real value. A request too
+ * short to hold it is CUDA_ERROR_INVALID_VALUE; otherwise what the translation says. */
+static CUresult first_handle(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
+			     size_t len, enum crc_handle_tag tag, union crc_slot *out)
+{
+	uint64_t v;
+
+	if (len < sizeof(v))
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(&v, args, sizeof(v));
+	return crc_translate(s, h, tag, v, out);
+}
+
 CUresult crc_raw_vmm_props(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
 			   size_t len)
 {
 	CUmemAllocationProp prop = {0};
 	struct crc_vmm_create_req *out;
 	union crc_slot mh;
-	uint64_t v;
-	CUresult res;
+	CUresult res = first_handle(s, h, args, len, CRC_HT_MEMHANDLE, &mh);
 
-	if (len < sizeof(v))
-		return CUDA_ERROR_INVALID_VALUE;
-	memcpy(&v, args, sizeof(v));
-	res = crc_translate(s, h, CRC_HT_MEMHANDLE, v, &mh);
 	if (res == CUDA_SUCCESS)
 		res =
 		    CALL(cuMemGetAllocationPropertiesFromHandle, &prop, (CUmemGenericAllocationHandle)mh.u64);
@@ -1083,13 +1091,8 @@ CUresult crc_raw_module_functions(struct crc_session *s, const struct crc_call_h
 	struct names_out o = {0};
 	const void **table = NULL;
 	union crc_slot mod;
-	uint64_t vh;
-	CUresult res;
+	CUresult res = first_handle(s, h, args, len, CRC_HT_MODULE, &mod);
 
-	if (len < sizeof(vh))
-		return CUDA_ERROR_INVALID_VALUE;
-	memcpy(&vh, args, sizeof(vh));
-	res = crc_translate(s, h, CRC_HT_MODULE, vh, &mod);
 	if (res != CUDA_SUCCESS)
 		return res;
 	if (CALL(cuGetExportTable, (const void **)&table, &tools_module_table) == CUDA_SUCCESS && table &&
@@ -1138,13 +1141,8 @@ CUresult crc_raw_library_kernels(struct crc_session *s, const struct crc_call_hd
 	union crc_slot lib;
 	unsigned n = 0;
 	CUkernel *ks;
-	uint64_t vh;
-	CUresult res;
+	CUresult res = first_handle(s, h, args, len, CRC_HT_LIBRARY, &lib);
 
-	if (len < sizeof(vh))
-		return CUDA_ERROR_INVALID_VALUE;
-	memcpy(&vh, args, sizeof(vh));
-	res = crc_translate(s, h, CRC_HT_LIBRARY, vh, &lib);
 	if (res == CUDA_SUCCESS)
 		res = CALL(cuLibraryGetKernelCount, &n, lib.ptr);
 	if (res != CUDA_SUCCESS)
@@ -1392,14 +1390,10 @@ CUresult crc_raw_vmm_export(struct crc_session *s, const struct crc_call_hdr *h,
 	struct crc_shareable_wire *out;
 	struct crc_alloc *a;
 	union crc_slot mh;
-	uint64_t v;
 	CUresult res;
 
-	if (len < sizeof(v))
-		return CUDA_ERROR_INVALID_VALUE;
-	memcpy(&v, args, sizeof(v));
-	res = crc_translate(s, h, CRC_HT_MEMHANDLE, v, &mh);
-	if (res != CUDA_SUCCESS)
+	/* A short request and an unknown handle alike: not a handle of this session. */
+	if (first_handle(s, h, args, len, CRC_HT_MEMHANDLE, &mh) != CUDA_SUCCESS)
 		return CUDA_ERROR_INVALID_VALUE;
 	a = handle_find(s, (CUmemGenericAllocationHandle)mh.u64);
 	if (!a)
