@@ -49,13 +49,8 @@ fail() {
 	tail -n 25 "$tmp/d/crcudad.log" >&2
 	exit 1
 }
-wait_for() { # wait_for SECONDS COMMAND...
-	local i n=$(($1 * 20))
-	shift
-	for ((i = 0; i < n; i++)); do "$@" && return 0; sleep 0.05; done
-	return 1
-}
-gone() { [ ! -e "/proc/$1" ] || grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null; }
+# shellcheck source=../lib/proc.sh
+. "$top/tests/lib/proc.sh"
 
 setsid "$ctl" run --backend "$backend" --idle-exit 60 -- "$prog" --cr-export "$x" </dev/null >"$tmp/exp.out" 2>"$tmp/exp.err" &
 exp=$!

@@ -71,14 +71,8 @@ cleanup() {
 	if [ $ok = 1 ]; then rm -rf "$tmp"; else echo "migrate: logs kept in $tmp" >&2; fi
 }
 trap cleanup EXIT
-wait_for() { # wait_for SECONDS COMMAND...
-	local i n=$(($1 * 20))
-	shift
-	for ((i = 0; i < n; i++)); do "$@" && return 0; sleep 0.05; done
-	return 1
-}
-gone() { [ ! -e "/proc/$1" ] || grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null; }
-checksum() { sed -n 's/.*checksum=\([0-9a-f]*\).*/\1/p' "$1"; }
+# shellcheck source=../lib/proc.sh
+. "$top/tests/lib/proc.sh"
 netns_of() { readlink "/proc/$1/ns/net"; }
 
 # The two hosts.

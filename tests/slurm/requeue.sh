@@ -60,13 +60,8 @@ fail() {
 	done
 	exit 1
 }
-wait_for() { # wait_for SECONDS COMMAND...
-	local i n=$(($1 * 10))
-	shift
-	for ((i = 0; i < n; i++)); do "$@" && return 0; sleep 0.1; done
-	return 1
-}
-checksum() { sed -n 's/.*checksum=\([0-9a-f]*\).*/\1/p' "$1"; }
+# shellcheck source=../lib/proc.sh
+. "$top/tests/lib/proc.sh"
 job_field() { scontrol show job -o "$jobid" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 job_is() { [ "$(job_field JobState)" = "$1" ] && [ "$(job_field Restarts)" = "$2" ]; }
 
