@@ -570,6 +570,21 @@ static void touch_file(const char *dir, const char *name)
 	}
 }
 
+/* The IPC handle the exporter left in DIR/handle; exits where it cannot be read. */
+static void read_handle(const char *dir, CUipcMemHandle *handle)
+{
+	char path[4096];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/handle", dir);
+	f = fopen(path, "r");
+	if (!f || fread(handle, sizeof(*handle), 1, f) != 1) {
+		perror(path);
+		exit(1);
+	}
+	fclose(f);
+}
+
 static uint32_t not_pattern_a(uint32_t i)
 {
 	return ~pattern_a(i);
@@ -633,20 +648,12 @@ static int cr_importer(const char *dir)
 {
 	uint32_t *host = malloc(WORDS * 4);
 	CUipcMemHandle handle;
-	char path[4096];
 	CUdeviceptr p;
-	FILE *f;
 
 	cu_test_init("ipc");
 	cu_test_primary_context(NULL);
 	wait_file(dir, "handle");
-	snprintf(path, sizeof(path), "%s/handle", dir);
-	f = fopen(path, "r");
-	if (!f || fread(&handle, sizeof(handle), 1, f) != 1) {
-		perror(path);
-		return 1;
-	}
-	fclose(f);
+	read_handle(dir, &handle);
 	CU_CHECK(cuIpcOpenMemHandle(&p, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
 	CU_CHECK(cuMemcpyDtoH(host, p, WORDS * 4));
 	if (check_words(host, pattern_a, 0, "importer"))
@@ -683,19 +690,11 @@ static int cr_reopener(const char *dir, bool peek)
 {
 	uint32_t *host = malloc(WORDS * 4);
 	CUipcMemHandle handle;
-	char path[4096];
 	CUdeviceptr p;
-	FILE *f;
 
 	cu_test_init("ipc");
 	cu_test_primary_context(NULL);
-	snprintf(path, sizeof(path), "%s/handle", dir);
-	f = fopen(path, "r");
-	if (!f || fread(&handle, sizeof(handle), 1, f) != 1) {
-		perror(path);
-		return 1;
-	}
-	fclose(f);
+	read_handle(dir, &handle);
 	CU_CHECK(cuIpcOpenMemHandle(&p, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
 	CU_CHECK(cuMemcpyDtoH(host, p, WORDS * 4));
 	if (check_words(host, NULL, PATTERN_C, "reopener"))
