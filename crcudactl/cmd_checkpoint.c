@@ -199,23 +199,32 @@ static int find_remote(const char *addr, const char *token, pid_t pid, struct cr
 	return rc ? rc : CRC_ENOTFOUND;
 }
 
-/* The daemon of pid when none is named: its own CRCUDA_REMOTE, with the token (--token-file, ours, else
- * its own). 1 when it has none (a unix client), 0, or -1 with the reason printed. */
-static int task_remote(pid_t pid, const char *token_file, char *addr, size_t len, char *token, size_t tlen)
+/* pid's environment as it started (/proc/PID/environ) into buf, NUL-terminated: its length, or -1. */
+static ssize_t task_environ(pid_t pid, char *buf, size_t len)
 {
-	char path[64], buf[65536], *remote = NULL, *tok = NULL, *tokfile = NULL;
-	bool own_certs;
+	char path[64];
 	ssize_t n;
 	int fd;
 
 	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
-	n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+	n = fd >= 0 ? read(fd, buf, len - 1) : -1;
 	if (fd >= 0)
 		close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	return n;
+}
+
+/* The daemon of pid when none is named: its own CRCUDA_REMOTE, with the token (--token-file, ours, else
+ * its own). 1 when it has none (a unix client), 0, or -1 with the reason printed. */
+static int task_remote(pid_t pid, const char *token_file, char *addr, size_t len, char *token, size_t tlen)
+{
+	char buf[65536], *remote = NULL, *tok = NULL, *tokfile = NULL;
+	ssize_t n = task_environ(pid, buf, sizeof(buf));
+	bool own_certs;
+
 	own_certs = getenv("CRCUDA_TLS_CA") || getenv("CRCUDA_TLS_CERT") || getenv("CRCUDA_TLS_KEY");
 	for (char *p = buf; n > 0 && p < buf + n; p += strlen(p) + 1) {
-		buf[n] = 0;
 		if (!strncmp(p, "CRCUDA_REMOTE=", 14))
 			remote = p + 14;
 		else if (!strncmp(p, "CRCUDA_TOKEN=", 13))
@@ -251,19 +260,12 @@ static int task_remote(pid_t pid, const char *token_file, char *addr, size_t len
  * a metadata line. */
 static void task_lineage(pid_t pid, char *out, size_t len)
 {
-	char path[64], buf[65536];
-	ssize_t n;
-	int fd;
+	char buf[65536];
+	ssize_t n = task_environ(pid, buf, sizeof(buf));
 
 	out[0] = 0;
-	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
-	if (fd >= 0)
-		close(fd);
 	if (n <= 0)
 		return;
-	buf[n] = 0;
 	for (char *p = buf; p < buf + n; p += strlen(p) + 1)
 		if (!strncmp(p, CTL_LINEAGE_ENV "=", strlen(CTL_LINEAGE_ENV) + 1))
 			snprintf(out, len, "%s", p + strlen(CTL_LINEAGE_ENV) + 1);
