@@ -4,6 +4,7 @@
 #define LOG_PREFIX "ctl: "
 #include <ctype.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -291,15 +292,35 @@ int crc_ctl_checkpoint(struct crc_ctl *c, pid_t pid, const char *store_dir, stru
 int crc_ctl_checkpoint_flags(struct crc_ctl *c, pid_t pid, const char *store_dir, unsigned flags,
 			     struct crc_ctl_ckpt_stats *stats)
 {
+	return crc_ctl_checkpoint_group(c, pid, store_dir, flags, NULL, 0, stats);
+}
+
+int crc_ctl_checkpoint_group(struct crc_ctl *c, pid_t pid, const char *store_dir, unsigned flags,
+			     const uint64_t *group, unsigned ngroup, struct crc_ctl_ckpt_stats *stats)
+{
 	struct crc_ctl_req r = {.pid = pid, .timeout_ms = (int32_t)flags};
 	struct crc_ctl_ckpt_wire *w;
-	size_t len = 0;
+	size_t len = 0, arg_len;
+	char *arg;
 	void *data;
 	int rc;
 
 	if (!store_dir)
 		return fail(c, CRC_EINVAL, "no store directory");
-	rc = exchange(c, CRC_OP_CTL_CHECKPOINT, &r, sizeof(r), store_dir, strlen(store_dir) + 1, &data, &len);
+	/* The store directory, then the group: "group=ID,ID,...". */
+	arg_len = strlen(store_dir) + 1 + (ngroup ? 8 + ngroup * 21 : 0);
+	arg = malloc(arg_len);
+	if (!arg)
+		return fail(c, CRC_ENOMEM, "out of memory");
+	len = (size_t)snprintf(arg, arg_len, "%s", store_dir) + 1;
+	if (ngroup)
+		len += (size_t)snprintf(arg + len, arg_len - len, "group=");
+	for (unsigned i = 0; i < ngroup; i++)
+		len += (size_t)snprintf(arg + len, arg_len - len, "%s%" PRIu64, i ? "," : "", group[i]);
+	if (ngroup)
+		len++;
+	rc = exchange(c, CRC_OP_CTL_CHECKPOINT, &r, sizeof(r), arg, len, &data, &len);
+	free(arg);
 	if (rc)
 		return rc;
 	w = data;
@@ -335,6 +356,28 @@ int crc_ctl_commit_wait(struct crc_ctl *c, pid_t pid, int timeout_ms, uint64_t *
 	}
 	memcpy(ckpt_id, data, sizeof(*ckpt_id));
 	free(data);
+	return 0;
+}
+
+int crc_ctl_collective(struct crc_ctl *c, pid_t pid, unsigned action, uint64_t target, unsigned ttl_ms,
+		       uint64_t *launched)
+{
+	struct crc_ctl_req r = {.pid = pid};
+	struct crc_ctl_coll_wire w = {.action = action, .ttl_ms = ttl_ms, .target = target};
+	size_t len = 0;
+	void *data;
+	int rc = exchange(c, CRC_OP_CTL_COLLECTIVE, &r, sizeof(r), &w, sizeof(w), &data, &len);
+
+	if (rc)
+		return rc;
+	if (len < sizeof(w)) {
+		free(data);
+		return fail(c, CRC_EPROTO, "short collective reply");
+	}
+	memcpy(&w, data, sizeof(w));
+	free(data);
+	if (launched)
+		*launched = w.launched;
 	return 0;
 }
 

@@ -393,6 +393,66 @@ static void undo(const char *daemon, const char *token, pid_t pid)
 	}
 }
 
+/* Collective launches (NCCL's): each client of the tree is held, then capped at the largest count,
+ * so that all stop after the same collective and every kernel one of them waits for is launched
+ * (crcuda/ctl.h, crc_ctl_collective). 0, or -1 with the error said (and the caps released). A tree
+ * of TCP clients is left as it is (their collectives are not counted). */
+static int align_collectives(const char *daemon, const char *token, unsigned ttl_ms, bool verbose)
+{
+	struct crc_ctl *c = NULL;
+	uint64_t counts[CKPT_TREE_MAX], top = 0, low = UINT64_MAX;
+	unsigned i, held = 0;
+	int rc;
+
+	rc = crc_ctl_open(daemon, token, &c);
+	if (rc) {
+		ctl_error("checkpoint: %s", c ? crc_ctl_error(c) : crc_strerror(rc));
+		crc_ctl_close(c);
+		return -1;
+	}
+	for (i = 0; i < tree_n && !rc; i++, held++) {
+		rc = crc_ctl_collective(c, tree_pids[i], CRC_CTL_COLL_HOLD, 0, ttl_ms, &counts[i]);
+		if (rc == CRC_ENOTSUP) {
+			rc = 0;
+			counts[i] = 0;
+		}
+	}
+	if (rc) {
+		ctl_error("checkpoint: holding the collective launches of pid %d: %s", (int)tree_pids[i - 1],
+			  crc_ctl_error(c));
+	} else {
+		for (i = 0; i < tree_n; i++) {
+			top = counts[i] > top ? counts[i] : top;
+			low = counts[i] && counts[i] < low ? counts[i] : low;
+		}
+		for (i = 0; i < tree_n && top && !rc; i++)
+			rc = crc_ctl_collective(c, tree_pids[i], CRC_CTL_COLL_CAP, top, ttl_ms, NULL);
+		if (rc)
+			ctl_error("checkpoint: capping the collective launches of pid %d: %s",
+				  (int)tree_pids[i - 1], crc_ctl_error(c));
+		else if (top && verbose)
+			fprintf(stderr,
+				"crcudactl: collectives: the tree's clients had launched %" PRIu64
+				" to %" PRIu64 "; each stops after %" PRIu64 "\n",
+				low, top, top);
+	}
+	if (rc || !top)
+		for (i = 0; i < held; i++)
+			crc_ctl_collective(c, tree_pids[i], CRC_CTL_COLL_RELEASE, 0, 0, NULL);
+	crc_ctl_close(c);
+	return rc ? -1 : 0;
+}
+
+static void release_collectives(const char *daemon, const char *token)
+{
+	struct crc_ctl *c = NULL;
+
+	if (crc_ctl_open(daemon, token, &c) == 0)
+		for (unsigned i = 0; i < tree_n; i++)
+			crc_ctl_collective(c, tree_pids[i], CRC_CTL_COLL_RELEASE, 0, 0, NULL);
+	crc_ctl_close(c);
+}
+
 static void rm_tree(const char *dir)
 {
 	DIR *d = opendir(dir);
@@ -801,11 +861,21 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	args[na] = NULL;
 
 	double t0 = ctl_now();
-	if (ctl_cancel_requested)
+	bool aligned = false;
+	if (ctl_cancel_requested) {
 		rc = -1, cancel.state = CTL_CANCELLED; /* before CRIU ran: nothing to undo */
-	else
+	} else if (tree_n && !tcp && align_collectives(daemon, NULL, timeout * 2000, true)) {
+		fprintf(stderr, "crcudactl: nothing was checkpointed; the processes run on\n");
+		rm_tree(dir);
+		goto out;
+	} else {
+		aligned = tree_n && !tcp;
 		rc = ctl_run_criu(args, env, outlog, report, "checkpoint", timeout, isatty(2) && !opts->json,
 				  &cancel);
+	}
+	/* Resumed clients release their caps themselves; those CRIU never reached do here. */
+	if (aligned)
+		release_collectives(daemon, NULL);
 	double secs = ctl_now() - t0;
 	uint64_t id = 0;
 

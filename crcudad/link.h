@@ -73,15 +73,20 @@ enum crc_ipc_op {
 	CRC_IPC_DROP,	 /* key: the exporter freed the memory. Reply: status */
 	CRC_IPC_CLOSE,	 /* key: an importer let go of what a GET gave it. Reply: status */
 	CRC_IPC_FREEZE,	 /* the sender's exports, before its checkpoint: status 0 (GETs of them wait
-			    from now on), or CRC_EBUSY when another worker holds one (its key) */
+			    from now on), or CRC_EBUSY when another worker holds one (its key), unless
+			    that worker's session is checkpointed with it (group) */
 	CRC_IPC_THAW,	 /* the sender's checkpoint is over: GETs go on. Reply: status */
 };
+#define CRC_IPC_GROUP_MAX 64 /* sessions checkpointed together (a process tree) */
 struct crc_ipc_msg {
 	uint32_t op;	     /* enum crc_ipc_op */
 	int32_t status;	     /* replies: 0 or a negative CRC_E* (CRC_ENOTFOUND: no such export) */
 	uint64_t key;	     /* the export */
 	uint64_t size;	     /* its bytes */
 	uint64_t session_id; /* the exporting session */
+	uint64_t requester;  /* GET: the session asking */
+	uint32_t ngroup;     /* FREEZE: the sessions checkpointed with the sender */
+	uint64_t group[CRC_IPC_GROUP_MAX];
 };
 
 #endif

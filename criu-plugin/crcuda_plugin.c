@@ -592,9 +592,15 @@ static int checkpoint_devices(int pid)
 	phase("device", pid);
 	if (cancelled(pid))
 		return -1;
-	rc = crc_ctl_checkpoint_flags(P.ctl, pid, P.store,
+	/* Every task is paused by now (CRIU pauses each as it collects the tree, then copies): the group
+	 * is the dump's sessions, whose shared IPC memory is restored with them. */
+	uint64_t group[MAX_TASKS];
+
+	for (unsigned i = 0; i < P.ntasks; i++)
+		group[i] = P.tasks[i].session;
+	rc = crc_ctl_checkpoint_group(P.ctl, pid, P.store,
 				      env_int("CRCUDA_CKPT_BACKGROUND", 0) == 1 ? CRC_CTL_CKPT_BACKGROUND : 0,
-				      &t->stats);
+				      P.ntasks > 1 ? group : NULL, P.ntasks > 1 ? P.ntasks : 0, &t->stats);
 	t->t_device = now_s();
 	if (rc) {
 		fail("checkpoint of the device state of task %d into %s: %s%s", pid, P.store,

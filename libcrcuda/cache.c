@@ -2,6 +2,7 @@
  * (device, flags), functions and kernels (parameter layout, attributes), streams (flags, priority).
  * Entries are never freed while the process runs (a destroyed object's entry is marked dead), so a
  * lookup racing a destroy reads stale data, never freed memory. */
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,6 +122,38 @@ void crc_green_forget(uint64_t green)
 		g->live = false;
 }
 
+static const char *collective_prefixes; /* "p1,p2,...", read once */
+
+static void read_collective_prefixes(void)
+{
+	const char *e = getenv("CRCUDA_COLLECTIVE_KERNELS");
+
+	collective_prefixes = e ? strdup(e) : "ncclDevKernel_,ncclKernel_";
+}
+
+bool crc_collective_kernel(const char *name)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	const char *prefixes;
+
+	pthread_once(&once, read_collective_prefixes);
+	prefixes = collective_prefixes;
+	if (!name || !prefixes || !*prefixes)
+		return false;
+	/* A C++ kernel's mangled name: _Z, the identifier's length, the identifier. */
+	if (name[0] == '_' && name[1] == 'Z' && isdigit((unsigned char)name[2]))
+		for (name += 2; isdigit((unsigned char)*name); name++)
+			;
+	for (const char *p = prefixes; *p;) {
+		size_t n = strcspn(p, ",");
+
+		if (n && !strncmp(name, p, n))
+			return true;
+		p += n + (p[n] == ',');
+	}
+	return false;
+}
+
 struct crc_func_info *crc_func_lookup(uint64_t handle)
 {
 	unsigned tag = crc_vhandle_tag(handle);
@@ -150,6 +183,7 @@ struct crc_func_info *crc_func_store(uint64_t owner, const char *name, const str
 	memcpy(f->attrs, r->attrs, sizeof(f->attrs));
 	f->owner = owner;
 	f->name = strdup(name ? name : "");
+	f->collective = crc_collective_kernel(f->name);
 	__atomic_store_n(&f->handle, r->handle, __ATOMIC_RELEASE);
 	return f;
 }

@@ -28,7 +28,8 @@ struct crc_thread {
 	uint64_t ctx_stack[CRC_CTX_STACK]; /* [depth - 1] is current */
 	int depth;
 	uint32_t tid;
-	bool ptds; /* inside a _ptds/_ptsz entry point */
+	bool ptds;	 /* inside a _ptds/_ptsz entry point */
+	bool collective; /* posting a collective launch (the gate counts it) */
 };
 
 /* The calling thread's state (created on first use). */
@@ -186,8 +187,14 @@ struct crc_func_info {
 	int32_t attrs[CRC_FUNC_ATTR_SLOTS];
 	uint64_t owner; /* module/library it came from */
 	char *name;
+	bool collective; /* waits for kernels of other processes (crc_collective_kernel) */
 };
 struct crc_func_info *crc_func_lookup(uint64_t handle);
+/* A kernel that waits for kernels of other processes (NCCL's), by its name's start:
+ * CRCUDA_COLLECTIVE_KERNELS, comma-separated prefixes of the unmangled name (default
+ * "ncclDevKernel_,ncclKernel_"; "" none). Such launches are counted, so that a process tree stops after the
+ * same one (crcuda/proto.h). */
+bool crc_collective_kernel(const char *name);
 
 /* A launch's parameters as a launch request carries them (hooks_module.c): prepare computes the request's
  * length (lp->len), write fills the parameter fields and bytes after the caller's crc_launch_req. */

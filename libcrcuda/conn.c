@@ -762,9 +762,48 @@ static void watch_start(void)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
-/* With the channel lock held: mark the call busy, or park while the session is quiesced. */
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Collective launch number n must wait: held, or beyond the cap, while they last (proto.h). */
+static bool coll_blocked(struct crc_session_ctl *ctl, uint64_t n)
+{
+	uint64_t until = atomic_load(&ctl->coll_until), cap;
+
+	if (!until || mono_ns() >= until)
+		return false;
+	if (atomic_load(&ctl->coll_hold))
+		return true;
+	cap = atomic_load(&ctl->coll_cap);
+	return cap && n > cap;
+}
+
+/* Channel lock held, not busy: until launch n may go, or the session is to park (a quiesce, whose
+ * resume or restore the gate's park then waits for). */
+static void coll_wait(struct crc_session_ctl *ctl, uint64_t n)
+{
+	pr_debug("collective launch %llu waits for the other processes", (unsigned long long)n);
+	for (;;) {
+		uint32_t seq = atomic_load(&ctl->wake_seq);
+		struct timespec ts = {.tv_nsec = 100 * 1000 * 1000};
+
+		if (!coll_blocked(ctl, n) || atomic_load(&ctl->quiesce_req))
+			return;
+		syscall(SYS_futex, &ctl->wake_seq, FUTEX_WAIT, seq, &ts, NULL, 0);
+	}
+}
+
+/* With the channel lock held: mark the call busy, or park while the session is quiesced. A collective
+ * launch is counted, or waits while held or capped. */
 static int gate(void)
 {
+	bool collective = crc_self()->collective;
+
 	for (;;) {
 		struct crc_session_ctl *ctl = crc_client.chan.sctl;
 		int rc;
@@ -783,8 +822,21 @@ static int gate(void)
 			return 0;
 		atomic_store_explicit(&ctl->client_busy, 1, memory_order_seq_cst);
 		atomic_thread_fence(memory_order_seq_cst);
-		if (!atomic_load_explicit(&ctl->quiesce_req, memory_order_seq_cst))
-			return 0;
+		if (!atomic_load_explicit(&ctl->quiesce_req, memory_order_seq_cst)) {
+			uint64_t n;
+
+			if (!collective)
+				return 0;
+			/* Add, then read the hold (seq_cst): the daemon stores the hold, then reads the
+			 * count. */
+			n = atomic_fetch_add(&ctl->coll_launched, 1) + 1;
+			if (!coll_blocked(ctl, n))
+				return 0;
+			atomic_fetch_sub(&ctl->coll_launched, 1);
+			atomic_store_explicit(&ctl->client_busy, 0, memory_order_seq_cst);
+			coll_wait(ctl, n);
+			continue;
+		}
 		atomic_store_explicit(&ctl->client_busy, 0, memory_order_seq_cst);
 		rc = park(ctl);
 		if (rc)

@@ -478,7 +478,10 @@ static CUresult launch(uint16_t op, uint64_t f, const unsigned grid[3], const un
 
 	if (res != CUDA_SUCCESS)
 		return res;
+	/* A collective is counted by the gate (crcuda/proto.h): a process tree stops after the same one. */
+	crc_self()->collective = lp.fi->collective;
 	res = crc_call_begin(&c, op, CRC_MSG_NOREPLY, lp.len, (void **)&r);
+	crc_self()->collective = false;
 	if (res != CUDA_SUCCESS)
 		return res;
 	*r = (struct crc_launch_req){.func = f,

@@ -20,6 +20,7 @@
 /* A worker that opened an export (a GET), until it closes it (CLOSE) or hangs up. */
 struct hold {
 	int sock;
+	uint64_t session_id; /* the holder's session */
 	unsigned n;
 	struct hold *next;
 };
@@ -107,6 +108,7 @@ static int get(int sock, struct crc_ipc_msg *r, int *give)
 		if (!h)
 			return CRC_ENOMEM;
 		h->sock = sock;
+		h->session_id = r->requester;
 		h->next = e->holds;
 		e->holds = h;
 	}
@@ -138,14 +140,23 @@ static int release(int sock, uint64_t key)
 	return CRC_ENOTFOUND;
 }
 
-/* sock's exports, all frozen (0), unless another worker holds one (CRC_EBUSY, its key in *key). */
-static int freeze(int sock, uint64_t *key)
+static bool in_group(const struct crc_ipc_msg *m, uint64_t session_id)
+{
+	for (uint32_t i = 0; i < m->ngroup && i < CRC_IPC_GROUP_MAX; i++)
+		if (session_id && m->group[i] == session_id)
+			return true;
+	return false;
+}
+
+/* sock's exports, all frozen (0), unless another worker holds one (CRC_EBUSY, its key in *key) that is
+ * not checkpointed with it (m's group: their restore opens the restored export again). */
+static int freeze(int sock, const struct crc_ipc_msg *m, uint64_t *key)
 {
 	for (struct export *e = exports; e; e = e->next) {
 		if (e->owner != sock)
 			continue;
 		for (struct hold *h = e->holds; h; h = h->next) {
-			if (h->sock != sock) {
+			if (h->sock != sock && !in_group(m, h->session_id)) {
 				*key = e->key;
 				return CRC_EBUSY;
 			}
@@ -179,6 +190,7 @@ static void *serve(void *arg)
 			break;
 		r.op = m.op;
 		r.key = m.key;
+		r.requester = m.requester;
 		if (m.op == CRC_IPC_PUT) {
 			r.status = put(sock, &m, nfds ? fds[0] : -1);
 			if (r.status && nfds)
@@ -203,7 +215,7 @@ static void *serve(void *arg)
 				break;
 			}
 			case CRC_IPC_FREEZE:
-				r.status = freeze(sock, &r.key);
+				r.status = freeze(sock, &m, &r.key);
 				break;
 			case CRC_IPC_THAW:
 				thaw(sock);

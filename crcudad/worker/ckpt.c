@@ -135,6 +135,97 @@ static int park(struct crc_session *s, double deadline, int timeout_ms)
 	return 0;
 }
 
+/* ---- collective launches (crcuda/ctl.h, crc_ctl_collective) --------------------------------------- */
+#define COLL_TTL_DEFAULT_MS 120000
+
+static void wake_client(struct crc_session_ctl *ctl)
+{
+	atomic_fetch_add(&ctl->wake_seq, 1);
+	syscall(SYS_futex, &ctl->wake_seq, FUTEX_WAKE, 1 << 30, NULL, NULL, 0);
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int crc_coll_control(struct crc_session *s, struct crc_ctl_coll_wire *w, char *why, size_t len)
+{
+	struct crc_session_ctl *ctl = s->chan.sctl;
+	uint64_t until = now_ns() + (uint64_t)(w->ttl_ms ? w->ttl_ms : COLL_TTL_DEFAULT_MS) * 1000000u;
+
+	if (s->tcp || !ctl) {
+		snprintf(why, len,
+			 "session %llu is a TCP session: its collective launches are not counted (a process "
+			 "tree with collectives is checkpointed over unix sockets only)",
+			 (unsigned long long)s->id);
+		return CRC_ENOTSUP;
+	}
+	switch (w->action) {
+	case CRC_CTL_COLL_HOLD:
+		atomic_store(&ctl->coll_until, until);
+		atomic_store(&ctl->coll_hold, 1);
+		/* seq_cst against the client's add-then-read: a launch either is in this count or sees
+		 * the hold (and takes its 1 back; the count may then be one too high, which the cap lets
+		 * it reach). */
+		atomic_store(&s->coll_at_hold, atomic_load(&ctl->coll_launched));
+		break;
+	case CRC_CTL_COLL_CAP:
+		atomic_store(&ctl->coll_cap, w->target);
+		atomic_store(&ctl->coll_until, until);
+		atomic_store(&ctl->coll_hold, 0);
+		/* A client that launched none takes no part in the collectives (a launcher). */
+		atomic_store(&s->coll_target, atomic_load(&s->coll_at_hold) ? w->target : 0);
+		wake_client(ctl);
+		break;
+	case CRC_CTL_COLL_RELEASE:
+		atomic_store(&ctl->coll_hold, 0);
+		atomic_store(&ctl->coll_cap, 0);
+		atomic_store(&ctl->coll_until, 0);
+		atomic_store(&s->coll_target, 0);
+		wake_client(ctl);
+		break;
+	default:
+		snprintf(why, len, "unknown collective action %u", w->action);
+		return CRC_EINVAL;
+	}
+	w->launched = atomic_load(&ctl->coll_launched);
+	return 0;
+}
+
+/* A capped session runs on until it has launched its peers' count of collectives, so that the kernels
+ * they wait for are launched before anyone drains. */
+static int reach_collective_target(struct crc_session *s, double deadline, int timeout_ms)
+{
+	struct crc_session_ctl *ctl = s->chan.sctl;
+	uint64_t target = atomic_load(&s->coll_target);
+
+	while (ctl && target && atomic_load(&ctl->coll_launched) < target &&
+	       now_ns() < atomic_load(&ctl->coll_until)) {
+		if (!crc_session_serve_one(s, 10)) {
+			crc_session_cmd_done(s, CRC_EDAEMON, "the client of session %llu went away",
+					     (unsigned long long)s->id);
+			return CRC_EDAEMON;
+		}
+		if (crc_now_s() > deadline) {
+			crc_session_cmd_done(
+			    s, CRC_ETIMEDOUT,
+			    "session %llu (pid %d) launched %llu collective kernels within %d ms, not the "
+			    "%llu "
+			    "the other processes of its tree launched (a process that stopped taking part in "
+			    "their collectives?): the program runs on",
+			    (unsigned long long)s->id, (int)s->peer.pid,
+			    (unsigned long long)atomic_load(&ctl->coll_launched),
+			    timeout_ms > 0 ? timeout_ms : 30000, (unsigned long long)target);
+			return CRC_ETIMEDOUT;
+		}
+	}
+	return 0;
+}
+
 /* How long a checkpoint waits for a stream capture to end (captures are short: a model step). */
 #define CAPTURE_WAIT_S 2.0
 
@@ -144,8 +235,10 @@ int crc_ckpt_quiesce(struct crc_session *s, int timeout_ms)
 	double deadline = crc_now_s() + (timeout_ms > 0 ? timeout_ms : 30000) / 1000.0,
 	       capture_by = crc_now_s() + CAPTURE_WAIT_S;
 	CUresult res;
-	int rc = park(s, deadline, timeout_ms);
+	int rc = reach_collective_target(s, deadline, timeout_ms);
 
+	if (!rc)
+		rc = park(s, deadline, timeout_ms);
 	if (rc)
 		return rc;
 	/* Before draining: a synchronise during a stream capture would invalidate the application's
@@ -1265,7 +1358,8 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir, unsigned flags)
 	} while (0)
 	/* Allocations: the layer's cuMemAlloc* and the application's own cuMemMap mappings. */
 	for (struct crc_alloc *a = s->allocs; a; a = a->next) {
-		if (a->kind != CRC_ALLOC_MEM && a->kind != CRC_ALLOC_MAP)
+		/* Imported memory is its exporter's, which its own checkpoint copies. */
+		if ((a->kind != CRC_ALLOC_MEM && a->kind != CRC_ALLOC_MAP) || a->ipc_imported)
 			continue;
 		struct crc_region_desc d = {.kind = CRC_REGION_DEVICE_ALLOC, .addr = a->ptr, .size = a->size};
 
@@ -1408,13 +1502,18 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir, unsigned flags)
 			goto fail;
 	}
 	{
-		char *opens = crc_ipc_describe(s), *exports = crc_ipc_describe_exports(s);
+		char *opens = crc_ipc_describe(s), *exports = crc_ipc_describe_exports(s),
+		     *imports = crc_ipc_describe_imports(s);
 
-		rc = opens && exports ? crc_ckpt_meta_set(s->ckpt, "crcuda.ipc_opens", opens) : CRC_ENOMEM;
+		rc = opens && exports && imports ? crc_ckpt_meta_set(s->ckpt, "crcuda.ipc_opens", opens)
+						 : CRC_ENOMEM;
 		if (!rc)
 			rc = crc_ckpt_meta_set(s->ckpt, "crcuda.ipc_exports", exports);
+		if (!rc && *imports)
+			rc = crc_ckpt_meta_set(s->ckpt, "crcuda.ipc_imports", imports);
 		free(opens);
 		free(exports);
+		free(imports);
 		if (rc)
 			goto fail;
 	}

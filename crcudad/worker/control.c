@@ -99,6 +99,27 @@ static int run_command(struct crc_session *s, int op, const void *arg, size_t le
 	return rc;
 }
 
+/* A checkpoint's request may name, after the store directory, the sessions checkpointed with this
+ * one: "group=ID,ID,..." (crc_ctl_checkpoint_group). */
+static void set_group(struct crc_session *s)
+{
+	const char *arg = s->cmd_arg, *g;
+	size_t first = strnlen(arg, s->cmd_len) + 1;
+
+	s->ckpt_ngroup = 0;
+	if (first >= s->cmd_len || strncmp(arg + first, "group=", 6))
+		return;
+	for (g = arg + first + 6; *g && s->ckpt_ngroup < sizeof(s->ckpt_group) / sizeof(s->ckpt_group[0]);) {
+		char *end;
+		unsigned long long id = strtoull(g, &end, 10);
+
+		if (end == g)
+			break;
+		s->ckpt_group[s->ckpt_ngroup++] = id;
+		g = *end == ',' ? end + 1 : end;
+	}
+}
+
 /* On the session thread: the command a control thread handed over. */
 void crc_session_command(struct crc_session *s)
 {
@@ -125,6 +146,7 @@ void crc_session_command(struct crc_session *s)
 							     : "running");
 			break;
 		}
+		set_group(s);
 		rc = crc_ckpt_run(s, s->cmd_arg, (unsigned)s->cmd_timeout_ms);
 		break;
 	case CRC_OP_CTL_COMMIT:
@@ -144,6 +166,14 @@ void crc_session_command(struct crc_session *s)
 			crc_ckpt_abort_session(s);
 		if (s->state != CRC_CTL_RUNNING)
 			crc_ckpt_resume(s);
+		/* The tree's checkpoint is over: collective launches go on too. */
+		{
+			struct crc_ctl_coll_wire w = {.action = CRC_CTL_COLL_RELEASE};
+			char ignored[8];
+
+			if (!s->tcp)
+				crc_coll_control(s, &w, ignored, sizeof(ignored));
+		}
 		/* Released: its detached client is being killed, nothing will take the session back. */
 		if (s->detached && s->cmd_timeout_ms < 0)
 			s->reclaim_by = 0;
@@ -198,8 +228,21 @@ static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const 
 		return rc != 0;
 	}
 	if (len < sizeof(*r) || h->op < CRC_OP_CTL_QUIESCE ||
-	    (h->op > CRC_OP_CTL_RESUME && h->op != CRC_OP_CTL_COMMIT_WAIT)) {
+	    (h->op > CRC_OP_CTL_RESUME && h->op != CRC_OP_CTL_COMMIT_WAIT &&
+	     h->op != CRC_OP_CTL_COLLECTIVE) ||
+	    (h->op == CRC_OP_CTL_COLLECTIVE && len != sizeof(*r) + sizeof(struct crc_ctl_coll_wire))) {
 		crc_ctl_reply_send(c->fd, h, CRC_EINVAL, "malformed control request", NULL, 0);
+		return true;
+	}
+	if (h->op == CRC_OP_CTL_COLLECTIVE) {
+		struct crc_ctl_coll_wire w;
+
+		memcpy(&w, p + sizeof(*r), sizeof(w));
+		s = session_get(c, r->pid, r->session_id, why, sizeof(why));
+		rc = s ? crc_coll_control(s, &w, why, sizeof(why)) : CRC_ENOTFOUND;
+		if (s)
+			session_put(s);
+		crc_ctl_reply_send(c->fd, h, rc, rc ? why : NULL, &w, rc ? 0 : sizeof(w));
 		return true;
 	}
 	/* String arguments (store dir, commit's image dir and metadata, a quiesce's park path) must end

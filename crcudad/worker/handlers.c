@@ -330,11 +330,14 @@ CUresult crc_ovr_cuMemMap(struct crc_session *s, void *const *argv)
 	m = alloc_add(s, CRC_ALLOC_MAP, ptr, size);
 	if (!m)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	/* Another process's memory (a shareable handle): nothing a replay could map again. */
+	m->map_offset = offset;
+	/* Another process's memory (a shareable handle): nothing a replay could map again (a restore
+	 * of the tree maps it again, crc_ipc_restore_imports). */
 	for (owner = s->allocs; owner; owner = owner->next)
 		if (owner->kind == CRC_ALLOC_HANDLE && owner->handle == h && owner->ipc_imported) {
 			m->ipc_imported = true;
 			m->ipc_key = owner->ipc_key;
+			m->ipc_exporter = owner->ipc_exporter;
 			s->jdrop = true;
 		}
 	return res;
@@ -1362,6 +1365,22 @@ void crc_session_release_resources(struct crc_session *s)
 }
 
 /* ---- VMM access, pointer attributes ------------------------------------------------------------- */
+/* Access to mappings of imported memory is not journaled: kept with the mappings (the application's
+ * device ordinals), which a restore of the tree sets again. */
+static void note_imported_access(struct crc_session *s, uint64_t ptr, uint64_t size, const CUmemAccessDesc *d,
+				 unsigned n)
+{
+	for (struct crc_alloc *a = s->allocs; a; a = a->next) {
+		if (a->kind != CRC_ALLOC_MAP || !a->ipc_imported || a->ptr >= ptr + size ||
+		    a->ptr + a->size <= ptr)
+			continue;
+		for (unsigned i = 0; i < n; i++)
+			if (d[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE && d[i].location.id >= 0 &&
+			    d[i].location.id < CRC_MAX_DEVICES)
+				a->access[d[i].location.id] = (uint8_t)d[i].flags;
+	}
+}
+
 CUresult crc_raw_vmm_access(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args,
 			    size_t len)
 {
@@ -1375,10 +1394,12 @@ CUresult crc_raw_vmm_access(struct crc_session *s, const struct crc_call_hdr *h,
 	if (w[2] > 64 || len - sizeof(w) < w[2] * sizeof(CUmemAccessDesc))
 		return CUDA_ERROR_INVALID_VALUE;
 	memcpy(d, args + sizeof(w), w[2] * sizeof(*d));
+	s->jdrop = imported_range(s, w[0], w[1]);
+	if (s->jdrop)
+		note_imported_access(s, w[0], w[1], d, (unsigned)w[2]);
 	for (uint64_t i = 0; i < w[2]; i++)
 		if (d[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE)
 			d[i].location.id = crc_dev_backend(s, d[i].location.id);
-	s->jdrop = imported_range(s, w[0], w[1]);
 	return CALL(cuMemSetAccess, w[0], w[1], d, w[2]);
 }
 
@@ -1439,6 +1460,7 @@ CUresult crc_raw_vmm_import(struct crc_session *s, const struct crc_call_hdr *h,
 	if (res == CUDA_SUCCESS && (a = handle_find(s, mh))) {
 		a->ipc_imported = true;
 		a->ipc_key = key;
+		a->ipc_exporter = exporter;
 	}
 	return res;
 }

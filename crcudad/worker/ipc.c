@@ -151,11 +151,10 @@ CUresult crc_ipc_export(struct crc_session *s, CUmemGenericAllocationHandle h, u
 CUresult crc_ipc_import(struct crc_session *s, uint64_t key, CUmemGenericAllocationHandle *h, uint64_t *size,
 			uint64_t *session_id)
 {
-	struct crc_ipc_msg m = {.op = CRC_IPC_GET, .key = key};
+	struct crc_ipc_msg m = {.op = CRC_IPC_GET, .key = key, .requester = s->id};
 	CUresult res;
 	int fd, rc;
 
-	(void)s;
 	rc = registry_call(&m, -1, &fd);
 	if (rc)
 		/* Freed, or its exporter is gone: natively, an invalid handle. */
@@ -348,31 +347,35 @@ static void *live_event(struct crc_session *s, void **list, unsigned n)
 	return NULL;
 }
 
+static bool in_ckpt_group(const struct crc_session *s, uint64_t session_id)
+{
+	for (unsigned i = 0; i < s->ckpt_ngroup; i++)
+		if (s->ckpt_group[i] == session_id)
+			return true;
+	return false;
+}
+
 int crc_ipc_ckpt_check(struct crc_session *s, char *why, size_t len)
 {
 	const char *later = "this is not supported yet; the program runs on";
 	bool exports = false;
 
 	for (struct crc_alloc *a = s->allocs; a; a = a->next) {
-		if ((a->kind == CRC_ALLOC_HANDLE || a->kind == CRC_ALLOC_MAP) && a->ipc_imported) {
+		/* Another process's memory: restored with it when it is checkpointed too (a tree). */
+		if ((a->kind == CRC_ALLOC_HANDLE || a->kind == CRC_ALLOC_MAP) && a->ipc_imported &&
+		    !in_ckpt_group(s, a->ipc_exporter)) {
 			snprintf(
 			    why, len,
 			    "checkpoint of a session that imports shareable memory from a live exporter "
-			    "(session "
-			    "%llu holds another process's memory, cuMemImportFromShareableHandle, %s): %s",
-			    (unsigned long long)s->id, a->kind == CRC_ALLOC_MAP ? "mapped" : "not released",
-			    later);
+			    "that is not checkpointed with it (session %llu holds session %llu's memory, "
+			    "cuMemImportFromShareableHandle, %s): checkpoint both processes as one tree "
+			    "(their parent); the program runs on",
+			    (unsigned long long)s->id, (unsigned long long)a->ipc_exporter,
+			    a->kind == CRC_ALLOC_MAP ? "mapped" : "not released");
 			return -1;
 		}
-		if (a->kind == CRC_ALLOC_HANDLE && a->ipc_key) {
-			snprintf(
-			    why, len,
-			    "checkpoint of a session that exported shareable memory other processes may have "
-			    "imported (session %llu, cuMemExportToShareableHandle, not released): %s",
-			    (unsigned long long)s->id, later);
-			return -1;
-		}
-		exports |= a->kind == CRC_ALLOC_MEM && a->ipc_key;
+		exports |= (a->kind == CRC_ALLOC_MEM || a->kind == CRC_ALLOC_HANDLE) && a->ipc_key &&
+			   !a->ipc_imported;
 	}
 	if (live_event(s, s->ipc_events_in, s->n_ipc_events_in)) {
 		snprintf(
@@ -390,24 +393,35 @@ int crc_ipc_ckpt_check(struct crc_session *s, char *why, size_t len)
 		    (unsigned long long)s->id, later);
 		return -1;
 	}
-	/* Its exports, while no other session has one open: nobody may open one until the checkpoint
-	 * ends (crc_ipc_thaw), or a restore would give the exporter new memory that they do not share. */
+	/* Its exports, while no other session has one open (but those checkpointed with it, whose restore
+	 * opens them again): nobody may open one until the checkpoint ends (crc_ipc_thaw), or a restore
+	 * would give the exporter new memory that they do not share. */
 	if (exports && !s->ipc_frozen) {
-		struct crc_ipc_msg m = {.op = CRC_IPC_FREEZE};
-		int rc = registry_call(&m, -1, NULL);
+		struct crc_ipc_msg m = {.op = CRC_IPC_FREEZE, .ngroup = s->ckpt_ngroup};
+		int rc;
 
+		_Static_assert(sizeof(s->ckpt_group) == sizeof(m.group), "a group fits the registry's");
+		memcpy(m.group, s->ckpt_group, sizeof(m.group));
+		rc = registry_call(&m, -1, NULL);
 		if (rc == CRC_EBUSY) {
 			struct crc_alloc *a;
 
-			for (a = s->allocs; a && !(a->kind == CRC_ALLOC_MEM && a->ipc_key == m.key);
-			     a = a->next)
+			for (a = s->allocs; a && !(a->ipc_key == m.key && !a->ipc_imported); a = a->next)
 				;
-			snprintf(
-			    why, len,
-			    "checkpoint of a session that exported IPC memory another process has open "
-			    "(session %llu, cuIpcGetMemHandle of 0x%llx; natively that process would keep "
-			    "memory a restore replaces): the program runs on",
-			    (unsigned long long)s->id, a ? (unsigned long long)a->ptr : 0ULL);
+			if (a && a->kind == CRC_ALLOC_HANDLE)
+				snprintf(why, len,
+					 "checkpoint of a session that exported shareable memory a process "
+					 "not checkpointed with it has imported (session %llu, "
+					 "cuMemExportToShareableHandle): checkpoint both as one tree (their "
+					 "parent); the program runs on",
+					 (unsigned long long)s->id);
+			else
+				snprintf(
+				    why, len,
+				    "checkpoint of a session that exported IPC memory another process has "
+				    "open (session %llu, cuIpcGetMemHandle of 0x%llx; natively that "
+				    "process would keep memory a restore replaces): the program runs on",
+				    (unsigned long long)s->id, a ? (unsigned long long)a->ptr : 0ULL);
 			return -1;
 		}
 		if (rc) {
@@ -438,9 +452,14 @@ char *crc_ipc_describe_exports(struct crc_session *s)
 
 	if (!f)
 		return NULL;
-	for (struct crc_alloc *a = s->allocs; a; a = a->next)
+	for (struct crc_alloc *a = s->allocs; a; a = a->next) {
 		if (a->kind == CRC_ALLOC_MEM && a->ipc_key)
 			fprintf(f, "%llx %llx\n", (unsigned long long)a->ptr, (unsigned long long)a->ipc_key);
+		/* A shareable handle's: by the handle (its virtual handle is the same after a replay). */
+		if (a->kind == CRC_ALLOC_HANDLE && a->ipc_key && !a->ipc_imported)
+			fprintf(f, "h %llx %llx\n", (unsigned long long)a->vhandle,
+				(unsigned long long)a->ipc_key);
+	}
 	if (fclose(f)) {
 		free(out);
 		return NULL;
@@ -455,7 +474,10 @@ void crc_ipc_restore_exports(struct crc_session *s, const char *desc)
 		struct crc_alloc *a;
 		int used = 0;
 		CUresult res;
+		bool handle = r[0] == 'h' && r[1] == ' ';
 
+		if (handle)
+			r += 2;
 		if (sscanf(r, "%llx %llx%n", &addr, &key, &used) < 2 || !used || r[used] != '\n') {
 			pr_warn("session %llu: the checkpoint's list of exports is unreadable: not exported "
 				"again",
@@ -463,7 +485,9 @@ void crc_ipc_restore_exports(struct crc_session *s, const char *desc)
 			return;
 		}
 		r += used + 1;
-		for (a = s->allocs; a && !(a->kind == CRC_ALLOC_MEM && a->ptr == addr); a = a->next)
+		for (a = s->allocs; a && !(handle ? a->kind == CRC_ALLOC_HANDLE && a->vhandle == addr
+						  : a->kind == CRC_ALLOC_MEM && a->ptr == addr);
+		     a = a->next)
 			;
 		res = a ? export_as(s, a->handle, a->size, key) : CUDA_ERROR_INVALID_VALUE;
 		/* The checkpointed process is gone (this one has its pid), but its worker may still be
@@ -517,14 +541,28 @@ char *crc_ipc_describe(struct crc_session *s)
 	return out;
 }
 
+/* Imports export key, waiting up to wait_s for it to appear (its exporter being restored beside
+ * this session: a process tree). */
+static CUresult import_waiting(struct crc_session *s, uint64_t key, double wait_s,
+			       CUmemGenericAllocationHandle *h, uint64_t *size, uint64_t *exporter)
+{
+	double until = crc_now_s() + wait_s;
+	CUresult res;
+
+	while ((res = crc_ipc_import(s, key, h, size, exporter)) == CUDA_ERROR_INVALID_VALUE &&
+	       crc_now_s() < until)
+		usleep(20000);
+	return res;
+}
+
 /* Opens export key again at addr (size bytes), accessible from backend device dev. */
 static CUresult reopen(struct crc_session *s, uint64_t addr, uint64_t size, uint64_t key, CUdevice dev,
-		       CUmemGenericAllocationHandle *h)
+		       double wait_s, CUmemGenericAllocationHandle *h)
 {
 	CUmemAccessDesc access = {.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
 				  .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev}};
 	uint64_t got_size, exporter, at;
-	CUresult res = crc_ipc_import(s, key, h, &got_size, &exporter);
+	CUresult res = import_waiting(s, key, wait_s, h, &got_size, &exporter);
 
 	if (res != CUDA_SUCCESS)
 		return res;
@@ -543,7 +581,7 @@ static CUresult reopen(struct crc_session *s, uint64_t addr, uint64_t size, uint
 	return res;
 }
 
-int crc_ipc_restore(struct crc_session *s, const char *desc, char *why, size_t len)
+int crc_ipc_restore(struct crc_session *s, const char *desc, double wait_s, char *why, size_t len)
 {
 	CUcontext prev;
 	int rc = 0;
@@ -569,7 +607,7 @@ int crc_ipc_restore(struct crc_session *s, const char *desc, char *why, size_t l
 			break;
 		}
 		r += used + 1;
-		res = reopen(s, addr, size, key, crc_dev_backend(s, dev), &h);
+		res = reopen(s, addr, size, key, crc_dev_backend(s, dev), wait_s, &h);
 		if (res != CUDA_SUCCESS) {
 			snprintf(why, len,
 				 "the session had another process's IPC memory open at 0x%llx "
@@ -598,6 +636,182 @@ int crc_ipc_restore(struct crc_session *s, const char *desc, char *why, size_t l
 		a->ipc_dev = crc_dev_backend(s, dev);
 		a->vhandle = ctx;
 		crc_alloc_account(s, (int64_t)size);
+	}
+	crc_session_ctx_back(prev);
+	return rc;
+}
+
+char *crc_ipc_describe_imports(struct crc_session *s)
+{
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&out, &len);
+
+	if (!f)
+		return NULL;
+	for (struct crc_alloc *a = s->allocs; a; a = a->next) {
+		if (!a->ipc_imported)
+			continue;
+		if (a->kind == CRC_ALLOC_HANDLE) {
+			fprintf(f, "H %llx %llx %d\n", (unsigned long long)a->vhandle,
+				(unsigned long long)a->ipc_key, a->refs);
+		} else if (a->kind == CRC_ALLOC_MAP) {
+			unsigned long long access = 0;
+
+			for (int d = 0; d < CRC_MAX_DEVICES; d++)
+				access |= (unsigned long long)(a->access[d] & 0xf) << (4 * d);
+			fprintf(f, "M %llx %llx %llx %llx %llx\n", (unsigned long long)a->ptr,
+				(unsigned long long)a->size, (unsigned long long)a->map_offset,
+				(unsigned long long)a->ipc_key, access);
+		}
+	}
+	if (fclose(f)) {
+		free(out);
+		return NULL;
+	}
+	return out;
+}
+
+/* The imported handle of key in the session, or NULL. */
+static struct crc_alloc *imported_handle(struct crc_session *s, uint64_t key)
+{
+	for (struct crc_alloc *a = s->allocs; a; a = a->next)
+		if (a->kind == CRC_ALLOC_HANDLE && a->ipc_imported && a->ipc_key == key)
+			return a;
+	return NULL;
+}
+
+/* One "H" line: the export imported under the application's virtual handle, refs times. */
+static CUresult restore_import_handle(struct crc_session *s, uint64_t vhandle, uint64_t key, int refs,
+				      double wait_s)
+{
+	CUmemGenericAllocationHandle h;
+	uint64_t size, exporter;
+	struct crc_alloc *a;
+	CUresult res = import_waiting(s, key, wait_s, &h, &size, &exporter);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	a = crc_alloc_add(s, CRC_ALLOC_HANDLE, 0, size);
+	if (!a) {
+		CALL(cuMemRelease, h);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	a->handle = h;
+	a->vhandle = vhandle;
+	a->refs = 1;
+	a->ipc_imported = true;
+	a->ipc_key = key;
+	a->ipc_exporter = exporter;
+	crc_register_at(s, vhandle, (union crc_slot){.u64 = h});
+	crc_alloc_account(s, (int64_t)size);
+	/* The driver counts each import of the same export in a process as one more reference to the
+	 * same handle, as the application's imports did. */
+	for (; a->refs < refs && res == CUDA_SUCCESS; a->refs++) {
+		CUmemGenericAllocationHandle again;
+
+		res = crc_ipc_import(s, key, &again, &size, &exporter);
+		if (res == CUDA_SUCCESS && again != h) {
+			CALL(cuMemRelease, again);
+			res = CUDA_ERROR_UNKNOWN;
+		}
+	}
+	return res;
+}
+
+/* One "M" line: the export mapped at addr again, with the access the application gave it. */
+static CUresult restore_import_map(struct crc_session *s, uint64_t addr, uint64_t size, uint64_t offset,
+				   uint64_t key, unsigned long long access, double wait_s)
+{
+	struct crc_alloc *owner = imported_handle(s, key), *m;
+	CUmemGenericAllocationHandle h;
+	uint64_t got_size, exporter;
+	CUresult res = CUDA_SUCCESS;
+
+	/* The application released its handle after mapping: a reference of the mapping's own. */
+	if (owner)
+		h = owner->handle, exporter = owner->ipc_exporter;
+	else
+		res = import_waiting(s, key, wait_s, &h, &got_size, &exporter);
+	if (res != CUDA_SUCCESS)
+		return res;
+	res = CALL(cuMemMap, addr, size, offset, h, 0);
+	if (!owner)
+		CALL(cuMemRelease, h); /* the mapping holds the memory */
+	if (res != CUDA_SUCCESS)
+		return res;
+	m = crc_alloc_add(s, CRC_ALLOC_MAP, addr, size);
+	if (!m) {
+		CALL(cuMemUnmap, addr, size);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	m->ipc_imported = true;
+	m->ipc_key = key;
+	m->ipc_exporter = exporter;
+	m->map_offset = offset;
+	for (int d = 0; d < CRC_MAX_DEVICES && res == CUDA_SUCCESS; d++) {
+		CUmemAccessDesc desc = {
+		    .flags = (CUmemAccess_flags)((access >> (4 * d)) & 0xf),
+		    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = crc_dev_backend(s, d)}};
+
+		m->access[d] = (uint8_t)desc.flags;
+		if (desc.flags != CU_MEM_ACCESS_FLAGS_PROT_NONE)
+			res = CALL(cuMemSetAccess, addr, size, &desc, 1);
+	}
+	return res;
+}
+
+int crc_ipc_restore_imports(struct crc_session *s, const char *desc, double wait_s, char *why, size_t len)
+{
+	CUcontext prev;
+	int rc = 0;
+
+	if (!desc || !*desc)
+		return 0;
+	if (crc_session_some_ctx(s, &prev) != CUDA_SUCCESS) {
+		snprintf(why, len, "no context to import the session's shareable memory in");
+		return CRC_ECUDA;
+	}
+	/* Handles first: a mapping uses its handle's import. */
+	for (int pass = 0; pass < 2 && !rc; pass++) {
+		for (const char *r = desc; *r && !rc;) {
+			unsigned long long v[5] = {0};
+			int refs = 0, used = 0, n;
+			char kind = *r;
+			CUresult res = CUDA_SUCCESS;
+
+			if (kind == 'H')
+				n = sscanf(r, "H %llx %llx %d%n", &v[0], &v[1], &refs, &used) == 3;
+			else if (kind == 'M')
+				n = sscanf(r, "M %llx %llx %llx %llx %llx%n", &v[0], &v[1], &v[2], &v[3],
+					   &v[4], &used) == 5;
+			else
+				n = 0;
+			if (!n || !used || r[used] != '\n' || (kind == 'H' && refs < 1)) {
+				snprintf(why, len,
+					 "the checkpoint's list of imported shareable memory is "
+					 "unreadable");
+				rc = CRC_ECORRUPT;
+				break;
+			}
+			r += used + 1;
+			if (kind == 'H' && pass == 0)
+				res = restore_import_handle(s, v[0], v[1], refs, wait_s);
+			else if (kind == 'M' && pass == 1)
+				res = restore_import_map(s, v[0], v[1], v[2], v[3], v[4], wait_s);
+			if (res != CUDA_SUCCESS) {
+				snprintf(why, len,
+					 "the session had another process's shareable memory (key %llx) %s, "
+					 "which %s (CUDA error %d)",
+					 v[kind == 'H' ? 1 : 3], kind == 'H' ? "imported" : "mapped",
+					 res == CUDA_ERROR_INVALID_VALUE
+					     ? "its exporter does not export: restore the process tree "
+					       "together"
+					     : "could not be imported again",
+					 (int)res);
+				rc = CRC_ENOTFOUND;
+			}
+		}
 	}
 	crc_session_ctx_back(prev);
 	return rc;

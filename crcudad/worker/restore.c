@@ -27,6 +27,9 @@
 #include "crcuda/cuda_api_undef.h"
 
 #define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
+/* How long a restored process tree's session waits for a peer's restore to export the IPC memory it
+ * had open (the tree's processes are restored side by side). */
+#define IPC_TREE_WAIT_S 60.0
 
 /* ---- restore ------------------------------------------------------------------------------------ */
 struct jrec_copy {
@@ -845,13 +848,19 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 	}
 	if (rc)
 		goto fail;
-	/* Another process's memory the session had open: the export's as it is now (not in the checkpoint).
-	 */
-	rc = crc_ipc_restore(s, crc_manifest_meta_get(mf, "crcuda.ipc_opens"), why, why_len);
+	/* What it exported, under the keys the handles it gave out name: first, for a process tree's
+	 * sessions import each other's as they are restored side by side. */
+	crc_ipc_restore_exports(s, exports);
+	/* Another process's memory the session had open: the export's as it is now (not in the
+	 * checkpoint). A process tree's sessions are restored together: an exporter of theirs may come a
+	 * moment later. */
+	double ipc_wait = crc_manifest_meta_get(mf, "crcuda.tree") ? IPC_TREE_WAIT_S : 0;
+	rc = crc_ipc_restore(s, crc_manifest_meta_get(mf, "crcuda.ipc_opens"), ipc_wait, why, why_len);
+	if (!rc)
+		rc = crc_ipc_restore_imports(s, crc_manifest_meta_get(mf, "crcuda.ipc_imports"), ipc_wait,
+					     why, why_len);
 	if (rc)
 		goto fail;
-	/* What it exported, under the keys the handles it gave out name. */
-	crc_ipc_restore_exports(s, exports);
 	rc = crc_arrays_restore(s, st, mf, why, why_len);
 	if (!rc)
 		rc = crc_texobjs_restore(s, crc_manifest_meta_get(mf, "crcuda.texobjects"), why, why_len);

@@ -82,6 +82,11 @@ struct crc_alloc {
 			      IPC, and HANDLE or MAP with ipc_imported: the export opened */
 	bool ipc_imported; /* HANDLE: imported from a shareable handle; MAP: a mapping of such a handle */
 	int ipc_dev;	   /* IPC: the backend device it is accessible from */
+	uint64_t ipc_exporter; /* HANDLE or MAP with ipc_imported: the exporting session */
+	uint64_t map_offset;   /* MAP: cuMemMap's offset into the handle */
+	/* MAP with ipc_imported: cuMemSetAccess's flags by the application's device ordinal (its
+	 * records are not journaled: a restore sets them again from here). */
+	uint8_t access[CRC_MAX_DEVICES];
 	struct crc_alloc *next;
 };
 
@@ -166,6 +171,13 @@ struct crc_session {
 	void **ipc_events_out, **ipc_events_in;
 	unsigned n_ipc_events_out, n_ipc_events_in;
 	bool ipc_frozen; /* its exports are frozen in the front's registry for a checkpoint */
+	/* The sessions checkpointed with this one (a process tree: CRC_OP_CTL_CHECKPOINT's group): IPC
+	 * memory shared among them is restored with them. */
+	uint64_t ckpt_group[64];
+	unsigned ckpt_ngroup;
+	/* Collective launches (crc_coll_control): the count when held, and the count a quiesce waits
+	 * for (0: none). Written by a control thread, read by the session's. */
+	_Atomic uint64_t coll_at_hold, coll_target;
 	/* The reply being built and module images being assembled. */
 	uint8_t *out;
 	size_t out_len, out_cap;
@@ -309,6 +321,8 @@ int crc_journal_mark_dead(struct crc_jrec_item *items, size_t n);
 /* On the session thread, quiesced. Fill the reply data (s->cmd_out) and message themselves. */
 int crc_ckpt_quiesce(struct crc_session *s, int timeout_ms);
 void crc_ckpt_resume(struct crc_session *s);
+/* A control thread's CRC_OP_CTL_COLLECTIVE (w: request in, reply out): 0, or an error and why. */
+int crc_coll_control(struct crc_session *s, struct crc_ctl_coll_wire *w, char *why, size_t len);
 
 /* ---- TCP quiesce and detach (tcp_park.c) ---------------------------------------------------------- */
 /* On the session thread: asks the TCP client to park (park: "" or the path to detach to) and serves its
@@ -641,11 +655,18 @@ void crc_ipc_unmap(struct crc_session *s, struct crc_alloc *a);
 /* The session's opened IPC memory for a checkpoint's metadata (crcuda.ipc_opens; NULL: out of memory),
  * and its opening again in a restored session (0, or an error with why). */
 char *crc_ipc_describe(struct crc_session *s);
-int crc_ipc_restore(struct crc_session *s, const char *desc, char *why, size_t len);
+int crc_ipc_restore(struct crc_session *s, const char *desc, double wait_s, char *why, size_t len);
 /* The session's exports of cuMemAlloc memory ("ADDR KEY\n" each; NULL: out of memory), exported again
  * under the same keys in a restored session, so the handles the application gave out stay valid (a
  * failure is only logged: another live copy of the session exports them). */
 char *crc_ipc_describe_exports(struct crc_session *s);
+/* VMM memory imported from shareable handles of sessions checkpointed with this one: "H VHANDLE KEY
+ * REFS" per imported handle still held, "M ADDR SIZE OFFSET KEY ACCESS" per mapping of one (ACCESS:
+ * hex, a nibble of cuMemSetAccess flags per device, device 0 lowest). NULL: out of memory. */
+char *crc_ipc_describe_imports(struct crc_session *s);
+/* After the exports: imports each again (waiting up to wait_s for its exporter's restore to export
+ * it) and maps it where it was. 0, or an error and why. */
+int crc_ipc_restore_imports(struct crc_session *s, const char *desc, double wait_s, char *why, size_t len);
 void crc_ipc_restore_exports(struct crc_session *s, const char *desc);
 /* What of CUDA IPC refuses a checkpoint of the session: 0, or -1 with why. A session whose exports
  * nobody else has open passes, and they are frozen (other sessions' opens wait) until crc_ipc_thaw

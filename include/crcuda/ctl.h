@@ -103,6 +103,11 @@ int crc_ctl_checkpoint(struct crc_ctl *c, pid_t pid, const char *store_dir, stru
 #define CRC_CTL_CKPT_BACKGROUND 0x1u
 int crc_ctl_checkpoint_flags(struct crc_ctl *c, pid_t pid, const char *store_dir, unsigned flags,
 			     struct crc_ctl_ckpt_stats *stats);
+/* The same, naming the sessions checkpointed with it (a process tree): CUDA IPC memory and VMM
+ * shareable handles shared only among them do not refuse the checkpoint, and are opened again when
+ * they are restored together. */
+int crc_ctl_checkpoint_group(struct crc_ctl *c, pid_t pid, const char *store_dir, unsigned flags,
+			     const uint64_t *group, unsigned ngroup, struct crc_ctl_ckpt_stats *stats);
 /* Waits (up to timeout_ms) for the session's last background checkpoint to be committed: 0 and its
  * id, or its error. */
 int crc_ctl_commit_wait(struct crc_ctl *c, pid_t pid, int timeout_ms, uint64_t *ckpt_id);
@@ -110,6 +115,18 @@ int crc_ctl_commit_wait(struct crc_ctl *c, pid_t pid, int timeout_ms, uint64_t *
  * strings stored in the manifest. *ckpt_id: the committed checkpoint. */
 int crc_ctl_commit(struct crc_ctl *c, pid_t pid, const char *criu_images, const char *const *meta,
 		   uint64_t *ckpt_id);
+/* Collective launches (kernels that wait for kernels of other processes: NCCL's, see crcuda/proto.h,
+ * the session control page). A process tree is checkpointed at a point where every client has
+ * launched the same number of them, or a client's drain would wait for a peer's kernel that the
+ * peer, stopped before launching it, never launches: HOLD each client (*launched: its count, final
+ * while held), then CAP each at the largest count: a client behind runs on until it has launched that
+ * many, and a quiesce of a capped client waits for that (if it had launched any). RELEASE ends both;
+ * so does a resume, and ttl_ms (a caller that died). Unix sessions only (CRC_ENOTSUP over TCP). */
+#define CRC_CTL_COLL_HOLD    1 /* every later collective launch waits; *launched: the count */
+#define CRC_CTL_COLL_CAP     2 /* launches up to target go, later ones wait; a quiesce waits for target */
+#define CRC_CTL_COLL_RELEASE 3 /* neither: launches go on */
+int crc_ctl_collective(struct crc_ctl *c, pid_t pid, unsigned action, uint64_t target, unsigned ttl_ms,
+		       uint64_t *launched);
 int crc_ctl_abort(struct crc_ctl *c, pid_t pid);
 int crc_ctl_resume(struct crc_ctl *c, pid_t pid);
 /* Resume, knowing that the client will not come back (CRIU kills it after the dump): a detached TCP

@@ -82,6 +82,7 @@ enum crc_ctl_op {
 	CRC_OP_CTL_RESUME,			  /* struct crc_ctl_req */
 	CRC_OP_CTL_RESTORE,			  /* crc_ctl_restore_wire + store dir; see ctl.h */
 	CRC_OP_CTL_COMMIT_WAIT,			  /* struct crc_ctl_req; reply: u64 id */
+	CRC_OP_CTL_COLLECTIVE,			  /* crc_ctl_req + crc_ctl_coll_wire; reply: the same */
 	/* TLS: instead of a reply, the connection goes to a worker (a restore): the reply's data is the
 	 * key (CRC_TLS_KEY_LEN bytes) of the handshake the client makes next, on the same socket, with that
 	 * worker; the real reply follows in that session. */
@@ -157,13 +158,24 @@ struct crc_hello_reply {
  *  - The daemon sets quiesce_req, a seq_cst fence, then keeps serving the ring until client_busy is
  *    0 and the ring is empty (Dekker: either the client saw the request or the daemon sees busy).
  *  - A parked client waits on wake_seq (futex, with timeouts) and polls its socket for a struct
- *    crc_sock_notice: RESUME (same rings) or REBIND (a restored session: new rings memfd attached). */
+ *    crc_sock_notice: RESUME (same rings) or REBIND (a restored session: new rings memfd attached).
+ *  - Collective launches (kernels that wait for other processes' kernels, NCCL's: libcrcuda's
+ *    CRCUDA_COLLECTIVE_KERNELS) are counted: before posting one, the client adds 1 to coll_launched,
+ *    then (seq_cst) reads coll_hold and coll_cap; while coll_until (CLOCK_MONOTONIC ns) is ahead, a
+ *    launch that is held (coll_hold) or beyond the cap takes its 1 back and waits on wake_seq. The
+ *    daemon holds, reads the count, caps: so that the processes of a tree all stop after the same
+ *    collective, and the kernels each of them waits for are launched (crcuda/ctl.h,
+ *    crc_ctl_collective). */
 struct crc_session_ctl {
 	_Alignas(64) _Atomic uint32_t quiesce_req; /* daemon: 1 while the session must stop */
 	_Alignas(64) _Atomic uint32_t client_busy; /* client: 1 while a call holds the channel */
 	_Atomic uint32_t parked;		   /* client: 1 while a thread is parked */
 	_Alignas(64) _Atomic uint32_t wake_seq;	   /* futex: bumped by the daemon on resume */
 	uint32_t magic;
+	_Alignas(64) _Atomic uint64_t coll_launched; /* client: collective launches posted */
+	_Alignas(64) _Atomic uint32_t coll_hold;     /* daemon: 1: every collective launch waits */
+	_Atomic uint64_t coll_cap;		     /* daemon: a launch beyond this many waits (0: none) */
+	_Atomic uint64_t coll_until;		     /* daemon: hold and cap apply until then (ns) */
 };
 #define CRC_SESSION_CTL_MAGIC 0x4c544353u /* "SCTL" */
 #define CRC_SESSION_CTL_SIZE  4096u
@@ -312,6 +324,14 @@ struct crc_ctl_req {
 	int32_t pid;	     /* the client process; 0: use session_id */
 	int32_t timeout_ms;  /* quiesce, commit wait; checkpoint: CRC_CTL_CKPT_* flags */
 	uint64_t session_id; /* when pid is 0 */
+};
+/* CRC_OP_CTL_COLLECTIVE (crcuda/ctl.h, crc_ctl_collective): the request names the action and, for a
+ * cap, the count and for how long; the reply is the session's count of collective launches. */
+struct crc_ctl_coll_wire {
+	uint32_t action;   /* request: CRC_CTL_COLL_* (crcuda/ctl.h) */
+	uint32_t ttl_ms;   /* request: hold and cap end by themselves after this (a caller that died) */
+	uint64_t target;   /* CAP: the count */
+	uint64_t launched; /* reply: collective launches posted so far (at the hold: all there will be) */
 };
 struct crc_ctl_session_wire {
 	uint64_t session_id;

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "cuda_test.h"
+#include "fdpass.h"
 
 extern const unsigned char memset_fatbin[];
 
@@ -104,49 +105,6 @@ static int check_words(const uint32_t *got, uint32_t (*want)(uint32_t), uint32_t
 		}
 	}
 	return 0;
-}
-
-static void send_fd(int sock, int fd)
-{
-	char byte = 'f';
-	struct iovec iov = {.iov_base = &byte, .iov_len = 1};
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr mh = {
-	    .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
-	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	if (sendmsg(sock, &mh, 0) != 1) {
-		perror("ipc: sendmsg");
-		exit(1);
-	}
-}
-
-static int recv_fd(int sock)
-{
-	char byte;
-	struct iovec iov = {.iov_base = &byte, .iov_len = 1};
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr mh = {
-	    .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
-	struct cmsghdr *c;
-	int fd = -1;
-
-	if (recvmsg(sock, &mh, 0) != 1 || !(c = CMSG_FIRSTHDR(&mh)) || c->cmsg_type != SCM_RIGHTS) {
-		fprintf(stderr, "ipc: no descriptor from the other process\n");
-		exit(1);
-	}
-	memcpy(&fd, CMSG_DATA(c), sizeof(int));
-	return fd;
 }
 
 /* VMM: a reservation of size bytes with h mapped and made accessible on device 0. */
@@ -257,7 +215,7 @@ static int exporter(int to_b, int from_b, int fd_sock, pid_t b)
 			host[i] = pattern_b(i) ^ 0x5a5a5a5au;
 		CU_CHECK(cuMemcpyHtoD(vp, host, WORDS * 4));
 		CU_CHECK(cuMemExportToShareableHandle(&fd, vh, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
-		send_fd(fd_sock, fd);
+		fdpass_send(fd_sock, fd, "ipc");
 		close(fd);
 		/* A handle made without the descriptor type cannot be exported as one. */
 		plain_prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
@@ -302,7 +260,7 @@ static int exporter(int to_b, int from_b, int fd_sock, pid_t b)
 		    cuMemPoolExportToShareableHandle(&fd, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
 		CU_CHECK(cuMemPoolExportPointer(&data[0], other_ptr));
 		CU_CHECK(cuMemPoolExportPointer(&data[1], pool_ptr));
-		send_fd(fd_sock, fd);
+		fdpass_send(fd_sock, fd, "ipc");
 		close(fd);
 		if (write(to_b, data, sizeof(data)) != (ssize_t)sizeof(data)) {
 			perror("ipc: write to the pipe");
@@ -459,7 +417,7 @@ static int importer(int to_a, int from_a, int fd_sock, const char *hold_file, co
 	{
 		CUmemGenericAllocationHandle vh, bogus_h;
 		size_t size = vmm_size();
-		int fd = recv_fd(fd_sock), not_ours[2];
+		int fd = fdpass_recv(fd_sock, "ipc"), not_ours[2];
 		CUdeviceptr vp;
 
 		CU_CHECK(cuMemImportFromShareableHandle(&vh, (void *)(intptr_t)fd,
@@ -497,7 +455,7 @@ static int importer(int to_a, int from_a, int fd_sock, const char *hold_file, co
 		CUmemPoolPtrExportData data[2];
 		CUmemoryPool pool;
 		CUdeviceptr p;
-		int fd = recv_fd(fd_sock);
+		int fd = fdpass_recv(fd_sock, "ipc");
 
 		if (read(from_a, data, sizeof(data)) != (ssize_t)sizeof(data)) {
 			perror("ipc: read from the pipe");

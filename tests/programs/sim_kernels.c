@@ -648,3 +648,36 @@ CRCUDA_SIM_KERNEL(_Z10slow_writePii)
 	nanosleep(&ts, NULL);
 	__atomic_store_n(word, value, __ATOMIC_RELEASE);
 }
+
+/* peer_ring.cu: ring_step(unsigned *data, int n, unsigned salt) */
+CRCUDA_SIM_KERNEL(ring_step)
+{
+	uint32_t *data = CRCUDA_SIM_PARAM(blk, 0, uint32_t *);
+	int n = CRCUDA_SIM_PARAM(blk, 1, int);
+	uint32_t salt = CRCUDA_SIM_PARAM(blk, 2, uint32_t);
+
+	for (int i = 0; i < n; i++)
+		data[i] = data[i] * 1664525u + 1013904223u + salt;
+}
+
+/* peer_ring.cu: coll_ring_exchange(data, next_inbox, next_flag, my_inbox, my_flag, n, step). The flags
+ * are in memory another process maps: the wait spins on an atomic load (the other process's stream
+ * thread raises it), with a short sleep so that a simulated device does not burn a CPU. */
+CRCUDA_SIM_KERNEL(coll_ring_exchange)
+{
+	uint32_t *data = CRCUDA_SIM_PARAM(blk, 0, uint32_t *);
+	uint32_t *next_inbox = CRCUDA_SIM_PARAM(blk, 1, uint32_t *);
+	uint32_t *next_flag = CRCUDA_SIM_PARAM(blk, 2, uint32_t *);
+	const uint32_t *my_inbox = CRCUDA_SIM_PARAM(blk, 3, const uint32_t *);
+	uint32_t *my_flag = CRCUDA_SIM_PARAM(blk, 4, uint32_t *);
+	int n = CRCUDA_SIM_PARAM(blk, 5, int);
+	uint32_t step = CRCUDA_SIM_PARAM(blk, 6, uint32_t);
+	struct timespec pause = {.tv_nsec = 50 * 1000};
+
+	memcpy(next_inbox, data, (size_t)n * sizeof(*data));
+	__atomic_store_n(next_flag, step + 1, __ATOMIC_RELEASE);
+	while (__atomic_load_n(my_flag, __ATOMIC_ACQUIRE) < step + 1)
+		nanosleep(&pause, NULL);
+	for (int i = 0; i < n; i++)
+		data[i] = data[i] * 3u + my_inbox[i];
+}

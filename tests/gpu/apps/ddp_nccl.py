@@ -25,7 +25,11 @@ def rank_main(rank, world, steps, port):
     x = torch.randn(64, 256, generator=g).cuda()
     y = torch.randint(0, 10, (64,), generator=g).cuda()
     pause = float(os.environ.get("DDP_STEP_SLEEP", "0"))  # seconds a step: room for a checkpoint
+    t_first = None  # DDP_TIMES=1: the mean step time after a warm-up, on stderr
     for step in range(steps):
+        if step == min(10, steps - 1):
+            torch.cuda.synchronize()
+            t_first = time.perf_counter()
         if pause:
             torch.cuda.synchronize()
             time.sleep(pause)
@@ -38,6 +42,10 @@ def rank_main(rank, world, steps, port):
         dist.all_reduce(total)
         if rank == 0:
             print(f"step {step} loss {total.item().hex()}", flush=True)
+    torch.cuda.synchronize()
+    if rank == 0 and os.environ.get("DDP_TIMES") == "1" and steps > 11:
+        ms = (time.perf_counter() - t_first) * 1000 / (steps - 10)
+        print(f"ddp_nccl: step time {ms:.3f} ms (steps 10 to {steps})", file=sys.stderr, flush=True)
     w = torch.cat([p.detach().flatten() for p in model.parameters()]).double().sum().item()
     if rank == 0:
         print(f"weights {w.hex()}", flush=True)
