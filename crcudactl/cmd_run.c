@@ -841,6 +841,9 @@ int cmd_run(int argc, char **argv, struct ctl_opts *opts)
 		ctl_error("run: cannot set LD_LIBRARY_PATH: %s", strerror(errno));
 		return CTL_EXIT_FAILURE;
 	}
+	/* CRIU cannot dump an io_uring, which libuv (PyTorch's TCPStore, Node) sets up for its file
+	 * operations unless told not to: a program run here stays checkpointable. Its own setting wins. */
+	setenv("UV_USE_IO_URING", "0", 0);
 	if (ck.any || ck.every) {
 		rc = run_ckpt_supervise(&ck, a.prog);
 		if (reg[0])
