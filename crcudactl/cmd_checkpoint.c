@@ -938,6 +938,12 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 			ctl_error("checkpoint of %d failed", (int)pid);
 		ctl_show_criu_errors(outlog, 5);
 		ctl_show_criu_errors(dlog, 8);
+		if (ctl_file_contains(dlog, "anon_inode:[io_uring]"))
+			fprintf(
+			    stderr,
+			    "crcudactl: a process of the tree uses io_uring, which CRIU cannot checkpoint "
+			    "(PyTorch's TCPStore does unless USE_LIBUV=0, libuv unless UV_USE_IO_URING=0; "
+			    "`crcudactl run` sets both)\n");
 		if (!id) {
 			undo(daemon, tcp ? token : NULL, pid);
 			/* Keep CRIU's log for a look, outside the store. */

@@ -841,9 +841,12 @@ int cmd_run(int argc, char **argv, struct ctl_opts *opts)
 		ctl_error("run: cannot set LD_LIBRARY_PATH: %s", strerror(errno));
 		return CTL_EXIT_FAILURE;
 	}
-	/* CRIU cannot dump an io_uring, which libuv (PyTorch's TCPStore, Node) sets up for its file
-	 * operations unless told not to: a program run here stays checkpointable. Its own setting wins. */
+	/* CRIU cannot dump an io_uring. libuv sets one up for its file operations unless told not to,
+	 * and its loops batch epoll_ctl through one whatever it is told (1.49): PyTorch's TCPStore serves
+	 * with libuv unless USE_LIBUV=0 (its own loop then). A program run here stays checkpointable; its
+	 * own settings win. */
 	setenv("UV_USE_IO_URING", "0", 0);
+	setenv("USE_LIBUV", "0", 0);
 	if (ck.any || ck.every) {
 		rc = run_ckpt_supervise(&ck, a.prog);
 		if (reg[0])

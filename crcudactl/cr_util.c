@@ -423,6 +423,19 @@ void ctl_show_criu_errors(const char *log, int max)
 	fclose(f);
 }
 
+bool ctl_file_contains(const char *path, const char *what)
+{
+	char line[1024];
+	FILE *f = fopen(path, "r");
+	bool found = false;
+
+	while (f && !found && fgets(line, sizeof(line), f))
+		found = strstr(line, what) != NULL;
+	if (f)
+		fclose(f);
+	return found;
+}
+
 bool ctl_criu_storage_error(const char *log, char *out, size_t len)
 {
 	/* What a full, failing or read-only disk makes CRIU's writes fail with. */

@@ -151,6 +151,8 @@ void ctl_continue_tree(pid_t pid);
 void ctl_kill_tree(pid_t pid);
 /* Prints CRIU's "Error (...)" lines of log (at most max) on stderr. */
 void ctl_show_criu_errors(const char *log, int max);
+/* Whether a line of the file holds what (a missing file holds nothing). */
+bool ctl_file_contains(const char *path, const char *what);
 /* The storage error (no space, I/O error, quota, read-only) CRIU's log shows among its errors, as
  * strerror says it, into out: true, or false when it shows none. */
 bool ctl_criu_storage_error(const char *log, char *out, size_t len);

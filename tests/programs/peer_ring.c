@@ -113,11 +113,11 @@ static int run_rank(const struct opts *o, int rank, int to_next, int from_prev, 
 	for (int s = 0; s < o->steps; s++) {
 		unsigned salt = (unsigned)(s * o->ranks + rank), step = (unsigned)s;
 		CUdeviceptr next_inbox = next.base + FLAG_BYTES + (size_t)(s % 2) * bytes,
-			    my_inbox = mine.base + FLAG_BYTES + (size_t)(s % 2) * bytes, next_flag = next.base,
-			    my_flag = mine.base;
+			    my_inbox = mine.base + FLAG_BYTES + (size_t)(s % 2) * bytes,
+			    next_flag = next.base, my_flag = mine.base;
 		void *step_args[] = {&data, (void *)&o->words, &salt};
-		void *exchange_args[] = {&data, &next_inbox, &next_flag, &my_inbox, &my_flag, (void *)&o->words,
-					 &step};
+		void *exchange_args[] = {&data,	   &next_inbox,	      &next_flag, &my_inbox,
+					 &my_flag, (void *)&o->words, &step};
 
 		CU_CHECK(cuLaunchKernel(step_fn, 1, 1, 1, 256, 1, 1, 0, NULL, step_args, NULL));
 		CU_CHECK(cuLaunchKernel(exchange_fn, 1, 1, 1, 256, 1, 1, 0, NULL, exchange_args, NULL));
@@ -212,7 +212,8 @@ int main(int argc, char **argv)
 		char buf[256];
 		ssize_t n = 0, got;
 
-		while (n < (ssize_t)sizeof(buf) - 1 && (got = read(outs[r][0], buf + n, sizeof(buf) - 1 - (size_t)n)) > 0)
+		while (n < (ssize_t)sizeof(buf) - 1 &&
+		       (got = read(outs[r][0], buf + n, sizeof(buf) - 1 - (size_t)n)) > 0)
 			n += got;
 		buf[n] = 0;
 		CHECK(waitpid(pids[r], &status, 0) == pids[r]);
