@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Builds CRIU 4.1.1 from Debian's source package (suite trixie) into the project-local prefix
-# .deps/criu, idempotently. Called by scripts/setup.sh at the start of every test run: where
-# .deps/criu/bin/criu already reports version 4.1.1 it does nothing.
+# Builds CRIU 4.1.1 from Debian's source package (suite trixie), with the fixes in scripts/criu-patches,
+# into the project-local prefix .deps/criu, idempotently. Called by scripts/setup.sh at the start of every
+# test run: where .deps/criu/bin/criu already reports version 4.1.1, built with the same patches, it
+# does nothing.
 #
 # A copy of each build is kept outside the clone, in
-# ${XDG_CACHE_HOME:-~/.cache}/crcuda/criu-<version>-<SHA-256 of criu_<version>.orig.tar.xz>: a new clone
+# ${XDG_CACHE_HOME:-~/.cache}/crcuda/criu-<version>-<SHA-256 of criu_<version>.orig.tar.xz>-p<patches>: a new clone
 # on a machine that built it once copies it from there (no download, no build). A fresh machine builds
 # it as before and fills the cache; an existing .deps/criu of the same version and source fills it too.
 #
@@ -28,13 +29,17 @@ CRIU_VERSION=4.1.1
 # SHA-256 of criu_$CRIU_VERSION.orig.tar.xz: the cache key, and checked against the source index's.
 CRIU_ORIG_SHA256=f80a66cb3726bb2116266d4759ce3bcbfab7abdb6b6d430bf20dd41911717afe
 CRIU_SUITE=trixie
+# Fixes applied on top of the upstream source, in name order (scripts/criu-patches/*.patch, -p1):
+# their SHA-256 is part of the install's and the cache's identity.
+patch_dir=$top/scripts/criu-patches
+patch_sha=$(cat "$patch_dir"/*.patch 2>/dev/null | sha256sum | cut -c1-16)
 deps=${CRCUDA_DEPS_DIR:-$top/.deps}
 prefix=$deps/criu
 work=$deps/criu-build
 logs=$work/logs
 cache_root=${CRCUDA_CRIU_CACHE:-${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/crcuda}
 cache=""
-[ "$cache_root" = none ] || cache=$cache_root/criu-$CRIU_VERSION-$CRIU_ORIG_SHA256
+[ "$cache_root" = none ] || cache=$cache_root/criu-$CRIU_VERSION-$CRIU_ORIG_SHA256-p$patch_sha
 
 die() {
 	echo "build-criu: error: $1" >&2
@@ -54,8 +59,9 @@ installed_ok() {
 		[ -f "$p/include/criu-plugin.h" ] &&
 		"$p/bin/criu" --version 2>/dev/null | grep -qx "Version: $CRIU_VERSION"
 }
-# ... built from the source the cache key names (its VERSION line records the tarball's SHA-256).
-from_key_source() { grep -qs "sha256 $CRIU_ORIG_SHA256)" "${1:-$prefix}/VERSION"; }
+# ... built from the source the cache key names (its VERSION line records the tarball's SHA-256 and
+# the patches').
+from_key_source() { grep -qs "sha256 $CRIU_ORIG_SHA256) patches $patch_sha " "${1:-$prefix}/VERSION"; }
 
 # Copies a good $prefix into the cache (best effort: a cache that cannot be written is no error).
 cache_store() {
@@ -69,8 +75,8 @@ cache_store() {
 	return 0
 }
 
-# Fast path: nothing to do.
-if installed_ok; then
+# Fast path: nothing to do (a build without this set of patches is built again).
+if installed_ok && from_key_source; then
 	cache_store
 	exit 0
 fi
@@ -79,7 +85,7 @@ mkdir -p "$deps" "$work" "$logs"
 # One build at a time (several test runs may start together).
 exec 9>"$work/lock"
 flock 9
-installed_ok && exit 0
+installed_ok && from_key_source && exit 0
 
 # --- 0. The cache: a build of this version and source made on this machine before. -------------
 if [ -n "$cache" ] && installed_ok "$cache" && from_key_source "$cache"; then
@@ -96,7 +102,7 @@ fi
 
 start=$(date +%s)
 note "building CRIU $CRIU_VERSION into $prefix (logs in $logs)"
-for t in apt-get apt-cache make gcc sha256sum tar xz ldd strip dpkg-query; do
+for t in apt-get apt-cache make gcc sha256sum tar xz ldd strip dpkg-query patch; do
 	command -v "$t" >/dev/null || die "'$t' not found; run scripts/setup.sh (it installs CRIU's build dependencies)"
 done
 
@@ -180,6 +186,12 @@ src=$work/criu-$CRIU_VERSION
 rm -rf "$src"
 tar -xJf "$tarball" -C "$work" >"$logs/unpack.log" 2>&1 || die "unpacking $tarball failed" "$logs/unpack.log"
 [ -f "$src/Makefile" ] || die "unpacking $tarball did not give $src/Makefile"
+for p in "$patch_dir"/*.patch; do
+	[ -e "$p" ] || continue
+	patch -d "$src" -p1 --no-backup-if-mismatch <"$p" >>"$logs/patch.log" 2>&1 ||
+		die "applying $(basename "$p") failed" "$logs/patch.log"
+	note "applied $(basename "$p")"
+done
 jobs=${CRIU_BUILD_JOBS:-$(nproc)}
 note "make criu -j$jobs (log: $logs/build.log)"
 make -C "$src" -j"$jobs" criu >"$logs/build.log" 2>&1 ||
@@ -231,7 +243,7 @@ exec "$here/../sbin/criu" "$@"
 EOF
 chmod 0755 "$stage/bin/criu"
 cat >"$stage/VERSION" <<EOF
-criu $deb_version ($orig sha256 $have_sha) from $mirror $CRIU_SUITE, built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(sed -n 's/^PRETTY_NAME=//p' /etc/os-release | tr -d '"')
+criu $deb_version ($orig sha256 $have_sha) patches $patch_sha from $mirror $CRIU_SUITE, built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(sed -n 's/^PRETTY_NAME=//p' /etc/os-release | tr -d '"')
 EOF
 
 "$stage/bin/criu" --version 2>&1 | grep -qx "Version: $CRIU_VERSION" ||

@@ -17,7 +17,7 @@ done
 
 # Debian packages: build tools, LMDB, xxHash (store chunk hashes), Jansson (crcudactl --json),
 # and CRIU's build dependencies.
-packages=(build-essential cmake pkg-config python3 clang-format liblmdb-dev lmdb-utils
+packages=(build-essential patch cmake pkg-config python3 clang-format liblmdb-dev lmdb-utils
 	iproute2 libzstd-dev libssl-dev libxxhash-dev libjansson-dev
 	libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler python3-protobuf
 	libnl-3-dev libnl-route-3-dev libnet1-dev libcap-dev libbsd-dev uuid-dev
