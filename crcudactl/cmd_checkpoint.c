@@ -828,7 +828,7 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	 * by default: long kernels, or a loaded machine, need ours. */
 	char criu_timeout[16];
 	snprintf(criu_timeout, sizeof(criu_timeout), "%u", timeout);
-	char *args[20];
+	char *args[32];
 	int na = 0;
 	args[na++] = criu;
 	args[na++] = "dump";
@@ -856,8 +856,16 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 		args[na++] = "--leave-stopped";
 	if (shell_job)
 		args[na++] = "--shell-job";
-	if (tcp_established)
+	if (tcp_established) {
 		args[na++] = "--tcp-established";
+		/* CRIU locks them with iptables by default, and fails where there is none. */
+		args[na++] = "--network-lock";
+		args[na++] = (char *)ctl_network_lock();
+		if (!strcmp(ctl_network_lock(), "skip"))
+			fprintf(stderr, "crcudactl: checkpoint: no iptables here: TCP connections are not "
+					"locked while they are dumped (safe between processes of the tree, "
+					"which are all stopped)\n");
+	}
 	args[na] = NULL;
 
 	double t0 = ctl_now();

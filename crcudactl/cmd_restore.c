@@ -427,7 +427,7 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 	}
 	env[ne] = NULL;
 
-	char *args[24];
+	char *args[32];
 	int na = 0;
 	args[na++] = criu;
 	args[na++] = "restore";
@@ -450,8 +450,11 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 	args[na++] = plugdir;
 	if (shell && !strcmp(shell, "1"))
 		args[na++] = "--shell-job";
-	if (tcp_est && !strcmp(tcp_est, "1"))
+	if (tcp_est && !strcmp(tcp_est, "1")) {
 		args[na++] = "--tcp-established";
+		args[na++] = "--network-lock";
+		args[na++] = (char *)ctl_network_lock();
+	}
 	/* The restored tree's root becomes our child (CLONE_PARENT), so that its status reaches us. */
 	if (a.wait)
 		args[na++] = "--restore-sibling";

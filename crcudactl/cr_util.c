@@ -423,6 +423,30 @@ void ctl_show_criu_errors(const char *log, int max)
 	fclose(f);
 }
 
+const char *ctl_network_lock(void)
+{
+	static const char *const dirs[] = {"/usr/sbin", "/sbin", "/usr/bin", "/bin"};
+	const char *e = getenv("CRCUDA_NETWORK_LOCK"), *path = getenv("PATH");
+	char p[PATH_MAX];
+
+	if (e && *e)
+		return e;
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		snprintf(p, sizeof(p), "%s/iptables", dirs[i]);
+		if (!access(p, X_OK))
+			return "iptables";
+	}
+	while (path && *path) {
+		size_t n = strcspn(path, ":");
+
+		snprintf(p, sizeof(p), "%.*s/iptables", (int)n, path);
+		if (n && !access(p, X_OK))
+			return "iptables";
+		path += n + (path[n] == ':');
+	}
+	return "skip";
+}
+
 bool ctl_file_contains(const char *path, const char *what)
 {
 	char line[1024];

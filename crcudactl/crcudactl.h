@@ -151,6 +151,10 @@ void ctl_continue_tree(pid_t pid);
 void ctl_kill_tree(pid_t pid);
 /* Prints CRIU's "Error (...)" lines of log (at most max) on stderr. */
 void ctl_show_criu_errors(const char *log, int max);
+/* How CRIU keeps established TCP connections quiet while they are dumped and restored: "iptables"
+ * where iptables is installed, else "skip" (no lock: safe for connections between processes of the
+ * dumped tree, which are all stopped); CRCUDA_NETWORK_LOCK overrides. */
+const char *ctl_network_lock(void);
 /* Whether a line of the file holds what (a missing file holds nothing). */
 bool ctl_file_contains(const char *path, const char *what);
 /* The storage error (no space, I/O error, quota, read-only) CRIU's log shows among its errors, as
