@@ -484,6 +484,12 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 			ctl_error("restore of checkpoint %s failed: criu restore exited %d", idbuf, rc);
 		ctl_show_criu_errors(outlog, 5);
 		ctl_show_criu_errors(rlog, 8);
+		if (ctl_file_contains(rlog, "Can't bind inet socket") &&
+		    ctl_file_contains(rlog, "Address already in use"))
+			fprintf(stderr,
+				"crcudactl: a port the program had bound is taken: by another process, or by "
+				"a connection on it that was closed less than a minute ago (TIME_WAIT, which "
+				"the kernel keeps 60 s); then the restore works in a minute\n");
 		fprintf(stderr, "crcudactl: CRIU's log: %s; checkpoint %s is untouched\n", rlog, idbuf);
 		goto out;
 	}

@@ -5,10 +5,11 @@
 # (--gpu 1,0). Every run's losses and final weights must equal an uninterrupted native run's, bit for
 # bit (issue 19, item 3). Prints a table: native and layer step time, and each trial's checkpoint and
 # restore seconds.
-#   tests/gpu/ddp-cr.sh BUILD_DIR [STEPS] [TRIALS]
+#   tests/gpu/ddp-cr.sh BUILD_DIR [STEPS] [TRIALS]    (DDP_CR_MIN_S: no checkpoint before that many
+#                                                      seconds of training; 62 lets TIME_WAITs pass)
 set -uo pipefail
 build=$(cd "${1:?usage: ddp-cr.sh BUILD_DIR [STEPS] [TRIALS]}" && pwd)
-steps=${2:-1500} trials=${3:-3}
+steps=${2:-1500} trials=${3:-3} min_s=${DDP_CR_MIN_S:-0}
 top=$(cd "$(dirname "$0")/../.." && pwd)
 app=$top/tests/gpu/apps/ddp_nccl.py
 ctl=$build/crcudactl/crcudactl
@@ -38,9 +39,11 @@ for trial in $(seq "$trials") swap; do
 		</dev/null >"$tmp/run.out" 2>"$tmp/run.err" &
 	parent=$!
 	for _ in $(seq 600); do grep -q "^step 20 " "$tmp/run.out" 2>/dev/null && break; sleep 0.1; done
-	# A random instant in the first two thirds of the training that is left.
-	sleep "$(awk -v r="$RANDOM" -v s="$(step_ms "$tmp/layer.err")" -v n="$steps" \
-		'BEGIN { printf "%.3f", r / 32767 * 0.66 * (n - 20) * s / 1000 }')"
+	# A random instant of the training, at least min_s after its start: NCCL's bootstrap closes
+	# connections accepted on listening ports it keeps, and the kernel keeps those ports' TIME_WAIT
+	# entries 60 s, during which a restore cannot bind the listener again (crcudactl restore says so).
+	sleep "$(awk -v r="$RANDOM" -v s="$(step_ms "$tmp/layer.err")" -v n="$steps" -v m="$min_s" \
+		'BEGIN { t = (n - 20) * s / 1000 - m; printf "%.3f", m + r / 32767 * 0.5 * (t > 0 ? t : 0) }')"
 	at=$(grep -c '^step' "$tmp/run.out")
 	c0=$(date +%s.%N)
 	if ! "$ctl" checkpoint --tcp-established "$parent" >"$tmp/ckpt.out" 2>"$tmp/ckpt.err"; then
