@@ -11,7 +11,9 @@
  * Restore: RESTORE_UNIX_SK, in the restored task, has a daemon replay the checkpoint and returns the
  * socket of the new session, so the task is held until replay is complete.
  *
- * Configuration (environment; crcudactl sets it, plain criu gets the defaults):
+ * Configuration: the environment (crcudactl sets it), else /etc/crcuda/plugin.conf (CRCUDA_PLUGIN_CONF:
+ * another file; key = value lines, conf_keys below: what container runtimes, which run CRIU with their
+ * own environment, use), else the defaults:
  *   CRCUDA_DAEMON        daemon: unix socket path or HOST:PORT (default: the dumped task's own
  *                        CRCUDA_REMOTE, else its CRCUDA_SOCKET, else $CRCUDA_SOCKET, else
  *                        /tmp/crcuda-UID/crcudad.sock); token of a TCP one: CRCUDA_TOKEN /
@@ -35,6 +37,10 @@
  *                        crcudactl makes it "cancel" on SIGINT/SIGTERM; whichever comes first wins
  *                        (symlink(2) is atomic). With it set, fini commits only on "commit"; each
  *                        hook fails the dump at once on "cancel" (CRIU lets the tasks go)
+ *   CRCUDA_STATE         dump: "images" keeps the device state in CRIU's image directory as well
+ *                        (crcuda-PID.crcx, crcudactl's export stream without the CRIU images), so that
+ *                        the images alone restore it (podman container checkpoint --export); the
+ *                        restore imports it into the store. Default "store"
  *   CRCUDA_PLUGIN=off    disables the plugin */
 #include <ctype.h>
 #include <dirent.h>
@@ -64,6 +70,7 @@
 #include "crcuda/errno.h"
 #include "crcuda/proto.h"
 #include "crcuda/sock.h"
+#include "crcudactl.h" /* the export stream (cmd_export.c, built in with CRC_EXPORT_STREAM_ONLY) */
 
 /* From crcuda/log.h (common/log.c), which cannot be included beside CRIU's criu-log.h (both define
  * pr_info and its kin). */
@@ -81,6 +88,7 @@ void crc_log_clear_last_error(void);
 #define PLUGIN_IMG_VERSION 1
 #define TIMEOUT_MS_DEFAULT 60000
 #define MAX_TASKS	   64
+#define PLUGIN_CONF	   "/etc/crcuda/plugin.conf"
 
 /* CRIU's own (exported by the criu binary; the cuda plugin uses them the same way). */
 extern int add_inventory_plugin(const char *name);
@@ -95,8 +103,9 @@ struct task {
 	double t_quiesce, t_quiesced, t_device; /* when its pause began, it was quiesced, copied */
 	/* A TCP client parks on a unix socket of ours instead of its connection (park_listen). */
 	char park[108];
-	int park_fd;   /* our end, -1 */
-	uint64_t ckpt; /* committed as */
+	int park_fd;	 /* our end, -1 */
+	uint64_t ckpt;	 /* committed as */
+	char export[64]; /* state=images: its device state's file in the image directory */
 };
 
 /* Restore: a task of the dump with a session, by the inode of its socket to the daemon. */
@@ -104,6 +113,7 @@ struct r_task {
 	pid_t pid;
 	uint32_t ino;
 	uint64_t ckpt;
+	char export[64]; /* its device state in the image directory (imported into the store), or "" */
 };
 
 static struct {
@@ -113,6 +123,7 @@ static struct {
 	char token[256];
 	char store[PATH_MAX];
 	int timeout_ms;
+	bool state_images;    /* dump: CRCUDA_STATE=images */
 	struct crc_ctl *ctl;  /* dump: one control connection for the whole dump */
 	bool inventory_named; /* dump: this plugin is in CRIU's inventory */
 	pid_t criu_parent;    /* dump: who ran CRIU (crcudactl, which kills the tasks after the commit) */
@@ -125,13 +136,180 @@ static struct {
 	struct crc_ctl_restore_opts r_gpus; /* CRCUDA_GPU (crcudactl restore --gpu): gpu, gpus, ngpus */
 } P;
 
+/* ---- configuration ------------------------------------------------------------------------------------ */
+
+static bool valid_number(const char *v)
+{
+	char *end;
+
+	errno = 0;
+	return strtol(v, &end, 10) > 0 && !*end && !errno;
+}
+static bool valid_state(const char *v)
+{
+	return !strcmp(v, "store") || !strcmp(v, "images");
+}
+static bool valid_01(const char *v)
+{
+	return !strcmp(v, "0") || !strcmp(v, "1");
+}
+static bool valid_onoff(const char *v)
+{
+	return !strcmp(v, "on") || !strcmp(v, "off");
+}
+
+/* plugin.conf's keys: each one the default of an environment variable, which wins where it is set.
+ * Container runtimes run CRIU with their own environment; the file is how they configure us. */
+static const struct conf_key {
+	const char *key, *env;
+	bool (*valid)(const char *v);
+	const char *expect;
+} conf_keys[] = {
+    {"store", "CRCUDA_STORE", NULL, NULL},
+    {"daemon", "CRCUDA_DAEMON", NULL, NULL},
+    {"token_file", "CRCUDA_TOKEN_FILE", NULL, NULL},
+    {"timeout_ms", "CRCUDA_TIMEOUT_MS", valid_number, "a positive number of milliseconds"},
+    {"state", "CRCUDA_STATE", valid_state, "store or images"},
+    {"store_sync", "CRCUDA_STORE_SYNC", valid_01, "0 or 1"},
+    {"gpu", "CRCUDA_GPU", NULL, NULL},
+    {"report", "CRCUDA_PLUGIN_REPORT", NULL, NULL},
+    {"plugin", "CRCUDA_PLUGIN", valid_onoff, "on or off"},
+};
+#define NCONF (sizeof(conf_keys) / sizeof(conf_keys[0]))
+static char *conf_values[NCONF]; /* what the file says, or NULL */
+static char conf_path[PATH_MAX];
+
+/* The environment's value of a configured variable, else the file's (NULL: neither). */
+static const char *cfg(const char *env)
+{
+	const char *v = getenv(env);
+
+	if (v && *v)
+		return v;
+	for (size_t i = 0; i < NCONF; i++)
+		if (!strcmp(conf_keys[i].env, env))
+			return conf_values[i];
+	return NULL;
+}
+
+/* The value plugin.conf gives env, or NULL. */
+static const char *cfg_file(const char *env)
+{
+	for (size_t i = 0; i < NCONF; i++)
+		if (!strcmp(conf_keys[i].env, env))
+			return conf_values[i];
+	return NULL;
+}
+
+static char *trim(char *p)
+{
+	char *end;
+
+	while (isspace((unsigned char)*p))
+		p++;
+	end = p + strlen(p);
+	while (end > p && isspace((unsigned char)end[-1]))
+		*--end = 0;
+	return p;
+}
+
+static void conf_clear(void)
+{
+	for (size_t i = 0; i < NCONF; i++) {
+		free(conf_values[i]);
+		conf_values[i] = NULL;
+	}
+}
+
+/* Reads CRCUDA_PLUGIN_CONF, else /etc/crcuda/plugin.conf: "key = value" lines, '#' comments and blank
+ * lines; a later line wins over an earlier one. No file: the defaults. A line that is not one of
+ * these fails with one line naming the file and the line (nothing of the file is used then). */
+static int conf_load(char *why, size_t len)
+{
+	const char *env = getenv("CRCUDA_PLUGIN_CONF");
+	char line[PATH_MAX + 64];
+	unsigned lineno = 0;
+	int rc = 0;
+	FILE *f;
+
+	conf_clear();
+	snprintf(conf_path, sizeof(conf_path), "%s", env && *env ? env : PLUGIN_CONF);
+	f = fopen(conf_path, "re");
+	if (!f) {
+		if (errno == ENOENT)
+			return 0;
+		snprintf(why, len, "%s: %s", conf_path, strerror(errno));
+		return -1;
+	}
+	while (!rc && fgets(line, sizeof(line), f)) {
+		size_t n = strlen(line);
+		const struct conf_key *k = NULL;
+		char *key, *val, *eq;
+
+		lineno++;
+		if (n && line[n - 1] == '\n')
+			line[--n] = 0;
+		else if (!feof(f)) {
+			snprintf(why, len, "%s:%u: line too long", conf_path, lineno);
+			rc = -1;
+			break;
+		}
+		key = trim(line);
+		if (!*key || *key == '#')
+			continue;
+		if (!(eq = strchr(key, '='))) {
+			snprintf(why, len, "%s:%u: expected key = value, found '%.80s'", conf_path, lineno,
+				 key);
+			rc = -1;
+			break;
+		}
+		*eq = 0;
+		val = trim(eq + 1);
+		key = trim(key);
+		for (size_t i = 0; i < NCONF && !k; i++)
+			if (!strcmp(conf_keys[i].key, key))
+				k = &conf_keys[i];
+		if (!k) {
+			snprintf(why, len,
+				 "%s:%u: unknown key '%.80s' (known: store, daemon, token_file, timeout_ms, "
+				 "state, "
+				 "store_sync, gpu, report, plugin)",
+				 conf_path, lineno, key);
+			rc = -1;
+		} else if (!*val) {
+			snprintf(why, len, "%s:%u: %s has no value", conf_path, lineno, key);
+			rc = -1;
+		} else if (k->valid && !k->valid(val)) {
+			snprintf(why, len, "%s:%u: %s = '%.80s': expected %s", conf_path, lineno, key, val,
+				 k->expect);
+			rc = -1;
+		} else {
+			char **slot = &conf_values[k - conf_keys];
+
+			free(*slot);
+			if (!(*slot = strdup(val))) {
+				snprintf(why, len, "%s: out of memory", conf_path);
+				rc = -1;
+			}
+		}
+	}
+	if (!rc && ferror(f)) {
+		snprintf(why, len, "%s: %s", conf_path, strerror(errno));
+		rc = -1;
+	}
+	fclose(f);
+	if (rc)
+		conf_clear();
+	return rc;
+}
+
 /* ---- helpers ------------------------------------------------------------------------------------------ */
 
 /* One line into CRCUDA_PLUGIN_REPORT (O_APPEND: the restored task and CRIU both write). */
 static void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void report(const char *fmt, ...)
 {
-	const char *path = getenv("CRCUDA_PLUGIN_REPORT");
+	const char *path = cfg("CRCUDA_PLUGIN_REPORT");
 	char line[2048];
 	va_list ap;
 	int n, fd;
@@ -224,7 +402,7 @@ static int cancelled(int pid)
 
 static int env_int(const char *name, int def)
 {
-	const char *v = getenv(name);
+	const char *v = cfg(name);
 	char *end;
 	long n;
 
@@ -242,7 +420,7 @@ static bool is_tcp(const char *addr)
 /* CRCUDA_TOKEN, else the first line of CRCUDA_TOKEN_FILE ("" when neither). */
 static void read_token(char *buf, size_t len)
 {
-	const char *tok = getenv("CRCUDA_TOKEN"), *file = getenv("CRCUDA_TOKEN_FILE");
+	const char *tok = getenv("CRCUDA_TOKEN"), *file = cfg("CRCUDA_TOKEN_FILE");
 	ssize_t n = 0;
 	int fd;
 
@@ -334,6 +512,11 @@ static int image_write(uint64_t ckpt)
 			n += snprintf(buf + n, sizeof(buf) - n, "task %d %" PRIu64 " %u %" PRIu64 "\n",
 				      (int)P.tasks[i].pid, P.tasks[i].session, P.tasks[i].sk_ino,
 				      P.tasks[i].ckpt);
+	/* export PID FILE: the task's device state is in the image directory too (state=images). */
+	for (unsigned i = 0; i < P.ntasks && n < (int)sizeof(buf) - 128; i++)
+		if (P.tasks[i].sk_ino && P.tasks[i].export[0])
+			n += snprintf(buf + n, sizeof(buf) - n, "export %d %s\n", (int)P.tasks[i].pid,
+				      P.tasks[i].export);
 	/* Replaced whole (rename) so that a reader never sees half of it. */
 	fd = openat(dir, PLUGIN_IMG ".tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0 || write(fd, buf, (size_t)n) != n || fsync(fd) || close(fd) ||
@@ -363,7 +546,7 @@ static int image_read(void)
 	while (fgets(line, sizeof(line), f)) {
 		unsigned long long a, b;
 		unsigned ino;
-		int pid;
+		int pid, name = 0;
 
 		line[strcspn(line, "\n")] = 0;
 		if (!strncmp(line, "store ", 6) && !P.store[0] && strlen(line + 6) < sizeof(P.store))
@@ -380,6 +563,19 @@ static int image_read(void)
 			if (sscanf(line, "task %*d %*u %*u %llu", &a) != 1)
 				a = 0;
 			P.r_tasks[P.r_ntasks++] = (struct r_task){.pid = pid, .ino = ino, .ckpt = a};
+		} else if (sscanf(line, "export %d %n", &pid, &name) == 1 && name) {
+			struct r_task *t = NULL;
+
+			for (unsigned i = 0; i < P.r_ntasks; i++)
+				if (P.r_tasks[i].pid == pid)
+					t = &P.r_tasks[i];
+			/* A plain name in the image directory, written by the dump (export_to_images). */
+			if (!t || strchr(line + name, '/') || strlen(line + name) >= sizeof(t->export)) {
+				fail("%s: a bad line '%.100s'", PLUGIN_IMG, line);
+				fclose(f);
+				return -1;
+			}
+			snprintf(t->export, sizeof(t->export), "%s", line + name);
 		}
 	}
 	fclose(f);
@@ -390,7 +586,7 @@ static int image_read(void)
 
 static int dump_init(void)
 {
-	const char *v = getenv("CRCUDA_STORE"), *home = getenv("HOME");
+	const char *v = cfg("CRCUDA_STORE"), *home = getenv("HOME");
 
 	if (v && *v)
 		snprintf(P.store, sizeof(P.store), "%s", v);
@@ -398,6 +594,12 @@ static int dump_init(void)
 		snprintf(P.store, sizeof(P.store), "%s/.local/share/crcuda/store", home);
 	read_token(P.token, sizeof(P.token));
 	P.criu_parent = getppid();
+	v = cfg("CRCUDA_STATE");
+	if (v && !valid_state(v)) {
+		fail("CRCUDA_STATE='%s': expected store or images", v);
+		return -1;
+	}
+	P.state_images = v && !strcmp(v, "images");
 	return 0;
 }
 
@@ -405,7 +607,7 @@ static int dump_init(void)
  * task's CRCUDA_TOKEN or CRCUDA_TOKEN_FILE), else its CRCUDA_SOCKET (else the default). */
 static void dump_daemon(pid_t pid)
 {
-	const char *v = getenv("CRCUDA_DAEMON");
+	const char *v = cfg("CRCUDA_DAEMON");
 	char base[PATH_MAX];
 
 	if (P.daemon[0])
@@ -592,9 +794,11 @@ static int checkpoint_devices(int pid)
 	phase("device", pid);
 	if (cancelled(pid))
 		return -1;
-	rc = crc_ctl_checkpoint_flags(P.ctl, pid, P.store,
-				      env_int("CRCUDA_CKPT_BACKGROUND", 0) == 1 ? CRC_CTL_CKPT_BACKGROUND : 0,
-				      &t->stats);
+	rc = crc_ctl_checkpoint_flags(
+	    P.ctl, pid, P.store,
+	    /* state=images exports the committed checkpoint: never a background one */
+	    !P.state_images && env_int("CRCUDA_CKPT_BACKGROUND", 0) == 1 ? CRC_CTL_CKPT_BACKGROUND : 0,
+	    &t->stats);
 	t->t_device = now_s();
 	if (rc) {
 		fail("checkpoint of the device state of task %d into %s: %s%s", pid, P.store,
@@ -793,11 +997,56 @@ static void dump_meta(const struct task *t, const char *rel, char *buf, size_t l
  * before the commit, unless CRCUDA_STORE_SYNC=0 turns durability off for the packs too. */
 static int sync_images(void)
 {
-	const char *env = getenv("CRCUDA_STORE_SYNC");
+	const char *env = cfg("CRCUDA_STORE_SYNC");
 
 	if (env && !strcmp(env, "0"))
 		return 0;
 	return crc_sync_dir_files(criu_get_image_dir());
+}
+
+/* state=images: checkpoint id, as crcudactl export writes it but without the CRIU images (they are
+ * here already), into the image directory as crcuda-PID.crcx, so that the images alone restore the
+ * task (podman container checkpoint --export carries the directory). Replaced whole and fsynced. The
+ * checkpoint stays in the store: where this fails, a restore finds it there. */
+static int export_to_images(struct task *t, uint64_t id)
+{
+	struct ctl_export_opts o = {.no_images = true, .flip_at = UINT64_MAX, .cut_at = UINT64_MAX};
+	struct ctl_export_result res = {0};
+	int dir = criu_get_image_dir(), fd, rc, level = crc_log_level();
+	char name[sizeof(t->export)], tmp[sizeof(name) + 8], why[1024] = "";
+	double t0 = now_s();
+
+	snprintf(name, sizeof(name), "crcuda-%d.crcx", (int)t->pid);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", name);
+	fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		fail("task %d: cannot write its device state into the image directory (%s): %s", (int)t->pid,
+		     tmp, strerror(errno));
+		return -1;
+	}
+	/* The store's own log lines stay out of CRIU's output: the reason comes back in why. */
+	crc_log_set_level(CRC_LOG_SILENT);
+	rc = ctl_export_fd(P.store, id, fd, &o, &res, why, sizeof(why));
+	crc_log_set_level(level);
+	if (!rc && fsync(fd))
+		snprintf(why, sizeof(why), "fsync: %s", strerror(errno)), rc = -1;
+	if (close(fd) && !rc)
+		snprintf(why, sizeof(why), "close: %s", strerror(errno)), rc = -1;
+	if (!rc && (renameat(dir, tmp, dir, name) || fsync(dir)))
+		snprintf(why, sizeof(why), "%s: %s", name, strerror(errno)), rc = -1;
+	if (rc) {
+		unlinkat(dir, tmp, 0);
+		fail("task %d: exporting checkpoint %" PRIu64 " into the image directory: %s (it stays in "
+		     "the store %s)",
+		     (int)t->pid, id, why, P.store);
+		return -1;
+	}
+	snprintf(t->export, sizeof(t->export), "%s", name);
+	pr_info("task %d: checkpoint %" PRIu64 " exported into the image directory as %s (%" PRIu64
+		" bytes, %" PRIu64 " chunks) in %.3f s\n",
+		(int)t->pid, id, name, res.bytes, res.chunks, now_s() - t0);
+	report("exported %d %" PRIu64 " %s bytes=%" PRIu64, (int)t->pid, id, name, res.bytes);
+	return 0;
 }
 
 static void dump_fini(int ret)
@@ -849,6 +1098,8 @@ static void dump_fini(int ret)
 				t->ckpt = id;
 				last = id;
 				committed = true;
+				if (P.state_images)
+					export_to_images(t, id);
 			}
 		} else if (t->checkpointed) {
 			crc_ctl_abort(P.ctl, t->pid);
@@ -893,6 +1144,38 @@ static void dump_fini(int ret)
 
 /* ---- restore ------------------------------------------------------------------------------------------ */
 
+/* The device state the dump kept in the image directory (state=images) into the store: the task is
+ * restored from the checkpoint this makes. The import checks the whole stream before it commits. */
+static int import_from_images(struct r_task *t)
+{
+	struct ctl_import_opts o = {0};
+	int fd = openat(criu_get_image_dir(), t->export, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), rc,
+	    level = crc_log_level();
+	uint64_t id = 0, bytes = 0;
+	char why[1024] = "";
+	double t0 = now_s();
+
+	if (fd < 0) {
+		fail("task %d's device state %s is missing from the image directory: %s", (int)t->pid,
+		     t->export, strerror(errno));
+		return -1;
+	}
+	crc_log_set_level(CRC_LOG_SILENT);
+	rc = ctl_import_fd(P.store, fd, &o, &id, &bytes, why, sizeof(why));
+	crc_log_set_level(level);
+	close(fd);
+	if (rc) {
+		fail("importing task %d's device state (%s in the image directory) into the store %s: %s",
+		     (int)t->pid, t->export, P.store, why);
+		return -1;
+	}
+	pr_info("task %d: %s imported into %s as checkpoint %" PRIu64 " (%" PRIu64 " bytes) in %.3f s\n",
+		(int)t->pid, t->export, P.store, id, bytes, now_s() - t0);
+	report("imported %d %" PRIu64 " bytes=%" PRIu64, (int)t->pid, id, bytes);
+	t->ckpt = id;
+	return 0;
+}
+
 static int restore_init(void)
 {
 	const char *v;
@@ -911,6 +1194,18 @@ static int restore_init(void)
 		return -1;
 	}
 	v = getenv("CRCUDA_CKPT_ID");
+	if (v && *v) {
+		/* A checkpoint of the store: the device state in the images stays unused. */
+		for (unsigned i = 0; i < P.r_ntasks; i++)
+			P.r_tasks[i].export[0] = 0;
+	} else {
+		/* The device state comes with the images: imported into the configured store (the
+		 * environment's, else plugin.conf's, else the dump's). */
+		for (unsigned i = 0; i < P.r_ntasks; i++)
+			if (P.r_tasks[i].export[0] && !(getenv("CRCUDA_STORE") && *getenv("CRCUDA_STORE")) &&
+			    cfg_file("CRCUDA_STORE"))
+				snprintf(P.store, sizeof(P.store), "%s", cfg_file("CRCUDA_STORE"));
+	}
 	if (v && *v) {
 		uint64_t want = strtoull(v, NULL, 10);
 		bool member = false;
@@ -939,7 +1234,7 @@ static int restore_init(void)
 		}
 	}
 	P.r_gpus.gpu = -1;
-	v = getenv("CRCUDA_GPU");
+	v = cfg("CRCUDA_GPU");
 	if (v && *v && strcmp(v, "-1")) {
 		char why[256];
 
@@ -950,7 +1245,7 @@ static int restore_init(void)
 	}
 	v = getenv("CRCUDA_REMOTE");
 	if (!v || !*v)
-		v = getenv("CRCUDA_DAEMON");
+		v = cfg("CRCUDA_DAEMON");
 	if (v && *v)
 		snprintf(P.daemon, sizeof(P.daemon), "%s", v);
 	else if (crc_sock_default_path(P.daemon, sizeof(P.daemon)))
@@ -963,8 +1258,11 @@ static int restore_init(void)
 		return -1;
 	}
 	crc_ctl_close(probe);
+	for (unsigned i = 0; i < P.r_ntasks; i++)
+		if (P.r_tasks[i].export[0] && import_from_images(&P.r_tasks[i]))
+			return -1;
 	pr_info("restoring %u crcuda client(s) of %s on %s (gpu %s)\n", P.r_ntasks, P.store, P.daemon,
-		getenv("CRCUDA_GPU") ? getenv("CRCUDA_GPU") : "as checkpointed");
+		cfg("CRCUDA_GPU") ? cfg("CRCUDA_GPU") : "as checkpointed");
 	return 0;
 }
 
@@ -1011,11 +1309,19 @@ static int restore_unix_sk(int id)
 
 static int plugin_init(int stage)
 {
-	const char *off = getenv("CRCUDA_PLUGIN");
+	const char *off;
+	char why[PATH_MAX + 256];
 	int rc = 0;
 
 	memset(&P, 0, sizeof(P));
 	P.stage = stage;
+	/* A file that says something we do not understand fails CRIU at once: guessing could dump a
+	 * client without its device state. */
+	if (conf_load(why, sizeof(why))) {
+		fail("%s", why);
+		return -1;
+	}
+	off = cfg("CRCUDA_PLUGIN");
 	P.timeout_ms = env_int("CRCUDA_TIMEOUT_MS", TIMEOUT_MS_DEFAULT);
 	/* pre-dump copies no device state (no incremental device dump yet): stay out of it. */
 	if ((off && !strcmp(off, "off")) || stage == CR_PLUGIN_STAGE__PRE_DUMP)
@@ -1035,6 +1341,7 @@ static void plugin_fini(int stage, int ret)
 	if (P.enabled && stage == CR_PLUGIN_STAGE__DUMP)
 		dump_fini(ret);
 	P.enabled = false;
+	conf_clear();
 }
 
 CR_PLUGIN_REGISTER(PLUGIN_NAME, plugin_init, plugin_fini)
