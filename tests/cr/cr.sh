@@ -76,6 +76,11 @@
 #                      checkpoint or CRIU images; the export imported from a pipe into an empty store
 #                      and restored from there by a daemon of its own (in another network namespace,
 #                      where one can be made)
+#       images         plain criu dump/restore with the plugin and plugin.conf's state = images: the
+#                      device state in CRIU's image directory (crcuda-PID.crcx); the store wiped and
+#                      the daemon restarted; a truncated device state file refused in one line; the
+#                      restore imports it into plugin.conf's store (CRCUDA_STORE, which the dump
+#                      used, unset) and the program finishes exact
 # Needs root and CRIU (.deps/criu): exit 77 otherwise.
 # CR_PREFIX: crcudactl and crcudad of an installed tree (tests/install), which find their plugin
 # themselves; the programs are still the build tree's. CR_CRIU_FROM_PATH=1: crcudactl is not told
@@ -1053,6 +1058,62 @@ export)
 	[ -z "$ns" ] || [ "$(readlink "/proc/$pid/ns/net")" = "$(ip netns exec "$ns" readlink /proc/self/ns/net)" ] ||
 		fail "the restored process is not in $ns"
 	finish "$pid" "exported, imported into another store${ns:+ in $ns}, restored"
+	;;
+images)
+	# Plain CRIU with the plugin and plugin.conf's state = images: the device state goes into CRIU's
+	# image directory, the store is wiped (and the daemon restarted: "another node"), the restore
+	# imports it from the images into plugin.conf's store and the program finishes exact.
+	[ -n "$plugin" ] || skip "images: needs the build's plugin (plain criu --libdir)"
+	start_app images
+	imgs=$tmp/images
+	mkdir -p "$imgs"
+	cat >"$tmp/plugin.conf" <<-EOF
+		# crcuda's CRIU plugin
+		state = images
+		  store = $tmp/conf-store
+		daemon=$sock
+	EOF
+	# The environment wins over the file: the dump's store is CRCUDA_STORE's.
+	CRCUDA_PLUGIN_CONF=$tmp/plugin.conf CRCUDA_PLUGIN_REPORT=$tmp/dump.report timeout 120 "$criu" dump -t "$app" \
+		-D "$imgs" -o dump.log -v4 --libdir "$(dirname "$plugin")" 2>"$tmp/dump.err" ||
+		fail "criu dump: $(tail -5 "$imgs/dump.log")"
+	wait_for 30 gone "$app" || fail "the program still runs after the dump"
+	stat -c %s "$dir/out" >"$tmp/out.size"
+	stat -c %s "$dir/err" >"$tmp/err.size"
+	[ -s "$imgs/crcuda-$app.crcx" ] || fail "no device state in the image directory: $(ls "$imgs")"
+	grep -q "^export $app crcuda-$app.crcx\$" "$imgs/crcuda.img" || fail "crcuda.img: $(cat "$imgs/crcuda.img")"
+	grep -q "^exported $app " "$tmp/dump.report" || fail "the report: $(cat "$tmp/dump.report")"
+	[ -n "$(store_ids)" ] || fail "the dump did not use CRCUDA_STORE ($store)"
+	[ -e "$tmp/conf-store" ] && fail "the dump used plugin.conf's store although CRCUDA_STORE is set"
+	grep -E "Error .*crcuda" "$imgs/dump.log" && fail "the plugin logged an error"
+	echo "cr: dumped by plain criu: $(sed -n "s/^exported $app /checkpoint /p" "$tmp/dump.report"), in $imgs/crcuda-$app.crcx"
+	# The node's store and daemon go.
+	rm -rf "$store"
+	restart_daemon
+	# A device state file that is damaged fails the restore before any task exists, in one line.
+	cp "$imgs/crcuda-$app.crcx" "$tmp/good.crcx"
+	truncate -s $(($(stat -c %s "$tmp/good.crcx") / 2)) "$imgs/crcuda-$app.crcx"
+	truncate -s "$(cat "$tmp/out.size")" "$dir/out"
+	truncate -s "$(cat "$tmp/err.size")" "$dir/err"
+	if env -u CRCUDA_STORE CRCUDA_PLUGIN_CONF="$tmp/plugin.conf" timeout 120 "$criu" restore -D "$imgs" -d \
+		-o bad-restore.log -v4 --libdir "$(dirname "$plugin")" 2>/dev/null; then
+		fail "a restore from a truncated device state succeeded"
+	fi
+	grep -q "importing task $app's device state (crcuda-$app.crcx in the image directory) into the store $tmp/conf-store: the export is truncated" \
+		"$imgs/bad-restore.log" || fail "no clear error for a truncated device state: $(grep Error "$imgs/bad-restore.log")"
+	gone "$app" || fail "a failed restore left pid $app"
+	cp "$tmp/good.crcx" "$imgs/crcuda-$app.crcx"
+	env -u CRCUDA_STORE CRCUDA_PLUGIN_CONF="$tmp/plugin.conf" CRCUDA_PLUGIN_REPORT=$tmp/restore.report timeout 120 \
+		"$criu" restore -D "$imgs" -d --pidfile "$tmp/restored.pid" -o restore.log -v4 \
+		--libdir "$(dirname "$plugin")" 2>"$tmp/restore.err" || fail "criu restore: $(tail -5 "$imgs/restore.log")"
+	pid=$(cat "$tmp/restored.pid")
+	[ "$pid" = "$app" ] || fail "restored pid '$pid', dumped $app"
+	id2=$(sed -n "s/^imported $app \([0-9]*\) .*/\1/p" "$tmp/restore.report")
+	[ -n "$id2" ] || fail "nothing imported: $(cat "$tmp/restore.report")"
+	CRCUDA_STORE=$tmp/conf-store "$ctl" inspect "$id2" | grep -q "crcuda.imported_from = " ||
+		fail "checkpoint $id2 of plugin.conf's store is not the imported one"
+	echo "cr: restored by plain criu from the images alone (imported into plugin.conf's store as checkpoint $id2)"
+	finish "$pid" "device state in CRIU's images, store wiped, restored"
 	;;
 *)
 	echo "unknown case $case" >&2
