@@ -721,6 +721,54 @@ static int park_accept(struct task *t, int lfd)
 	return 0;
 }
 
+/* The task's pid in its own pid namespace (the last of /proc/PID/status's NSpid), or pid. */
+static pid_t inner_pid(pid_t pid)
+{
+	char path[64], line[256];
+	pid_t inner = pid;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return pid;
+	while (fgets(line, sizeof(line), f)) {
+		char *last;
+
+		if (strncmp(line, "NSpid:", 6))
+			continue;
+		line[strcspn(line, "\n")] = 0;
+		last = strrchr(line, '\t');
+		if (last)
+			inner = (pid_t)atoi(last + 1);
+		break;
+	}
+	fclose(f);
+	return inner > 0 ? inner : pid;
+}
+
+/* A task in a pid namespace of its own that was restored there (a container with its own pid
+ * namespace, restored by its runtime) is known to the daemon by its pid inside that namespace, CRIU
+ * here by this one's. Which of the daemon's sessions with that inner pid is the task's cannot be told
+ * here (every container's first process is 1), so such a dump is refused, saying why, instead of
+ * waiting for a session and failing on the task's socket. true: refused. */
+static bool ns_pid_session(pid_t pid)
+{
+	pid_t inner = inner_pid(pid);
+
+	if (inner == pid || is_tcp(P.daemon) || !crc_task_connected_to(pid, P.daemon) ||
+	    crc_ctl_session_of(P.ctl, inner, NULL, 0, NULL))
+		return false;
+	/* A session of its own may be starting (its first CUDA call): a second for it to show up. */
+	if (crc_ctl_session_of(P.ctl, pid, P.daemon, 1000, NULL) != CRC_ENOTFOUND)
+		return false;
+	fail("task %d is connected to the daemon at %s, which knows its session by its pid in its own "
+	     "pid namespace (%d: it was restored there); checkpoint it from inside that namespace, or run "
+	     "its container with --pid=host",
+	     pid, P.daemon, (int)inner);
+	return true;
+}
+
 static int pause_devices(int pid)
 {
 	struct crc_ctl_session s;
@@ -740,7 +788,11 @@ static int pause_devices(int pid)
 	}
 	/* A task connected to the daemon whose session is still starting (its first CUDA call) is
 	 * waited for: its socket could not be dumped otherwise. */
-	rc = crc_ctl_session_of(P.ctl, pid, is_tcp(P.daemon) ? NULL : P.daemon, P.timeout_ms, &s);
+	rc = crc_ctl_session_of(P.ctl, pid, NULL, 0, &s);
+	if (rc == CRC_ENOTFOUND && ns_pid_session(pid))
+		return -1;
+	if (rc == CRC_ENOTFOUND)
+		rc = crc_ctl_session_of(P.ctl, pid, is_tcp(P.daemon) ? NULL : P.daemon, P.timeout_ms, &s);
 	if (rc && rc != CRC_ENOTFOUND) {
 		fail("listing the sessions of %s: %s", P.daemon, crc_ctl_error(P.ctl));
 		return -1;

@@ -3,15 +3,18 @@
 # restored by Podman itself, which runs CRIU through the OCI runtime with crcuda's plugin:
 #   podman.sh BUILD CASE
 # CASE: checkpoint  podman container checkpoint (the program is stopped), podman container restore;
-#                   the program finishes with the checksum of an uninterrupted run
+#                   a second checkpoint of the restored container is refused in one line (the daemon
+#                   knows the restored process by its pid inside the container's pid namespace) and
+#                   the container runs on; the program finishes with the checksum of an uninterrupted
+#                   run
+#       pid-host    the same with --pid=host: checkpointed and restored twice, exact
 #       export      plugin.conf's state = images: podman container checkpoint --export FILE carries the
 #                   device state in its tarball (checkpoint/crcuda-PID.crcx); the container removed,
 #                   the store wiped and the daemon restarted ("another node"); podman container restore
 #                   --import FILE imports the device state into plugin.conf's store; exact again
 # The container: a tiny image (empty directories and the usr-merge links) with the host's /usr, the
 # build tree and the test's directory (the daemon's socket, the ready/go files) bind-mounted at their
-# own paths, so that the socket's path is the same inside and out. --pid=host: the daemon and the
-# plugin know the program by its pid in the host's pid namespace. --network=none: the unix socket is
+# own paths, so that the socket's path is the same inside and out. --network=none: the unix socket is
 # all it needs.
 # How the plugin is configured: Podman runs the runtime with an environment of its own, so CRIU sees
 # none of ours. A real installation puts the plugin into CRIU's plugin directory (/usr/lib/criu) and
@@ -103,7 +106,9 @@ podman import "$tmp/root.tar" "$image" >"$tmp/import.out" 2>&1 || fail "podman i
 nofile=$(ulimit -Hn) nproc=$(ulimit -Hu)
 [ "$nofile" = unlimited ] || [ "$nofile" -gt 4096 ] && nofile=4096
 [ "$nproc" = unlimited ] || [ "$nproc" -gt 4096 ] && nproc=4096
-run_opts=(--pid=host --network=none --ulimit "nofile=$nofile:$nofile" --ulimit "nproc=$nproc:$nproc"
+pidns=()
+[ "$case" = pid-host ] && pidns=(--pid=host)
+run_opts=("${pidns[@]}" --network=none --ulimit "nofile=$nofile:$nofile" --ulimit "nproc=$nproc:$nproc"
 	-v /usr:/usr:ro -v "$build:$build:ro" -v "$tmp:$tmp" -e "CRCUDA_SOCKET=$sock")
 out=$(pod run --rm "${run_opts[@]}" "$image" /bin/true 2>&1) ||
 	skip "podman cannot run a container here: $(echo "$out" | tail -n 1)"
@@ -118,7 +123,7 @@ pod run -d --name "$name" "${run_opts[@]}" "$image" "$ctl" run --backend sim -- 
 	"${app_args[@]}" --ready-file "$tmp/ready" --go-file "$tmp/go" >"$tmp/run.out" 2>&1 ||
 	fail "podman run: $(cat "$tmp/run.out")"
 wait_for 60 test -e "$tmp/ready" || fail "the program did not get ready: $(podman logs "$name" 2>&1 | tail -5)"
-pid=$(podman inspect -f '{{.State.Pid}}' "$name")
+pid=$(podman inspect -f '{{.State.Pid}}' "$name") # in the host's pid namespace
 
 finish() { # finish WHAT: lets the restored program go on; its exit status and checksum
 	local got status
@@ -130,18 +135,40 @@ finish() { # finish WHAT: lets the restored program go on; its exit status and c
 	echo "podman: $1: checksum $got = uninterrupted run"
 }
 
-case $case in
-checkpoint)
+# cycle N: podman container checkpoint and restore, timed.
+cycle() {
+	local t0 t1 t2
+	pid=$(podman inspect -f '{{.State.Pid}}' "$name")
 	t0=$(date +%s.%N)
-	pod container checkpoint "$name" >"$tmp/ckpt.out" 2>&1 || fail "podman container checkpoint: $(cat "$tmp/ckpt.out")"
+	pod container checkpoint "$name" >"$tmp/ckpt.out" 2>&1 || fail "podman container checkpoint ($1): $(cat "$tmp/ckpt.out")"
 	t1=$(date +%s.%N)
 	[ "$(podman inspect -f '{{.State.Status}}' "$name")" = exited ] || fail "the container still runs after the checkpoint"
 	grep -q "^ckpt $pid " "$tmp/report" || fail "the plugin committed no checkpoint of pid $pid: $(cat "$tmp/report")"
-	pod container restore "$name" >"$tmp/restore.out" 2>&1 || fail "podman container restore: $(cat "$tmp/restore.out")"
+	pod container restore "$name" >"$tmp/restore.out" 2>&1 || fail "podman container restore ($1): $(cat "$tmp/restore.out")"
 	t2=$(date +%s.%N)
-	grep -q "^restored $pid " "$tmp/report" || fail "the plugin restored no session: $(cat "$tmp/report")"
-	awk -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { printf "podman: checkpoint %.2f s, restore %.2f s\n", b - a, c - b }'
+	[ "$(grep -c "^restored " "$tmp/report")" = "$1" ] || fail "the plugin restored no session: $(cat "$tmp/report")"
+	awk -v n="$1" -v a="$t0" -v b="$t1" -v c="$t2" \
+		'BEGIN { printf "podman: checkpoint %d: %.2f s, restore %.2f s\n", n, b - a, c - b }'
+}
+
+case $case in
+checkpoint)
+	cycle 1
+	# Restored in the container's own pid namespace: the daemon knows it by its pid there (1).
+	pid=$(podman inspect -f '{{.State.Pid}}' "$name")
+	if pod container checkpoint "$name" >"$tmp/ckpt2.out" 2>&1; then
+		fail "a checkpoint of the restored container succeeded (the test expects the refusal)"
+	fi
+	grep -q "^error task $pid is connected to the daemon at $sock, which knows its session by its pid in its own pid namespace (1: it was restored there)" \
+		"$tmp/report" || fail "no clear reason for the refused checkpoint: $(grep error "$tmp/report")"
+	echo "podman: second checkpoint refused: $(grep "^error task $pid" "$tmp/report" | sed 's/^error //')"
+	[ "$(podman inspect -f '{{.State.Status}}' "$name")" = running ] || fail "the container does not run on after the refusal"
 	finish "podman container checkpoint, restore"
+	;;
+pid-host)
+	cycle 1
+	cycle 2
+	finish "--pid=host: podman container checkpoint, restore, twice"
 	;;
 export)
 	pod container checkpoint --export "$tmp/ckpt.tar" "$name" >"$tmp/ckpt.out" 2>&1 ||
@@ -157,6 +184,7 @@ export)
 	pod container restore --import "$tmp/ckpt.tar" >"$tmp/restore.out" 2>&1 ||
 		fail "podman container restore --import: $(cat "$tmp/restore.out")"
 	grep -q "^imported $pid " "$tmp/report" || fail "the plugin imported nothing: $(cat "$tmp/report")"
+	grep -q "^restored " "$tmp/report" || fail "the plugin restored no session: $(cat "$tmp/report")"
 	[ "$(CRCUDA_STORE=$store "$ctl" store ls | tail -n +2 | wc -l)" = 1 ] ||
 		fail "plugin.conf's store does not hold the imported checkpoint"
 	finish "podman container checkpoint --export, store wiped, restore --import"
