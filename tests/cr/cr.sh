@@ -81,6 +81,9 @@
 #                      the daemon restarted; a truncated device state file refused in one line; the
 #                      restore imports it into plugin.conf's store (CRCUDA_STORE, which the dump
 #                      used, unset) and the program finishes exact
+#       images-tree    the tree case's shell and two programs dumped by plain criu with state = images
+#                      (no device state for the shell, no error for it), store wiped, daemon
+#                      restarted, one restore imports both and both finish exact
 # Needs root and CRIU (.deps/criu): exit 77 otherwise.
 # CR_PREFIX: crcudactl and crcudad of an installed tree (tests/install), which find their plugin
 # themselves; the programs are still the build tree's. CR_CRIU_FROM_PATH=1: crcudactl is not told
@@ -1114,6 +1117,58 @@ images)
 		fail "checkpoint $id2 of plugin.conf's store is not the imported one"
 	echo "cr: restored by plain criu from the images alone (imported into plugin.conf's store as checkpoint $id2)"
 	finish "$pid" "device state in CRIU's images, store wiped, restored"
+	;;
+images-tree)
+	# The tree case's shell and its two programs, dumped by plain criu with state = images (both
+	# clients' device states in the image directory), the store wiped and the daemon restarted; one
+	# criu restore imports both and restores the tree; both programs finish exact.
+	[ -n "$plugin" ] || skip "images-tree: needs the build's plugin (plain criu --libdir)"
+	dir=$tmp/tree
+	mkdir -p "$dir"
+	# shellcheck disable=SC2016
+	D=$dir setsid "$ctl" run "${run_opts[@]}" -- sh -c '
+		"$0" "$@" --ready-file "$D/ready1" --go-file "$D/go" >"$D/out1" 2>"$D/err1" &
+		"$0" "$@" --ready-file "$D/ready2" --go-file "$D/go" >"$D/out2" 2>"$D/err2" &
+		wait' "$app_bin" "${app_args[@]}" </dev/null >"$dir/out" 2>"$dir/err" &
+	parent=$!
+	disown "$parent"
+	pids+=("$parent")
+	wait_for 60 test -e "$dir/ready1" -a -e "$dir/ready2" || fail "the programs did not get ready"
+	kids=$(pgrep -P "$parent" | sort | xargs)
+	[ "$(wc -w <<<"$kids")" = 2 ] || fail "the parent has children '$kids', expected 2"
+	pids+=($kids)
+	imgs=$tmp/images
+	mkdir -p "$imgs"
+	printf 'state = images\nstore = %s\n' "$store" >"$tmp/plugin.conf"
+	CRCUDA_PLUGIN_CONF=$tmp/plugin.conf CRCUDA_PLUGIN_REPORT=$tmp/dump.report timeout 120 "$criu" dump -t "$parent" \
+		-D "$imgs" -o dump.log -v4 --libdir "$(dirname "$plugin")" 2>"$tmp/dump.err" ||
+		fail "criu dump of the tree: $(tail -5 "$imgs/dump.log")"
+	for p in $parent $kids; do wait_for 30 gone "$p" || fail "pid $p still runs after the dump"; done
+	for k in $kids; do
+		[ -s "$imgs/crcuda-$k.crcx" ] || fail "no device state of $k in the image directory: $(ls "$imgs")"
+	done
+	[ -e "$imgs/crcuda-$parent.crcx" ] && fail "a device state for the shell, which is no crcuda client"
+	grep -E "Error .*crcuda" "$imgs/dump.log" && fail "the plugin logged an error (the shell is no client)"
+	for f in out1 out2 err1 err2 out err; do stat -c %s "$dir/$f" >"$dir/$f.size"; done
+	# Their pids (and the shell's, the programs' session and group) are free for the restore once
+	# every one is reaped: the shell by this script, the programs by PID 1.
+	for p in $parent $kids; do wait_for 60 test ! -e "/proc/$p" || fail "pid $p is not reaped"; done
+	rm -rf "$store"
+	restart_daemon
+	env -u CRCUDA_STORE CRCUDA_PLUGIN_CONF="$tmp/plugin.conf" CRCUDA_PLUGIN_REPORT=$tmp/restore.report timeout 120 \
+		"$criu" restore -D "$imgs" -d --pidfile "$tmp/restored.pid" -o restore.log -v4 \
+		--libdir "$(dirname "$plugin")" 2>"$tmp/restore.err" || fail "criu restore of the tree: $(tail -5 "$imgs/restore.log")"
+	[ "$(cat "$tmp/restored.pid")" = "$parent" ] || fail "restored pid $(cat "$tmp/restored.pid"), dumped $parent"
+	[ "$(grep -c "^imported " "$tmp/restore.report")" = 2 ] || fail "imported: $(cat "$tmp/restore.report")"
+	[ "$(pgrep -P "$parent" | sort | xargs)" = "$kids" ] || fail "restored children differ from $kids"
+	echo "cr: the tree restored by plain criu from the images alone ($(grep -c "^imported " "$tmp/restore.report") device states imported)"
+	touch "$dir/go"
+	wait_for 120 gone "$parent" || fail "the restored tree did not finish"
+	for n in 1 2; do
+		got=$(checksum "$dir/out$n")
+		[ "$got" = "$ref" ] || fail "child $n: checksum '$got', uninterrupted: $ref"
+	done
+	echo "cr: both children's checksums = uninterrupted run"
 	;;
 *)
 	echo "unknown case $case" >&2
