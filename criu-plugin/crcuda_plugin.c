@@ -164,16 +164,21 @@ static const struct conf_key {
 	const char *key, *env;
 	bool (*valid)(const char *v);
 	const char *expect;
+	bool to_env; /* read by the library (common/tls.c) from the environment: put there where unset */
 } conf_keys[] = {
-    {"store", "CRCUDA_STORE", NULL, NULL},
-    {"daemon", "CRCUDA_DAEMON", NULL, NULL},
-    {"token_file", "CRCUDA_TOKEN_FILE", NULL, NULL},
-    {"timeout_ms", "CRCUDA_TIMEOUT_MS", valid_number, "a positive number of milliseconds"},
-    {"state", "CRCUDA_STATE", valid_state, "store or images"},
-    {"store_sync", "CRCUDA_STORE_SYNC", valid_01, "0 or 1"},
-    {"gpu", "CRCUDA_GPU", NULL, NULL},
-    {"report", "CRCUDA_PLUGIN_REPORT", NULL, NULL},
-    {"plugin", "CRCUDA_PLUGIN", valid_onoff, "on or off"},
+    {"store", "CRCUDA_STORE", NULL, NULL, false},
+    {"daemon", "CRCUDA_DAEMON", NULL, NULL, false},
+    {"token_file", "CRCUDA_TOKEN_FILE", NULL, NULL, false},
+    {"timeout_ms", "CRCUDA_TIMEOUT_MS", valid_number, "a positive number of milliseconds", false},
+    {"state", "CRCUDA_STATE", valid_state, "store or images", false},
+    {"store_sync", "CRCUDA_STORE_SYNC", valid_01, "0 or 1", false},
+    {"gpu", "CRCUDA_GPU", NULL, NULL, false},
+    {"report", "CRCUDA_PLUGIN_REPORT", NULL, NULL, false},
+    {"plugin", "CRCUDA_PLUGIN", valid_onoff, "on or off", false},
+    {"insecure", "CRCUDA_INSECURE", valid_01, "0 or 1", true},
+    {"tls_ca", "CRCUDA_TLS_CA", NULL, NULL, true},
+    {"tls_cert", "CRCUDA_TLS_CERT", NULL, NULL, true},
+    {"tls_key", "CRCUDA_TLS_KEY", NULL, NULL, true},
 };
 #define NCONF (sizeof(conf_keys) / sizeof(conf_keys[0]))
 static char *conf_values[NCONF]; /* what the file says, or NULL */
@@ -270,11 +275,13 @@ static int conf_load(char *why, size_t len)
 			if (!strcmp(conf_keys[i].key, key))
 				k = &conf_keys[i];
 		if (!k) {
-			snprintf(why, len,
-				 "%s:%u: unknown key '%.80s' (known: store, daemon, token_file, timeout_ms, "
-				 "state, "
-				 "store_sync, gpu, report, plugin)",
-				 conf_path, lineno, key);
+			char known[256] = "";
+
+			for (size_t i = 0, n = 0; i < NCONF && n < sizeof(known); i++)
+				n += (size_t)snprintf(known + n, sizeof(known) - n, "%s%s", i ? ", " : "",
+						      conf_keys[i].key);
+			snprintf(why, len, "%s:%u: unknown key '%.80s' (known: %s)", conf_path, lineno, key,
+				 known);
 			rc = -1;
 		} else if (!*val) {
 			snprintf(why, len, "%s:%u: %s has no value", conf_path, lineno, key);
@@ -298,9 +305,20 @@ static int conf_load(char *why, size_t len)
 		rc = -1;
 	}
 	fclose(f);
-	if (rc)
+	if (rc) {
 		conf_clear();
-	return rc;
+		return rc;
+	}
+	for (size_t i = 0; i < NCONF; i++) {
+		const char *v = getenv(conf_keys[i].env);
+
+		if (conf_keys[i].to_env && conf_values[i] && (!v || !*v) &&
+		    setenv(conf_keys[i].env, conf_values[i], 1)) {
+			snprintf(why, len, "%s: %s", conf_path, strerror(errno));
+			return -1;
+		}
+	}
+	return 0;
 }
 
 /* ---- helpers ------------------------------------------------------------------------------------------ */

@@ -75,14 +75,19 @@ plugin=()
 if [ ${#plugin[@]} -gt 0 ]; then
 	mkdir -p "$work/bad-images"
 	printf '# crcuda plugin\n\nstate = images\nstor = /var/lib/x\n' >"$work/bad.conf"
-	if CRCUDA_PLUGIN_CONF=$work/bad.conf timeout 120 "$criu" dump -t "$pid" -D "$work/bad-images" -o dump.log \
-		"${plugin[@]}" 2>"$work/bad.err"; then
-		fail "criu dump with a malformed plugin.conf succeeded" "$work/bad-images/dump.log"
-	fi
-	[ "$(grep -c "bad.conf" "$work/bad-images/dump.log")" = 1 ] &&
-		grep -q "crcuda_plugin: $work/bad.conf:4: unknown key 'stor' (known: store, daemon" "$work/bad-images/dump.log" ||
-		fail "no one-line error naming $work/bad.conf:4" "$work/bad-images/dump.log"
-	echo "criu-smoke: $(grep "bad.conf" "$work/bad-images/dump.log" | sed 's/.*crcuda_plugin: /crcuda_plugin: /')"
+	printf 'timeout_ms = soon\n' >"$work/bad2.conf"
+	for bad in "bad.conf:4: unknown key 'stor' (known: store, daemon" \
+		"bad2.conf:1: timeout_ms = 'soon': expected a positive number of milliseconds"; do
+		conf=$work/${bad%%:*}
+		if CRCUDA_PLUGIN_CONF=$conf timeout 120 "$criu" dump -t "$pid" -D "$work/bad-images" -o dump.log \
+			"${plugin[@]}" 2>"$work/bad.err"; then
+			fail "criu dump with a malformed $conf succeeded" "$work/bad-images/dump.log"
+		fi
+		[ "$(grep -c "$conf" "$work/bad-images/dump.log")" = 1 ] &&
+			grep -qF "crcuda_plugin: $work/$bad" "$work/bad-images/dump.log" ||
+			fail "no one-line error naming $work/${bad%%: *}" "$work/bad-images/dump.log"
+		echo "criu-smoke: $(grep "$conf" "$work/bad-images/dump.log" | sed 's/.*crcuda_plugin: /crcuda_plugin: /')"
+	done
 	kill -0 "$pid" 2>/dev/null || fail "the counter did not survive the refused dump"
 	seen=$(last)
 	wait_for 10 above "$seen" || fail "the counter stopped after the refused dump"
