@@ -11,9 +11,8 @@
  * Restore: RESTORE_UNIX_SK, in the restored task, has a daemon replay the checkpoint and returns the
  * socket of the new session, so the task is held until replay is complete.
  *
- * Configuration: the environment (crcudactl sets it), else /etc/crcuda/plugin.conf (CRCUDA_PLUGIN_CONF:
- * another file; key = value lines, conf_keys below: what container runtimes, which run CRIU with their
- * own environment, use), else the defaults:
+ * Configuration: the environment (crcudactl sets it), else /etc/crcuda/plugin.conf (conf.c; what
+ * container runtimes, which run CRIU with an environment of their own, use), else the defaults:
  *   CRCUDA_DAEMON        daemon: unix socket path or HOST:PORT (default: the dumped task's own
  *                        CRCUDA_REMOTE, else its CRCUDA_SOCKET, else $CRCUDA_SOCKET, else
  *                        /tmp/crcuda-UID/crcudad.sock); token of a TCP one: CRCUDA_TOKEN /
@@ -70,6 +69,7 @@
 #include "crcuda/errno.h"
 #include "crcuda/proto.h"
 #include "crcuda/sock.h"
+#include "conf.h"
 #include "crcudactl.h" /* the export stream (cmd_export.c, built in with CRC_EXPORT_STREAM_ONLY) */
 
 /* From crcuda/log.h (common/log.c), which cannot be included beside CRIU's criu-log.h (both define
@@ -88,7 +88,6 @@ void crc_log_clear_last_error(void);
 #define PLUGIN_IMG_VERSION 1
 #define TIMEOUT_MS_DEFAULT 60000
 #define MAX_TASKS	   64
-#define PLUGIN_CONF	   "/etc/crcuda/plugin.conf"
 
 /* CRIU's own (exported by the criu binary; the cuda plugin uses them the same way). */
 extern int add_inventory_plugin(const char *name);
@@ -136,198 +135,13 @@ static struct {
 	struct crc_ctl_restore_opts r_gpus; /* CRCUDA_GPU (crcudactl restore --gpu): gpu, gpus, ngpus */
 } P;
 
-/* ---- configuration ------------------------------------------------------------------------------------ */
-
-static bool valid_number(const char *v)
-{
-	char *end;
-
-	errno = 0;
-	return strtol(v, &end, 10) > 0 && !*end && !errno;
-}
-static bool valid_state(const char *v)
-{
-	return !strcmp(v, "store") || !strcmp(v, "images");
-}
-static bool valid_01(const char *v)
-{
-	return !strcmp(v, "0") || !strcmp(v, "1");
-}
-static bool valid_onoff(const char *v)
-{
-	return !strcmp(v, "on") || !strcmp(v, "off");
-}
-
-/* plugin.conf's keys: each one the default of an environment variable, which wins where it is set.
- * Container runtimes run CRIU with their own environment; the file is how they configure us. */
-static const struct conf_key {
-	const char *key, *env;
-	bool (*valid)(const char *v);
-	const char *expect;
-	bool to_env; /* read by the library (common/tls.c) from the environment: put there where unset */
-} conf_keys[] = {
-    {"store", "CRCUDA_STORE", NULL, NULL, false},
-    {"daemon", "CRCUDA_DAEMON", NULL, NULL, false},
-    {"token_file", "CRCUDA_TOKEN_FILE", NULL, NULL, false},
-    {"timeout_ms", "CRCUDA_TIMEOUT_MS", valid_number, "a positive number of milliseconds", false},
-    {"state", "CRCUDA_STATE", valid_state, "store or images", false},
-    {"store_sync", "CRCUDA_STORE_SYNC", valid_01, "0 or 1", false},
-    {"gpu", "CRCUDA_GPU", NULL, NULL, false},
-    {"report", "CRCUDA_PLUGIN_REPORT", NULL, NULL, false},
-    {"plugin", "CRCUDA_PLUGIN", valid_onoff, "on or off", false},
-    {"insecure", "CRCUDA_INSECURE", valid_01, "0 or 1", true},
-    {"tls_ca", "CRCUDA_TLS_CA", NULL, NULL, true},
-    {"tls_cert", "CRCUDA_TLS_CERT", NULL, NULL, true},
-    {"tls_key", "CRCUDA_TLS_KEY", NULL, NULL, true},
-};
-#define NCONF (sizeof(conf_keys) / sizeof(conf_keys[0]))
-static char *conf_values[NCONF]; /* what the file says, or NULL */
-static char conf_path[PATH_MAX];
-
-/* The environment's value of a configured variable, else the file's (NULL: neither). */
-static const char *cfg(const char *env)
-{
-	const char *v = getenv(env);
-
-	if (v && *v)
-		return v;
-	for (size_t i = 0; i < NCONF; i++)
-		if (!strcmp(conf_keys[i].env, env))
-			return conf_values[i];
-	return NULL;
-}
-
-/* The value plugin.conf gives env, or NULL. */
-static const char *cfg_file(const char *env)
-{
-	for (size_t i = 0; i < NCONF; i++)
-		if (!strcmp(conf_keys[i].env, env))
-			return conf_values[i];
-	return NULL;
-}
-
-static char *trim(char *p)
-{
-	char *end;
-
-	while (isspace((unsigned char)*p))
-		p++;
-	end = p + strlen(p);
-	while (end > p && isspace((unsigned char)end[-1]))
-		*--end = 0;
-	return p;
-}
-
-static void conf_clear(void)
-{
-	for (size_t i = 0; i < NCONF; i++) {
-		free(conf_values[i]);
-		conf_values[i] = NULL;
-	}
-}
-
-/* Reads CRCUDA_PLUGIN_CONF, else /etc/crcuda/plugin.conf: "key = value" lines, '#' comments and blank
- * lines; a later line wins over an earlier one. No file: the defaults. A line that is not one of
- * these fails with one line naming the file and the line (nothing of the file is used then). */
-static int conf_load(char *why, size_t len)
-{
-	const char *env = getenv("CRCUDA_PLUGIN_CONF");
-	char line[PATH_MAX + 64];
-	unsigned lineno = 0;
-	int rc = 0;
-	FILE *f;
-
-	conf_clear();
-	snprintf(conf_path, sizeof(conf_path), "%s", env && *env ? env : PLUGIN_CONF);
-	f = fopen(conf_path, "re");
-	if (!f) {
-		if (errno == ENOENT)
-			return 0;
-		snprintf(why, len, "%s: %s", conf_path, strerror(errno));
-		return -1;
-	}
-	while (!rc && fgets(line, sizeof(line), f)) {
-		size_t n = strlen(line);
-		const struct conf_key *k = NULL;
-		char *key, *val, *eq;
-
-		lineno++;
-		if (n && line[n - 1] == '\n')
-			line[--n] = 0;
-		else if (!feof(f)) {
-			snprintf(why, len, "%s:%u: line too long", conf_path, lineno);
-			rc = -1;
-			break;
-		}
-		key = trim(line);
-		if (!*key || *key == '#')
-			continue;
-		if (!(eq = strchr(key, '='))) {
-			snprintf(why, len, "%s:%u: expected key = value, found '%.80s'", conf_path, lineno,
-				 key);
-			rc = -1;
-			break;
-		}
-		*eq = 0;
-		val = trim(eq + 1);
-		key = trim(key);
-		for (size_t i = 0; i < NCONF && !k; i++)
-			if (!strcmp(conf_keys[i].key, key))
-				k = &conf_keys[i];
-		if (!k) {
-			char known[256] = "";
-
-			for (size_t i = 0, n = 0; i < NCONF && n < sizeof(known); i++)
-				n += (size_t)snprintf(known + n, sizeof(known) - n, "%s%s", i ? ", " : "",
-						      conf_keys[i].key);
-			snprintf(why, len, "%s:%u: unknown key '%.80s' (known: %s)", conf_path, lineno, key,
-				 known);
-			rc = -1;
-		} else if (!*val) {
-			snprintf(why, len, "%s:%u: %s has no value", conf_path, lineno, key);
-			rc = -1;
-		} else if (k->valid && !k->valid(val)) {
-			snprintf(why, len, "%s:%u: %s = '%.80s': expected %s", conf_path, lineno, key, val,
-				 k->expect);
-			rc = -1;
-		} else {
-			char **slot = &conf_values[k - conf_keys];
-
-			free(*slot);
-			if (!(*slot = strdup(val))) {
-				snprintf(why, len, "%s: out of memory", conf_path);
-				rc = -1;
-			}
-		}
-	}
-	if (!rc && ferror(f)) {
-		snprintf(why, len, "%s: %s", conf_path, strerror(errno));
-		rc = -1;
-	}
-	fclose(f);
-	if (rc) {
-		conf_clear();
-		return rc;
-	}
-	for (size_t i = 0; i < NCONF; i++) {
-		const char *v = getenv(conf_keys[i].env);
-
-		if (conf_keys[i].to_env && conf_values[i] && (!v || !*v) &&
-		    setenv(conf_keys[i].env, conf_values[i], 1)) {
-			snprintf(why, len, "%s: %s", conf_path, strerror(errno));
-			return -1;
-		}
-	}
-	return 0;
-}
-
 /* ---- helpers ------------------------------------------------------------------------------------------ */
 
 /* One line into CRCUDA_PLUGIN_REPORT (O_APPEND: the restored task and CRIU both write). */
 static void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void report(const char *fmt, ...)
 {
-	const char *path = cfg("CRCUDA_PLUGIN_REPORT");
+	const char *path = crc_plugin_cfg("CRCUDA_PLUGIN_REPORT");
 	char line[2048];
 	va_list ap;
 	int n, fd;
@@ -420,7 +234,7 @@ static int cancelled(int pid)
 
 static int env_int(const char *name, int def)
 {
-	const char *v = cfg(name);
+	const char *v = crc_plugin_cfg(name);
 	char *end;
 	long n;
 
@@ -438,7 +252,7 @@ static bool is_tcp(const char *addr)
 /* CRCUDA_TOKEN, else the first line of CRCUDA_TOKEN_FILE ("" when neither). */
 static void read_token(char *buf, size_t len)
 {
-	const char *tok = getenv("CRCUDA_TOKEN"), *file = cfg("CRCUDA_TOKEN_FILE");
+	const char *tok = getenv("CRCUDA_TOKEN"), *file = crc_plugin_cfg("CRCUDA_TOKEN_FILE");
 	ssize_t n = 0;
 	int fd;
 
@@ -604,7 +418,7 @@ static int image_read(void)
 
 static int dump_init(void)
 {
-	const char *v = cfg("CRCUDA_STORE"), *home = getenv("HOME");
+	const char *v = crc_plugin_cfg("CRCUDA_STORE"), *home = getenv("HOME");
 
 	if (v && *v)
 		snprintf(P.store, sizeof(P.store), "%s", v);
@@ -612,8 +426,8 @@ static int dump_init(void)
 		snprintf(P.store, sizeof(P.store), "%s/.local/share/crcuda/store", home);
 	read_token(P.token, sizeof(P.token));
 	P.criu_parent = getppid();
-	v = cfg("CRCUDA_STATE");
-	if (v && !valid_state(v)) {
+	v = crc_plugin_cfg("CRCUDA_STATE");
+	if (v && !crc_plugin_valid_state(v)) {
 		fail("CRCUDA_STATE='%s': expected store or images", v);
 		return -1;
 	}
@@ -625,7 +439,7 @@ static int dump_init(void)
  * task's CRCUDA_TOKEN or CRCUDA_TOKEN_FILE), else its CRCUDA_SOCKET (else the default). */
 static void dump_daemon(pid_t pid)
 {
-	const char *v = cfg("CRCUDA_DAEMON");
+	const char *v = crc_plugin_cfg("CRCUDA_DAEMON");
 	char base[PATH_MAX];
 
 	if (P.daemon[0])
@@ -1067,7 +881,7 @@ static void dump_meta(const struct task *t, const char *rel, char *buf, size_t l
  * before the commit, unless CRCUDA_STORE_SYNC=0 turns durability off for the packs too. */
 static int sync_images(void)
 {
-	const char *env = cfg("CRCUDA_STORE_SYNC");
+	const char *env = crc_plugin_cfg("CRCUDA_STORE_SYNC");
 
 	if (env && !strcmp(env, "0"))
 		return 0;
@@ -1273,8 +1087,8 @@ static int restore_init(void)
 		 * environment's, else plugin.conf's, else the dump's). */
 		for (unsigned i = 0; i < P.r_ntasks; i++)
 			if (P.r_tasks[i].export[0] && !(getenv("CRCUDA_STORE") && *getenv("CRCUDA_STORE")) &&
-			    cfg_file("CRCUDA_STORE"))
-				snprintf(P.store, sizeof(P.store), "%s", cfg_file("CRCUDA_STORE"));
+			    crc_plugin_cfg_file("CRCUDA_STORE"))
+				snprintf(P.store, sizeof(P.store), "%s", crc_plugin_cfg_file("CRCUDA_STORE"));
 	}
 	if (v && *v) {
 		uint64_t want = strtoull(v, NULL, 10);
@@ -1304,7 +1118,7 @@ static int restore_init(void)
 		}
 	}
 	P.r_gpus.gpu = -1;
-	v = cfg("CRCUDA_GPU");
+	v = crc_plugin_cfg("CRCUDA_GPU");
 	if (v && *v && strcmp(v, "-1")) {
 		char why[256];
 
@@ -1315,7 +1129,7 @@ static int restore_init(void)
 	}
 	v = getenv("CRCUDA_REMOTE");
 	if (!v || !*v)
-		v = cfg("CRCUDA_DAEMON");
+		v = crc_plugin_cfg("CRCUDA_DAEMON");
 	if (v && *v)
 		snprintf(P.daemon, sizeof(P.daemon), "%s", v);
 	else if (crc_sock_default_path(P.daemon, sizeof(P.daemon)))
@@ -1332,7 +1146,7 @@ static int restore_init(void)
 		if (P.r_tasks[i].export[0] && import_from_images(&P.r_tasks[i]))
 			return -1;
 	pr_info("restoring %u crcuda client(s) of %s on %s (gpu %s)\n", P.r_ntasks, P.store, P.daemon,
-		cfg("CRCUDA_GPU") ? cfg("CRCUDA_GPU") : "as checkpointed");
+		crc_plugin_cfg("CRCUDA_GPU") ? crc_plugin_cfg("CRCUDA_GPU") : "as checkpointed");
 	return 0;
 }
 
@@ -1387,11 +1201,11 @@ static int plugin_init(int stage)
 	P.stage = stage;
 	/* A file that says something we do not understand fails CRIU at once: guessing could dump a
 	 * client without its device state. */
-	if (conf_load(why, sizeof(why))) {
+	if (crc_plugin_conf_load(why, sizeof(why))) {
 		fail("%s", why);
 		return -1;
 	}
-	off = cfg("CRCUDA_PLUGIN");
+	off = crc_plugin_cfg("CRCUDA_PLUGIN");
 	P.timeout_ms = env_int("CRCUDA_TIMEOUT_MS", TIMEOUT_MS_DEFAULT);
 	/* pre-dump copies no device state (no incremental device dump yet): stay out of it. */
 	if ((off && !strcmp(off, "off")) || stage == CR_PLUGIN_STAGE__PRE_DUMP)
@@ -1411,7 +1225,7 @@ static void plugin_fini(int stage, int ret)
 	if (P.enabled && stage == CR_PLUGIN_STAGE__DUMP)
 		dump_fini(ret);
 	P.enabled = false;
-	conf_clear();
+	crc_plugin_conf_clear();
 }
 
 CR_PLUGIN_REGISTER(PLUGIN_NAME, plugin_init, plugin_fini)
