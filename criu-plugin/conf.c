@@ -185,4 +185,3 @@ int crc_plugin_conf_load(char *why, size_t len)
 	}
 	return 0;
 }
-

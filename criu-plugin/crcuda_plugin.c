@@ -982,8 +982,13 @@ static void dump_fini(int ret)
 				t->ckpt = id;
 				last = id;
 				committed = true;
-				if (P.state_images)
+				/* An image directory in the store (crcudactl checkpoint's) is the store's
+				 * already, with the device state beside it: no second copy. */
+				if (P.state_images && rel[0] == '/')
 					export_to_images(t, id);
+				else if (P.state_images)
+					pr_info("task %d: the image directory is in the store: no export\n",
+						(int)t->pid);
 			}
 		} else if (t->checkpointed) {
 			crc_ctl_abort(P.ctl, t->pid);

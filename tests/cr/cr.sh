@@ -1076,6 +1076,10 @@ images)
 		  store = $tmp/conf-store
 		daemon=$sock
 	EOF
+	# crcudactl checkpoint's image directory is in the store, which holds the device state already:
+	# nothing exported there under state = images.
+	CRCUDA_PLUGIN_CONF=$tmp/plugin.conf checkpoint "$app" --leave-running >/dev/null
+	[ -z "$(find "$store/criu" -name 'crcuda-*.crcx')" ] || fail "a device state exported into the store's images"
 	# The environment wins over the file: the dump's store is CRCUDA_STORE's.
 	CRCUDA_PLUGIN_CONF=$tmp/plugin.conf CRCUDA_PLUGIN_REPORT=$tmp/dump.report timeout 120 "$criu" dump -t "$app" \
 		-D "$imgs" -o dump.log -v4 --libdir "$(dirname "$plugin")" 2>"$tmp/dump.err" ||
@@ -1086,7 +1090,7 @@ images)
 	[ -s "$imgs/crcuda-$app.crcx" ] || fail "no device state in the image directory: $(ls "$imgs")"
 	grep -q "^export $app crcuda-$app.crcx\$" "$imgs/crcuda.img" || fail "crcuda.img: $(cat "$imgs/crcuda.img")"
 	grep -q "^exported $app " "$tmp/dump.report" || fail "the report: $(cat "$tmp/dump.report")"
-	[ -n "$(store_ids)" ] || fail "the dump did not use CRCUDA_STORE ($store)"
+	[ "$(wc -w <<<"$(store_ids)")" = 2 ] || fail "the dump did not use CRCUDA_STORE ($store): $(store_ids)"
 	[ -e "$tmp/conf-store" ] && fail "the dump used plugin.conf's store although CRCUDA_STORE is set"
 	grep -E "Error .*crcuda" "$imgs/dump.log" && fail "the plugin logged an error"
 	echo "cr: dumped by plain criu: $(sed -n "s/^exported $app /checkpoint /p" "$tmp/dump.report"), in $imgs/crcuda-$app.crcx"

@@ -55,7 +55,7 @@ int main(void)
 	CHECK_EQ_STR(crc_plugin_cfg("CRCUDA_STORE"), "/var/lib/crcuda/store");
 	CHECK_EQ_STR(crc_plugin_cfg("CRCUDA_STATE"), "images");
 	CHECK_EQ_STR(crc_plugin_cfg("CRCUDA_DAEMON"), "/run/b.sock"); /* the later line wins */
-	CHECK_EQ_STR(crc_plugin_cfg("CRCUDA_TIMEOUT_MS"), "5000");   /* no newline at the end */
+	CHECK_EQ_STR(crc_plugin_cfg("CRCUDA_TIMEOUT_MS"), "5000");    /* no newline at the end */
 	CHECK(crc_plugin_cfg("CRCUDA_GPU") == NULL);
 	CHECK(crc_plugin_cfg("CRCUDA_NOT_A_KEY") == NULL);
 	/* The library reads TLS settings from the environment: put there. */
@@ -72,9 +72,10 @@ int main(void)
 	CHECK_EQ_STR(getenv("CRCUDA_TLS_CA"), "/env/ca.pem");
 	unsetenv("CRCUDA_STORE");
 
-	refused("store = /s\nstor = /x\n", "2: unknown key 'stor' (known: store, daemon, token_file, timeout_ms, "
-					    "state, store_sync, gpu, report, plugin, insecure, tls_ca, tls_cert, "
-					    "tls_key)");
+	refused("store = /s\nstor = /x\n",
+		"2: unknown key 'stor' (known: store, daemon, token_file, timeout_ms, "
+		"state, store_sync, gpu, report, plugin, insecure, tls_ca, tls_cert, "
+		"tls_key)");
 	refused("store = /s\n# ok\njust words\n", "3: expected key = value, found 'just words'");
 	refused("store =\n", "1: store has no value");
 	refused("state = imgs\n", "1: state = 'imgs': expected store or images");
@@ -96,6 +97,7 @@ int main(void)
 	CHECK_EQ_INT(crc_plugin_conf_load(why, sizeof(why)), -1);
 	CHECK_EQ_STR(why, "/tmp: Is a directory");
 	crc_plugin_conf_clear();
-	CHECK(crc_plugin_valid_state("store") && crc_plugin_valid_state("images") && !crc_plugin_valid_state(""));
+	CHECK(crc_plugin_valid_state("store") && crc_plugin_valid_state("images") &&
+	      !crc_plugin_valid_state(""));
 	return 0;
 }
