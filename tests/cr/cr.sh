@@ -77,7 +77,9 @@
 #                      and restored from there by a daemon of its own (in another network namespace,
 #                      where one can be made)
 #       images         plain criu dump/restore with the plugin and plugin.conf's state = images: the
-#                      device state in CRIU's image directory (crcuda-PID.crcx); the store wiped and
+#                      device state in CRIU's image directory (crcuda-PID.crcx; none for crcudactl
+#                      checkpoint's images in the store; a failed export said in one line, the
+#                      checkpoint committed all the same); the store wiped and
 #                      the daemon restarted; a truncated device state file refused in one line; the
 #                      restore imports it into plugin.conf's store (CRCUDA_STORE, which the dump
 #                      used, unset) and the program finishes exact
@@ -1080,6 +1082,19 @@ images)
 	# nothing exported there under state = images.
 	CRCUDA_PLUGIN_CONF=$tmp/plugin.conf checkpoint "$app" --leave-running >/dev/null
 	[ -z "$(find "$store/criu" -name 'crcuda-*.crcx')" ] || fail "a device state exported into the store's images"
+	# An export that fails (a directory where its file goes) is said in one line; the checkpoint stays
+	# committed in the store and crcuda.img names no export (a restore then uses the store); the
+	# program runs on (--leave-running).
+	mkdir -p "$tmp/images-lr/crcuda-$app.crcx.tmp"
+	CRCUDA_PLUGIN_CONF=$tmp/plugin.conf CRCUDA_PLUGIN_REPORT=$tmp/lr.report timeout 120 "$criu" dump -t "$app" \
+		-D "$tmp/images-lr" -o dump.log --leave-running --libdir "$(dirname "$plugin")" 2>/dev/null ||
+		fail "criu dump --leave-running: $(tail -5 "$tmp/images-lr/dump.log")"
+	grep -q "^error task $app: cannot write its device state into the image directory (crcuda-$app.crcx.tmp): Is a directory\$" \
+		"$tmp/lr.report" || fail "no clear error for a failed export: $(cat "$tmp/lr.report")"
+	grep -q "^export " "$tmp/images-lr/crcuda.img" && fail "crcuda.img names an export that failed"
+	grep -q "^ckpt [0-9]" "$tmp/images-lr/crcuda.img" || fail "the checkpoint was not committed: $(cat "$tmp/images-lr/crcuda.img")"
+	gone "$app" && fail "the program did not run on after a --leave-running dump"
+	echo "cr: a failed export: $(sed -n 's/^error //p' "$tmp/lr.report"); committed in the store all the same"
 	# The environment wins over the file: the dump's store is CRCUDA_STORE's.
 	CRCUDA_PLUGIN_CONF=$tmp/plugin.conf CRCUDA_PLUGIN_REPORT=$tmp/dump.report timeout 120 "$criu" dump -t "$app" \
 		-D "$imgs" -o dump.log -v4 --libdir "$(dirname "$plugin")" 2>"$tmp/dump.err" ||
@@ -1090,7 +1105,7 @@ images)
 	[ -s "$imgs/crcuda-$app.crcx" ] || fail "no device state in the image directory: $(ls "$imgs")"
 	grep -q "^export $app crcuda-$app.crcx\$" "$imgs/crcuda.img" || fail "crcuda.img: $(cat "$imgs/crcuda.img")"
 	grep -q "^exported $app " "$tmp/dump.report" || fail "the report: $(cat "$tmp/dump.report")"
-	[ "$(wc -w <<<"$(store_ids)")" = 2 ] || fail "the dump did not use CRCUDA_STORE ($store): $(store_ids)"
+	[ "$(wc -w <<<"$(store_ids)")" = 3 ] || fail "the dump did not use CRCUDA_STORE ($store): $(store_ids)"
 	[ -e "$tmp/conf-store" ] && fail "the dump used plugin.conf's store although CRCUDA_STORE is set"
 	grep -E "Error .*crcuda" "$imgs/dump.log" && fail "the plugin logged an error"
 	echo "cr: dumped by plain criu: $(sed -n "s/^exported $app /checkpoint /p" "$tmp/dump.report"), in $imgs/crcuda-$app.crcx"
