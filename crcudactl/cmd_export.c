@@ -114,6 +114,7 @@ static void digest(XXH3_state_t *xs, uint8_t out[16])
 	memcpy(out, c.digest, 16);
 }
 
+#ifndef CRC_EXPORT_STREAM_ONLY
 static void human(uint64_t b, char *buf, size_t len)
 {
 	if (b >= (1ull << 30))
@@ -123,6 +124,7 @@ static void human(uint64_t b, char *buf, size_t len)
 	else
 		snprintf(buf, len, "%.1f KiB", (double)b / 1024);
 }
+#endif
 
 /* Every chunk reference of the regions, sorted by hash (then position): the first entry of a hash
  * stands for it. */
@@ -381,7 +383,7 @@ static int list_images(struct export *e, const char *store)
 	size_t cap = 0;
 	DIR *d;
 
-	if (!rel || e->o->chunks_only)
+	if (!rel || e->o->chunks_only || e->o->no_images)
 		return 0;
 	snprintf(e->imgdir, sizeof(e->imgdir), "%s%s%s", rel[0] == '/' ? "" : store, rel[0] == '/' ? "" : "/",
 		 rel);
@@ -485,10 +487,10 @@ void ctl_hash_sort(struct crc_hash *v, size_t n)
 		qsort(v, n, sizeof(*v), hash_cmp);
 }
 
-/* Metadata a chunks-only export leaves out: it has no CRIU images. */
+/* Metadata an export without CRIU images leaves out (the import then makes no image directory). */
 static bool meta_left_out(const struct export *e, const char *key)
 {
-	return e->o->chunks_only && !strcmp(key, "criu.images_dir");
+	return (e->o->chunks_only || e->o->no_images) && !strcmp(key, "criu.images_dir");
 }
 
 static int write_io_err(struct export *e)
@@ -778,6 +780,8 @@ int ctl_export_fd(const char *store, uint64_t id, int fd, const struct ctl_expor
 	return rc ? -1 : 0;
 }
 
+/* The commands; the CRIU plugin builds this file with CRC_EXPORT_STREAM_ONLY for the stream alone. */
+#ifndef CRC_EXPORT_STREAM_ONLY
 static void export_usage(FILE *f)
 {
 	fprintf(f,
@@ -925,6 +929,8 @@ out:
 	export_free(&e);
 	return ret;
 }
+
+#endif /* CRC_EXPORT_STREAM_ONLY */
 
 /* ---- import ------------------------------------------------------------------------------------- */
 
@@ -1814,6 +1820,7 @@ int ctl_import_fd(const char *store, int fd, const struct ctl_import_opts *o, ui
 	return rc;
 }
 
+#ifndef CRC_EXPORT_STREAM_ONLY
 static void import_usage(FILE *f)
 {
 	fprintf(f,
@@ -1915,3 +1922,4 @@ out:
 		close(im.r.fd);
 	return ret;
 }
+#endif /* CRC_EXPORT_STREAM_ONLY */

@@ -39,6 +39,9 @@ struct ctl_export_opts {
 	/* A migration's pre-copy round: metadata, regions and chunks only (no journal, module images
 	 * or CRIU images); the checkpoint it makes cannot be restored, it carries the chunks over. */
 	bool chunks_only;
+	/* Without the CRIU images (and criu.images_dir): the CRIU plugin writes the export into the
+	 * image directory itself (state=images). */
+	bool no_images;
 	/* Chunks the reader holds already (sorted with ctl_hash_sort): named by the regions, not sent. */
 	const struct crc_hash *known;
 	size_t nknown;

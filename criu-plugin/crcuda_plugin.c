@@ -11,7 +11,8 @@
  * Restore: RESTORE_UNIX_SK, in the restored task, has a daemon replay the checkpoint and returns the
  * socket of the new session, so the task is held until replay is complete.
  *
- * Configuration (environment; crcudactl sets it, plain criu gets the defaults):
+ * Configuration: the environment (crcudactl sets it), else /etc/crcuda/plugin.conf (conf.c; what
+ * container runtimes, which run CRIU with an environment of their own, use), else the defaults:
  *   CRCUDA_DAEMON        daemon: unix socket path or HOST:PORT (default: the dumped task's own
  *                        CRCUDA_REMOTE, else its CRCUDA_SOCKET, else $CRCUDA_SOCKET, else
  *                        /tmp/crcuda-UID/crcudad.sock); token of a TCP one: CRCUDA_TOKEN /
@@ -35,6 +36,10 @@
  *                        crcudactl makes it "cancel" on SIGINT/SIGTERM; whichever comes first wins
  *                        (symlink(2) is atomic). With it set, fini commits only on "commit"; each
  *                        hook fails the dump at once on "cancel" (CRIU lets the tasks go)
+ *   CRCUDA_STATE         dump: "images" keeps the device state in CRIU's image directory as well
+ *                        (crcuda-PID.crcx, crcudactl's export stream without the CRIU images), so that
+ *                        the images alone restore it (podman container checkpoint --export); the
+ *                        restore imports it into the store. Default "store"
  *   CRCUDA_PLUGIN=off    disables the plugin */
 #include <ctype.h>
 #include <dirent.h>
@@ -64,6 +69,8 @@
 #include "crcuda/errno.h"
 #include "crcuda/proto.h"
 #include "crcuda/sock.h"
+#include "conf.h"
+#include "crcudactl.h" /* the export stream (cmd_export.c, built in with CRC_EXPORT_STREAM_ONLY) */
 
 /* From crcuda/log.h (common/log.c), which cannot be included beside CRIU's criu-log.h (both define
  * pr_info and its kin). */
@@ -95,8 +102,9 @@ struct task {
 	double t_quiesce, t_quiesced, t_device; /* when its pause began, it was quiesced, copied */
 	/* A TCP client parks on a unix socket of ours instead of its connection (park_listen). */
 	char park[108];
-	int park_fd;   /* our end, -1 */
-	uint64_t ckpt; /* committed as */
+	int park_fd;	 /* our end, -1 */
+	uint64_t ckpt;	 /* committed as */
+	char export[64]; /* state=images: its device state's file in the image directory */
 };
 
 /* Restore: a task of the dump with a session, by the inode of its socket to the daemon. */
@@ -104,6 +112,7 @@ struct r_task {
 	pid_t pid;
 	uint32_t ino;
 	uint64_t ckpt;
+	char export[64]; /* its device state in the image directory (imported into the store), or "" */
 };
 
 static struct {
@@ -113,6 +122,7 @@ static struct {
 	char token[256];
 	char store[PATH_MAX];
 	int timeout_ms;
+	bool state_images;    /* dump: CRCUDA_STATE=images */
 	struct crc_ctl *ctl;  /* dump: one control connection for the whole dump */
 	bool inventory_named; /* dump: this plugin is in CRIU's inventory */
 	pid_t criu_parent;    /* dump: who ran CRIU (crcudactl, which kills the tasks after the commit) */
@@ -131,7 +141,7 @@ static struct {
 static void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void report(const char *fmt, ...)
 {
-	const char *path = getenv("CRCUDA_PLUGIN_REPORT");
+	const char *path = crc_plugin_cfg("CRCUDA_PLUGIN_REPORT");
 	char line[2048];
 	va_list ap;
 	int n, fd;
@@ -224,7 +234,7 @@ static int cancelled(int pid)
 
 static int env_int(const char *name, int def)
 {
-	const char *v = getenv(name);
+	const char *v = crc_plugin_cfg(name);
 	char *end;
 	long n;
 
@@ -242,7 +252,7 @@ static bool is_tcp(const char *addr)
 /* CRCUDA_TOKEN, else the first line of CRCUDA_TOKEN_FILE ("" when neither). */
 static void read_token(char *buf, size_t len)
 {
-	const char *tok = getenv("CRCUDA_TOKEN"), *file = getenv("CRCUDA_TOKEN_FILE");
+	const char *tok = getenv("CRCUDA_TOKEN"), *file = crc_plugin_cfg("CRCUDA_TOKEN_FILE");
 	ssize_t n = 0;
 	int fd;
 
@@ -334,6 +344,11 @@ static int image_write(uint64_t ckpt)
 			n += snprintf(buf + n, sizeof(buf) - n, "task %d %" PRIu64 " %u %" PRIu64 "\n",
 				      (int)P.tasks[i].pid, P.tasks[i].session, P.tasks[i].sk_ino,
 				      P.tasks[i].ckpt);
+	/* export PID FILE: the task's device state is in the image directory too (state=images). */
+	for (unsigned i = 0; i < P.ntasks && n < (int)sizeof(buf) - 128; i++)
+		if (P.tasks[i].sk_ino && P.tasks[i].export[0])
+			n += snprintf(buf + n, sizeof(buf) - n, "export %d %s\n", (int)P.tasks[i].pid,
+				      P.tasks[i].export);
 	/* Replaced whole (rename) so that a reader never sees half of it. */
 	fd = openat(dir, PLUGIN_IMG ".tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0 || write(fd, buf, (size_t)n) != n || fsync(fd) || close(fd) ||
@@ -363,7 +378,7 @@ static int image_read(void)
 	while (fgets(line, sizeof(line), f)) {
 		unsigned long long a, b;
 		unsigned ino;
-		int pid;
+		int pid, name = 0;
 
 		line[strcspn(line, "\n")] = 0;
 		if (!strncmp(line, "store ", 6) && !P.store[0] && strlen(line + 6) < sizeof(P.store))
@@ -380,6 +395,19 @@ static int image_read(void)
 			if (sscanf(line, "task %*d %*u %*u %llu", &a) != 1)
 				a = 0;
 			P.r_tasks[P.r_ntasks++] = (struct r_task){.pid = pid, .ino = ino, .ckpt = a};
+		} else if (sscanf(line, "export %d %n", &pid, &name) == 1 && name) {
+			struct r_task *t = NULL;
+
+			for (unsigned i = 0; i < P.r_ntasks; i++)
+				if (P.r_tasks[i].pid == pid)
+					t = &P.r_tasks[i];
+			/* A plain name in the image directory, written by the dump (export_to_images). */
+			if (!t || strchr(line + name, '/') || strlen(line + name) >= sizeof(t->export)) {
+				fail("%s: a bad line '%.100s'", PLUGIN_IMG, line);
+				fclose(f);
+				return -1;
+			}
+			snprintf(t->export, sizeof(t->export), "%s", line + name);
 		}
 	}
 	fclose(f);
@@ -390,7 +418,7 @@ static int image_read(void)
 
 static int dump_init(void)
 {
-	const char *v = getenv("CRCUDA_STORE"), *home = getenv("HOME");
+	const char *v = crc_plugin_cfg("CRCUDA_STORE"), *home = getenv("HOME");
 
 	if (v && *v)
 		snprintf(P.store, sizeof(P.store), "%s", v);
@@ -398,6 +426,12 @@ static int dump_init(void)
 		snprintf(P.store, sizeof(P.store), "%s/.local/share/crcuda/store", home);
 	read_token(P.token, sizeof(P.token));
 	P.criu_parent = getppid();
+	v = crc_plugin_cfg("CRCUDA_STATE");
+	if (v && !crc_plugin_valid_state(v)) {
+		fail("CRCUDA_STATE='%s': expected store or images", v);
+		return -1;
+	}
+	P.state_images = v && !strcmp(v, "images");
 	return 0;
 }
 
@@ -405,7 +439,7 @@ static int dump_init(void)
  * task's CRCUDA_TOKEN or CRCUDA_TOKEN_FILE), else its CRCUDA_SOCKET (else the default). */
 static void dump_daemon(pid_t pid)
 {
-	const char *v = getenv("CRCUDA_DAEMON");
+	const char *v = crc_plugin_cfg("CRCUDA_DAEMON");
 	char base[PATH_MAX];
 
 	if (P.daemon[0])
@@ -519,6 +553,54 @@ static int park_accept(struct task *t, int lfd)
 	return 0;
 }
 
+/* The task's pid in its own pid namespace (the last of /proc/PID/status's NSpid), or pid. */
+static pid_t inner_pid(pid_t pid)
+{
+	char path[64], line[256];
+	pid_t inner = pid;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return pid;
+	while (fgets(line, sizeof(line), f)) {
+		char *last;
+
+		if (strncmp(line, "NSpid:", 6))
+			continue;
+		line[strcspn(line, "\n")] = 0;
+		last = strrchr(line, '\t');
+		if (last)
+			inner = (pid_t)atoi(last + 1);
+		break;
+	}
+	fclose(f);
+	return inner > 0 ? inner : pid;
+}
+
+/* A task in a pid namespace of its own that was restored there (a container with its own pid
+ * namespace, restored by its runtime) is known to the daemon by its pid inside that namespace, CRIU
+ * here by this one's. Which of the daemon's sessions with that inner pid is the task's cannot be told
+ * here (every container's first process is 1), so such a dump is refused, saying why, instead of
+ * waiting for a session and failing on the task's socket. true: refused. */
+static bool ns_pid_session(pid_t pid)
+{
+	pid_t inner = inner_pid(pid);
+
+	if (inner == pid || is_tcp(P.daemon) || !crc_task_connected_to(pid, P.daemon) ||
+	    crc_ctl_session_of(P.ctl, inner, NULL, 0, NULL))
+		return false;
+	/* A session of its own may be starting (its first CUDA call): a second for it to show up. */
+	if (crc_ctl_session_of(P.ctl, pid, P.daemon, 1000, NULL) != CRC_ENOTFOUND)
+		return false;
+	fail("task %d is connected to the daemon at %s, which knows its session by its pid in its own "
+	     "pid namespace (%d: it was restored there); checkpoint it from inside that namespace, or run "
+	     "its container with --pid=host",
+	     pid, P.daemon, (int)inner);
+	return true;
+}
+
 static int pause_devices(int pid)
 {
 	struct crc_ctl_session s;
@@ -538,7 +620,11 @@ static int pause_devices(int pid)
 	}
 	/* A task connected to the daemon whose session is still starting (its first CUDA call) is
 	 * waited for: its socket could not be dumped otherwise. */
-	rc = crc_ctl_session_of(P.ctl, pid, is_tcp(P.daemon) ? NULL : P.daemon, P.timeout_ms, &s);
+	rc = crc_ctl_session_of(P.ctl, pid, NULL, 0, &s);
+	if (rc == CRC_ENOTFOUND && ns_pid_session(pid))
+		return -1;
+	if (rc == CRC_ENOTFOUND)
+		rc = crc_ctl_session_of(P.ctl, pid, is_tcp(P.daemon) ? NULL : P.daemon, P.timeout_ms, &s);
 	if (rc && rc != CRC_ENOTFOUND) {
 		fail("listing the sessions of %s: %s", P.daemon, crc_ctl_error(P.ctl));
 		return -1;
@@ -598,9 +684,11 @@ static int checkpoint_devices(int pid)
 
 	for (unsigned i = 0; i < P.ntasks; i++)
 		group[i] = P.tasks[i].session;
-	rc = crc_ctl_checkpoint_group(P.ctl, pid, P.store,
-				      env_int("CRCUDA_CKPT_BACKGROUND", 0) == 1 ? CRC_CTL_CKPT_BACKGROUND : 0,
-				      P.ntasks > 1 ? group : NULL, P.ntasks > 1 ? P.ntasks : 0, &t->stats);
+	rc = crc_ctl_checkpoint_group(
+	    P.ctl, pid, P.store,
+	    /* state=images exports the committed checkpoint: never a background one */
+	    !P.state_images && env_int("CRCUDA_CKPT_BACKGROUND", 0) == 1 ? CRC_CTL_CKPT_BACKGROUND : 0,
+	    P.ntasks > 1 ? group : NULL, P.ntasks > 1 ? P.ntasks : 0, &t->stats);
 	t->t_device = now_s();
 	if (rc) {
 		fail("checkpoint of the device state of task %d into %s: %s%s", pid, P.store,
@@ -799,11 +887,56 @@ static void dump_meta(const struct task *t, const char *rel, char *buf, size_t l
  * before the commit, unless CRCUDA_STORE_SYNC=0 turns durability off for the packs too. */
 static int sync_images(void)
 {
-	const char *env = getenv("CRCUDA_STORE_SYNC");
+	const char *env = crc_plugin_cfg("CRCUDA_STORE_SYNC");
 
 	if (env && !strcmp(env, "0"))
 		return 0;
 	return crc_sync_dir_files(criu_get_image_dir());
+}
+
+/* state=images: checkpoint id, as crcudactl export writes it but without the CRIU images (they are
+ * here already), into the image directory as crcuda-PID.crcx, so that the images alone restore the
+ * task (podman container checkpoint --export carries the directory). Replaced whole and fsynced. The
+ * checkpoint stays in the store: where this fails, a restore finds it there. */
+static int export_to_images(struct task *t, uint64_t id)
+{
+	struct ctl_export_opts o = {.no_images = true, .flip_at = UINT64_MAX, .cut_at = UINT64_MAX};
+	struct ctl_export_result res = {0};
+	int dir = criu_get_image_dir(), fd, rc, level = crc_log_level();
+	char name[sizeof(t->export)], tmp[sizeof(name) + 8], why[1024] = "";
+	double t0 = now_s();
+
+	snprintf(name, sizeof(name), "crcuda-%d.crcx", (int)t->pid);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", name);
+	fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		fail("task %d: cannot write its device state into the image directory (%s): %s", (int)t->pid,
+		     tmp, strerror(errno));
+		return -1;
+	}
+	/* The store's own log lines stay out of CRIU's output: the reason comes back in why. */
+	crc_log_set_level(CRC_LOG_SILENT);
+	rc = ctl_export_fd(P.store, id, fd, &o, &res, why, sizeof(why));
+	crc_log_set_level(level);
+	if (!rc && fsync(fd))
+		snprintf(why, sizeof(why), "fsync: %s", strerror(errno)), rc = -1;
+	if (close(fd) && !rc)
+		snprintf(why, sizeof(why), "close: %s", strerror(errno)), rc = -1;
+	if (!rc && (renameat(dir, tmp, dir, name) || fsync(dir)))
+		snprintf(why, sizeof(why), "%s: %s", name, strerror(errno)), rc = -1;
+	if (rc) {
+		unlinkat(dir, tmp, 0);
+		fail("task %d: exporting checkpoint %" PRIu64 " into the image directory: %s (it stays in "
+		     "the store %s)",
+		     (int)t->pid, id, why, P.store);
+		return -1;
+	}
+	snprintf(t->export, sizeof(t->export), "%s", name);
+	pr_info("task %d: checkpoint %" PRIu64 " exported into the image directory as %s (%" PRIu64
+		" bytes, %" PRIu64 " chunks) in %.3f s\n",
+		(int)t->pid, id, name, res.bytes, res.chunks, now_s() - t0);
+	report("exported %d %" PRIu64 " %s bytes=%" PRIu64, (int)t->pid, id, name, res.bytes);
+	return 0;
 }
 
 static void dump_fini(int ret)
@@ -855,6 +988,13 @@ static void dump_fini(int ret)
 				t->ckpt = id;
 				last = id;
 				committed = true;
+				/* An image directory in the store (crcudactl checkpoint's) is the store's
+				 * already, with the device state beside it: no second copy. */
+				if (P.state_images && rel[0] == '/')
+					export_to_images(t, id);
+				else if (P.state_images)
+					pr_info("task %d: the image directory is in the store: no export\n",
+						(int)t->pid);
 			}
 		} else if (t->checkpointed) {
 			crc_ctl_abort(P.ctl, t->pid);
@@ -899,6 +1039,38 @@ static void dump_fini(int ret)
 
 /* ---- restore ------------------------------------------------------------------------------------------ */
 
+/* The device state the dump kept in the image directory (state=images) into the store: the task is
+ * restored from the checkpoint this makes. The import checks the whole stream before it commits. */
+static int import_from_images(struct r_task *t)
+{
+	struct ctl_import_opts o = {0};
+	int fd = openat(criu_get_image_dir(), t->export, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), rc,
+	    level = crc_log_level();
+	uint64_t id = 0, bytes = 0;
+	char why[1024] = "";
+	double t0 = now_s();
+
+	if (fd < 0) {
+		fail("task %d's device state %s is missing from the image directory: %s", (int)t->pid,
+		     t->export, strerror(errno));
+		return -1;
+	}
+	crc_log_set_level(CRC_LOG_SILENT);
+	rc = ctl_import_fd(P.store, fd, &o, &id, &bytes, why, sizeof(why));
+	crc_log_set_level(level);
+	close(fd);
+	if (rc) {
+		fail("importing task %d's device state (%s in the image directory) into the store %s: %s",
+		     (int)t->pid, t->export, P.store, why);
+		return -1;
+	}
+	pr_info("task %d: %s imported into %s as checkpoint %" PRIu64 " (%" PRIu64 " bytes) in %.3f s\n",
+		(int)t->pid, t->export, P.store, id, bytes, now_s() - t0);
+	report("imported %d %" PRIu64 " bytes=%" PRIu64, (int)t->pid, id, bytes);
+	t->ckpt = id;
+	return 0;
+}
+
 static int restore_init(void)
 {
 	const char *v;
@@ -917,6 +1089,18 @@ static int restore_init(void)
 		return -1;
 	}
 	v = getenv("CRCUDA_CKPT_ID");
+	if (v && *v) {
+		/* A checkpoint of the store: the device state in the images stays unused. */
+		for (unsigned i = 0; i < P.r_ntasks; i++)
+			P.r_tasks[i].export[0] = 0;
+	} else {
+		/* The device state comes with the images: imported into the configured store (the
+		 * environment's, else plugin.conf's, else the dump's). */
+		for (unsigned i = 0; i < P.r_ntasks; i++)
+			if (P.r_tasks[i].export[0] && !(getenv("CRCUDA_STORE") && *getenv("CRCUDA_STORE")) &&
+			    crc_plugin_cfg_file("CRCUDA_STORE"))
+				snprintf(P.store, sizeof(P.store), "%s", crc_plugin_cfg_file("CRCUDA_STORE"));
+	}
 	if (v && *v) {
 		uint64_t want = strtoull(v, NULL, 10);
 		bool member = false;
@@ -945,7 +1129,7 @@ static int restore_init(void)
 		}
 	}
 	P.r_gpus.gpu = -1;
-	v = getenv("CRCUDA_GPU");
+	v = crc_plugin_cfg("CRCUDA_GPU");
 	if (v && *v && strcmp(v, "-1")) {
 		char why[256];
 
@@ -956,7 +1140,7 @@ static int restore_init(void)
 	}
 	v = getenv("CRCUDA_REMOTE");
 	if (!v || !*v)
-		v = getenv("CRCUDA_DAEMON");
+		v = crc_plugin_cfg("CRCUDA_DAEMON");
 	if (v && *v)
 		snprintf(P.daemon, sizeof(P.daemon), "%s", v);
 	else if (crc_sock_default_path(P.daemon, sizeof(P.daemon)))
@@ -969,8 +1153,11 @@ static int restore_init(void)
 		return -1;
 	}
 	crc_ctl_close(probe);
+	for (unsigned i = 0; i < P.r_ntasks; i++)
+		if (P.r_tasks[i].export[0] && import_from_images(&P.r_tasks[i]))
+			return -1;
 	pr_info("restoring %u crcuda client(s) of %s on %s (gpu %s)\n", P.r_ntasks, P.store, P.daemon,
-		getenv("CRCUDA_GPU") ? getenv("CRCUDA_GPU") : "as checkpointed");
+		crc_plugin_cfg("CRCUDA_GPU") ? crc_plugin_cfg("CRCUDA_GPU") : "as checkpointed");
 	return 0;
 }
 
@@ -1017,11 +1204,19 @@ static int restore_unix_sk(int id)
 
 static int plugin_init(int stage)
 {
-	const char *off = getenv("CRCUDA_PLUGIN");
+	const char *off;
+	char why[PATH_MAX + 256];
 	int rc = 0;
 
 	memset(&P, 0, sizeof(P));
 	P.stage = stage;
+	/* A file that says something we do not understand fails CRIU at once: guessing could dump a
+	 * client without its device state. */
+	if (crc_plugin_conf_load(why, sizeof(why))) {
+		fail("%s", why);
+		return -1;
+	}
+	off = crc_plugin_cfg("CRCUDA_PLUGIN");
 	P.timeout_ms = env_int("CRCUDA_TIMEOUT_MS", TIMEOUT_MS_DEFAULT);
 	/* pre-dump copies no device state (no incremental device dump yet): stay out of it. */
 	if ((off && !strcmp(off, "off")) || stage == CR_PLUGIN_STAGE__PRE_DUMP)
@@ -1041,6 +1236,7 @@ static void plugin_fini(int stage, int ret)
 	if (P.enabled && stage == CR_PLUGIN_STAGE__DUMP)
 		dump_fini(ret);
 	P.enabled = false;
+	crc_plugin_conf_clear();
 }
 
 CR_PLUGIN_REGISTER(PLUGIN_NAME, plugin_init, plugin_fini)

@@ -26,6 +26,7 @@ packages+=(liblz4-dev libzstd-dev) # fatbin decompression (common/modimage.c)
 packages+=(clang libclang-rt-dev)  # the libFuzzer targets (fuzz/): clang and its sanitizer runtimes
 packages+=(libgnutls30 openssl)    # TLS of remote sessions (loaded at run time); test certificates
 packages+=(slurmctld slurmd slurm-client munge) # a single-node Slurm for tests/slurm (slurm-wlm's parts)
+packages+=(podman runc) # tests/podman: podman checkpoints through runc (Debian's crun is built without CRIU)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -76,6 +76,16 @@
 #                      checkpoint or CRIU images; the export imported from a pipe into an empty store
 #                      and restored from there by a daemon of its own (in another network namespace,
 #                      where one can be made)
+#       images         plain criu dump/restore with the plugin and plugin.conf's state = images: the
+#                      device state in CRIU's image directory (crcuda-PID.crcx; none for crcudactl
+#                      checkpoint's images in the store; a failed export said in one line, the
+#                      checkpoint committed all the same); the store wiped and
+#                      the daemon restarted; a truncated device state file refused in one line; the
+#                      restore imports it into plugin.conf's store (CRCUDA_STORE, which the dump
+#                      used, unset) and the program finishes exact
+#       images-tree    the tree case's shell and two programs dumped by plain criu with state = images
+#                      (no device state for the shell, no error for it), store wiped, daemon
+#                      restarted, one restore imports both and both finish exact
 # Needs root and CRIU (.deps/criu): exit 77 otherwise.
 # CR_PREFIX: crcudactl and crcudad of an installed tree (tests/install), which find their plugin
 # themselves; the programs are still the build tree's. CR_CRIU_FROM_PATH=1: crcudactl is not told
@@ -1053,6 +1063,131 @@ export)
 	[ -z "$ns" ] || [ "$(readlink "/proc/$pid/ns/net")" = "$(ip netns exec "$ns" readlink /proc/self/ns/net)" ] ||
 		fail "the restored process is not in $ns"
 	finish "$pid" "exported, imported into another store${ns:+ in $ns}, restored"
+	;;
+images)
+	# Plain CRIU with the plugin and plugin.conf's state = images: the device state goes into CRIU's
+	# image directory, the store is wiped (and the daemon restarted: "another node"), the restore
+	# imports it from the images into plugin.conf's store and the program finishes exact.
+	[ -n "$plugin" ] || skip "images: needs the build's plugin (plain criu --libdir)"
+	start_app images
+	imgs=$tmp/images
+	mkdir -p "$imgs"
+	cat >"$tmp/plugin.conf" <<-EOF
+		# crcuda's CRIU plugin
+		state = images
+		  store = $tmp/conf-store
+		daemon=$sock
+	EOF
+	# crcudactl checkpoint's image directory is in the store, which holds the device state already:
+	# nothing exported there under state = images.
+	CRCUDA_PLUGIN_CONF=$tmp/plugin.conf checkpoint "$app" --leave-running >/dev/null
+	[ -z "$(find "$store/criu" -name 'crcuda-*.crcx')" ] || fail "a device state exported into the store's images"
+	# An export that fails (a directory where its file goes) is said in one line; the checkpoint stays
+	# committed in the store and crcuda.img names no export (a restore then uses the store); the
+	# program runs on (--leave-running).
+	mkdir -p "$tmp/images-lr/crcuda-$app.crcx.tmp"
+	CRCUDA_PLUGIN_CONF=$tmp/plugin.conf CRCUDA_PLUGIN_REPORT=$tmp/lr.report timeout 120 "$criu" dump -t "$app" \
+		-D "$tmp/images-lr" -o dump.log --leave-running --libdir "$(dirname "$plugin")" 2>/dev/null ||
+		fail "criu dump --leave-running: $(tail -5 "$tmp/images-lr/dump.log")"
+	grep -q "^error task $app: cannot write its device state into the image directory (crcuda-$app.crcx.tmp): Is a directory\$" \
+		"$tmp/lr.report" || fail "no clear error for a failed export: $(cat "$tmp/lr.report")"
+	grep -q "^export " "$tmp/images-lr/crcuda.img" && fail "crcuda.img names an export that failed"
+	grep -q "^ckpt [0-9]" "$tmp/images-lr/crcuda.img" || fail "the checkpoint was not committed: $(cat "$tmp/images-lr/crcuda.img")"
+	gone "$app" && fail "the program did not run on after a --leave-running dump"
+	echo "cr: a failed export: $(sed -n 's/^error //p' "$tmp/lr.report"); committed in the store all the same"
+	# The environment wins over the file: the dump's store is CRCUDA_STORE's.
+	CRCUDA_PLUGIN_CONF=$tmp/plugin.conf CRCUDA_PLUGIN_REPORT=$tmp/dump.report timeout 120 "$criu" dump -t "$app" \
+		-D "$imgs" -o dump.log -v4 --libdir "$(dirname "$plugin")" 2>"$tmp/dump.err" ||
+		fail "criu dump: $(tail -5 "$imgs/dump.log")"
+	wait_for 30 gone "$app" || fail "the program still runs after the dump"
+	stat -c %s "$dir/out" >"$tmp/out.size"
+	stat -c %s "$dir/err" >"$tmp/err.size"
+	[ -s "$imgs/crcuda-$app.crcx" ] || fail "no device state in the image directory: $(ls "$imgs")"
+	grep -q "^export $app crcuda-$app.crcx\$" "$imgs/crcuda.img" || fail "crcuda.img: $(cat "$imgs/crcuda.img")"
+	grep -q "^exported $app " "$tmp/dump.report" || fail "the report: $(cat "$tmp/dump.report")"
+	[ "$(wc -w <<<"$(store_ids)")" = 3 ] || fail "the dump did not use CRCUDA_STORE ($store): $(store_ids)"
+	[ -e "$tmp/conf-store" ] && fail "the dump used plugin.conf's store although CRCUDA_STORE is set"
+	grep -E "Error .*crcuda" "$imgs/dump.log" && fail "the plugin logged an error"
+	echo "cr: dumped by plain criu: $(sed -n "s/^exported $app /checkpoint /p" "$tmp/dump.report"), in $imgs/crcuda-$app.crcx"
+	# The node's store and daemon go.
+	rm -rf "$store"
+	restart_daemon
+	# A device state file that is damaged fails the restore before any task exists, in one line.
+	cp "$imgs/crcuda-$app.crcx" "$tmp/good.crcx"
+	truncate -s $(($(stat -c %s "$tmp/good.crcx") / 2)) "$imgs/crcuda-$app.crcx"
+	truncate -s "$(cat "$tmp/out.size")" "$dir/out"
+	truncate -s "$(cat "$tmp/err.size")" "$dir/err"
+	if env -u CRCUDA_STORE CRCUDA_PLUGIN_CONF="$tmp/plugin.conf" timeout 120 "$criu" restore -D "$imgs" -d \
+		-o bad-restore.log -v4 --libdir "$(dirname "$plugin")" 2>/dev/null; then
+		fail "a restore from a truncated device state succeeded"
+	fi
+	grep -q "importing task $app's device state (crcuda-$app.crcx in the image directory) into the store $tmp/conf-store: the export is truncated" \
+		"$imgs/bad-restore.log" || fail "no clear error for a truncated device state: $(grep Error "$imgs/bad-restore.log")"
+	gone "$app" || fail "a failed restore left pid $app"
+	cp "$tmp/good.crcx" "$imgs/crcuda-$app.crcx"
+	env -u CRCUDA_STORE CRCUDA_PLUGIN_CONF="$tmp/plugin.conf" CRCUDA_PLUGIN_REPORT=$tmp/restore.report timeout 120 \
+		"$criu" restore -D "$imgs" -d --pidfile "$tmp/restored.pid" -o restore.log -v4 \
+		--libdir "$(dirname "$plugin")" 2>"$tmp/restore.err" || fail "criu restore: $(tail -5 "$imgs/restore.log")"
+	pid=$(cat "$tmp/restored.pid")
+	[ "$pid" = "$app" ] || fail "restored pid '$pid', dumped $app"
+	id2=$(sed -n "s/^imported $app \([0-9]*\) .*/\1/p" "$tmp/restore.report")
+	[ -n "$id2" ] || fail "nothing imported: $(cat "$tmp/restore.report")"
+	CRCUDA_STORE=$tmp/conf-store "$ctl" inspect "$id2" | grep -q "crcuda.imported_from = " ||
+		fail "checkpoint $id2 of plugin.conf's store is not the imported one"
+	echo "cr: restored by plain criu from the images alone (imported into plugin.conf's store as checkpoint $id2)"
+	finish "$pid" "device state in CRIU's images, store wiped, restored"
+	;;
+images-tree)
+	# The tree case's shell and its two programs, dumped by plain criu with state = images (both
+	# clients' device states in the image directory), the store wiped and the daemon restarted; one
+	# criu restore imports both and restores the tree; both programs finish exact.
+	[ -n "$plugin" ] || skip "images-tree: needs the build's plugin (plain criu --libdir)"
+	dir=$tmp/tree
+	mkdir -p "$dir"
+	# shellcheck disable=SC2016
+	D=$dir setsid "$ctl" run "${run_opts[@]}" -- sh -c '
+		"$0" "$@" --ready-file "$D/ready1" --go-file "$D/go" >"$D/out1" 2>"$D/err1" &
+		"$0" "$@" --ready-file "$D/ready2" --go-file "$D/go" >"$D/out2" 2>"$D/err2" &
+		wait' "$app_bin" "${app_args[@]}" </dev/null >"$dir/out" 2>"$dir/err" &
+	parent=$!
+	disown "$parent"
+	pids+=("$parent")
+	wait_for 60 test -e "$dir/ready1" -a -e "$dir/ready2" || fail "the programs did not get ready"
+	kids=$(pgrep -P "$parent" | sort | xargs)
+	[ "$(wc -w <<<"$kids")" = 2 ] || fail "the parent has children '$kids', expected 2"
+	pids+=($kids)
+	imgs=$tmp/images
+	mkdir -p "$imgs"
+	printf 'state = images\nstore = %s\n' "$store" >"$tmp/plugin.conf"
+	CRCUDA_PLUGIN_CONF=$tmp/plugin.conf CRCUDA_PLUGIN_REPORT=$tmp/dump.report timeout 120 "$criu" dump -t "$parent" \
+		-D "$imgs" -o dump.log -v4 --libdir "$(dirname "$plugin")" 2>"$tmp/dump.err" ||
+		fail "criu dump of the tree: $(tail -5 "$imgs/dump.log")"
+	for p in $parent $kids; do wait_for 30 gone "$p" || fail "pid $p still runs after the dump"; done
+	for k in $kids; do
+		[ -s "$imgs/crcuda-$k.crcx" ] || fail "no device state of $k in the image directory: $(ls "$imgs")"
+	done
+	[ -e "$imgs/crcuda-$parent.crcx" ] && fail "a device state for the shell, which is no crcuda client"
+	grep -E "Error .*crcuda" "$imgs/dump.log" && fail "the plugin logged an error (the shell is no client)"
+	for f in out1 out2 err1 err2 out err; do stat -c %s "$dir/$f" >"$dir/$f.size"; done
+	# Their pids (and the shell's, the programs' session and group) are free for the restore once
+	# every one is reaped: the shell by this script, the programs by PID 1.
+	for p in $parent $kids; do wait_for 60 test ! -e "/proc/$p" || fail "pid $p is not reaped"; done
+	rm -rf "$store"
+	restart_daemon
+	env -u CRCUDA_STORE CRCUDA_PLUGIN_CONF="$tmp/plugin.conf" CRCUDA_PLUGIN_REPORT=$tmp/restore.report timeout 120 \
+		"$criu" restore -D "$imgs" -d --pidfile "$tmp/restored.pid" -o restore.log -v4 \
+		--libdir "$(dirname "$plugin")" 2>"$tmp/restore.err" || fail "criu restore of the tree: $(tail -5 "$imgs/restore.log")"
+	[ "$(cat "$tmp/restored.pid")" = "$parent" ] || fail "restored pid $(cat "$tmp/restored.pid"), dumped $parent"
+	[ "$(grep -c "^imported " "$tmp/restore.report")" = 2 ] || fail "imported: $(cat "$tmp/restore.report")"
+	[ "$(pgrep -P "$parent" | sort | xargs)" = "$kids" ] || fail "restored children differ from $kids"
+	echo "cr: the tree restored by plain criu from the images alone ($(grep -c "^imported " "$tmp/restore.report") device states imported)"
+	touch "$dir/go"
+	wait_for 120 gone "$parent" || fail "the restored tree did not finish"
+	for n in 1 2; do
+		got=$(checksum "$dir/out$n")
+		[ "$got" = "$ref" ] || fail "child $n: checksum '$got', uninterrupted: $ref"
+	done
+	echo "cr: both children's checksums = uninterrupted run"
 	;;
 *)
 	echo "unknown case $case" >&2

@@ -4,7 +4,9 @@
 # Usage: run.sh [COUNTER]: COUNTER is the built counter.c (ctest passes it); without it, run.sh
 # compiles counter.c with ${CC:-cc}.
 # CRIU_SMOKE_PLUGIN_DIR: dump and restore with crcuda's plugin loaded (--libdir) and no daemon: the
-# plugin must leave a process that is no crcuda client alone, without an error in CRIU's log.
+# plugin must leave a process that is no crcuda client alone, without an error in CRIU's log (with a
+# plugin.conf that says state = images); a malformed plugin.conf fails a dump with one line naming the
+# file and the line, and the process runs on.
 # Exit 77 (skip) when not root or when CRIU is missing. CRIU: path of the criu to use (default
 # <repo>/.deps/criu/bin/criu, as scripts/build-criu.sh installs it).
 set -euo pipefail
@@ -68,6 +70,30 @@ wait_for 10 above 20 || fail "the counter does not count (last value $(last))"
 # Dump (CRIU kills the tree after a successful dump).
 plugin=()
 [ -n "${CRIU_SMOKE_PLUGIN_DIR:-}" ] && plugin=(--libdir "$CRIU_SMOKE_PLUGIN_DIR")
+# A malformed plugin.conf fails the dump with one line naming the file and the line, and the counter
+# runs on; a valid one (and no file at all: the default path is not there) leaves it alone.
+if [ ${#plugin[@]} -gt 0 ]; then
+	mkdir -p "$work/bad-images"
+	printf '# crcuda plugin\n\nstate = images\nstor = /var/lib/x\n' >"$work/bad.conf"
+	printf 'timeout_ms = soon\n' >"$work/bad2.conf"
+	for bad in "bad.conf:4: unknown key 'stor' (known: store, daemon" \
+		"bad2.conf:1: timeout_ms = 'soon': expected a positive number of milliseconds"; do
+		conf=$work/${bad%%:*}
+		if CRCUDA_PLUGIN_CONF=$conf timeout 120 "$criu" dump -t "$pid" -D "$work/bad-images" -o dump.log \
+			"${plugin[@]}" 2>"$work/bad.err"; then
+			fail "criu dump with a malformed $conf succeeded" "$work/bad-images/dump.log"
+		fi
+		[ "$(grep -c "$conf" "$work/bad-images/dump.log")" = 1 ] &&
+			grep -qF "crcuda_plugin: $work/$bad" "$work/bad-images/dump.log" ||
+			fail "no one-line error naming $work/${bad%%: *}" "$work/bad-images/dump.log"
+		echo "criu-smoke: $(grep "$conf" "$work/bad-images/dump.log" | sed 's/.*crcuda_plugin: /crcuda_plugin: /')"
+	done
+	kill -0 "$pid" 2>/dev/null || fail "the counter did not survive the refused dump"
+	seen=$(last)
+	wait_for 10 above "$seen" || fail "the counter stopped after the refused dump"
+	printf 'state = images\nstore = %s/conf-store\n' "$work" >"$work/good.conf"
+	export CRCUDA_PLUGIN_CONF=$work/good.conf
+fi
 CRCUDA_SOCKET=$work/no-daemon.sock timeout 120 "$criu" dump -t "$pid" -D "$imgs" -o dump.log -v4 "${plugin[@]}" \
 	2>"$work/dump.err" || fail "criu dump -t $pid failed" "$imgs/dump.log"
 if [ ${#plugin[@]} -gt 0 ]; then
