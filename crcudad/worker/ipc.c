@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -99,6 +100,14 @@ CUmemAllocationHandleType crc_ipc_handle_types(CUdevice dev, bool failed)
 void crc_ipc_unexport(uint64_t key)
 {
 	struct crc_ipc_msg m = {.op = CRC_IPC_DROP, .key = key};
+
+	registry_call(&m, -1, NULL);
+}
+
+/* This session lets go of what a GET of key gave it. */
+static void release_hold(uint64_t key)
+{
+	struct crc_ipc_msg m = {.op = CRC_IPC_CLOSE, .key = key};
 
 	registry_call(&m, -1, NULL);
 }
@@ -274,10 +283,8 @@ CUresult crc_ovr_cuIpcOpenMemHandle(struct crc_session *s, void *const *argv)
 
 void crc_ipc_unmap(struct crc_session *s, struct crc_alloc *a)
 {
-	struct crc_ipc_msg m = {.op = CRC_IPC_CLOSE, .key = a->ipc_key};
-
 	/* The exporter may be checkpointed once no other session holds its memory. */
-	registry_call(&m, -1, NULL);
+	release_hold(a->ipc_key);
 	CALL(cuMemUnmap, a->ptr, a->size);
 	CALL(cuMemRelease, a->handle);
 	crc_alloc_account(s, -(int64_t)a->size);
@@ -301,50 +308,182 @@ CUresult crc_ovr_cuIpcCloseMemHandle(struct crc_session *s, void *const *argv)
 	return CUDA_ERROR_INVALID_VALUE;
 }
 
-static CUresult note_event(void ***list, unsigned *n, void *ev)
-{
-	void **p;
+/* The application's CUipcEventHandle: the driver's handle of the exporter's event is kept in the
+ * front's registry under key (a memfd holding its bytes), so that a restored exporter can give the
+ * same key its new event's handle, and a restored importer open that. */
+struct ipc_event_wire {
+	char magic[8];
+	uint64_t key;
+	uint64_t session_id; /* the exporter's, for messages */
+};
+static const char ipc_event_magic[8] = "crcudaIE";
+_Static_assert(sizeof(struct ipc_event_wire) <= CU_IPC_HANDLE_SIZE, "an IPC handle holds it");
 
-	for (unsigned i = 0; i < *n; i++)
-		if ((*list)[i] == ev)
-			return CUDA_SUCCESS;
-	p = realloc(*list, (*n + 1) * sizeof(*p));
+static struct crc_ipc_event *event_in(struct crc_ipc_event *list, unsigned n, void *ev)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (list[i].ev == ev)
+			return &list[i];
+	return NULL;
+}
+
+static CUresult event_add(struct crc_ipc_event **list, unsigned *n, void *ev, uint64_t key, uint64_t exporter)
+{
+	struct crc_ipc_event *p = realloc(*list, (*n + 1) * sizeof(*p));
+
 	if (!p)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	p[(*n)++] = ev;
+	p[(*n)++] = (struct crc_ipc_event){ev, key, exporter};
 	*list = p;
 	return CUDA_SUCCESS;
+}
+
+static void event_remove(struct crc_ipc_event *list, unsigned *n, struct crc_ipc_event *e)
+{
+	*e = list[--*n];
+}
+
+/* Registers the driver's handle of ev under key. */
+static CUresult export_event(struct crc_session *s, void *ev, uint64_t key)
+{
+	struct crc_ipc_msg m = {
+	    .op = CRC_IPC_PUT, .key = key, .size = CU_IPC_HANDLE_SIZE, .session_id = s->id};
+	CUipcEventHandle h;
+	CUresult res = CALL(cuIpcGetEventHandle, &h, (CUevent)ev);
+	int fd, rc;
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	fd = memfd_create("crcuda-ipc-event", MFD_CLOEXEC);
+	if (fd < 0 || write(fd, h.reserved, sizeof(h.reserved)) != (ssize_t)sizeof(h.reserved)) {
+		if (fd >= 0)
+			close(fd);
+		return CUDA_ERROR_OPERATING_SYSTEM;
+	}
+	rc = registry_call(&m, fd, NULL);
+	close(fd);
+	if (rc == CRC_EEXIST)
+		return CUDA_ERROR_ALREADY_MAPPED;
+	return rc ? CUDA_ERROR_OPERATING_SYSTEM : CUDA_SUCCESS;
 }
 
 CUresult crc_ovr_cuIpcGetEventHandle(struct crc_session *s, void *const *argv)
 {
 	CUipcEventHandle *out = argv[0];
-	CUevent ev = *(CUevent *)argv[1];
-	CUresult res = CALL(cuIpcGetEventHandle, out, ev);
+	void *ev = *(CUevent *)argv[1];
+	struct crc_ipc_event *e = event_in(s->ipc_events_out, s->n_ipc_events_out, ev);
+	struct ipc_event_wire w = {0};
+	uint64_t key = 0;
+	CUresult res;
 
-	return res == CUDA_SUCCESS ? note_event(&s->ipc_events_out, &s->n_ipc_events_out, ev) : res;
+	if (!out)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!e) {
+		do {
+			if (getrandom(&key, sizeof(key), 0) != (ssize_t)sizeof(key))
+				return CUDA_ERROR_OPERATING_SYSTEM;
+		} while (!key);
+		/* The driver's own checks (an event made without CU_EVENT_INTERPROCESS) come first. */
+		res = export_event(s, ev, key);
+		if (res == CUDA_SUCCESS)
+			res = event_add(&s->ipc_events_out, &s->n_ipc_events_out, ev, key, s->id);
+		if (res != CUDA_SUCCESS)
+			return res;
+	} else {
+		key = e->key;
+	}
+	memcpy(w.magic, ipc_event_magic, sizeof(w.magic));
+	w.key = key;
+	w.session_id = s->id;
+	memset(out, 0, sizeof(*out));
+	memcpy(out->reserved, &w, sizeof(w));
+	return CUDA_SUCCESS;
+}
+
+/* Opens the event exported under key (its handle's bytes from the registry), waiting up to wait_s for
+ * it to appear. */
+static CUresult open_event(struct crc_session *s, uint64_t key, double wait_s, void **ev, uint64_t *exporter)
+{
+	struct crc_ipc_msg m;
+	CUipcEventHandle h;
+	double until = crc_now_s() + wait_s;
+	int fd = -1, rc;
+	CUresult res;
+
+	for (;;) {
+		m = (struct crc_ipc_msg){.op = CRC_IPC_GET, .key = key, .requester = s->id};
+		rc = registry_call(&m, -1, &fd);
+		if (rc != CRC_ENOTFOUND || crc_now_s() >= until)
+			break;
+		usleep(20000);
+	}
+	if (rc)
+		/* Its exporter is gone: natively, the handle of an event that no longer exists. */
+		return rc == CRC_ENOTFOUND ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OPERATING_SYSTEM;
+	rc = pread(fd, h.reserved, sizeof(h.reserved), 0) == (ssize_t)sizeof(h.reserved) ? 0 : -1;
+	close(fd);
+	if (rc) {
+		release_hold(key);
+		return CUDA_ERROR_OPERATING_SYSTEM;
+	}
+	res = CALL(cuIpcOpenEventHandle, (CUevent *)ev, h);
+	if (res != CUDA_SUCCESS)
+		release_hold(key);
+	*exporter = m.session_id;
+	return res;
 }
 
 CUresult crc_ovr_cuIpcOpenEventHandle(struct crc_session *s, void *const *argv)
 {
 	CUevent *out = argv[0];
 	const CUipcEventHandle *handle = argv[1];
-	CUresult res = CALL(cuIpcOpenEventHandle, out, *handle);
+	struct ipc_event_wire w;
+	uint64_t exporter;
+	CUresult res;
 
-	if (res == CUDA_SUCCESS && note_event(&s->ipc_events_in, &s->n_ipc_events_in, *out) != CUDA_SUCCESS) {
+	memcpy(&w, handle->reserved, sizeof(w));
+	if (!out || memcmp(w.magic, ipc_event_magic, sizeof(w.magic)) || !w.key)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = open_event(s, w.key, 0, (void **)out, &exporter);
+	if (res != CUDA_SUCCESS)
+		return res;
+	res = event_add(&s->ipc_events_in, &s->n_ipc_events_in, *out, w.key, exporter);
+	if (res != CUDA_SUCCESS) {
 		CALL(cuEventDestroy_v2, *out);
-		res = CUDA_ERROR_OUT_OF_MEMORY;
+		release_hold(w.key);
+		return res;
+	}
+	/* Not journaled: a replay could not open it again (a restore of the tree does, by key). */
+	s->jdrop = true;
+	return CUDA_SUCCESS;
+}
+
+static CUresult destroy_event(struct crc_session *s, void *ev)
+{
+	struct crc_ipc_event *e;
+	CUresult res = CALL(cuEventDestroy_v2, (CUevent)ev);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	if ((e = event_in(s->ipc_events_in, s->n_ipc_events_in, ev))) {
+		s->jdrop = true; /* its open was not journaled */
+		release_hold(e->key);
+		event_remove(s->ipc_events_in, &s->n_ipc_events_in, e);
+	} else if ((e = event_in(s->ipc_events_out, s->n_ipc_events_out, ev))) {
+		crc_ipc_unexport(e->key);
+		event_remove(s->ipc_events_out, &s->n_ipc_events_out, e);
 	}
 	return res;
 }
 
-/* The first of the events still live in the session, or NULL. */
-static void *live_event(struct crc_session *s, void **list, unsigned n)
+CUresult crc_ovr_cuEventDestroy(struct crc_session *s, void *const *argv)
 {
-	for (unsigned i = 0; i < n; i++)
-		if (crc_find_handle(s, CRC_HT_EVENT, list[i]))
-			return list[i];
-	return NULL;
+	return destroy_event(s, *(CUevent *)argv[0]);
+}
+
+CUresult crc_ovr_cuEventDestroy_v2(struct crc_session *s, void *const *argv)
+{
+	return destroy_event(s, *(CUevent *)argv[0]);
 }
 
 static bool in_ckpt_group(const struct crc_session *s, uint64_t session_id)
@@ -357,7 +496,6 @@ static bool in_ckpt_group(const struct crc_session *s, uint64_t session_id)
 
 int crc_ipc_ckpt_check(struct crc_session *s, char *why, size_t len)
 {
-	const char *later = "this is not supported yet; the program runs on";
 	bool exports = false;
 
 	for (struct crc_alloc *a = s->allocs; a; a = a->next) {
@@ -377,22 +515,17 @@ int crc_ipc_ckpt_check(struct crc_session *s, char *why, size_t len)
 		exports |= (a->kind == CRC_ALLOC_MEM || a->kind == CRC_ALLOC_HANDLE) && a->ipc_key &&
 			   !a->ipc_imported;
 	}
-	if (live_event(s, s->ipc_events_in, s->n_ipc_events_in)) {
-		snprintf(
-		    why, len,
-		    "checkpoint of a session that has another process's interprocess event open (session "
-		    "%llu, cuIpcOpenEventHandle): %s",
-		    (unsigned long long)s->id, later);
+	for (unsigned i = 0; i < s->n_ipc_events_in; i++) {
+		if (in_ckpt_group(s, s->ipc_events_in[i].exporter))
+			continue;
+		snprintf(why, len,
+			 "checkpoint of a session that has another process's interprocess event open "
+			 "(session %llu has session %llu's, cuIpcOpenEventHandle) that is not checkpointed "
+			 "with it: checkpoint both processes as one tree (their parent); the program runs on",
+			 (unsigned long long)s->id, (unsigned long long)s->ipc_events_in[i].exporter);
 		return -1;
 	}
-	if (live_event(s, s->ipc_events_out, s->n_ipc_events_out)) {
-		snprintf(
-		    why, len,
-		    "checkpoint of a session that exported an interprocess event other processes may have "
-		    "open (session %llu, cuIpcGetEventHandle, not destroyed): %s",
-		    (unsigned long long)s->id, later);
-		return -1;
-	}
+	exports |= s->n_ipc_events_out > 0;
 	/* Its exports, while no other session has one open (but those checkpointed with it, whose restore
 	 * opens them again): nobody may open one until the checkpoint ends (crc_ipc_thaw), or a restore
 	 * would give the exporter new memory that they do not share. */
@@ -408,7 +541,14 @@ int crc_ipc_ckpt_check(struct crc_session *s, char *why, size_t len)
 
 			for (a = s->allocs; a && !(a->ipc_key == m.key && !a->ipc_imported); a = a->next)
 				;
-			if (a && a->kind == CRC_ALLOC_HANDLE)
+			if (!a)
+				snprintf(
+				    why, len,
+				    "checkpoint of a session that exported an interprocess event a process "
+				    "not checkpointed with it has open (session %llu, cuIpcGetEventHandle): "
+				    "checkpoint both as one tree (their parent); the program runs on",
+				    (unsigned long long)s->id);
+			else if (a->kind == CRC_ALLOC_HANDLE)
 				snprintf(why, len,
 					 "checkpoint of a session that exported shareable memory a process "
 					 "not checkpointed with it has imported (session %llu, "
@@ -460,6 +600,11 @@ char *crc_ipc_describe_exports(struct crc_session *s)
 			fprintf(f, "h %llx %llx\n", (unsigned long long)a->vhandle,
 				(unsigned long long)a->ipc_key);
 	}
+	/* An interprocess event's: by the event (created again by the replay). */
+	for (unsigned i = 0; i < s->n_ipc_events_out; i++)
+		fprintf(f, "e %llx %llx\n",
+			(unsigned long long)crc_find_handle(s, CRC_HT_EVENT, s->ipc_events_out[i].ev),
+			(unsigned long long)s->ipc_events_out[i].key);
 	if (fclose(f)) {
 		free(out);
 		return NULL;
@@ -474,9 +619,9 @@ void crc_ipc_restore_exports(struct crc_session *s, const char *desc)
 		struct crc_alloc *a;
 		int used = 0;
 		CUresult res;
-		bool handle = r[0] == 'h' && r[1] == ' ';
+		bool handle = r[0] == 'h' && r[1] == ' ', event = r[0] == 'e' && r[1] == ' ';
 
-		if (handle)
+		if (handle || event)
 			r += 2;
 		if (sscanf(r, "%llx %llx%n", &addr, &key, &used) < 2 || !used || r[used] != '\n') {
 			pr_warn("session %llu: the checkpoint's list of exports is unreadable: not exported "
@@ -485,6 +630,27 @@ void crc_ipc_restore_exports(struct crc_session *s, const char *desc)
 			return;
 		}
 		r += used + 1;
+		if (event) {
+			union crc_slot ev = {0};
+			uint32_t idx = crc_vhandle_index(addr);
+
+			if (crc_vhandle_tag(addr) == CRC_HT_EVENT && idx && idx <= s->tables[CRC_HT_EVENT].n)
+				ev = s->tables[CRC_HT_EVENT].real[idx];
+			res = ev.ptr ? export_event(s, ev.ptr, key) : CUDA_ERROR_INVALID_HANDLE;
+			for (double until = crc_now_s() + 5;
+			     res == CUDA_ERROR_ALREADY_MAPPED && crc_now_s() < until;) {
+				usleep(20000);
+				res = export_event(s, ev.ptr, key);
+			}
+			if (res == CUDA_SUCCESS)
+				res = event_add(&s->ipc_events_out, &s->n_ipc_events_out, ev.ptr, key, s->id);
+			if (res != CUDA_SUCCESS)
+				pr_warn(
+				    "session %llu: the interprocess event 0x%llx is not exported again under "
+				    "its handle (CUDA error %d)",
+				    (unsigned long long)s->id, addr, (int)res);
+			continue;
+		}
 		for (a = s->allocs; a && !(handle ? a->kind == CRC_ALLOC_HANDLE && a->vhandle == addr
 						  : a->kind == CRC_ALLOC_MEM && a->ptr == addr);
 		     a = a->next)
@@ -649,6 +815,10 @@ char *crc_ipc_describe_imports(struct crc_session *s)
 
 	if (!f)
 		return NULL;
+	for (unsigned i = 0; i < s->n_ipc_events_in; i++)
+		fprintf(f, "E %llx %llx\n",
+			(unsigned long long)crc_find_handle(s, CRC_HT_EVENT, s->ipc_events_in[i].ev),
+			(unsigned long long)s->ipc_events_in[i].key);
 	for (struct crc_alloc *a = s->allocs; a; a = a->next) {
 		if (!a->ipc_imported)
 			continue;
@@ -719,6 +889,25 @@ static CUresult restore_import_handle(struct crc_session *s, uint64_t vhandle, u
 	return res;
 }
 
+/* One "E" line: the exporter's event opened again under the application's virtual handle. */
+static CUresult restore_import_event(struct crc_session *s, uint64_t vhandle, uint64_t key, double wait_s)
+{
+	uint64_t exporter;
+	void *ev;
+	CUresult res = open_event(s, key, wait_s, &ev, &exporter);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	res = event_add(&s->ipc_events_in, &s->n_ipc_events_in, ev, key, exporter);
+	if (res != CUDA_SUCCESS) {
+		CALL(cuEventDestroy_v2, (CUevent)ev);
+		release_hold(key);
+		return res;
+	}
+	crc_register_at(s, vhandle, (union crc_slot){.ptr = ev});
+	return CUDA_SUCCESS;
+}
+
 /* One "M" line: the export mapped at addr again, with the access the application gave it. */
 static CUresult restore_import_map(struct crc_session *s, uint64_t addr, uint64_t size, uint64_t offset,
 				   uint64_t key, unsigned long long access, double wait_s)
@@ -782,6 +971,8 @@ int crc_ipc_restore_imports(struct crc_session *s, const char *desc, double wait
 
 			if (kind == 'H')
 				n = sscanf(r, "H %llx %llx %d%n", &v[0], &v[1], &refs, &used) == 3;
+			else if (kind == 'E')
+				n = sscanf(r, "E %llx %llx%n", &v[0], &v[1], &used) == 2;
 			else if (kind == 'M')
 				n = sscanf(r, "M %llx %llx %llx %llx %llx%n", &v[0], &v[1], &v[2], &v[3],
 					   &v[4], &used) == 5;
@@ -797,13 +988,16 @@ int crc_ipc_restore_imports(struct crc_session *s, const char *desc, double wait
 			r += used + 1;
 			if (kind == 'H' && pass == 0)
 				res = restore_import_handle(s, v[0], v[1], refs, wait_s);
+			else if (kind == 'E' && pass == 0)
+				res = restore_import_event(s, v[0], v[1], wait_s);
 			else if (kind == 'M' && pass == 1)
 				res = restore_import_map(s, v[0], v[1], v[2], v[3], v[4], wait_s);
 			if (res != CUDA_SUCCESS) {
 				snprintf(why, len,
-					 "the session had another process's shareable memory (key %llx) %s, "
-					 "which %s (CUDA error %d)",
-					 v[kind == 'H' ? 1 : 3], kind == 'H' ? "imported" : "mapped",
+					 "the session had another process's %s (key %llx) %s, which %s (CUDA "
+					 "error %d)",
+					 kind == 'E' ? "interprocess event" : "shareable memory",
+					 v[kind == 'M' ? 3 : 1], kind == 'M' ? "mapped" : "open",
 					 res == CUDA_ERROR_INVALID_VALUE
 					     ? "its exporter does not export: restore the process tree "
 					       "together"

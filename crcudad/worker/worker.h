@@ -168,7 +168,12 @@ struct crc_session {
 	void *exec_app_node;		    /* the node an exec node call named, before graph.c remapped it */
 	/* Interprocess events (ipc.c): the real events this session exported a handle of, and those it
 	 * opened from another process's handle. */
-	void **ipc_events_out, **ipc_events_in;
+	/* Interprocess events it exported (cuIpcGetEventHandle) and opened (cuIpcOpenEventHandle): the
+	 * driver's event, the key of its handle in the front's registry, the exporting session. */
+	struct crc_ipc_event {
+		void *ev;
+		uint64_t key, exporter;
+	} * ipc_events_out, *ipc_events_in;
 	unsigned n_ipc_events_out, n_ipc_events_in;
 	bool ipc_frozen; /* its exports are frozen in the front's registry for a checkpoint */
 	/* The sessions checkpointed with this one (a process tree: CRC_OP_CTL_CHECKPOINT's group): IPC
@@ -420,6 +425,8 @@ int crc_dev_client(const struct crc_session *s, int dev);
 	X(cuIpcCloseMemHandle)                                                                               \
 	X(cuIpcGetEventHandle)                                                                               \
 	X(cuIpcOpenEventHandle)                                                                              \
+	X(cuEventDestroy)                                                                                    \
+	X(cuEventDestroy_v2)                                                                                 \
 	X(cuMemAllocPitch_v2)                                                                                \
 	X(cuMemFree_v2)                                                                                      \
 	X(cuMemAddressReserve)                                                                               \

@@ -9,6 +9,8 @@
 # again where it was. Each trial: checkpoint at a random instant, kill, restore, finish; the ranks'
 # checksums equal an uninterrupted run's (natively and under the layer). One trial with
 # --leave-running: the original finishes exact, then the checkpoint restores and finishes exact.
+# RING_EVENTS=1: the ranks also share interprocess events, which each checkpoint must list (a restore
+# opens them again).
 #   ring-cr.sh BUILD [TRIALS] [RANKS]      (CR_BACKEND=cuda: on the GPU, a rank per GPU where there are
 #                                           enough)
 # Needs root and CRIU (.deps/criu): exit 77 otherwise.
@@ -34,7 +36,9 @@ export CRCUDA_SIM_KERNELS=$build/tests/programs/libcrcuda_test_kernels.so
 export CRCUDA_COLLECTIVE_KERNELS=${RING_COLLECTIVES-coll_}
 unset CRCUDA_REMOTE CRCUDA_TOKEN CRCUDA_TOKEN_FILE CRCUDA_LIBDIR CRCUDAD CRCUDA_DAEMON
 backend=${CR_BACKEND:-sim}
+# RING_EVENTS=1: the ranks also share interprocess events (peer_ring --events).
 args=(--ranks "$ranks" --steps "${RING_STEPS:-2400}" --sync 4 --sleep-us "${RING_SLEEP_US:-4000}")
+[ "${RING_EVENTS:-0}" = 1 ] && args+=(--events)
 pids=()
 ok=0
 cleanup() {
@@ -95,6 +99,11 @@ for trial in $(seq "$trials"); do
 	wait_for 30 gone "$parent" || fail "trial $trial: the launcher still runs after the checkpoint"
 	[ -s "$tmp/run.out" ] && fail "trial $trial: the job had finished before its checkpoint (at ${at}s)"
 	read -r id _ <<<"$ids"
+	if [ "${RING_EVENTS:-0}" = 1 ]; then
+		"$ctl" inspect "$id" >"$tmp/inspect.out" 2>&1
+		grep -Eq '(^|= )E [0-9a-f]+ [0-9a-f]+$' "$tmp/inspect.out" && grep -Eq '(^|= )e [0-9a-f]+ [0-9a-f]+$' "$tmp/inspect.out" ||
+			fail "trial $trial: checkpoint $id lists no opened and exported interprocess event: $(grep -A3 ipc_ "$tmp/inspect.out")"
+	fi
 	truncate -s "$err_size" "$tmp/run.err"
 	timeout 180 "$ctl" restore "$id" >"$tmp/restore.out" 2>"$tmp/restore.err" ||
 		fail "trial $trial: restore of $id: $(cat "$tmp/restore.err")"

@@ -147,16 +147,16 @@ ipc)
 		grep -q "^$line\$" "$tmp/out" || fail "no line '$line'"
 	done
 	[ "$(grep -c "session [0-9]*: pid .* -> worker" "$tmp/daemon.log")" -ge 2 ] || fail "ipc did not run two sessions"
-	# B holds A's memory and event open: neither session can be checkpointed (A's restore would give it
-	# an event B no longer shares; B cannot open A's event again); both are told why and run on to the
-	# end. (Memory alone is carried, and refused only while another process has it open:
-	# tests/cr/ipc-cr.sh.)
+	# B holds A's memory and event open: neither session can be checkpointed alone (A's restore would
+	# give it an event B no longer shares; B's would open A's event again, which A's checkpoint does not
+	# follow); both are told why and run on to the end. (Memory alone is carried, and refused only while
+	# another process has it open: tests/cr/ipc-cr.sh; both checkpointed as one tree: ring-cr.sh.)
 	client -- "$prog" --hold "$tmp/hold" >"$tmp/out" 2>&1 &
 	prog_pid=$!
 	for _ in $(seq 300); do [ -s "$tmp/hold" ] && break; sleep 0.1; done
 	b=$(cat "$tmp/hold") || fail "B did not open the memory"
 	a=$(awk '/^PPid:/ {print $2}' "/proc/$b/status")
-	for who in "$b:has another process's interprocess event open" "$a:exported an interprocess event other processes may have open"; do
+	for who in "$b:has another process's interprocess event open" "$a:exported an interprocess event a process not checkpointed with it has open"; do
 		pid=${who%%:*}
 		"$ctl" "$CRCUDA_SOCKET" quiesce "$pid" || fail "quiesce of $pid"
 		"$ctl" "$CRCUDA_SOCKET" checkpoint "$pid" "$tmp/store" >"$tmp/ckpt" 2>&1 &&

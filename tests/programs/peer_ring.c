@@ -8,12 +8,16 @@
  * rank launched its kernel of step s. Every SYNC steps a rank synchronises (a loss printed), then
  * sleeps SLEEP_US.
  *
- *   peer_ring [--ranks R] [--steps N] [--words W] [--sync K] [--sleep-us U]
+ *   peer_ring [--ranks R] [--steps N] [--words W] [--sync K] [--sleep-us U] [--events]
+ *
+ * --events: each rank also passes an interprocess event (cuIpcGetEventHandle) to the next rank, records
+ * it at each sync point and waits there for the previous rank's (cuIpcOpenEventHandle).
  *
  * The parent prints "rank R: N steps, checksum X" for each rank in rank order; runs natively, under the
  * layer and after a checkpoint of the process tree at any instant print the same. Exit 0 pass, 1 fail,
  * 77 no device. With more ranks than devices, ranks share devices (a spinning kernel then waits for
  * another process's time slice). */
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -31,6 +35,7 @@ extern const unsigned char peer_ring_fatbin[];
 
 struct opts {
 	int ranks, steps, words, sync, sleep_us;
+	bool events; /* each step waits for the previous rank's interprocess event too */
 };
 
 /* This rank's memory, or the next rank's, mapped here: flag, inbox 0, inbox 1. */
@@ -62,6 +67,18 @@ static uint64_t fnv1a(const void *p, size_t n)
 	return h;
 }
 
+static bool read_all(int fd, void *buf, size_t len)
+{
+	for (size_t got = 0; got < len;) {
+		ssize_t n = read(fd, (char *)buf + got, len - got);
+
+		if (n <= 0)
+			return false;
+		got += (size_t)n;
+	}
+	return true;
+}
+
 /* A rank: to_next talks to the next rank (its descriptor comes from there), from_prev to the
  * previous one (this rank's descriptor goes there). Its result line goes to out. */
 static int run_rank(const struct opts *o, int rank, int to_next, int from_prev, int out)
@@ -73,6 +90,7 @@ static int run_rank(const struct opts *o, int rank, int to_next, int from_prev, 
 	struct ring_buf mine = {0}, next = {0};
 	size_t gran = 0, bytes = (size_t)o->words * sizeof(uint32_t);
 	CUfunction step_fn, exchange_fn;
+	CUevent my_event = NULL, prev_event = NULL;
 	CUdeviceptr data;
 	CUcontext ctx;
 	CUmodule mod;
@@ -105,6 +123,16 @@ static int run_rank(const struct opts *o, int rank, int to_next, int from_prev, 
 	CU_CHECK(cuMemImportFromShareableHandle(&next.handle, (void *)(intptr_t)fd,
 						CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
 	close(fd);
+	/* --events: this rank's interprocess event goes to the next rank, the previous rank's comes. */
+	if (o->events) {
+		CUipcEventHandle h;
+
+		CU_CHECK(cuEventCreate(&my_event, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING));
+		CU_CHECK(cuIpcGetEventHandle(&h, my_event));
+		CHECK(write(to_next, &h, sizeof(h)) == (ssize_t)sizeof(h));
+		CHECK(read_all(from_prev, &h, sizeof(h)));
+		CU_CHECK(cuIpcOpenEventHandle(&prev_event, h));
+	}
 	next.size = mine.size;
 	next.base = map_here(next.handle, next.size, dev);
 
@@ -123,6 +151,12 @@ static int run_rank(const struct opts *o, int rank, int to_next, int from_prev, 
 		CU_CHECK(cuLaunchKernel(exchange_fn, 1, 1, 1, 256, 1, 1, 0, NULL, exchange_args, NULL));
 		if ((s + 1) % o->sync == 0) {
 			CU_CHECK(cuStreamSynchronize(NULL));
+			/* Only here: the previous rank's last record is at most of this sync point (its
+			 * next one waits for exchanges of ours not launched yet), so the wait ends. */
+			if (o->events) {
+				CU_CHECK(cuEventRecord(my_event, NULL));
+				CU_CHECK(cuStreamWaitEvent(NULL, prev_event, 0));
+			}
 			if (o->sleep_us)
 				usleep((useconds_t)o->sleep_us);
 		}
@@ -135,6 +169,10 @@ static int run_rank(const struct opts *o, int rank, int to_next, int from_prev, 
 	CHECK(write(out, line, strlen(line)) == (ssize_t)strlen(line));
 	free(host);
 	CU_CHECK(cuMemFree(data));
+	if (o->events) {
+		CU_CHECK(cuEventDestroy(prev_event));
+		CU_CHECK(cuEventDestroy(my_event));
+	}
 	CU_CHECK(cuMemUnmap(next.base, next.size));
 	CU_CHECK(cuMemAddressFree(next.base, next.size));
 	CU_CHECK(cuMemRelease(next.handle));
@@ -180,9 +218,11 @@ int main(int argc, char **argv)
 			o.sync = opt_int(argc, argv, &i, 1, 1 << 24);
 		else if (!strcmp(argv[i], "--sleep-us"))
 			o.sleep_us = opt_int(argc, argv, &i, 0, 10000000);
+		else if (!strcmp(argv[i], "--events"))
+			o.events = true;
 		else {
 			fprintf(stderr, "usage: peer_ring [--ranks R] [--steps N] [--words W] [--sync K] "
-					"[--sleep-us U]\n");
+					"[--sleep-us U] [--events]\n");
 			return 2;
 		}
 	}
