@@ -4,8 +4,8 @@
  * registry (link.h): cuIpcGetMemHandle exports the allocation as a POSIX descriptor
  * (cuMemExportToShareableHandle) and gives it to the front under a random key; cuIpcOpenMemHandle in
  * another session's worker gets the descriptor by key, imports it and maps it in that session's own VA
- * range, where the application's pointer is a device pointer like any other. Event handles are the
- * backend's own (an interprocess event's handle is valid in any process of the host). VMM memory's
+ * range, where the application's pointer is a device pointer like any other. Event handles name a key
+ * too, under which the front keeps the driver's handle of the event. VMM memory's
  * shareable handles (POSIX descriptors) go the same way: the application's descriptor is a sealed
  * memfd that names the export's key (libcrcuda/hooks_ipc.c), imported as a handle of the backend's.
  * An export lives while the exporter holds the memory (cuMemFree, the last cuMemRelease): an importer
@@ -15,14 +15,15 @@
  * A session that has another session's IPC memory open (cuIpcOpenMemHandle) is checkpointed without
  * it (the memory is the exporter's) and its restore opens the export again at the same address
  * (crc_ipc_describe, crc_ipc_restore), so the restored program shares the exporter's memory as it is
- * then, as if it had only paused; a restore where the exporter is gone fails, saying so. A session
- * that exported cuMemAlloc memory is checkpointed once no other session has it open (the front counts
- * opens): its exports are frozen meanwhile (another session's open waits for the checkpoint's end),
- * and a restore exports the memory again under the same keys, so handles given out before open the
- * restored memory. A checkpoint is refused with the reason (crc_ipc_ckpt_check) while another session
- * has its exported memory open (a restore would give it new memory the other does not share), while it
- * holds or exported an interprocess event, or holds or exported VMM shareable memory (their opens are
- * not counted: an import is held until its session ends). */
+ * then, as if it had only paused; a restore where the exporter is gone fails, saying so. An exporter
+ * (cuIpcGetMemHandle, a shareable handle, an interprocess event) is checkpointed once no session
+ * outside its checkpoint's group holds one of its exports (the front counts GETs until CLOSE or the
+ * holder's end): its exports are frozen meanwhile (another session's open waits for the checkpoint's
+ * end), and a restore exports them again under the same keys, so handles given out before name the
+ * restored memory and events. The group is the sessions of one CRIU dump (a process tree): VMM memory
+ * imported from a shareable handle and events opened from a session of the group are described
+ * (crc_ipc_describe_imports) and imported, mapped and opened again once the peer's restore exported
+ * them (restore waits for it); from a session outside the group they refuse the checkpoint, saying why. */
 #define LOG_PREFIX "crcudad: "
 #include <errno.h>
 #include <pthread.h>
