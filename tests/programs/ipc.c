@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "cuda_test.h"
-#include "fdpass.h"
+#include "ipc_share.h"
 
 extern const unsigned char memset_fatbin[];
 
@@ -105,19 +105,6 @@ static int check_words(const uint32_t *got, uint32_t (*want)(uint32_t), uint32_t
 		}
 	}
 	return 0;
-}
-
-/* VMM: a reservation of size bytes with h mapped and made accessible on device 0. */
-static CUdeviceptr vmm_map(CUmemGenericAllocationHandle h, size_t size)
-{
-	CUmemAccessDesc access = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
-				  .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-	CUdeviceptr p;
-
-	CU_CHECK(cuMemAddressReserve(&p, size, 0, 0, 0));
-	CU_CHECK(cuMemMap(p, size, 0, h, 0));
-	CU_CHECK(cuMemSetAccess(p, size, &access, 1));
-	return p;
 }
 
 static void vmm_unmap(CUdeviceptr p, size_t size)
@@ -210,7 +197,7 @@ static int exporter(int to_b, int from_b, int fd_sock, pid_t b)
 		CUresult r;
 
 		CU_CHECK(cuMemCreate(&vh, size, &prop, 0));
-		vp = vmm_map(vh, size);
+		vp = vmm_map_on(vh, size, 0);
 		for (uint32_t i = 0; i < WORDS; i++)
 			host[i] = pattern_b(i) ^ 0x5a5a5a5au;
 		CU_CHECK(cuMemcpyHtoD(vp, host, WORDS * 4));
@@ -423,7 +410,7 @@ static int importer(int to_a, int from_a, int fd_sock, const char *hold_file, co
 		CU_CHECK(cuMemImportFromShareableHandle(&vh, (void *)(intptr_t)fd,
 							CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
 		close(fd);
-		vp = vmm_map(vh, size);
+		vp = vmm_map_on(vh, size, 0);
 		CU_CHECK(cuMemcpyDtoH(host, vp, WORDS * 4));
 		for (uint32_t i = 0; i < WORDS; i++)
 			if (host[i] != (pattern_b(i) ^ 0x5a5a5a5au)) {

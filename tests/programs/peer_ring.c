@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "cuda_test.h"
-#include "fdpass.h"
+#include "ipc_share.h"
 
 extern const unsigned char peer_ring_fatbin[];
 
@@ -44,18 +44,6 @@ struct ring_buf {
 	size_t size;
 	CUmemGenericAllocationHandle handle;
 };
-
-static CUdeviceptr map_here(CUmemGenericAllocationHandle h, size_t size, CUdevice dev)
-{
-	CUmemAccessDesc access = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev},
-				  .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-	CUdeviceptr p;
-
-	CU_CHECK(cuMemAddressReserve(&p, size, 0, 0, 0));
-	CU_CHECK(cuMemMap(p, size, 0, h, 0));
-	CU_CHECK(cuMemSetAccess(p, size, &access, 1));
-	return p;
-}
 
 static uint64_t fnv1a(const void *p, size_t n)
 {
@@ -112,7 +100,7 @@ static int run_rank(const struct opts *o, int rank, int to_next, int from_prev, 
 	CU_CHECK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
 	mine.size = (FLAG_BYTES + 2 * bytes + gran - 1) / gran * gran;
 	CU_CHECK(cuMemCreate(&mine.handle, mine.size, &prop, 0));
-	mine.base = map_here(mine.handle, mine.size, dev);
+	mine.base = vmm_map_on(mine.handle, mine.size, dev);
 	/* Zeroed before the previous rank gets it: its first write must not be wiped. */
 	CU_CHECK(cuMemsetD8(mine.base, 0, mine.size));
 	CU_CHECK(cuCtxSynchronize());
@@ -134,7 +122,7 @@ static int run_rank(const struct opts *o, int rank, int to_next, int from_prev, 
 		CU_CHECK(cuIpcOpenEventHandle(&prev_event, h));
 	}
 	next.size = mine.size;
-	next.base = map_here(next.handle, next.size, dev);
+	next.base = vmm_map_on(next.handle, next.size, dev);
 
 	CU_CHECK(cuMemAlloc(&data, bytes));
 	CU_CHECK(cuMemsetD32(data, 0x9e3779b9u ^ (unsigned)rank, (size_t)o->words));

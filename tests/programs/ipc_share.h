@@ -1,12 +1,15 @@
-/* Descriptors passed between the processes of a test program over a unix socket (SCM_RIGHTS), as
- * NCCL and simpleIPC pass shareable handles. Exit 1 on failure: the callers are tests. */
-#ifndef CRCUDA_TESTS_FDPASS_H
-#define CRCUDA_TESTS_FDPASS_H
+/* What the IPC test programs share: descriptors passed between processes over a unix socket
+ * (SCM_RIGHTS), as NCCL and simpleIPC pass shareable handles, and VMM memory mapped where a device can
+ * reach it. Exit 1 on failure: the callers are tests. */
+#ifndef CRCUDA_TESTS_IPC_SHARE_H
+#define CRCUDA_TESTS_IPC_SHARE_H
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+
+#include "cuda_test.h"
 
 static inline void fdpass_send(int sock, int fd, const char *who)
 {
@@ -50,6 +53,19 @@ static inline int fdpass_recv(int sock, const char *who)
 	}
 	memcpy(&fd, CMSG_DATA(c), sizeof(int));
 	return fd;
+}
+
+/* A reservation of size bytes with h mapped and made readable and writable by device dev. */
+static inline CUdeviceptr vmm_map_on(CUmemGenericAllocationHandle h, size_t size, CUdevice dev)
+{
+	CUmemAccessDesc access = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev},
+				  .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	CUdeviceptr p;
+
+	CU_CHECK(cuMemAddressReserve(&p, size, 0, 0, 0));
+	CU_CHECK(cuMemMap(p, size, 0, h, 0));
+	CU_CHECK(cuMemSetAccess(p, size, &access, 1));
+	return p;
 }
 
 #endif
