@@ -115,9 +115,22 @@ static void proxy_request(struct control *c, const struct crc_msg_hdr *h, const 
 		snprintf(why, sizeof(why), "the worker (pid %d) of session %llu ended during the request: %s",
 			 (int)w->pid, (unsigned long long)w->session_id, crc_strerror(rc));
 		crc_ctl_reply_send(c->fd, h, CRC_EDAEMON, why, NULL, 0);
-	} else {
-		crc_sock_write_all(c->fd, &rh, sizeof(rh));
-		crc_sock_write_all(c->fd, reply, reply_len);
+	} else if ((crc_sock_write_all(c->fd, &rh, sizeof(rh)) ||
+		    crc_sock_write_all(c->fd, reply, reply_len)) &&
+		   h->op == CRC_OP_CTL_QUIESCE && reply_len >= sizeof(struct crc_ctl_reply) &&
+		   !((const struct crc_ctl_reply *)reply)->status) {
+		/* Quiesced after its requester went away (a drain that waited for another process's
+		 * kernel past a cancelled checkpoint): nobody knows it is stopped, so it runs on. */
+		struct crc_msg_hdr rq = {
+		    .len = (uint32_t)(sizeof(rq) + sizeof(*r)), .op = CRC_OP_CTL_RESUME, .seq = h->seq};
+
+		pr_warn("session %llu: quiesced after its requester went away: resuming it",
+			(unsigned long long)w->session_id);
+		free(reply);
+		reply = NULL;
+		if (!crc_sock_write_all(fd, &rq, sizeof(rq)) && !crc_sock_write_all(fd, r, sizeof(*r)))
+			crc_ctl_record_read(fd, &rh, &reply, &reply_len, sizeof(struct crc_ctl_reply),
+					    1u << 20);
 	}
 	free(reply);
 }
