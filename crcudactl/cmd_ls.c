@@ -248,7 +248,7 @@ int cmd_ls(int argc, char **argv, struct ctl_opts *opts)
 }
 
 /* crcudactl status PID: the state of one program's session (running, quiesced, checkpointed,
- * restoring), as NVIDIA's cuda-checkpoint --get-state tells a process's. */
+ * restoring, suspended), as NVIDIA's cuda-checkpoint --get-state tells a process's. */
 int cmd_status(int argc, char **argv, struct ctl_opts *opts)
 {
 	enum { OPT_DAEMON = 256, OPT_JSON };
@@ -262,6 +262,7 @@ int cmd_status(int argc, char **argv, struct ctl_opts *opts)
 	char daemon[PATH_MAX], *end;
 	struct crc_ctl *c = NULL;
 	struct crc_ctl_session *s = NULL;
+	struct crc_suspend_reply q;
 	unsigned n = 0;
 	long pid;
 	int ch, rc;
@@ -275,14 +276,14 @@ int cmd_status(int argc, char **argv, struct ctl_opts *opts)
 			opts->json = true;
 			break;
 		case 'h':
-			printf(
-			    "Usage: crcudactl status [--daemon ADDR] [--json] PID\n"
-			    "\n"
-			    "The state of PID's session on its daemon: running, quiesced, checkpointed or\n"
-			    "restoring, with its worker, GPUs and device memory.\n"
-			    "Exit status: 0 PID has a session, 1 it has none (or the daemon does not "
-			    "answer),\n"
-			    "2 usage error.\n");
+			printf("Usage: crcudactl status [--daemon ADDR] [--json] PID\n"
+			       "\n"
+			       "The state of PID's session on its daemon: running, quiesced, checkpointed,\n"
+			       "restoring or suspended (crcudactl suspend), with its worker, GPUs and device "
+			       "memory.\n"
+			       "Exit status: 0 PID has a session, 1 it has none (or the daemon does not "
+			       "answer),\n"
+			       "2 usage error.\n");
 			return CTL_EXIT_OK;
 		default:
 			return CTL_EXIT_USAGE;
@@ -297,6 +298,19 @@ int cmd_status(int argc, char **argv, struct ctl_opts *opts)
 	if (kill((pid_t)pid, 0) && errno == ESRCH) {
 		ctl_error("status: no process %ld", pid);
 		return CTL_EXIT_FAILURE;
+	}
+	/* Suspended: no session on the daemon; the process itself says so (crcudactl suspend). */
+	if (!ctl_suspended_query((pid_t)pid, &q)) {
+		if (opts->json)
+			ctl_json_print(json_pack("{s:i, s:s, s:I, s:I, s:I, s:s}", "pid", (int)pid, "state",
+						 "suspended", "session", (json_int_t)q.session_id,
+						 "checkpoint", (json_int_t)q.ckpt_id, "device_bytes",
+						 (json_int_t)q.device_bytes, "store", q.store));
+		else
+			printf("pid %ld: suspended (session %" PRIu64 ", no GPU worker, %.1f MiB of device "
+			       "memory saved as checkpoint %" PRIu64 " in %s)\n",
+			       pid, q.session_id, q.device_bytes / 1048576.0, q.ckpt_id, q.store);
+		return CTL_EXIT_OK;
 	}
 	rc = crc_ctl_open(daemon, NULL, &c);
 	if (!rc)

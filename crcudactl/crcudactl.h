@@ -31,6 +31,14 @@ int cmd_export(int argc, char **argv, struct ctl_opts *opts);
 int cmd_import(int argc, char **argv, struct ctl_opts *opts);
 int cmd_migrate(int argc, char **argv, struct ctl_opts *opts);
 int cmd_receive(int argc, char **argv, struct ctl_opts *opts);
+int cmd_suspend(int argc, char **argv, struct ctl_opts *opts);
+int cmd_resume(int argc, char **argv, struct ctl_opts *opts);
+
+/* ---- cmd_suspend.c ---- */
+#include <sys/types.h>
+struct crc_suspend_reply;
+/* What pid, suspended by crcudactl suspend, says of itself: 0, or -1 when it is not suspended. */
+int ctl_suspended_query(pid_t pid, struct crc_suspend_reply *r);
 
 /* ---- cmd_export.c: the export stream, also over a migration's connection ---- */
 #include <stdint.h>

@@ -177,7 +177,7 @@ static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const 
 		break;
 	}
 	if (len < sizeof(struct crc_ctl_req) || h->op < CRC_OP_CTL_QUIESCE ||
-	    (h->op > CRC_OP_CTL_RESUME && h->op != CRC_OP_CTL_COMMIT_WAIT)) {
+	    (h->op > CRC_OP_CTL_RESUME && h->op != CRC_OP_CTL_COMMIT_WAIT && h->op != CRC_OP_CTL_SUSPEND)) {
 		crc_ctl_reply_send(c->fd, h, CRC_EINVAL, "malformed control request", NULL, 0);
 		return true;
 	}

@@ -248,6 +248,7 @@ struct crc_session {
 	uint8_t ticket[32];	 /* a detached client's proof when it takes the session back */
 	bool acked;		 /* the client acknowledged the quiesce request */
 	bool detached;		 /* its TCP connection is closed; fd -1 until it takes the session back */
+	bool suspended;		 /* crcudactl suspend: the session ends, its client waits for a resume */
 	double reclaim_by;	 /* detached and resumed: ends unless taken back by then (CLOCK_MONOTONIC) */
 	int reclaim_fd;		 /* a new connection of the client, for the session thread to take (-1) */
 	const void *quiesced_by; /* the control connection of a park quiesce (resumed if it drops) */

@@ -82,6 +82,8 @@ enum crc_ctl_op {
 	CRC_OP_CTL_RESUME,			  /* struct crc_ctl_req */
 	CRC_OP_CTL_RESTORE,			  /* crc_ctl_restore_wire + store dir; see ctl.h */
 	CRC_OP_CTL_COMMIT_WAIT,			  /* struct crc_ctl_req; reply: u64 id */
+	CRC_OP_CTL_SUSPEND, /* crc_ctl_req + u64 checkpoint id + store dir: the worker ends (see
+			       struct crc_session_ctl's suspend fields) */
 	/* TLS: instead of a reply, the connection goes to a worker (a restore): the reply's data is the
 	 * key (CRC_TLS_KEY_LEN bytes) of the handshake the client makes next, on the same socket, with that
 	 * worker; the real reply follows in that session. */
@@ -158,15 +160,44 @@ struct crc_hello_reply {
  *    0 and the ring is empty (Dekker: either the client saw the request or the daemon sees busy).
  *  - A parked client waits on wake_seq (futex, with timeouts) and polls its socket for a struct
  *    crc_sock_notice: RESUME (same rings) or REBIND (a restored session: new rings memfd attached). */
+#define CRC_SUSPEND_STORE_MAX 2048
 struct crc_session_ctl {
 	_Alignas(64) _Atomic uint32_t quiesce_req; /* daemon: 1 while the session must stop */
 	_Alignas(64) _Atomic uint32_t client_busy; /* client: 1 while a call holds the channel */
 	_Atomic uint32_t parked;		   /* client: 1 while a thread is parked */
 	_Alignas(64) _Atomic uint32_t wake_seq;	   /* futex: bumped by the daemon on resume */
 	uint32_t magic;
+	/* Suspend (crcudactl suspend): with the session quiesced and checkpointed into the store, the
+	 * worker fills these, sets suspended and ends. The parked client, seeing its socket close with
+	 * suspended set, waits at CRC_SUSPEND_SOCK for crcudactl resume instead of failing. */
+	_Atomic uint32_t suspended;
+	uint64_t suspend_ckpt;	/* the checkpoint holding the session */
+	uint64_t suspend_bytes; /* device memory it saved */
+	char suspend_store[CRC_SUSPEND_STORE_MAX];
 };
 #define CRC_SESSION_CTL_MAGIC 0x4c544353u /* "SCTL" */
 #define CRC_SESSION_CTL_SIZE  4096u
+_Static_assert(sizeof(struct crc_session_ctl) <= CRC_SESSION_CTL_SIZE, "one page");
+
+/* A suspended client listens on this abstract unix socket (its pid, as it sees it), accepting only its
+ * own uid or root, until its session is resumed or the daemon it was suspended from goes away (it
+ * keeps a control connection to it open: its end fails the application's calls, as a lost daemon
+ * does). One struct crc_suspend_req, one struct crc_suspend_reply. RESUME carries, attached, a socket
+ * to the resumed session (crc_ctl_restore's client socket, its REBIND notice queued): the client puts
+ * it in place of its old one, rebinds, and answers how that went. */
+#define CRC_SUSPEND_SOCK_FMT "crcuda-suspended-%d"
+enum crc_suspend_op { CRC_SUSPEND_QUERY = 1, CRC_SUSPEND_RESUME };
+struct crc_suspend_req {
+	uint32_t magic; /* CRC_PROTO_MAGIC */
+	uint32_t op;	/* enum crc_suspend_op */
+};
+struct crc_suspend_reply {
+	uint32_t magic;	     /* CRC_PROTO_MAGIC */
+	int32_t status;	     /* RESUME: 0 rebound, else why not (the application's calls then fail) */
+	uint64_t session_id; /* the suspended session */
+	uint64_t ckpt_id, device_bytes;
+	char store[CRC_SUSPEND_STORE_MAX];
+};
 
 /* Host functions (graph host nodes, cuLaunchHostFunc) run in the application, which the daemon's
  * driver cannot call: the client shares this page (its own memfd, CRC_OP_HOSTFN_REGISTER, again after
