@@ -142,8 +142,10 @@ int cmd_suspend(int argc, char **argv, struct ctl_opts *opts)
 {
 	enum { OPT_DAEMON = 256, OPT_JSON, OPT_TIMEOUT, OPT_PROGRESS };
 	static const struct option longopts[] = {
-	    {"store", required_argument, NULL, 's'},	  {"daemon", required_argument, NULL, OPT_DAEMON},
-	    {"timeout", required_argument, NULL, OPT_TIMEOUT}, {"json", no_argument, NULL, OPT_JSON},
+	    {"store", required_argument, NULL, 's'},
+	    {"daemon", required_argument, NULL, OPT_DAEMON},
+	    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+	    {"json", no_argument, NULL, OPT_JSON},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -184,7 +186,8 @@ int cmd_suspend(int argc, char **argv, struct ctl_opts *opts)
 	}
 	if (parse_pid("suspend", argc, argv, &pid))
 		return optind != argc - 1 ? CTL_EXIT_USAGE : CTL_EXIT_FAILURE;
-	if (ctl_store_dir(store_arg, store, sizeof(store)) || ctl_daemon_addr(daemon_arg, daemon, sizeof(daemon)))
+	if (ctl_store_dir(store_arg, store, sizeof(store)) ||
+	    ctl_daemon_addr(daemon_arg, daemon, sizeof(daemon)))
 		return CTL_EXIT_USAGE;
 	if (!ctl_suspended_query(pid, &q)) {
 		ctl_error("suspend: pid %d is suspended already (checkpoint %" PRIu64
@@ -194,9 +197,10 @@ int cmd_suspend(int argc, char **argv, struct ctl_opts *opts)
 	}
 	rc = crc_ctl_find_pid(daemon, pid, 0, &sess);
 	if (rc == CRC_ENOTFOUND) {
-		ctl_error("suspend: pid %d has no session on crcudad at %s (not a crcuda program, no CUDA call "
-			  "yet, or another daemon's: --daemon)",
-			  (int)pid, daemon);
+		ctl_error(
+		    "suspend: pid %d has no session on crcudad at %s (not a crcuda program, no CUDA call "
+		    "yet, or another daemon's: --daemon)",
+		    (int)pid, daemon);
 		return CTL_EXIT_FAILURE;
 	}
 	if (rc) {
@@ -204,8 +208,9 @@ int cmd_suspend(int argc, char **argv, struct ctl_opts *opts)
 		return CTL_EXIT_FAILURE;
 	}
 	if (sess.transport == CRC_TRANSPORT_TCP) {
-		ctl_error("suspend: pid %d uses a remote GPU (TCP session): suspend serves local sessions only",
-			  (int)pid);
+		ctl_error(
+		    "suspend: pid %d uses a remote GPU (TCP session): suspend serves local sessions only",
+		    (int)pid);
 		return CTL_EXIT_FAILURE;
 	}
 	if (sess.state != CRC_CTL_RUNNING) {
@@ -242,7 +247,8 @@ int cmd_suspend(int argc, char **argv, struct ctl_opts *opts)
 	}
 	rc = crc_ctl_checkpoint(c, pid, store, &st);
 	if (rc) {
-		ctl_error("suspend: saving the device memory of pid %d failed: %s", (int)pid, crc_ctl_error(c));
+		ctl_error("suspend: saving the device memory of pid %d failed: %s", (int)pid,
+			  crc_ctl_error(c));
 		goto fail_resume;
 	}
 	{
@@ -283,10 +289,11 @@ int cmd_suspend(int argc, char **argv, struct ctl_opts *opts)
 	else
 		printf("pid %d suspended: %.1f MiB of device memory saved as checkpoint %" PRIu64
 		       " in %s (%.2f s); its GPU worker %d ended\n",
-		       (int)pid, st.device_bytes / 1048576.0, id, store, ctl_now() - t0, (int)sess.worker_pid);
+		       (int)pid, st.device_bytes / 1048576.0, id, store, ctl_now() - t0,
+		       (int)sess.worker_pid);
 	return CTL_EXIT_OK;
 
-fail_drop: {
+fail_drop : {
 	struct crc_store *s;
 
 	if (!crc_store_open(store, 0, &s)) {
@@ -306,10 +313,13 @@ int cmd_resume(int argc, char **argv, struct ctl_opts *opts)
 {
 	enum { OPT_DAEMON = 256, OPT_JSON, OPT_TIMEOUT, OPT_GPU, OPT_KEEP, OPT_PROGRESS };
 	static const struct option longopts[] = {
-	    {"daemon", required_argument, NULL, OPT_DAEMON}, {"gpu", required_argument, NULL, OPT_GPU},
-	    {"timeout", required_argument, NULL, OPT_TIMEOUT}, {"keep", no_argument, NULL, OPT_KEEP},
+	    {"daemon", required_argument, NULL, OPT_DAEMON},
+	    {"gpu", required_argument, NULL, OPT_GPU},
+	    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+	    {"keep", no_argument, NULL, OPT_KEEP},
 	    {"json", no_argument, NULL, OPT_JSON},
-	    {"help", no_argument, NULL, 'h'},		     {NULL, 0, NULL, 0},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 	const char *daemon_arg = NULL;
 	char daemon[PATH_MAX], err[256];
@@ -363,9 +373,11 @@ int cmd_resume(int argc, char **argv, struct ctl_opts *opts)
 		rc = crc_ctl_find_pid(daemon, pid, 0, &sess);
 		if (!rc)
 			ctl_error("resume: pid %d is not suspended (its session %" PRIu64 " is %s)", (int)pid,
-				  sess.session_id, sess.state == CRC_CTL_RUNNING ? "running" : "being checkpointed");
+				  sess.session_id,
+				  sess.state == CRC_CTL_RUNNING ? "running" : "being checkpointed");
 		else
-			ctl_error("resume: pid %d is not suspended (not a crcuda program, or none of crcudad at %s)",
+			ctl_error("resume: pid %d is not suspended (not a crcuda program, or none of crcudad "
+				  "at %s)",
 				  (int)pid, daemon);
 		return CTL_EXIT_FAILURE;
 	}

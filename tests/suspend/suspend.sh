@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# crcudactl suspend/resume on the simulated device (no CRIU, no root). Each case has a daemon of its own.
+#   suspend.sh BUILD CASE
+# CASE: resume       stress_drv suspended mid-run (twice, 1 s apart): status says suspended, its GPU worker
+#                    is gone and ls lists no session for it; resumed, it finishes with an uninterrupted
+#                    run's output, bit for bit; the suspend's checkpoint is gone from the store; state_app
+#                    (--verify) the same
+#       errors       suspend of a suspended pid, resume of a running one, of a pid that is no crcuda
+#                    program, of no process: exit 1, one line each, and nothing changed (the program
+#                    still finishes exactly)
+#       daemon-gone  the daemon killed while the program is suspended: the program's CUDA call fails
+#                    within 2 s (no hang) with libcrcuda's line saying why
+set -u
+build=$1 case=$2
+ctl=$build/crcudactl/crcudactl
+st=$build/tests/stress
+progs=$build/tests/programs
+[ -x "$st/stress_drv" ] && [ -x "$progs/state_app" ] || { echo "SKIP: test programs not built"; exit 77; }
+tmp=$(mktemp -d /tmp/crcuda-suspend.XXXXXX)
+export CRCUDA_SOCKET=$tmp/d/crcudad.sock CRCUDA_STORE=$tmp/store
+export CRCUDA_SIM_KERNELS=$st/libcrcuda_stress_kernels.so:$progs/libcrcuda_test_kernels.so
+unset CRCUDA_REMOTE CRCUDA_TOKEN CRCUDA_TOKEN_FILE CRCUDA_LIBDIR CRCUDAD CRCUDA_DAEMON
+pids=()
+ok=0
+cleanup() {
+	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+	for p in $(pgrep -f -- "--socket $tmp/d/"); do kill -9 "$p" 2>/dev/null; done
+	if [ $ok = 1 ]; then rm -rf "$tmp"; else echo "suspend: logs kept in $tmp" >&2; fi
+}
+trap cleanup EXIT
+fail() {
+	echo "FAIL ($case): $*" >&2
+	[ -f "$tmp/d/crcudad.log" ] && { echo "--- daemon log (last lines)" >&2; tail -n 20 "$tmp/d/crcudad.log" >&2; }
+	exit 1
+}
+wait_for() { # wait_for SECONDS COMMAND...
+	local i n=$(($1 * 20))
+	shift
+	for ((i = 0; i < n; i++)); do "$@" && return 0; sleep 0.05; done
+	return 1
+}
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+has_session() { "$ctl" status "$1" >/dev/null 2>&1; }
+one_line() { # one_line FILE PATTERN: exactly one line on stderr, matching
+	[ "$(wc -l <"$1")" = 1 ] || fail "expected one line of error, got: $(cat "$1")"
+	grep -q "$2" "$1" || fail "expected '$2', got: $(cat "$1")"
+}
+
+stress=("$st/stress_drv" --steps 40 --sleep-ms 25)
+state=("$progs/state_app" --mb 8 --chunks 4 --steps 24 --step-ms 40 --verify)
+
+# Runs PROG uninterrupted into $tmp/NAME.ref, then again suspended and resumed N times into $tmp/NAME.out.
+suspend_run() { # suspend_run NAME TIMES PROG ARGS...
+	local name=$1 times=$2 p w i
+	shift 2
+	"$ctl" run --backend sim -- "$@" >"$tmp/$name.ref" 2>"$tmp/$name.referr" || fail "$name: uninterrupted run failed"
+	"$ctl" run --backend sim -- "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+	p=$!
+	pids+=("$p")
+	wait_for 10 has_session "$p" || fail "$name: no session for pid $p"
+	for ((i = 1; i <= times; i++)); do
+		sleep 0.2
+		w=$("$ctl" --json status "$p" | json 'd["worker_pid"]') || fail "$name: status before suspend"
+		[ -d "/proc/$w" ] || fail "$name: worker $w not alive before the suspend"
+		"$ctl" suspend "$p" >"$tmp/s.out" 2>"$tmp/s.err" || fail "$name: suspend $i: $(cat "$tmp/s.err")"
+		grep -q "^pid $p suspended" "$tmp/s.out" || fail "$name: suspend said: $(cat "$tmp/s.out")"
+		[ "$("$ctl" --json status "$p" | json 'd["state"]')" = suspended ] || fail "$name: status is not suspended"
+		"$ctl" status "$p" | grep -q ": suspended (" || fail "$name: status text: $("$ctl" status "$p")"
+		wait_for 5 test ! -d "/proc/$w" || fail "$name: worker $w still alive while suspended"
+		"$ctl" --json ls | json '[s for s in d.get("sessions",[]) if s["pid"]=='"$p"']' | grep -q '^\[\]$' ||
+			fail "$name: ls lists a session for the suspended pid"
+		[ "$("$ctl" --json store ls | json 'len(d["checkpoints"])')" = 1 ] || fail "$name: no suspend checkpoint in the store"
+		kill -0 "$p" || fail "$name: the program died while suspended"
+		sleep 1
+		"$ctl" resume "$p" >"$tmp/r.out" 2>"$tmp/r.err" || fail "$name: resume $i: $(cat "$tmp/r.err")"
+		grep -q "^pid $p resumed" "$tmp/r.out" || fail "$name: resume said: $(cat "$tmp/r.out")"
+		[ "$("$ctl" --json status "$p" | json 'd["state"]')" = running ] || fail "$name: not running after resume"
+		[ "$("$ctl" --json store ls | json 'len(d["checkpoints"])')" = 0 ] || fail "$name: the suspend checkpoint stayed"
+		echo "suspend: $name: suspend/resume $i: $(head -c 120 "$tmp/s.out" | head -1)"
+	done
+	wait "$p" || fail "$name: the program failed after resume: $(tail -3 "$tmp/$name.err")"
+	cmp -s "$tmp/$name.ref" "$tmp/$name.out" || fail "$name: output differs from the uninterrupted run: $(diff "$tmp/$name.ref" "$tmp/$name.out" | head -5)"
+	echo "suspend: $name: output equals the uninterrupted run's ($(tail -1 "$tmp/$name.out"))"
+}
+
+case $case in
+resume)
+	suspend_run stress 2 "${stress[@]}"
+	suspend_run state 1 "${state[@]}"
+	;;
+errors)
+	"$ctl" run --backend sim -- "${stress[@]}" >"$tmp/stress.ref" 2>/dev/null || fail "uninterrupted run failed"
+	"$ctl" run --backend sim -- "${stress[@]}" >"$tmp/out" 2>"$tmp/err" &
+	p=$!
+	pids+=("$p")
+	wait_for 10 has_session "$p" || fail "no session for pid $p"
+	"$ctl" resume "$p" >/dev/null 2>"$tmp/e" && fail "resume of a running program succeeded"
+	one_line "$tmp/e" "pid $p is not suspended (its session [0-9]* is running)"
+	"$ctl" suspend "$p" >/dev/null 2>"$tmp/e" || fail "suspend failed: $(cat "$tmp/e")"
+	"$ctl" suspend "$p" >/dev/null 2>"$tmp/e" && fail "a second suspend succeeded"
+	one_line "$tmp/e" "pid $p is suspended already (checkpoint [0-9]*): crcudactl resume $p brings it back"
+	[ "$("$ctl" --json status "$p" | json 'd["state"]')" = suspended ] || fail "not suspended after the refused suspend"
+	sleep 300 2>/dev/null &
+	q=$!
+	pids+=("$q")
+	"$ctl" suspend "$q" >/dev/null 2>"$tmp/e" && fail "suspend of a non-crcuda process succeeded"
+	one_line "$tmp/e" "suspend: pid $q has no session on crcudad"
+	"$ctl" resume "$q" >/dev/null 2>"$tmp/e" && fail "resume of a non-crcuda process succeeded"
+	one_line "$tmp/e" "resume: pid $q is not suspended"
+	"$ctl" status "$q" >/dev/null 2>"$tmp/e" && fail "status of a non-crcuda process succeeded"
+	one_line "$tmp/e" "status: pid $q has no session"
+	"$ctl" resume 2147483646 >/dev/null 2>"$tmp/e" && fail "resume of no process succeeded"
+	one_line "$tmp/e" "resume: no process 2147483646"
+	"$ctl" resume "$p" >/dev/null 2>"$tmp/e" || fail "resume failed: $(cat "$tmp/e")"
+	wait "$p" || fail "the program failed: $(tail -3 "$tmp/err")"
+	cmp -s "$tmp/stress.ref" "$tmp/out" || fail "output differs from the uninterrupted run"
+	echo "suspend: errors refused with one line each; the program finished exactly"
+	;;
+daemon-gone)
+	"$ctl" run --backend sim -- "${stress[@]}" >"$tmp/out" 2>"$tmp/err" &
+	p=$!
+	pids+=("$p")
+	wait_for 10 has_session "$p" || fail "no session for pid $p"
+	sleep 0.2
+	"$ctl" suspend "$p" >/dev/null 2>"$tmp/e" || fail "suspend failed: $(cat "$tmp/e")"
+	d=$(pgrep -f -- "crcudad .*--socket $tmp/d/crcudad.sock" | head -1)
+	[ -n "$d" ] || fail "no daemon found"
+	kill -9 "$d"
+	SECONDS=0
+	wait_for 2 test ! -d "/proc/$p" || { sleep 0.1; ! kill -0 "$p" 2>/dev/null; } || fail "the program hangs after its daemon died while suspended"
+	wait "$p" && fail "the program exited 0 without its daemon"
+	grep -q "crcudad went away while this process was suspended" "$tmp/err" || fail "no line saying why: $(tail -3 "$tmp/err")"
+	echo "suspend: daemon killed while suspended: the program's next CUDA call failed ($(tail -1 "$tmp/err"))"
+	;;
+*)
+	echo "unknown case $case" >&2
+	exit 2
+	;;
+esac
+ok=1
