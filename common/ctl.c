@@ -406,6 +406,26 @@ int crc_ctl_suspend(struct crc_ctl *c, pid_t pid, uint64_t ckpt_id, const char *
 	return exchange(c, CRC_OP_CTL_SUSPEND, &r, sizeof(r), buf, sizeof(ckpt_id) + n + 1, NULL, NULL);
 }
 
+int crc_ctl_progress(struct crc_ctl *c, pid_t pid, struct crc_ctl_progress *p)
+{
+	struct crc_ctl_req r = {.pid = pid};
+	struct crc_ctl_progress_wire w;
+	size_t len = 0;
+	void *data;
+	int rc = exchange(c, CRC_OP_CTL_PROGRESS, &r, sizeof(r), NULL, 0, &data, &len);
+
+	if (rc)
+		return rc;
+	if (len < sizeof(w)) {
+		free(data);
+		return fail(c, CRC_EPROTO, "short progress reply");
+	}
+	memcpy(&w, data, sizeof(w));
+	free(data);
+	*p = (struct crc_ctl_progress){.op = w.op, .done = w.done, .total = w.total, .seconds = w.ns * 1e-9};
+	return 0;
+}
+
 int crc_ctl_fd(const struct crc_ctl *c)
 {
 	return c ? c->fd : -1;

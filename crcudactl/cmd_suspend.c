@@ -107,6 +107,8 @@ static void suspend_usage(FILE *f)
 		"      --daemon ADDR  the program's crcudad (default $CRCUDA_SOCKET, else\n"
 		"                     /tmp/crcuda-UID/crcudad.sock); local (unix) sessions only\n"
 		"      --timeout SEC  for the program to reach a call boundary (default %d)\n"
+		"      --progress     progress on stderr (bytes of device memory, percent, GB/s); the\n"
+		"                     default when stderr is a terminal\n"
 		"      --json         machine-readable result on stdout\n"
 		"  -h, --help         this help\n"
 		"\n"
@@ -132,6 +134,8 @@ static void resume_usage(FILE *f)
 		"                     (as crcudactl restore --gpu)\n"
 		"      --keep         keep the suspend's checkpoint in the store\n"
 		"      --timeout SEC  for the replay (default %d)\n"
+		"      --progress     progress on stderr (bytes of device memory, percent, GB/s); the\n"
+		"                     default when stderr is a terminal\n"
 		"      --json         machine-readable result on stdout\n"
 		"  -h, --help         this help\n"
 		"Exit status: 0 resumed, 1 failed (a program still suspended stays so), 2 usage error.\n",
@@ -146,6 +150,7 @@ int cmd_suspend(int argc, char **argv, struct ctl_opts *opts)
 	    {"daemon", required_argument, NULL, OPT_DAEMON},
 	    {"timeout", required_argument, NULL, OPT_TIMEOUT},
 	    {"json", no_argument, NULL, OPT_JSON},
+	    {"progress", no_argument, NULL, OPT_PROGRESS},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -158,6 +163,7 @@ int cmd_suspend(int argc, char **argv, struct ctl_opts *opts)
 	struct crc_ctl *c = NULL;
 	uint64_t id = 0;
 	double t0;
+	bool progress = false;
 	pid_t pid;
 	int ch, rc;
 
@@ -175,6 +181,9 @@ int cmd_suspend(int argc, char **argv, struct ctl_opts *opts)
 			break;
 		case OPT_JSON:
 			opts->json = true;
+			break;
+		case OPT_PROGRESS:
+			progress = true;
 			break;
 		case 'h':
 			suspend_usage(stdout);
@@ -245,7 +254,9 @@ int cmd_suspend(int argc, char **argv, struct ctl_opts *opts)
 		ctl_error("suspend: cannot stop pid %d: %s", (int)pid, crc_ctl_error(c));
 		goto fail_running;
 	}
+	ctl_progress_begin("suspend", daemon, NULL, pid, progress || (isatty(2) && !opts->json));
 	rc = crc_ctl_checkpoint(c, pid, store, &st);
+	ctl_progress_end(NULL);
 	if (rc) {
 		ctl_error("suspend: saving the device memory of pid %d failed: %s", (int)pid,
 			  crc_ctl_error(c));
@@ -318,6 +329,7 @@ int cmd_resume(int argc, char **argv, struct ctl_opts *opts)
 	    {"timeout", required_argument, NULL, OPT_TIMEOUT},
 	    {"keep", no_argument, NULL, OPT_KEEP},
 	    {"json", no_argument, NULL, OPT_JSON},
+	    {"progress", no_argument, NULL, OPT_PROGRESS},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -328,7 +340,7 @@ int cmd_resume(int argc, char **argv, struct ctl_opts *opts)
 	struct crc_suspend_reply q, r;
 	struct crc_ctl_session sess = {0};
 	struct crc_ctl *c = NULL;
-	bool keep = false;
+	bool keep = false, progress = false;
 	int ch, rc, fd = -1, client_fd = -1;
 	double t0;
 	pid_t pid;
@@ -353,6 +365,9 @@ int cmd_resume(int argc, char **argv, struct ctl_opts *opts)
 			break;
 		case OPT_JSON:
 			opts->json = true;
+			break;
+		case OPT_PROGRESS:
+			progress = true;
 			break;
 		case 'h':
 			resume_usage(stdout);
@@ -393,7 +408,9 @@ int cmd_resume(int argc, char **argv, struct ctl_opts *opts)
 			  crc_strerror(rc), (int)pid);
 		return CTL_EXIT_FAILURE;
 	}
+	ctl_progress_begin("resume", daemon, NULL, pid, progress || (isatty(2) && !opts->json));
 	rc = crc_ctl_restore(c, &o, &client_fd);
+	ctl_progress_end(NULL);
 	if (rc) {
 		ctl_error("resume: replaying the session of pid %d failed: %s (it stays suspended)", (int)pid,
 			  crc_ctl_error(c));

@@ -157,6 +157,15 @@ int ctl_wait_program(pid_t pid, const char *what);
 /* Continues the process tree rooted at pid, which CRIU left stopped (--leave-stopped); or kills it. */
 void ctl_continue_tree(pid_t pid);
 void ctl_kill_tree(pid_t pid);
+/* Progress in bytes of a checkpoint or restore, from what pid's worker on daemon (token: a TCP one's,
+ * else NULL) publishes: between begin and end a thread polls it, and with on prints a line a second
+ * ("checkpoint: 3.2 GiB of 8.0 GiB (40%), 9.80 GB/s") on stderr while bytes move, and the final one at
+ * end. end: true with the last figures in *out (may be NULL) when the work was seen. */
+#include "crcuda/ctl.h"
+void ctl_progress_begin(const char *what, const char *daemon, const char *token, pid_t pid, bool on);
+bool ctl_progress_end(struct crc_ctl_progress *out);
+/* The line for p, as above (without "crcudactl: "). */
+void ctl_progress_line(const char *what, const struct crc_ctl_progress *p, char *out, size_t len);
 /* Prints CRIU's "Error (...)" lines of log (at most max) on stderr. */
 void ctl_show_criu_errors(const char *log, int max);
 /* The storage error (no space, I/O error, quota, read-only) CRIU's log shows among its errors, as

@@ -40,6 +40,25 @@ static void list_sessions(struct control *c, const struct crc_msg_hdr *h)
 	free(w);
 }
 
+/* The worker's progress page, read here: the worker may be busy with that very checkpoint or restore. */
+static void progress(struct control *c, const struct crc_msg_hdr *h, const uint8_t *p, size_t len)
+{
+	const struct crc_ctl_req *r = (const void *)p;
+	struct crc_ctl_progress_wire out = {0};
+	struct worker *w = len >= sizeof(*r) ? crc_worker_find(r->pid, r->session_id) : NULL;
+
+	if (!w) {
+		crc_ctl_reply_send(c->fd, h, CRC_ENOTFOUND, "no such session on this daemon", NULL, 0);
+		return;
+	}
+	out.op = atomic_load(&w->st->progress.op);
+	out.done = atomic_load(&w->st->progress.done);
+	out.total = atomic_load(&w->st->progress.total);
+	out.ns = atomic_load(&w->st->progress.ns);
+	crc_worker_put(w);
+	crc_ctl_reply_send(c->fd, h, 0, NULL, &out, sizeof(out));
+}
+
 /* The proxy socket to w for this connection, made and handed over on first use. */
 static int proxy_fd(struct control *c, struct worker *w)
 {
@@ -173,6 +192,9 @@ static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const 
 		return true;
 	case CRC_OP_CTL_RESTORE:
 		return restore(c, h, p, len);
+	case CRC_OP_CTL_PROGRESS:
+		progress(c, h, p, len);
+		return true;
 	default:
 		break;
 	}

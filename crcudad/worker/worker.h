@@ -34,6 +34,11 @@ int crc_va_window(uint64_t base, uint64_t size, char *why, size_t why_len);
 void crc_worker_publish(void);
 /* The session is over: the front stops listing it (main.c). */
 void crc_worker_session_ended(void);
+/* This worker's checkpoint or restore, for crcudactl's progress lines (link.h, crc_worker_progress):
+ * begun with total bytes of device memory (op: enum crc_ctl_progress_op), bytes handled, over. */
+void crc_progress_start(unsigned op, uint64_t total);
+void crc_progress_add(uint64_t bytes);
+void crc_progress_end(void);
 
 /* ---- the worker's state: one session at most ------------------------------------------------ */
 struct crc_daemon {

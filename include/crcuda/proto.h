@@ -82,8 +82,9 @@ enum crc_ctl_op {
 	CRC_OP_CTL_RESUME,			  /* struct crc_ctl_req */
 	CRC_OP_CTL_RESTORE,			  /* crc_ctl_restore_wire + store dir; see ctl.h */
 	CRC_OP_CTL_COMMIT_WAIT,			  /* struct crc_ctl_req; reply: u64 id */
-	CRC_OP_CTL_SUSPEND, /* crc_ctl_req + u64 checkpoint id + store dir: the worker ends (see
-			       struct crc_session_ctl's suspend fields) */
+	CRC_OP_CTL_SUSPEND,  /* crc_ctl_req + u64 checkpoint id + store dir: the worker ends (see
+				struct crc_session_ctl's suspend fields) */
+	CRC_OP_CTL_PROGRESS, /* crc_ctl_req; reply: crc_ctl_progress_wire (the front answers) */
 	/* TLS: instead of a reply, the connection goes to a worker (a restore): the reply's data is the
 	 * key (CRC_TLS_KEY_LEN bytes) of the handshake the client makes next, on the same socket, with that
 	 * worker; the real reply follows in that session. */
@@ -354,6 +355,11 @@ struct crc_ctl_session_wire {
 	uint64_t journal_records;
 	int32_t worker_pid; /* the process that runs the session's driver work */
 	uint32_t devices;   /* bit g: the session has a context on the daemon's GPU g */
+};
+struct crc_ctl_progress_wire {
+	uint32_t op; /* enum crc_ctl_progress_op */
+	uint32_t pad;
+	uint64_t done, total, ns;
 };
 struct crc_ctl_ckpt_wire {
 	uint64_t allocations, globals, modules;
