@@ -10,6 +10,12 @@
 #                    still finishes exactly)
 #       daemon-gone  the daemon killed while the program is suspended: the program's CUDA call fails
 #                    within 2 s (no hang) with libcrcuda's line saying why
+#       progress     suspend/resume --progress of 64 MiB: the last progress line of each is parsed
+#                    ("suspend: 64.0 MiB of 64.0 MiB (100%), 0.4 GB/s"): all of the program's device
+#                    memory (as status counts it), done, a rate above 0; without --progress (stderr not a
+#                    terminal) no progress line; the program finishes exactly
+#       progress-criu  the same for crcudactl checkpoint --progress and restore --progress (root, CRIU;
+#                    exit 77 without)
 set -u
 build=$1 case=$2
 ctl=$build/crcudactl/crcudactl
@@ -41,6 +47,20 @@ wait_for() { # wait_for SECONDS COMMAND...
 }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 has_session() { "$ctl" status "$1" >/dev/null 2>&1; }
+# last_progress FILE WHAT: "DONE TOTAL PERCENT RATE" of WHAT's last progress line in FILE (MiB, GB/s).
+last_progress() {
+	sed -n "s/^crcudactl: $2: \([0-9.]*\) MiB of \([0-9.]*\) MiB (\([0-9]*\)%), \([0-9.]*\) GB\/s\$/\1 \2 \3 \4/p" "$1" | tail -1
+}
+# check_progress FILE WHAT MIB: the last line says all MIB (within 2 MiB: globals), done, at some rate.
+check_progress() {
+	local done total pct rate
+	read -r done total pct rate <<<"$(last_progress "$1" "$2")"
+	[ -n "${rate:-}" ] || fail "$2: no progress line in: $(cat "$1")"
+	python3 -c "import sys; d,t,m,r=map(float,sys.argv[1:]); sys.exit(not (d==t and m<=t<=m+2 and r>0))" \
+		"$done" "$total" "$3" "$rate" || fail "$2: progress line '$done of $total MiB ($pct%), $rate GB/s' for $3 MiB"
+	[ "$pct" = 100 ] || fail "$2: the last progress line says $pct%"
+	echo "suspend: $2: last progress line: $(grep "^crcudactl: $2: " "$1" | tail -1)"
+}
 one_line() { # one_line FILE PATTERN: exactly one line on stderr, matching
 	[ "$(wc -l <"$1")" = 1 ] || fail "expected one line of error, got: $(cat "$1")"
 	grep -q "$2" "$1" || fail "expected '$2', got: $(cat "$1")"
@@ -131,6 +151,59 @@ daemon-gone)
 	wait "$p" && fail "the program exited 0 without its daemon"
 	grep -q "crcudad went away while this process was suspended" "$tmp/err" || fail "no line saying why: $(tail -3 "$tmp/err")"
 	echo "suspend: daemon killed while suspended: the program's next CUDA call failed ($(tail -1 "$tmp/err"))"
+	;;
+progress)
+	args=("$progs/state_app" --mb 64 --chunks 4 --steps 24 --step-ms 40)
+	"$ctl" run --backend sim -- "${args[@]}" >"$tmp/ref" 2>/dev/null || fail "uninterrupted run failed"
+	"$ctl" run --backend sim -- "${args[@]}" >"$tmp/out" 2>"$tmp/err" &
+	p=$!
+	pids+=("$p")
+	wait_for 10 has_session "$p" || fail "no session for pid $p"
+	sleep 0.3
+	mib=$("$ctl" --json status "$p" | json 'd["device_bytes"] // 1048576')
+	"$ctl" suspend --progress "$p" >/dev/null 2>"$tmp/s.err" || fail "suspend: $(cat "$tmp/s.err")"
+	check_progress "$tmp/s.err" suspend "$mib"
+	"$ctl" resume --progress "$p" >/dev/null 2>"$tmp/r.err" || fail "resume: $(cat "$tmp/r.err")"
+	check_progress "$tmp/r.err" resume "$mib"
+	"$ctl" suspend "$p" >/dev/null 2>"$tmp/s2.err" || fail "suspend: $(cat "$tmp/s2.err")"
+	"$ctl" resume "$p" >/dev/null 2>>"$tmp/s2.err" || fail "resume: $(cat "$tmp/s2.err")"
+	[ ! -s "$tmp/s2.err" ] || fail "progress lines without --progress on a file: $(cat "$tmp/s2.err")"
+	wait "$p" || fail "the program failed: $(tail -3 "$tmp/err")"
+	cmp -s "$tmp/ref" "$tmp/out" || fail "output differs from the uninterrupted run"
+	echo "suspend: progress: the program finished exactly"
+	;;
+progress-criu)
+	top=$(cd "$(dirname "$0")/../.." && pwd)
+	[ "$(id -u)" = 0 ] || { echo "SKIP: needs root (CRIU)"; exit 77; }
+	export CRCUDA_CRIU=${CRCUDA_CRIU:-$top/.deps/criu/bin/criu}
+	[ -x "$CRCUDA_CRIU" ] || { echo "SKIP: no CRIU at $CRCUDA_CRIU"; exit 77; }
+	[ -f "$build/criu-plugin/plugin/crcuda_plugin.so" ] || { echo "SKIP: the CRIU plugin was not built"; exit 77; }
+	# Descriptors inherited from ctest would be dumped with the program.
+	for fd in /proc/$$/fd/*; do
+		fd=${fd##*/}
+		[ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-"
+	done
+	args=("$progs/state_app" --mb 64 --chunks 4 --steps 24)
+	"$ctl" run --backend sim --idle-exit 60 -- "${args[@]}" >"$tmp/ref" 2>/dev/null || fail "uninterrupted run failed"
+	setsid "$ctl" run --backend sim --idle-exit 60 -- "${args[@]}" --ready-file "$tmp/ready" \
+		--go-file "$tmp/go" </dev/null >"$tmp/out" 2>"$tmp/err" &
+	p=$!
+	disown "$p" # CRIU's checkpoint kills it: no job notice
+	pids+=("$p")
+	wait_for 60 test -e "$tmp/ready" || fail "the program did not get ready: $(cat "$tmp/err")"
+	mib=$("$ctl" --json status "$p" | json 'd["device_bytes"] // 1048576')
+	"$ctl" --json checkpoint --progress "$p" >"$tmp/c.json" 2>"$tmp/c.err" || fail "checkpoint: $(cat "$tmp/c.err")"
+	check_progress "$tmp/c.err" checkpoint "$mib"
+	id=$(json 'd["id"]' <"$tmp/c.json")
+	wait_for 10 test ! -d "/proc/$p" || fail "the checkpointed program still runs"
+	"$ctl" restore --progress "$id" >"$tmp/r.out" 2>"$tmp/r.err" || fail "restore: $(cat "$tmp/r.err")"
+	check_progress "$tmp/r.err" restore "$mib"
+	pids+=("$p")
+	touch "$tmp/go"
+	wait_for 60 test ! -d "/proc/$p" || fail "the restored program did not finish"
+	[ "$(sed -n 's/.*checksum=\([0-9a-f]*\).*/\1/p' "$tmp/out")" = "$(sed -n 's/.*checksum=\([0-9a-f]*\).*/\1/p' "$tmp/ref")" ] ||
+		fail "checksum differs from the uninterrupted run: $(tail -2 "$tmp/out")"
+	echo "suspend: progress-criu: the restored program finished exactly"
 	;;
 *)
 	echo "unknown case $case" >&2
