@@ -215,6 +215,7 @@ static void *control_main(void *arg)
 	size_t len;
 	int rc;
 
+	atomic_fetch_add(&fr.controls, 1);
 	while (!(rc = crc_ctl_record_read(c->fd, &h, &buf, &len, 0, 1u << 20)) &&
 	       serve_request(c, &h, buf, len)) {
 		free(buf);
@@ -234,6 +235,7 @@ static void *control_main(void *arg)
 			crc_worker_put(c->proxies[i].w);
 		}
 	free(c);
+	atomic_fetch_sub(&fr.controls, 1);
 	return NULL;
 }
 

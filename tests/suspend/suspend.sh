@@ -10,6 +10,9 @@
 #                    still finishes exactly)
 #       daemon-gone  the daemon killed while the program is suspended: the program's CUDA call fails
 #                    within 2 s (no hang) with libcrcuda's line saying why
+#       idle         a daemon with --idle-exit 2 and a program it does not know of (its crcudactl run
+#                    registration removed): suspended for 5 s, the daemon stays (the suspended program's
+#                    control connection keeps it), the resume works and the program finishes exactly
 #       progress     suspend/resume --progress of 64 MiB: the last progress line of each is parsed
 #                    ("suspend: 64.0 MiB of 64.0 MiB (100%), 0.4 GB/s"): all of the program's device
 #                    memory (as status counts it), done, a rate above 0; without --progress (stderr not a
@@ -30,7 +33,7 @@ pids=()
 ok=0
 cleanup() {
 	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-	for p in $(pgrep -f -- "--socket $tmp/d/"); do kill -9 "$p" 2>/dev/null; done
+	for p in $(pgrep -f -- "--socket $tmp/"); do kill -9 "$p" 2>/dev/null; done
 	if [ $ok = 1 ]; then rm -rf "$tmp"; else echo "suspend: logs kept in $tmp" >&2; fi
 }
 trap cleanup EXIT
@@ -151,6 +154,25 @@ daemon-gone)
 	wait "$p" && fail "the program exited 0 without its daemon"
 	grep -q "crcudad went away while this process was suspended" "$tmp/err" || fail "no line saying why: $(tail -3 "$tmp/err")"
 	echo "suspend: daemon killed while suspended: the program's next CUDA call failed ($(tail -1 "$tmp/err"))"
+	;;
+idle)
+	# The reference on a daemon of its own: this case's must be started with --idle-exit 2.
+	CRCUDA_SOCKET=$tmp/ref/crcudad.sock "$ctl" run --backend sim -- "${stress[@]}" >"$tmp/stress.ref" 2>/dev/null ||
+		fail "uninterrupted run failed"
+	"$ctl" run --backend sim --idle-exit 2 -- "${stress[@]}" >"$tmp/out" 2>"$tmp/err" &
+	p=$!
+	pids+=("$p")
+	wait_for 10 has_session "$p" || fail "no session for pid $p"
+	rm -f "$CRCUDA_SOCKET.run/$p"
+	d=$(pgrep -f -- "crcudad .*--socket $tmp/d/crcudad.sock.*--idle-exit 2 " | head -1)
+	[ -n "$d" ] || fail "no daemon with --idle-exit 2: $(pgrep -af crcudad | grep "$tmp")"
+	"$ctl" suspend "$p" >/dev/null 2>"$tmp/e" || fail "suspend failed: $(cat "$tmp/e")"
+	sleep 5
+	kill -0 "$d" 2>/dev/null || fail "the daemon (--idle-exit 2) exited while a program was suspended"
+	"$ctl" resume "$p" >/dev/null 2>"$tmp/e" || fail "resume failed: $(cat "$tmp/e")"
+	wait "$p" || fail "the program failed: $(tail -3 "$tmp/err")"
+	cmp -s "$tmp/stress.ref" "$tmp/out" || fail "output differs from the uninterrupted run"
+	echo "suspend: idle: the daemon stayed for the suspended program; it finished exactly"
 	;;
 progress)
 	args=("$progs/state_app" --mb 64 --chunks 4 --steps 24 --step-ms 40)
