@@ -615,6 +615,14 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 		ctl_error("checkpoint: no process %d", (int)pid);
 		return CTL_EXIT_FAILURE;
 	}
+	/* Its device state is in the store and its socket waits for a resume: nothing CRIU can dump. */
+	struct crc_suspend_reply susp;
+	if (!ctl_suspended_query(pid, &susp)) {
+		ctl_error("checkpoint: pid %d is suspended (its device memory is checkpoint %" PRIu64
+			  " of %s): crcudactl resume %d first",
+			  (int)pid, susp.ckpt_id, susp.store, (int)pid);
+		return CTL_EXIT_FAILURE;
+	}
 	if (ctl_find_criu(criu, sizeof(criu)) || ctl_find_plugin_dir(plugdir, sizeof(plugdir)))
 		return CTL_EXIT_FAILURE;
 	/* A named daemon wins; else a TCP client's own CRCUDA_REMOTE (it has no local socket). */

@@ -5,9 +5,9 @@
 #                    is gone and ls lists no session for it; resumed, it finishes with an uninterrupted
 #                    run's output, bit for bit; the suspend's checkpoint is gone from the store; state_app
 #                    (--verify) the same
-#       errors       suspend of a suspended pid, resume of a running one, of a pid that is no crcuda
-#                    program, of no process: exit 1, one line each, and nothing changed (the program
-#                    still finishes exactly)
+#       errors       suspend of a suspended pid, checkpoint of one, resume of a running one, of a pid
+#                    that is no crcuda program, of no process: exit 1, one line each, and nothing
+#                    changed (the program still finishes exactly)
 #       daemon-gone  the daemon killed while the program is suspended: the program's CUDA call fails
 #                    within 2 s (no hang) with libcrcuda's line saying why
 #       idle         a daemon with --idle-exit 2 and a program it does not know of (its crcudactl run
@@ -123,8 +123,11 @@ errors)
 	"$ctl" suspend "$p" >/dev/null 2>"$tmp/e" && fail "a second suspend succeeded"
 	one_line "$tmp/e" "pid $p is suspended already (checkpoint [0-9]*): crcudactl resume $p brings it back"
 	[ "$("$ctl" --json status "$p" | json 'd["state"]')" = suspended ] || fail "not suspended after the refused suspend"
+	"$ctl" checkpoint "$p" >/dev/null 2>"$tmp/e" && fail "a checkpoint of a suspended program succeeded"
+	one_line "$tmp/e" "checkpoint: pid $p is suspended (its device memory is checkpoint [0-9]* of .*): crcudactl resume $p first"
 	sleep 300 2>/dev/null &
 	q=$!
+	disown "$q"
 	pids+=("$q")
 	"$ctl" suspend "$q" >/dev/null 2>"$tmp/e" && fail "suspend of a non-crcuda process succeeded"
 	one_line "$tmp/e" "suspend: pid $q has no session on crcudad"
