@@ -33,17 +33,20 @@
 
 #define SUSPEND_TIMEOUT_DEFAULT 120
 
-/* A connection to pid's suspend socket, or -1 (it is not suspended: no such socket). */
+/* A connection to pid's suspend socket, or -1 (it is not suspended: no such socket). The listener must
+ * be pid itself: anyone may bind a free abstract name, and a resume hands it a session. */
 static int suspend_connect(pid_t pid)
 {
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
 	int n = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, CRC_SUSPEND_SOCK_FMT, (int)pid);
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct timeval tv = {.tv_sec = 60};
+	struct crc_peer peer;
 
 	if (fd < 0)
 		return -1;
-	if (connect(fd, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n))) {
+	if (connect(fd, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)) ||
+	    crc_unix_peer(fd, &peer) || peer.pid != pid) {
 		close(fd);
 		return -1;
 	}

@@ -671,7 +671,7 @@ static void *progress_main(void *arg)
 
 void ctl_progress_begin(const char *what, const char *daemon, const char *token, pid_t pid, bool on)
 {
-	if (prog.running || !daemon)
+	if (prog.running || !daemon || !on || pid <= 0)
 		return;
 	prog.what = what;
 	prog.pid = pid;

@@ -158,7 +158,7 @@ int ctl_wait_program(pid_t pid, const char *what);
 void ctl_continue_tree(pid_t pid);
 void ctl_kill_tree(pid_t pid);
 /* Progress in bytes of a checkpoint or restore, from what pid's worker on daemon (token: a TCP one's,
- * else NULL) publishes: between begin and end a thread polls it, and with on prints a line a second
+ * else NULL) publishes: with on, between begin and end a thread polls it and prints a line a second
  * ("checkpoint: 3.2 GiB of 8.0 GiB (40%), 9.80 GB/s") on stderr while bytes move, and the final one at
  * end. end: true with the last figures in *out (may be NULL) when the work was seen. */
 #include "crcuda/ctl.h"

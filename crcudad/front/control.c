@@ -45,7 +45,8 @@ static void progress(struct control *c, const struct crc_msg_hdr *h, const uint8
 {
 	const struct crc_ctl_req *r = (const void *)p;
 	struct crc_ctl_progress_wire out = {0};
-	struct worker *w = len >= sizeof(*r) ? crc_worker_find(r->pid, r->session_id) : NULL;
+	struct worker *w =
+	    len >= sizeof(*r) && (r->pid || r->session_id) ? crc_worker_find(r->pid, r->session_id) : NULL;
 
 	if (!w) {
 		crc_ctl_reply_send(c->fd, h, CRC_ENOTFOUND, "no such session on this daemon", NULL, 0);

@@ -5,6 +5,8 @@
 #                    is gone and ls lists no session for it; resumed, it finishes with an uninterrupted
 #                    run's output, bit for bit; the suspend's checkpoint is gone from the store; state_app
 #                    (--verify) the same
+#       lazy         resume with the daemon's CRCUDA_RESTORE_LAZY=1 (memory uploaded while the program goes
+#                    on; its first call waits): stress_drv exact, the checkpoint removed after the upload
 #       errors       suspend of a suspended pid, checkpoint of one, resume of a running one, of a pid
 #                    that is no crcuda program, of no process: exit 1, one line each, and nothing
 #                    changed (the program still finishes exactly)
@@ -69,8 +71,9 @@ one_line() { # one_line FILE PATTERN: exactly one line on stderr, matching
 	grep -q "$2" "$1" || fail "expected '$2', got: $(cat "$1")"
 }
 
-stress=("$st/stress_drv" --steps 40 --sleep-ms 25)
-state=("$progs/state_app" --mb 8 --chunks 4 --steps 24 --step-ms 40 --verify)
+# Long enough for two suspends (each holds it 1 s) on a loaded machine.
+stress=("$st/stress_drv" --steps 200 --sleep-ms 20)
+state=("$progs/state_app" --mb 8 --chunks 4 --steps 48 --step-ms 40 --verify)
 
 # Runs PROG uninterrupted into $tmp/NAME.ref, then again suspended and resumed N times into $tmp/NAME.out.
 suspend_run() { # suspend_run NAME TIMES PROG ARGS...
@@ -110,6 +113,12 @@ case $case in
 resume)
 	suspend_run stress 2 "${stress[@]}"
 	suspend_run state 1 "${state[@]}"
+	;;
+lazy)
+	export CRCUDA_RESTORE_LAZY=1 # the daemon crcudactl run starts has it
+	suspend_run stress 1 "${stress[@]}"
+	grep -qa CRCUDA_RESTORE_LAZY=1 "/proc/$(pgrep -f -- "crcudad .*--socket $tmp/d/crcudad.sock" | head -1)/environ" ||
+		fail "the daemon was not started with CRCUDA_RESTORE_LAZY=1"
 	;;
 errors)
 	"$ctl" run --backend sim -- "${stress[@]}" >"$tmp/stress.ref" 2>/dev/null || fail "uninterrupted run failed"
@@ -178,13 +187,13 @@ idle)
 	echo "suspend: idle: the daemon stayed for the suspended program; it finished exactly"
 	;;
 progress)
-	args=("$progs/state_app" --mb 64 --chunks 4 --steps 24 --step-ms 40)
+	# Held at its ready step (an idle program: its watcher thread parks) until go.
+	args=("$progs/state_app" --mb 64 --chunks 4 --steps 24)
 	"$ctl" run --backend sim -- "${args[@]}" >"$tmp/ref" 2>/dev/null || fail "uninterrupted run failed"
-	"$ctl" run --backend sim -- "${args[@]}" >"$tmp/out" 2>"$tmp/err" &
+	"$ctl" run --backend sim -- "${args[@]}" --ready-file "$tmp/ready" --go-file "$tmp/go" >"$tmp/out" 2>"$tmp/err" &
 	p=$!
 	pids+=("$p")
-	wait_for 10 has_session "$p" || fail "no session for pid $p"
-	sleep 0.3
+	wait_for 60 test -e "$tmp/ready" || fail "the program did not get ready: $(cat "$tmp/err")"
 	mib=$("$ctl" --json status "$p" | json 'd["device_bytes"] // 1048576')
 	"$ctl" suspend --progress "$p" >/dev/null 2>"$tmp/s.err" || fail "suspend: $(cat "$tmp/s.err")"
 	check_progress "$tmp/s.err" suspend "$mib"
@@ -193,6 +202,7 @@ progress)
 	"$ctl" suspend "$p" >/dev/null 2>"$tmp/s2.err" || fail "suspend: $(cat "$tmp/s2.err")"
 	"$ctl" resume "$p" >/dev/null 2>>"$tmp/s2.err" || fail "resume: $(cat "$tmp/s2.err")"
 	[ ! -s "$tmp/s2.err" ] || fail "progress lines without --progress on a file: $(cat "$tmp/s2.err")"
+	touch "$tmp/go"
 	wait "$p" || fail "the program failed: $(tail -3 "$tmp/err")"
 	cmp -s "$tmp/ref" "$tmp/out" || fail "output differs from the uninterrupted run"
 	echo "suspend: progress: the program finished exactly"
