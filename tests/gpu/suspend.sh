@@ -45,8 +45,8 @@ got=$(checksum "$tmp/out")
 
 printf '\n%-8s %14s\n' phase "GPU MiB used"
 printf '%-8s %14s\n' before "$before" during "$during" after "$after"
-printf 'suspend %.2f s, resume %.2f s (%s MiB of device memory)\n' "$(echo "$t1 - $t0" | bc)" \
-	"$(echo "$t3 - $t2" | bc)" "$mb"
+awk -v a="$t0" -v b="$t1" -v c="$t2" -v d="$t3" -v mb="$mb" \
+	'BEGIN { printf "suspend %.2f s, resume %.2f s (%s MiB of device memory)\n", b - a, d - c, mb }'
 echo "status while suspended: $state"
 cat "$tmp/s.out" "$tmp/r.out"
 [ $rc = 0 ] && [ -n "$got" ] && [ "$got" = "$ref" ] || { result FAIL suspend_exact "checksum '$got' vs native '$ref' (exit $rc): $(tail -2 "$tmp/err" | tr '\n' ' ')"; exit 1; }

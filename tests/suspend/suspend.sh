@@ -5,6 +5,9 @@
 #                    is gone and ls lists no session for it; resumed, it finishes with an uninterrupted
 #                    run's output, bit for bit; the suspend's checkpoint is gone from the store; state_app
 #                    (--verify) the same
+#       programs     suspended at state_app's ready step (idle: its watcher thread parks) with CUDA graphs,
+#                    updated executable graphs, managed memory, a memory pool; and cudart's stress_rt
+#                    (static cudart) mid-run: each finishes with its uninterrupted run's output
 #       lazy         resume with the daemon's CRCUDA_RESTORE_LAZY=1 (memory uploaded while the program goes
 #                    on; its first call waits): stress_drv exact, the checkpoint removed after the upload
 #       errors       suspend of a suspended pid, checkpoint of one, resume of a running one, of a pid
@@ -113,6 +116,25 @@ case $case in
 resume)
 	suspend_run stress 2 "${stress[@]}"
 	suspend_run state 1 "${state[@]}"
+	;;
+programs)
+	export CRCUDA_SIM_KERNELS=$CRCUDA_SIM_KERNELS:$build/tests/cudart/libcrcuda_cudart_kernels.so
+	for v in --graph --graph-params --managed --pool; do
+		a=("$progs/state_app" --mb 8 --chunks 4 --steps 24 "$v")
+		"$ctl" run --backend sim -- "${a[@]}" >"$tmp/ref" 2>&1 || fail "$v: uninterrupted run failed"
+		rm -f "$tmp/ready" "$tmp/go"
+		"$ctl" run --backend sim -- "${a[@]}" --ready-file "$tmp/ready" --go-file "$tmp/go" >"$tmp/out" 2>&1 &
+		p=$!
+		pids+=("$p")
+		wait_for 60 test -e "$tmp/ready" || fail "$v: not ready: $(cat "$tmp/out")"
+		"$ctl" suspend "$p" >/dev/null 2>"$tmp/e" || fail "$v: suspend: $(cat "$tmp/e")"
+		"$ctl" resume "$p" >/dev/null 2>"$tmp/e" || fail "$v: resume: $(cat "$tmp/e")"
+		touch "$tmp/go"
+		wait "$p" || fail "$v: the program failed: $(tail -3 "$tmp/out")"
+		cmp -s "$tmp/ref" "$tmp/out" || fail "$v: output differs from the uninterrupted run"
+		echo "suspend: programs: state_app $v: exact ($(tail -1 "$tmp/out"))"
+	done
+	suspend_run stress_rt 1 "$st/stress_rt_static" --steps 200 --sleep-ms 20
 	;;
 lazy)
 	export CRCUDA_RESTORE_LAZY=1 # the daemon crcudactl run starts has it
