@@ -64,6 +64,7 @@ static int suspend_ask(int fd, uint32_t op, int fd_to_pass, struct crc_suspend_r
 	    crc_sock_read_all(fd, r, sizeof(*r)) || r->magic != CRC_PROTO_MAGIC)
 		return -1;
 	r->store[sizeof(r->store) - 1] = 0;
+	r->daemon[sizeof(r->daemon) - 1] = 0;
 	return 0;
 }
 
@@ -131,8 +132,7 @@ static void resume_usage(FILE *f)
 		"checkpoint is then removed from the store (--keep keeps it).\n"
 		"\n"
 		"Options:\n"
-		"      --daemon ADDR  the crcudad to resume on (default $CRCUDA_SOCKET, else\n"
-		"                     /tmp/crcuda-UID/crcudad.sock)\n"
+		"      --daemon ADDR  the crcudad to resume on (default: the one it was suspended from)\n"
 		"      --gpu LIST     the daemon's GPU(s) for the program's devices, by ordinal or UUID\n"
 		"                     (as crcudactl restore --gpu)\n"
 		"      --keep         keep the suspend's checkpoint in the store\n"
@@ -385,6 +385,12 @@ int cmd_resume(int argc, char **argv, struct ctl_opts *opts)
 	if (ctl_daemon_addr(daemon_arg, daemon, sizeof(daemon)))
 		return CTL_EXIT_USAGE;
 	fd = suspend_connect(pid);
+	/* By default the daemon it was suspended from: the one it waits on (and whose GPUs it had). */
+	if (fd >= 0 && !daemon_arg && !suspend_ask(fd, CRC_SUSPEND_QUERY, -1, &q) && q.daemon[0]) {
+		snprintf(daemon, sizeof(daemon), "%s", q.daemon);
+		close(fd);
+		fd = suspend_connect(pid);
+	}
 	if (fd < 0 || suspend_ask(fd, CRC_SUSPEND_QUERY, -1, &q)) {
 		if (fd >= 0)
 			close(fd);

@@ -490,6 +490,8 @@ static int suspended_wait(const struct crc_session_ctl *ctl)
 
 	memcpy(info.store, ctl->suspend_store, sizeof(info.store));
 	info.store[sizeof(info.store) - 1] = 0;
+	if (crc_sock_default_path(info.daemon, sizeof(info.daemon)))
+		info.daemon[0] = 0;
 	n = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, CRC_SUSPEND_SOCK_FMT, (int)getpid());
 	lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (lfd < 0 ||

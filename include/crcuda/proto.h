@@ -198,6 +198,7 @@ struct crc_suspend_reply {
 	uint64_t session_id; /* the suspended session */
 	uint64_t ckpt_id, device_bytes;
 	char store[CRC_SUSPEND_STORE_MAX];
+	char daemon[256]; /* the daemon it was suspended from (its unix socket), which it waits on */
 };
 
 /* Host functions (graph host nodes, cuLaunchHostFunc) run in the application, which the daemon's

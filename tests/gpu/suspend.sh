@@ -3,7 +3,8 @@
 # device memory (default 4096) under crcuda stops at its ready step; it is suspended (its GPU worker
 # ends, so its memory goes back to the GPU), resumed on GPU 0 named by UUID (--gpu GPU-...), and must
 # finish with the uninterrupted native run's checksum. Prints the GPU's memory in use (nvidia-smi)
-# before, during and after the suspend, the suspend's and resume's times, and PASS/FAIL/SKIP lines.
+# before, during and after the suspend, the suspend's and resume's times and their last progress lines
+# (GB/s), and PASS/FAIL/SKIP lines.
 # The daemon keeps one idle worker (--pool 1, its context) throughout: that part does not go.
 set -u
 build=$(cd "${1:?usage: suspend.sh BUILD [MB]}" && pwd)
@@ -29,13 +30,13 @@ for _ in $(seq 600); do [ -e "$tmp/ready" ] && break; sleep 0.1; done
 [ -e "$tmp/ready" ] || { result FAIL suspend "not ready: $(tail -2 "$tmp/err" | tr '\n' ' ')"; exit 1; }
 before=$(used)
 t0=$(date +%s.%N)
-"$ctl" suspend "$pid" >"$tmp/s.out" 2>"$tmp/s.err" || { result FAIL suspend "$(cat "$tmp/s.err")"; exit 1; }
+"$ctl" suspend --progress "$pid" >"$tmp/s.out" 2>"$tmp/s.err" || { result FAIL suspend "$(cat "$tmp/s.err")"; exit 1; }
 t1=$(date +%s.%N)
 sleep 1
 during=$(used)
 state=$("$ctl" status "$pid" 2>&1)
 t2=$(date +%s.%N)
-"$ctl" resume --gpu "$uuid" "$pid" >"$tmp/r.out" 2>"$tmp/r.err" || { result FAIL resume "$(cat "$tmp/r.err")"; exit 1; }
+"$ctl" resume --progress --gpu "$uuid" "$pid" >"$tmp/r.out" 2>"$tmp/r.err" || { result FAIL resume "$(cat "$tmp/r.err")"; exit 1; }
 t3=$(date +%s.%N)
 after=$(used)
 touch "$tmp/go"
@@ -49,6 +50,7 @@ awk -v a="$t0" -v b="$t1" -v c="$t2" -v d="$t3" -v mb="$mb" \
 	'BEGIN { printf "suspend %.2f s, resume %.2f s (%s MiB of device memory)\n", b - a, d - c, mb }'
 echo "status while suspended: $state"
 cat "$tmp/s.out" "$tmp/r.out"
+grep -h "^crcudactl: \(suspend\|resume\): .*GB/s" "$tmp/s.err" "$tmp/r.err" | tail -2
 [ $rc = 0 ] && [ -n "$got" ] && [ "$got" = "$ref" ] || { result FAIL suspend_exact "checksum '$got' vs native '$ref' (exit $rc): $(tail -2 "$tmp/err" | tr '\n' ' ')"; exit 1; }
 result PASS suspend_exact "checksum $got = native"
 case $state in *": suspended ("*) result PASS suspend_status "suspended" ;; *) result FAIL suspend_status "$state"; exit 1 ;; esac

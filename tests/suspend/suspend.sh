@@ -2,7 +2,7 @@
 # crcudactl suspend/resume on the simulated device (no CRIU, no root). Each case has a daemon of its own.
 #   suspend.sh BUILD CASE
 # CASE: resume       stress_drv suspended mid-run (twice, 1 s apart): status says suspended, its GPU worker
-#                    is gone and ls lists no session for it; resumed, it finishes with an uninterrupted
+#                    is gone and ls lists it as suspended, with no worker; resumed, it finishes with an uninterrupted
 #                    run's output, bit for bit; the suspend's checkpoint is gone from the store; state_app
 #                    (--verify) the same
 #       programs     suspended at state_app's ready step (idle: its watcher thread parks) with CUDA graphs,
@@ -12,7 +12,8 @@
 #                    on; its first call waits): stress_drv exact, the checkpoint removed after the upload
 #       errors       suspend of a suspended pid, checkpoint of one, resume of a running one, of a pid
 #                    that is no crcuda program, of no process: exit 1, one line each, and nothing
-#                    changed (the program still finishes exactly)
+#                    changed; resumed without CRCUDA_SOCKET (on the daemon it was suspended from), the
+#                    program finishes exactly
 #       daemon-gone  the daemon killed while the program is suspended: the program's CUDA call fails
 #                    within 2 s (no hang) with libcrcuda's line saying why
 #       idle         a daemon with --idle-exit 2 and a program it does not know of (its crcudactl run
@@ -96,8 +97,10 @@ suspend_run() { # suspend_run NAME TIMES PROG ARGS...
 		[ "$("$ctl" --json status "$p" | json 'd["state"]')" = suspended ] || fail "$name: status is not suspended"
 		"$ctl" status "$p" | grep -q ": suspended (" || fail "$name: status text: $("$ctl" status "$p")"
 		wait_for 5 test ! -d "/proc/$w" || fail "$name: worker $w still alive while suspended"
-		"$ctl" --json ls | json '[s for s in d.get("sessions",[]) if s["pid"]=='"$p"']' | grep -q '^\[\]$' ||
-			fail "$name: ls lists a session for the suspended pid"
+		[ "$("$ctl" --json ls | json '[(s["state"], s["worker_pid"]) for s in d["sessions"] if s["pid"]=='"$p"']')" = "[('suspended', 0)]" ] ||
+			fail "$name: ls does not list the suspended pid as suspended, without a worker: $("$ctl" ls)"
+		"$ctl" ls | grep -A2 "^Suspended programs of crcudad at $CRCUDA_SOCKET:" | grep -q "^[0-9]* *$p " ||
+			fail "$name: ls (text) does not list the suspended pid: $("$ctl" ls)"
 		[ "$("$ctl" --json store ls | json 'len(d["checkpoints"])')" = 1 ] || fail "$name: no suspend checkpoint in the store"
 		kill -0 "$p" || fail "$name: the program died while suspended"
 		sleep 1
@@ -168,10 +171,11 @@ errors)
 	one_line "$tmp/e" "status: pid $q has no session"
 	"$ctl" resume 2147483646 >/dev/null 2>"$tmp/e" && fail "resume of no process succeeded"
 	one_line "$tmp/e" "resume: no process 2147483646"
-	"$ctl" resume "$p" >/dev/null 2>"$tmp/e" || fail "resume failed: $(cat "$tmp/e")"
+	# Without CRCUDA_SOCKET here: the daemon the program was suspended from.
+	env -u CRCUDA_SOCKET "$ctl" resume "$p" >/dev/null 2>"$tmp/e" || fail "resume failed: $(cat "$tmp/e")"
 	wait "$p" || fail "the program failed: $(tail -3 "$tmp/err")"
 	cmp -s "$tmp/stress.ref" "$tmp/out" || fail "output differs from the uninterrupted run"
-	echo "suspend: errors refused with one line each; the program finished exactly"
+	echo "suspend: errors refused with one line each; resumed on its own daemon; the program finished exactly"
 	;;
 daemon-gone)
 	"$ctl" run --backend sim -- "${stress[@]}" >"$tmp/out" 2>"$tmp/err" &
