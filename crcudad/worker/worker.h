@@ -497,6 +497,9 @@ int crc_graph_restore_pending(struct crc_session *s);
 void crc_graph_exec_changed(struct crc_session *s, int op, void *const *argv);
 /* Before such a call (argv[0] an executable graph, argv[1] a node): the node the driver takes for it. */
 void crc_graph_exec_remap(struct crc_session *s, int op, void *const *argv);
+/* The session ends: the executable graphs it still has are destroyed (what they hold on the device
+ * goes before the worker does; a suspend's worker gives it back to the GPU). */
+void crc_graph_release(struct crc_session *s);
 void crc_graph_free(struct crc_session *s);
 /* Host functions (hostfn.c): node parameters that run the application's fn(data) in the client, and
  * back (false: not such a node). */

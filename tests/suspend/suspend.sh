@@ -36,6 +36,7 @@ export CRCUDA_SOCKET=$tmp/d/crcudad.sock CRCUDA_STORE=$tmp/store
 export CRCUDA_SIM_KERNELS=$st/libcrcuda_stress_kernels.so:$progs/libcrcuda_test_kernels.so
 unset CRCUDA_REMOTE CRCUDA_TOKEN CRCUDA_TOKEN_FILE CRCUDA_LIBDIR CRCUDAD CRCUDA_DAEMON
 pids=()
+run_preload= # LD_PRELOAD for the programs suspend_run runs (and only them)
 ok=0
 cleanup() {
 	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
@@ -83,8 +84,9 @@ state=("$progs/state_app" --mb 8 --chunks 4 --steps 48 --step-ms 40 --verify)
 suspend_run() { # suspend_run NAME TIMES PROG ARGS...
 	local name=$1 times=$2 p w i
 	shift 2
-	"$ctl" run --backend sim -- "$@" >"$tmp/$name.ref" 2>"$tmp/$name.referr" || fail "$name: uninterrupted run failed"
-	"$ctl" run --backend sim -- "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+	env ${run_preload:+LD_PRELOAD=$run_preload} "$ctl" run --backend sim -- "$@" >"$tmp/$name.ref" 2>"$tmp/$name.referr" ||
+		fail "$name: uninterrupted run failed"
+	env ${run_preload:+LD_PRELOAD=$run_preload} "$ctl" run --backend sim -- "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
 	p=$!
 	pids+=("$p")
 	wait_for 10 has_session "$p" || fail "$name: no session for pid $p"
@@ -137,6 +139,9 @@ programs)
 		cmp -s "$tmp/ref" "$tmp/out" || fail "$v: output differs from the uninterrupted run"
 		echo "suspend: programs: state_app $v: exact ($(tail -1 "$tmp/out"))"
 	done
+	# An ASan build's libcrcuda inside an nvcc-built program: the sanitizer runtimes go first.
+	preload=$(ldd "$build/libcrcuda/libcuda.so.1" 2>/dev/null | awk '/lib(asan|ubsan)\.so/ {print $3}' | paste -sd: -)
+	run_preload=$preload
 	suspend_run stress_rt 1 "$st/stress_rt_static" --steps 200 --sleep-ms 20
 	;;
 lazy)
