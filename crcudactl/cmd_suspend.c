@@ -295,6 +295,13 @@ int cmd_suspend(int argc, char **argv, struct ctl_opts *opts)
 	 * (it saw its socket close). Both are quick. */
 	for (int i = 0; i < 200 && ctl_suspended_query(pid, &q); i++)
 		usleep(10000);
+	if (ctl_suspended_query(pid, &q)) {
+		ctl_error("suspend: pid %d's worker ended, but the program does not wait for its resume (its "
+			  "stderr says why; its CUDA calls fail): its device memory is checkpoint %" PRIu64
+			  " of %s",
+			  (int)pid, id, store);
+		return CTL_EXIT_FAILURE;
+	}
 	if (opts->json)
 		ctl_json_print(json_pack("{s:i, s:i, s:s, s:I, s:I, s:s, s:f}", "version", 1, "pid", (int)pid,
 					 "state", "suspended", "checkpoint", (json_int_t)id, "device_bytes",
@@ -384,16 +391,7 @@ int cmd_resume(int argc, char **argv, struct ctl_opts *opts)
 		return optind != argc - 1 ? CTL_EXIT_USAGE : CTL_EXIT_FAILURE;
 	if (ctl_daemon_addr(daemon_arg, daemon, sizeof(daemon)))
 		return CTL_EXIT_USAGE;
-	fd = suspend_connect(pid);
-	/* By default the daemon it was suspended from: the one it waits on (and whose GPUs it had). */
-	if (fd >= 0 && !daemon_arg && !suspend_ask(fd, CRC_SUSPEND_QUERY, -1, &q) && q.daemon[0]) {
-		snprintf(daemon, sizeof(daemon), "%s", q.daemon);
-		close(fd);
-		fd = suspend_connect(pid);
-	}
-	if (fd < 0 || suspend_ask(fd, CRC_SUSPEND_QUERY, -1, &q)) {
-		if (fd >= 0)
-			close(fd);
+	if (ctl_suspended_query(pid, &q)) {
 		rc = crc_ctl_find_pid(daemon, pid, 0, &sess);
 		if (!rc)
 			ctl_error("resume: pid %d is not suspended (its session %" PRIu64 " is %s)", (int)pid,
@@ -405,7 +403,9 @@ int cmd_resume(int argc, char **argv, struct ctl_opts *opts)
 				  (int)pid, daemon);
 		return CTL_EXIT_FAILURE;
 	}
-	close(fd);
+	/* By default the daemon it was suspended from: the one it waits on (and whose GPUs it had). */
+	if (!daemon_arg && q.daemon[0])
+		snprintf(daemon, sizeof(daemon), "%s", q.daemon);
 	t0 = ctl_now();
 	o.store_dir = q.store;
 	o.ckpt_id = q.ckpt_id;
