@@ -63,11 +63,11 @@ last_progress() {
 }
 # check_progress FILE WHAT MIB: the last line says all MIB (within 2 MiB: globals), done, at some rate.
 check_progress() {
-	local done total pct rate
-	read -r done total pct rate <<<"$(last_progress "$1" "$2")"
+	local moved total pct rate
+	read -r moved total pct rate <<<"$(last_progress "$1" "$2")"
 	[ -n "${rate:-}" ] || fail "$2: no progress line in: $(cat "$1")"
 	python3 -c "import sys; d,t,m,r=map(float,sys.argv[1:]); sys.exit(not (d==t and m<=t<=m+2 and r>0))" \
-		"$done" "$total" "$3" "$rate" || fail "$2: progress line '$done of $total MiB ($pct%), $rate GB/s' for $3 MiB"
+		"$moved" "$total" "$3" "$rate" || fail "$2: progress line '$moved of $total MiB ($pct%), $rate GB/s' for $3 MiB"
 	[ "$pct" = 100 ] || fail "$2: the last progress line says $pct%"
 	echo "suspend: $2: last progress line: $(grep "^crcudactl: $2: " "$1" | tail -1)"
 }
