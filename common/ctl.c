@@ -435,6 +435,45 @@ int crc_ctl_release(struct crc_ctl *c, pid_t pid)
 	return simple(c, CRC_OP_CTL_RESUME, pid, -1);
 }
 
+int crc_ctl_suspend(struct crc_ctl *c, pid_t pid, uint64_t ckpt_id, const char *store_dir)
+{
+	struct crc_ctl_req r = {.pid = pid};
+	size_t n = store_dir ? strlen(store_dir) : 0;
+	uint8_t buf[sizeof(uint64_t) + CRC_SUSPEND_STORE_MAX];
+
+	if (!n || n >= CRC_SUSPEND_STORE_MAX)
+		return fail(c, CRC_EINVAL, "store directory missing or longer than %d bytes",
+			    CRC_SUSPEND_STORE_MAX - 1);
+	memcpy(buf, &ckpt_id, sizeof(ckpt_id));
+	memcpy(buf + sizeof(ckpt_id), store_dir, n + 1);
+	return exchange(c, CRC_OP_CTL_SUSPEND, &r, sizeof(r), buf, sizeof(ckpt_id) + n + 1, NULL, NULL);
+}
+
+int crc_ctl_progress(struct crc_ctl *c, pid_t pid, struct crc_ctl_progress *p)
+{
+	struct crc_ctl_req r = {.pid = pid};
+	struct crc_ctl_progress_wire w;
+	size_t len = 0;
+	void *data;
+	int rc = exchange(c, CRC_OP_CTL_PROGRESS, &r, sizeof(r), NULL, 0, &data, &len);
+
+	if (rc)
+		return rc;
+	if (len < sizeof(w)) {
+		free(data);
+		return fail(c, CRC_EPROTO, "short progress reply");
+	}
+	memcpy(&w, data, sizeof(w));
+	free(data);
+	*p = (struct crc_ctl_progress){.op = w.op, .done = w.done, .total = w.total, .seconds = w.ns * 1e-9};
+	return 0;
+}
+
+int crc_ctl_fd(const struct crc_ctl *c)
+{
+	return c ? c->fd : -1;
+}
+
 _Static_assert(CRC_CTL_MAX_GPUS == CRC_MAX_DEVICES, "one --gpu entry per device");
 
 /* "GPU-" and 36 characters: 8-4-4-4-12 hexadecimal digits. */

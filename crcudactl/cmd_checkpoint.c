@@ -83,6 +83,8 @@ static void ckpt_usage(FILE *f)
 	    "      --tls-cert F, --tls-key F, --tls-ca F\n"
 	    "                         TLS with certificates (a daemon with --tls-*), not the token, as key\n"
 	    "      --timeout SEC    give up (and resume the program) after SEC seconds (default %d)\n"
+	    "      --progress       progress on stderr (bytes of device memory copied, percent, GB/s);\n"
+	    "                       the default when stderr is a terminal\n"
 	    "      --json           machine-readable result on stdout\n"
 	    "  -h, --help           this help\n"
 	    "\n"
@@ -552,7 +554,8 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 		OPT_JSON,
 		OPT_NO_BACKGROUND,
 		OPT_STOPPED,
-		OPT_TCP_ESTABLISHED
+		OPT_TCP_ESTABLISHED,
+		OPT_PROGRESS
 	};
 	static const struct option longopts[] = {
 	    {"leave-running", no_argument, NULL, 'R'},
@@ -569,13 +572,14 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	    {"tls-ca", required_argument, NULL, OPT_TLS_CA},
 	    {"timeout", required_argument, NULL, OPT_TIMEOUT},
 	    {"json", no_argument, NULL, OPT_JSON},
+	    {"progress", no_argument, NULL, OPT_PROGRESS},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
 	const char *store_arg = NULL, *daemon_arg = NULL, *remote_arg = NULL, *token_file = NULL;
 	char token[CRC_TOKEN_MAX + 1] = "";
 	bool tcp = false;
-	bool leave = false, background = true, stopped = false, tcp_established = false;
+	bool leave = false, background = true, stopped = false, tcp_established = false, progress = false;
 	unsigned timeout = CKPT_TIMEOUT_DEFAULT;
 	char store[PATH_MAX], daemon[PATH_MAX], criu[PATH_MAX], plugdir[PATH_MAX], dir[PATH_MAX + 64];
 	char report[PATH_MAX * 2], outlog[PATH_MAX * 2], dlog[PATH_MAX * 2], backend[64], host[256] = "",
@@ -635,6 +639,9 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 		case OPT_TCP_ESTABLISHED:
 			tcp_established = true;
 			break;
+		case OPT_PROGRESS:
+			progress = true;
+			break;
 		case 'h':
 			ckpt_usage(stdout);
 			return CTL_EXIT_OK;
@@ -666,6 +673,14 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 		return CTL_EXIT_USAGE;
 	if (kill(pid, 0) && errno == ESRCH) {
 		ctl_error("checkpoint: no process %d", (int)pid);
+		return CTL_EXIT_FAILURE;
+	}
+	/* Its device state is in the store and its socket waits for a resume: nothing CRIU can dump. */
+	struct crc_suspend_reply susp;
+	if (!ctl_suspended_query(pid, &susp)) {
+		ctl_error("checkpoint: pid %d is suspended (its device memory is checkpoint %" PRIu64
+			  " of %s): crcudactl resume %d first",
+			  (int)pid, susp.ckpt_id, susp.store, (int)pid);
 		return CTL_EXIT_FAILURE;
 	}
 	if (ctl_find_criu(criu, sizeof(criu)) || ctl_find_plugin_dir(plugdir, sizeof(plugdir)))
@@ -870,17 +885,23 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 
 	double t0 = ctl_now();
 	bool aligned = false;
+	/* Bytes copied, from the worker; the process is killed (its session gone) right after CRIU, a
+	 * background copy is waited for below. */
+	progress = progress || (isatty(2) && !opts->json);
+	ctl_progress_begin("checkpoint", daemon, tcp ? token : NULL, pid, progress);
 	if (ctl_cancel_requested) {
 		rc = -1, cancel.state = CTL_CANCELLED; /* before CRIU ran: nothing to undo */
 	} else if (tree_n && !tcp && align_collectives(daemon, NULL, timeout * 2000, true)) {
+		ctl_progress_end(NULL);
 		fprintf(stderr, "crcudactl: nothing was checkpointed; the processes run on\n");
 		rm_tree(dir);
 		goto out;
 	} else {
 		aligned = tree_n && !tcp;
-		rc = ctl_run_criu(args, env, outlog, report, "checkpoint", timeout, isatty(2) && !opts->json,
-				  &cancel);
+		rc = ctl_run_criu(args, env, outlog, report, "checkpoint", timeout, progress, &cancel);
 	}
+	if (!leave)
+		ctl_progress_end(NULL);
 	/* Resumed clients release their caps themselves; those CRIU never reached do here. */
 	if (aligned)
 		release_collectives(daemon, NULL);
@@ -933,6 +954,7 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 		}
 		secs = ctl_now() - t0;
 	}
+	ctl_progress_end(NULL);
 	if (rc != 0 || !id) {
 		if (ctl_report_get(report, "error", 0, val, sizeof(val)) == 0)
 			ctl_error("checkpoint of %d failed: %s", (int)pid, val);
@@ -1044,6 +1066,7 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	unlink(decision); /* not an image */
 	keep_dump_log(dlog, dir);
 out:
+	ctl_progress_end(NULL);
 	ctl_cancel_catch(false);
 	if (lockfd >= 0)
 		close(lockfd);

@@ -25,7 +25,8 @@ static void ls_usage(FILE *f)
 	    f, "Usage: crcudactl ls [--store DIR] [--daemon ADDR] [--json]\n"
 	       "\n"
 	       "Lists the checkpoints in the store and the sessions (client processes) of the daemon, each\n"
-	       "with the pid of its GPU worker and the daemon's GPUs it has a context on.\n"
+	       "with the pid of its GPU worker and the daemon's GPUs it has a context on, and the programs\n"
+	       "suspended from it (crcudactl suspend; no worker).\n"
 	       "\n"
 	       "Options:\n"
 	       "  -s, --store DIR    the store (default $CRCUDA_STORE, else ~/.local/share/crcuda/store)\n"
@@ -118,6 +119,48 @@ static int list_checkpoints(const char *dir, json_t *list)
 	free(ids);
 	crc_store_close(st);
 	return 0;
+}
+
+/* Programs suspended from the daemon at addr (crcudactl suspend): they listen on abstract unix sockets
+ * named after their pids, which /proc/net/unix shows as "@NAME". Into list (JSON) or printed. */
+static void list_suspended(const char *addr, json_t *list)
+{
+	char line[512], name[256];
+	FILE *f = fopen("/proc/net/unix", "r");
+	const char *prefix = "@" CRC_SUSPEND_SOCK_FMT;
+	size_t plen = strcspn(prefix, "%");
+	bool header = false;
+
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		struct crc_suspend_reply q;
+		unsigned long flags;
+		char *end;
+		long pid;
+
+		/* Num RefCount Protocol Flags Type St Inode Path; flags 0x10000: listening */
+		if (sscanf(line, "%*s %*s %*s %lx %*s %*s %*s %255s", &flags, name) != 2 ||
+		    !(flags & 0x10000) || strncmp(name, prefix, plen) ||
+		    (pid = strtol(name + plen, &end, 10)) <= 0 || *end ||
+		    ctl_suspended_query((pid_t)pid, &q) || strcmp(q.daemon, addr))
+			continue;
+		if (list) {
+			json_array_append_new(
+			    list, json_pack("{s:I, s:i, s:i, s:s, s:I, s:I, s:s}", "session",
+					    (json_int_t)q.session_id, "pid", (int)pid, "worker_pid", 0,
+					    "state", "suspended", "device_bytes", (json_int_t)q.device_bytes,
+					    "checkpoint", (json_int_t)q.ckpt_id, "daemon", addr));
+			continue;
+		}
+		if (!header)
+			printf("\nSuspended programs of crcudad at %s:\n%-8s %-7s %-12s %12s  %s\n", addr,
+			       "SESSION", "PID", "CHECKPOINT", "DEVICE-MiB", "STORE");
+		header = true;
+		printf("%-8" PRIu64 " %-7ld %-12" PRIu64 " %12.1f  %s\n", q.session_id, pid, q.ckpt_id,
+		       q.device_bytes / 1048576.0, q.store);
+	}
+	fclose(f);
 }
 
 /* The daemon's sessions, each with the worker process that runs it. */
@@ -242,13 +285,16 @@ int cmd_ls(int argc, char **argv, struct ctl_opts *opts)
 	if (missing)
 		ctl_error("ls: no store at %s", store);
 	list_sessions(daemon, doc);
+	if (doc && !json_object_get(doc, "sessions"))
+		json_object_set_new(doc, "sessions", json_array());
+	list_suspended(daemon, doc ? json_object_get(doc, "sessions") : NULL);
 	if (doc)
 		ctl_json_print(doc);
 	return missing ? CTL_EXIT_FAILURE : CTL_EXIT_OK;
 }
 
 /* crcudactl status PID: the state of one program's session (running, quiesced, checkpointed,
- * restoring), as NVIDIA's cuda-checkpoint --get-state tells a process's. */
+ * restoring, suspended), as NVIDIA's cuda-checkpoint --get-state tells a process's. */
 int cmd_status(int argc, char **argv, struct ctl_opts *opts)
 {
 	enum { OPT_DAEMON = 256, OPT_JSON };
@@ -262,6 +308,7 @@ int cmd_status(int argc, char **argv, struct ctl_opts *opts)
 	char daemon[PATH_MAX], *end;
 	struct crc_ctl *c = NULL;
 	struct crc_ctl_session *s = NULL;
+	struct crc_suspend_reply q;
 	unsigned n = 0;
 	long pid;
 	int ch, rc;
@@ -275,14 +322,14 @@ int cmd_status(int argc, char **argv, struct ctl_opts *opts)
 			opts->json = true;
 			break;
 		case 'h':
-			printf(
-			    "Usage: crcudactl status [--daemon ADDR] [--json] PID\n"
-			    "\n"
-			    "The state of PID's session on its daemon: running, quiesced, checkpointed or\n"
-			    "restoring, with its worker, GPUs and device memory.\n"
-			    "Exit status: 0 PID has a session, 1 it has none (or the daemon does not "
-			    "answer),\n"
-			    "2 usage error.\n");
+			printf("Usage: crcudactl status [--daemon ADDR] [--json] PID\n"
+			       "\n"
+			       "The state of PID's session on its daemon: running, quiesced, checkpointed,\n"
+			       "restoring or suspended (crcudactl suspend), with its worker, GPUs and device "
+			       "memory.\n"
+			       "Exit status: 0 PID has a session, 1 it has none (or the daemon does not "
+			       "answer),\n"
+			       "2 usage error.\n");
 			return CTL_EXIT_OK;
 		default:
 			return CTL_EXIT_USAGE;
@@ -297,6 +344,20 @@ int cmd_status(int argc, char **argv, struct ctl_opts *opts)
 	if (kill((pid_t)pid, 0) && errno == ESRCH) {
 		ctl_error("status: no process %ld", pid);
 		return CTL_EXIT_FAILURE;
+	}
+	/* Suspended: no session on the daemon; the process itself says so (crcudactl suspend). */
+	if (!ctl_suspended_query((pid_t)pid, &q)) {
+		if (opts->json)
+			ctl_json_print(json_pack("{s:i, s:s, s:I, s:I, s:I, s:s, s:s}", "pid", (int)pid,
+						 "state", "suspended", "session", (json_int_t)q.session_id,
+						 "checkpoint", (json_int_t)q.ckpt_id, "device_bytes",
+						 (json_int_t)q.device_bytes, "store", q.store, "daemon",
+						 q.daemon));
+		else
+			printf("pid %ld: suspended (session %" PRIu64 ", no GPU worker, %.1f MiB of device "
+			       "memory saved as checkpoint %" PRIu64 " in %s)\n",
+			       pid, q.session_id, q.device_bytes / 1048576.0, q.ckpt_id, q.store);
+		return CTL_EXIT_OK;
 	}
 	rc = crc_ctl_open(daemon, NULL, &c);
 	if (!rc)

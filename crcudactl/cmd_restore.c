@@ -61,6 +61,8 @@ static void restore_usage(FILE *f)
 	    "                         command gets (HUP, INT, QUIT, TERM, USR1, USR2, ALRM, WINCH,\n"
 	    "                         CONT, XCPU, PWR) and exit with its status (CRIU restores it as\n"
 	    "                         this command's child: --restore-sibling)\n"
+	    "      --progress         progress on stderr (bytes of device memory uploaded, percent,\n"
+	    "                         GB/s); the default when stderr is a terminal\n"
 	    "      --json             machine-readable result on stdout\n"
 	    "  -h, --help             this help\n"
 	    "\n"
@@ -77,7 +79,8 @@ struct restore_args {
 	struct crc_ctl_restore_opts gpus;
 	unsigned timeout;
 	uint64_t id;
-	bool wait; /* --wait: the restored program is our child; its status is ours */
+	bool wait;     /* --wait: the restored program is our child; its status is ours */
+	bool progress; /* --progress (else when stderr is a terminal) */
 };
 
 /* A daemon answers on the socket; else one is started through `crcudactl run` (same locking and
@@ -158,7 +161,8 @@ static int parse(int argc, char **argv, struct restore_args *a, struct ctl_opts 
 		OPT_BACKEND,
 		OPT_GPU,
 		OPT_TIMEOUT,
-		OPT_JSON
+		OPT_JSON,
+		OPT_PROGRESS
 	};
 	static const struct option longopts[] = {
 	    {"store", required_argument, NULL, 's'},
@@ -173,6 +177,7 @@ static int parse(int argc, char **argv, struct restore_args *a, struct ctl_opts 
 	    {"gpu", required_argument, NULL, OPT_GPU},
 	    {"timeout", required_argument, NULL, OPT_TIMEOUT},
 	    {"json", no_argument, NULL, OPT_JSON},
+	    {"progress", no_argument, NULL, OPT_PROGRESS},
 	    {"wait", no_argument, NULL, 'w'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
@@ -233,6 +238,9 @@ static int parse(int argc, char **argv, struct restore_args *a, struct ctl_opts 
 			break;
 		case OPT_JSON:
 			opts->json = true;
+			break;
+		case OPT_PROGRESS:
+			a->progress = true;
 			break;
 		case 'h':
 			restore_usage(stdout);
@@ -467,7 +475,11 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 
 	double t0 = ctl_now();
 	snprintf(idbuf, sizeof(idbuf), "%" PRIu64, a.id);
-	rc = ctl_run_criu(args, env, outlog, report, "restore", a.timeout, isatty(2) && !opts->json, NULL);
+	a.progress = a.progress || (isatty(2) && !opts->json);
+	/* Bytes uploaded, from the restoring worker (a local daemon's). */
+	ctl_progress_begin("restore", a.remote ? NULL : daemon, NULL, pid, a.progress);
+	rc = ctl_run_criu(args, env, outlog, report, "restore", a.timeout, a.progress, NULL);
+	ctl_progress_end(NULL);
 	double secs = ctl_now() - t0;
 	FILE *pf = fopen(pidfile, "r");
 	int got = 0;

@@ -6,6 +6,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "crcuda/proto.h"
 #include "crcuda/sock.h"
 #include "crcudactl.h"
 
@@ -629,4 +631,128 @@ void ctl_continue_tree(pid_t pid)
 void ctl_kill_tree(pid_t pid)
 {
 	signal_tree(pid, SIGKILL, 0);
+}
+
+/* ---- progress in bytes: what the session's worker publishes (crc_ctl_progress) ---------------------- */
+static struct {
+	pthread_t thread;
+	bool running, stop, on, seen;
+	const char *what;
+	char daemon[PATH_MAX], token[CRC_TOKEN_MAX + 1];
+	pid_t pid;
+	struct crc_ctl *c;
+	struct crc_ctl_progress first, last;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+} prog = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+void ctl_progress_line(const char *what, const struct crc_ctl_progress *p, char *out, size_t len)
+{
+	/* Sizes in MiB below a GiB of total, else GiB; the rate in GB/s (10^9 bytes), as disks and links. */
+	double unit = p->total >= (1ull << 30) ? 1073741824.0 : 1048576.0;
+	const char *u = p->total >= (1ull << 30) ? "GiB" : "MiB";
+	double pct = p->total ? 100.0 * (double)p->done / (double)p->total : 100.0;
+
+	snprintf(out, len, "%s: %.1f %s of %.1f %s (%.0f%%), %.1f GB/s", what, (double)p->done / unit, u,
+		 (double)p->total / unit, u, pct, p->seconds > 0 ? (double)p->done / p->seconds / 1e9 : 0.0);
+}
+
+/* One sample: true when it is of this command's checkpoint or restore (not the one before it). */
+static bool progress_sample(struct crc_ctl_progress *p)
+{
+	if (!prog.c && crc_ctl_open(prog.daemon, prog.token[0] ? prog.token : NULL, &prog.c)) {
+		prog.c = NULL;
+		return false;
+	}
+	if (crc_ctl_progress(prog.c, prog.pid, p) || p->op == CRC_CTL_PROGRESS_NONE)
+		return false;
+	if (!prog.seen && !memcmp(p, &prog.first, sizeof(*p)))
+		return false;
+	prog.seen = true;
+	prog.last = *p;
+	return true;
+}
+
+static void *progress_main(void *arg)
+{
+	double last_print = ctl_now();
+	struct crc_ctl_progress p;
+	char line[256];
+
+	(void)arg;
+	pthread_mutex_lock(&prog.lock);
+	while (!prog.stop) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 200 * 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&prog.cond, &prog.lock, &ts);
+		if (prog.stop)
+			break;
+		pthread_mutex_unlock(&prog.lock);
+		/* A line a second while bytes move. */
+		if (progress_sample(&p) && prog.on && ctl_now() - last_print >= 1 && p.done < p.total) {
+			ctl_progress_line(prog.what, &p, line, sizeof(line));
+			fprintf(stderr, "crcudactl: %s\n", line);
+			last_print = ctl_now();
+		}
+		pthread_mutex_lock(&prog.lock);
+	}
+	pthread_mutex_unlock(&prog.lock);
+	return NULL;
+}
+
+void ctl_progress_begin(const char *what, const char *daemon, const char *token, pid_t pid, bool on)
+{
+	if (prog.running || !daemon || !on || pid <= 0)
+		return;
+	prog.what = what;
+	prog.pid = pid;
+	prog.on = on;
+	prog.stop = prog.seen = false;
+	prog.c = NULL;
+	snprintf(prog.daemon, sizeof(prog.daemon), "%s", daemon);
+	snprintf(prog.token, sizeof(prog.token), "%s", token ? token : "");
+	/* What the worker shows before this command's work began (a previous checkpoint's end). */
+	memset(&prog.first, 0, sizeof(prog.first));
+	memset(&prog.last, 0, sizeof(prog.last));
+	if (crc_ctl_open(prog.daemon, token, &prog.c) == 0 && crc_ctl_progress(prog.c, pid, &prog.first))
+		memset(&prog.first, 0, sizeof(prog.first));
+	prog.running = pthread_create(&prog.thread, NULL, progress_main, NULL) == 0;
+	if (!prog.running) {
+		crc_ctl_close(prog.c);
+		prog.c = NULL;
+	}
+}
+
+bool ctl_progress_end(struct crc_ctl_progress *out)
+{
+	struct crc_ctl_progress p;
+	char line[256];
+
+	if (!prog.running)
+		return false;
+	pthread_mutex_lock(&prog.lock);
+	prog.stop = true;
+	pthread_cond_broadcast(&prog.cond);
+	pthread_mutex_unlock(&prog.lock);
+	pthread_join(prog.thread, NULL);
+	prog.running = false;
+	/* The last word: the worker keeps its figures until its next checkpoint or restore. */
+	progress_sample(&p);
+	crc_ctl_close(prog.c);
+	prog.c = NULL;
+	if (!prog.seen)
+		return false;
+	if (prog.on) {
+		ctl_progress_line(prog.what, &prog.last, line, sizeof(line));
+		fprintf(stderr, "crcudactl: %s\n", line);
+	}
+	if (out)
+		*out = prog.last;
+	return true;
 }

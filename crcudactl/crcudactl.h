@@ -31,6 +31,14 @@ int cmd_export(int argc, char **argv, struct ctl_opts *opts);
 int cmd_import(int argc, char **argv, struct ctl_opts *opts);
 int cmd_migrate(int argc, char **argv, struct ctl_opts *opts);
 int cmd_receive(int argc, char **argv, struct ctl_opts *opts);
+int cmd_suspend(int argc, char **argv, struct ctl_opts *opts);
+int cmd_resume(int argc, char **argv, struct ctl_opts *opts);
+
+/* ---- cmd_suspend.c ---- */
+#include <sys/types.h>
+struct crc_suspend_reply;
+/* What pid, suspended by crcudactl suspend, says of itself: 0, or -1 when it is not suspended. */
+int ctl_suspended_query(pid_t pid, struct crc_suspend_reply *r);
 
 /* ---- cmd_export.c: the export stream, also over a migration's connection ---- */
 #include <stdint.h>
@@ -152,6 +160,15 @@ int ctl_wait_program(pid_t pid, const char *what);
 /* Continues the process tree rooted at pid, which CRIU left stopped (--leave-stopped); or kills it. */
 void ctl_continue_tree(pid_t pid);
 void ctl_kill_tree(pid_t pid);
+/* Progress in bytes of a checkpoint or restore, from what pid's worker on daemon (token: a TCP one's,
+ * else NULL) publishes: with on, between begin and end a thread polls it and prints a line a second
+ * ("checkpoint: 3.2 GiB of 8.0 GiB (40%), 9.80 GB/s") on stderr while bytes move, and the final one at
+ * end. end: true with the last figures in *out (may be NULL) when the work was seen. */
+#include "crcuda/ctl.h"
+void ctl_progress_begin(const char *what, const char *daemon, const char *token, pid_t pid, bool on);
+bool ctl_progress_end(struct crc_ctl_progress *out);
+/* The line for p, as above (without "crcudactl: "). */
+void ctl_progress_line(const char *what, const struct crc_ctl_progress *p, char *out, size_t len);
 /* Prints CRIU's "Error (...)" lines of log (at most max) on stderr. */
 void ctl_show_criu_errors(const char *log, int max);
 /* How CRIU keeps established TCP connections quiet while they are dumped and restored: "iptables"

@@ -22,6 +22,8 @@ static const struct ctl_cmd {
     {"ls", cmd_ls, "list the checkpoints in the store and the sessions of the daemon"},
     {"inspect", cmd_inspect, "show a checkpoint: regions, metadata, CRIU images, journal"},
     {"status", cmd_status, "the state of a program's session (running, quiesced, checkpointed)"},
+    {"suspend", cmd_suspend, "free a program's GPU (its device memory saved) while it stays alive"},
+    {"resume", cmd_resume, "give a suspended program its GPU back; it continues where it stopped"},
     {"rm", cmd_rm, "remove checkpoints (manifest, CRIU images, chunks no other one needs)"},
     {"export", cmd_export, "write a checkpoint as one self-contained stream (for another node's store)"},
     {"import", cmd_import, "read a checkpoint that export wrote into the store"},

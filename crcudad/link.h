@@ -54,9 +54,17 @@ enum crc_worker_phase {
 	CRC_WORKER_FAILED,	 /* could not initialise (error says why) */
 };
 
+/* How far the worker's checkpoint or restore is (crcudactl's progress lines): bytes of device memory
+ * handled (copied or found unchanged; uploaded) of total, in ns since it began (frozen at its end). */
+struct crc_worker_progress {
+	_Atomic uint32_t op; /* enum crc_ctl_progress_op; 0: none yet */
+	_Atomic uint64_t done, total, ns;
+};
+
 struct crc_worker_status {
 	_Atomic uint32_t phase; /* enum crc_worker_phase */
-	_Atomic uint32_t seq;	/* seqlock over session: odd while it is written */
+	struct crc_worker_progress progress;
+	_Atomic uint32_t seq; /* seqlock over session: odd while it is written */
 	struct crc_ctl_session_wire session;
 	char error[256];
 	struct crc_hello_reply proto; /* the device facts every hello answers with */

@@ -1,6 +1,7 @@
 /* The connection to crcudad and the request/response machinery. */
 #define LOG_PREFIX "libcrcuda: "
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <netdb.h>
@@ -13,9 +14,11 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "client.h"
+#include "crcuda/ctl.h"
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
 #include "crcuda/sock.h"
@@ -424,6 +427,118 @@ static int rebind_wait_ms(void)
 	return e && *e ? atoi(e) : 0;
 }
 
+/* ---- suspend (crcudactl suspend/resume; crcuda/proto.h, CRC_SUSPEND_SOCK_FMT) ------------------ */
+/* One connection to the suspend socket: a query, or a resume with the new session's socket. 1: keep
+ * waiting; 0: resumed; < 0: the resume failed after the old socket was replaced (calls fail). */
+static int serve_resumer(int cfd, struct crc_suspend_reply *info)
+{
+	struct timeval tv = {.tv_sec = 10};
+	struct crc_suspend_req req;
+	struct crc_peer peer;
+	int newfd = -1, nfds = 0, rc = 1;
+
+	if (crc_unix_check_peer(cfd, &peer))
+		return 1;
+	setsockopt(cfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (crc_sock_recv_fds(cfd, &req, sizeof(req), &newfd, 1, &nfds) || req.magic != CRC_PROTO_MAGIC) {
+		if (nfds)
+			close(newfd);
+		return 1;
+	}
+	info->status = 0;
+	if (req.op == CRC_SUSPEND_RESUME && nfds) {
+		struct pollfd p = {.fd = newfd, .events = POLLIN};
+		struct crc_sock_notice n;
+		int memfd = -1, got = 0;
+
+		/* The restored session's REBIND notice is queued on its socket, which takes the place of
+		 * the old one (as after a CRIU restore). */
+		rc = poll(&p, 1, 30000) == 1 ? 0 : CRC_ETIMEDOUT;
+		if (!rc && dup3(newfd, crc_client.chan.fd, O_CLOEXEC) < 0)
+			rc = -errno;
+		if (!rc)
+			rc = crc_sock_recv_fds(crc_client.chan.fd, &n, sizeof(n), &memfd, 1, &got);
+		if (!rc && (n.magic != CRC_PROTO_MAGIC || n.kind != CRC_NOTICE_REBIND))
+			rc = CRC_EPROTO;
+		if (!rc)
+			rc = rebind(&n, got ? memfd : -1);
+		if (got)
+			close(memfd);
+		info->status = rc;
+	} else if (req.op != CRC_SUSPEND_QUERY) {
+		info->status = CRC_EINVAL;
+	}
+	if (nfds)
+		close(newfd);
+	send(cfd, info, sizeof(*info), MSG_NOSIGNAL);
+	return rc;
+}
+
+/* The parked thread, once the worker ended with the session suspended (its ctl page says so): waits for
+ * crcudactl resume, or fails when the daemon goes away. 0: resumed (rebound). */
+static int suspended_wait(const struct crc_session_ctl *ctl)
+{
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	struct crc_suspend_reply info = {
+	    .magic = CRC_PROTO_MAGIC,
+	    .session_id = crc_client.info.session_id,
+	    .ckpt_id = ctl->suspend_ckpt,
+	    .device_bytes = ctl->suspend_bytes,
+	};
+	struct crc_ctl *daemon = NULL;
+	int lfd, n, rc;
+
+	memcpy(info.store, ctl->suspend_store, sizeof(info.store));
+	info.store[sizeof(info.store) - 1] = 0;
+	if (crc_sock_default_path(info.daemon, sizeof(info.daemon)))
+		info.daemon[0] = 0;
+	n = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, CRC_SUSPEND_SOCK_FMT, (int)getpid());
+	lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (lfd < 0 ||
+	    bind(lfd, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)) ||
+	    listen(lfd, 8)) {
+		rc = -errno;
+		pr_err("suspended, but cannot listen for the resume: %s", strerror(errno));
+		goto out;
+	}
+	/* Held open while suspended: the daemon's end is the application's (its calls fail). */
+	rc = crc_ctl_open(NULL, NULL, &daemon);
+	if (rc)
+		goto out;
+	pr_info("suspended as checkpoint %llu of %s: waiting for crcudactl resume %d",
+		(unsigned long long)info.ckpt_id, info.store, (int)getpid());
+	for (;;) {
+		struct pollfd p[2] = {{.fd = lfd, .events = POLLIN},
+				      {.fd = crc_ctl_fd(daemon), .events = POLLIN | POLLRDHUP}};
+		int cfd;
+
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			rc = -errno;
+			break;
+		}
+		if (p[1].revents) {
+			rc = CRC_EDAEMON;
+			pr_err("crcudad went away while this process was suspended");
+			break;
+		}
+		if (!(p[0].revents & POLLIN) || (cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) < 0)
+			continue;
+		rc = serve_resumer(cfd, &info);
+		close(cfd);
+		if (rc <= 0)
+			break;
+	}
+out:
+	if (lfd >= 0)
+		close(lfd);
+	crc_ctl_close(daemon);
+	if (!rc)
+		pr_info("resumed: session %llu", (unsigned long long)crc_client.info.session_id);
+	return rc;
+}
+
 /* Parked with the channel lock held: until the daemon withdraws the quiesce request (resume) or a
  * REBIND notice arrives on the socket (restore). Every other thread waits on the lock meanwhile. */
 static int park(struct crc_session_ctl *ctl)
@@ -459,6 +574,9 @@ static int park(struct crc_session_ctl *ctl)
 					close(memfd);
 				return rc;
 			}
+			/* The worker ended on purpose (crcudactl suspend): wait for the resume. */
+			if (atomic_load(&ctl->suspended))
+				return suspended_wait(ctl);
 			if (dead_ms >= grace_ms)
 				return rc;
 			dead_ms += 100;

@@ -40,6 +40,26 @@ static void list_sessions(struct control *c, const struct crc_msg_hdr *h)
 	free(w);
 }
 
+/* The worker's progress page, read here: the worker may be busy with that very checkpoint or restore. */
+static void progress(struct control *c, const struct crc_msg_hdr *h, const uint8_t *p, size_t len)
+{
+	const struct crc_ctl_req *r = (const void *)p;
+	struct crc_ctl_progress_wire out = {0};
+	struct worker *w =
+	    len >= sizeof(*r) && (r->pid || r->session_id) ? crc_worker_find(r->pid, r->session_id) : NULL;
+
+	if (!w) {
+		crc_ctl_reply_send(c->fd, h, CRC_ENOTFOUND, "no such session on this daemon", NULL, 0);
+		return;
+	}
+	out.op = atomic_load(&w->st->progress.op);
+	out.done = atomic_load(&w->st->progress.done);
+	out.total = atomic_load(&w->st->progress.total);
+	out.ns = atomic_load(&w->st->progress.ns);
+	crc_worker_put(w);
+	crc_ctl_reply_send(c->fd, h, 0, NULL, &out, sizeof(out));
+}
+
 /* The proxy socket to w for this connection, made and handed over on first use. */
 static int proxy_fd(struct control *c, struct worker *w)
 {
@@ -186,12 +206,15 @@ static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const 
 		return true;
 	case CRC_OP_CTL_RESTORE:
 		return restore(c, h, p, len);
+	case CRC_OP_CTL_PROGRESS:
+		progress(c, h, p, len);
+		return true;
 	default:
 		break;
 	}
 	if (len < sizeof(struct crc_ctl_req) || h->op < CRC_OP_CTL_QUIESCE ||
-	    (h->op > CRC_OP_CTL_RESUME && h->op != CRC_OP_CTL_COMMIT_WAIT &&
-	     h->op != CRC_OP_CTL_COLLECTIVE)) {
+	    (h->op > CRC_OP_CTL_RESUME && h->op != CRC_OP_CTL_COMMIT_WAIT && h->op != CRC_OP_CTL_COLLECTIVE &&
+	     h->op != CRC_OP_CTL_SUSPEND)) {
 		crc_ctl_reply_send(c->fd, h, CRC_EINVAL, "malformed control request", NULL, 0);
 		return true;
 	}
@@ -207,6 +230,7 @@ static void *control_main(void *arg)
 	size_t len;
 	int rc;
 
+	atomic_fetch_add(&fr.controls, 1);
 	while (!(rc = crc_ctl_record_read(c->fd, &h, &buf, &len, 0, 1u << 20)) &&
 	       serve_request(c, &h, buf, len)) {
 		free(buf);
@@ -226,6 +250,7 @@ static void *control_main(void *arg)
 			crc_worker_put(c->proxies[i].w);
 		}
 	free(c);
+	atomic_fetch_sub(&fr.controls, 1);
 	return NULL;
 }
 

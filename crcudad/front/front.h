@@ -30,6 +30,9 @@ struct front {
 	bool insecure; /* --insecure: plaintext TCP (else TLS, the token as the pre-shared key) */
 	const char *tls_cert, *tls_key, *tls_ca; /* TLS with certificates instead of the token as key */
 	struct crc_hello_reply proto;		 /* device facts, from the first worker */
+	/* Open control connections: one is held by each suspended application (crcudactl suspend),
+	 * whose session is in the store, not in a worker; --idle-exit waits for them too. */
+	_Atomic unsigned controls;
 };
 extern struct front fr;
 

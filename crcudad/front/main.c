@@ -511,13 +511,14 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* True when the daemon has had no session, no connection and no registered program for idle_s. */
+/* True when the daemon has had no session, no control connection (a suspended program holds one) and
+ * no registered program for idle_s. */
 static bool idle_expired(const char *sock_path, unsigned idle_s, double *busy_at)
 {
 	unsigned sessions = 0;
 
 	sessions = crc_workers_busy();
-	if (sessions || run_programs_alive(sock_path))
+	if (sessions || atomic_load(&fr.controls) || run_programs_alive(sock_path))
 		*busy_at = now_s();
 	return now_s() - *busy_at >= idle_s;
 }

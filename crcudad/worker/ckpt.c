@@ -389,6 +389,8 @@ static void *writer_main(void *arg)
 			rc = crc_ckpt_put_chunk_at(
 			    p->ck, w->lane, j->region, (uint32_t)((j->region_off + off) / STORE_CHUNK),
 			    (uint8_t *)p->buf[b] + off, n, j->ent ? &j->ent[k].hash : NULL);
+		if (!skip && res == CUDA_SUCCESS && !rc)
+			crc_progress_add(n);
 		pthread_mutex_lock(&p->lock);
 		p->copy_ms += ms;
 		if (res != CUDA_SUCCESS)
@@ -818,6 +820,7 @@ static void *bg_main(void *arg)
 		CALL(cuCtxSetCurrent, bg->g[i].ctx);
 		CALL(cuMemFree_v2, bg->g[i].snap);
 	}
+	crc_progress_end();
 	pthread_mutex_lock(&bg->lock);
 	bg->drained = true;
 	bg->rc = rc;
@@ -1035,6 +1038,7 @@ static int ckpt_group(struct crc_session *s, CUcontext ctx, const struct region_
 							   (uint32_t)(off / STORE_CHUNK), &old->hash, len);
 				if (!rc) {
 					ent[k].hash = old->hash;
+					crc_progress_add(len); /* unchanged: done */
 					continue;
 				}
 				if (rc != CRC_ENOTFOUND)
@@ -1417,6 +1421,7 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir, unsigned flags)
 				src[i].digest = map_readable(a->ptr, src[i].dev);
 	crc_inc_clear(&s->inc_next);
 	rc = crc_ckpt_set_lanes(s->ckpt, ckpt_writers());
+	crc_progress_start(CRC_CTL_PROGRESS_CHECKPOINT, stats.device_bytes);
 	for (int d = -1; d < CRC_MAX_DEVICES && !rc; d++)
 		rc = ckpt_group(s, d >= 0 ? dctx[d] : ctx, src, n, d, &stats, why, sizeof(why));
 	if (!rc)
@@ -1535,6 +1540,8 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir, unsigned flags)
 			 crc_strerror(rc));
 		goto fail;
 	}
+	if (!s->bg)
+		crc_progress_end();
 	if (s->bg) {
 		s->bg->ck = s->ckpt;
 		s->bg->store = s->store;
@@ -1559,6 +1566,7 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir, unsigned flags)
 	crc_session_cmd_done(s, 0, NULL);
 	return 0;
 fail:
+	crc_progress_end();
 	crc_bg_end(s);
 	free(src);
 	free(graphs);

@@ -4,6 +4,7 @@
  * on that session's own thread (it owns the session's backend state), the control thread waits. */
 #define LOG_PREFIX "control: "
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,6 +121,43 @@ static void set_group(struct crc_session *s)
 	}
 }
 
+/* The session, quiesced and committed to the store, ends so that its GPU memory is freed; its client
+ * stays parked and waits for a resume (crcuda/proto.h, struct crc_session_ctl). arg: the checkpoint id,
+ * then the store directory (NUL-terminated, checked by serve_request). */
+static void suspend(struct crc_session *s, const uint8_t *arg, size_t len)
+{
+	struct crc_session_ctl *ctl = s->chan.sctl;
+	const char *store = (const char *)arg + sizeof(uint64_t);
+	uint64_t id;
+
+	if (s->tcp || !ctl) {
+		crc_session_cmd_done(
+		    s, CRC_ENOTSUP,
+		    "session %llu is a TCP session: suspend serves local (unix) sessions only",
+		    (unsigned long long)s->id);
+		return;
+	}
+	if (s->state != CRC_CTL_QUIESCED || s->ckpt || s->bg) {
+		crc_session_cmd_done(
+		    s, CRC_EINVAL, "session %llu is %s: quiesce it and commit its checkpoint first",
+		    (unsigned long long)s->id, s->state == CRC_CTL_RUNNING ? "running" : "checkpointing");
+		return;
+	}
+	if (len - sizeof(id) > CRC_SUSPEND_STORE_MAX) {
+		crc_session_cmd_done(s, CRC_EINVAL, "store directory too long");
+		return;
+	}
+	memcpy(&id, arg, sizeof(id));
+	ctl->suspend_ckpt = id;
+	ctl->suspend_bytes = s->mapped_bytes;
+	snprintf(ctl->suspend_store, sizeof(ctl->suspend_store), "%s", store);
+	atomic_store_explicit(&ctl->suspended, 1, memory_order_seq_cst);
+	s->suspended = true;
+	pr_info("session %llu: suspended as checkpoint %llu of %s; ending", (unsigned long long)s->id,
+		(unsigned long long)id, store);
+	crc_session_cmd_done(s, 0, NULL);
+}
+
 /* On the session thread: the command a control thread handed over. */
 void crc_session_command(struct crc_session *s)
 {
@@ -180,6 +218,9 @@ void crc_session_command(struct crc_session *s)
 		s->quiesced_by = NULL;
 		crc_session_cmd_done(s, 0, NULL);
 		break;
+	case CRC_OP_CTL_SUSPEND:
+		suspend(s, s->cmd_arg, s->cmd_len);
+		break;
 	default:
 		crc_session_cmd_done(s, CRC_EINVAL, "unknown control op %d", op);
 	}
@@ -228,8 +269,8 @@ static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const 
 		return rc != 0;
 	}
 	if (len < sizeof(*r) || h->op < CRC_OP_CTL_QUIESCE ||
-	    (h->op > CRC_OP_CTL_RESUME && h->op != CRC_OP_CTL_COMMIT_WAIT &&
-	     h->op != CRC_OP_CTL_COLLECTIVE) ||
+	    (h->op > CRC_OP_CTL_RESUME && h->op != CRC_OP_CTL_COMMIT_WAIT && h->op != CRC_OP_CTL_COLLECTIVE &&
+	     h->op != CRC_OP_CTL_SUSPEND) ||
 	    (h->op == CRC_OP_CTL_COLLECTIVE && len != sizeof(*r) + sizeof(struct crc_ctl_coll_wire))) {
 		crc_ctl_reply_send(c->fd, h, CRC_EINVAL, "malformed control request", NULL, 0);
 		return true;
@@ -248,6 +289,7 @@ static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const 
 	/* String arguments (store dir, commit's image dir and metadata, a quiesce's park path) must end
 	 * inside the request. */
 	if (((h->op == CRC_OP_CTL_CHECKPOINT || h->op == CRC_OP_CTL_COMMIT) && len == sizeof(*r)) ||
+	    (h->op == CRC_OP_CTL_SUSPEND && len <= sizeof(*r) + sizeof(uint64_t) + 1) ||
 	    (len > sizeof(*r) && p[len - 1])) {
 		crc_ctl_reply_send(c->fd, h, CRC_EINVAL, "malformed control request (strings)", NULL, 0);
 		return true;
@@ -271,8 +313,9 @@ static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const 
 	/* A detached client waits for this connection's owner (the CRIU plugin): if it drops, resume. */
 	if (!rc && h->op == CRC_OP_CTL_QUIESCE && s->detached)
 		s->quiesced_by = c;
-	session_put(s);
+	/* Replied before the hold goes: a suspended session's worker exits once nothing holds it. */
 	crc_ctl_reply_send(c->fd, h, rc, rc ? why : NULL, out, rc ? 0 : out_len);
+	session_put(s);
 	return true;
 }
 

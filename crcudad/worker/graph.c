@@ -1276,6 +1276,23 @@ static void gexec_prune(struct crc_session *s)
 	}
 }
 
+void crc_graph_release(struct crc_session *s)
+{
+	gexec_prune(s);
+	while (s->gexecs) {
+		struct crc_gexec *x = s->gexecs;
+
+		s->gexecs = x->next;
+		CALL(cuGraphExecDestroy, x->exec);
+		if (x->shadow)
+			shadow_destroy(s, x->shadow);
+		if (x->origin)
+			shadow_destroy(s, x->origin);
+		gexec_map_free(x);
+		free(x);
+	}
+}
+
 /* ---- graph descriptions (checkpoint) ------------------------------------------------------------------ */
 
 /* A graph, as a checkpoint keeps it: u32 nodes, u32 edges; per node u32 type, u32 payload bytes, u64 the
@@ -1860,10 +1877,18 @@ static CUresult rebuild_node(struct crc_session *s, struct grd *r, CUgraph g, CU
 	case CU_GRAPH_NODE_TYPE_KERNEL: {
 		struct crc_launch_args la;
 		CUDA_KERNEL_NODE_PARAMS_v2 p;
+		/* The request sits at any offset of the description: decoded from an aligned copy, which
+		 * the parameters point into until the node is made. */
+		uint8_t *req = pl.p ? malloc(bytes ? bytes : 1) : NULL;
 
-		res = crc_launch_decode(s, &h, pl.p, pl.n, &la);
-		if (res != CUDA_SUCCESS)
+		if (!req)
 			break;
+		memcpy(req, pl.p, bytes);
+		res = crc_launch_decode(s, &h, req, pl.n, &la);
+		if (res != CUDA_SUCCESS) {
+			free(req);
+			break;
+		}
 		p = (CUDA_KERNEL_NODE_PARAMS_v2){.gridDimX = la.req->grid[0],
 						 .gridDimY = la.req->grid[1],
 						 .gridDimZ = la.req->grid[2],
@@ -1882,7 +1907,7 @@ static CUresult rebuild_node(struct crc_session *s, struct grd *r, CUgraph g, CU
 		res = CALL(cuGraphAddKernelNode_v2, node, g, NULL, 0, &p);
 		/* The attributes after the parameters (describe_node). */
 		if (res == CUDA_SUCCESS) {
-			struct grd at = {.p = la.buf, .n = bytes - (size_t)(la.buf - pl.p)};
+			struct grd at = {.p = la.buf, .n = bytes - (size_t)(la.buf - req)};
 			uint32_t count;
 
 			grd_take(&at, crc_align8(la.req->param_bytes));
@@ -1903,6 +1928,7 @@ static CUresult rebuild_node(struct crc_session *s, struct grd *r, CUgraph g, CU
 			if (at.bad)
 				res = CUDA_ERROR_INVALID_VALUE;
 		}
+		free(req);
 		break;
 	}
 	case CU_GRAPH_NODE_TYPE_MEMCPY: {

@@ -1343,6 +1343,7 @@ void crc_session_release_resources(struct crc_session *s)
 		s->pins = p->next;
 		pin_drop(p);
 	}
+	crc_graph_release(s);
 	t = &s->tables[CRC_HT_MODULE];
 	for (uint32_t i = 1; i <= t->n; i++)
 		if (t->real[i].ptr)

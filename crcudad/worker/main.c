@@ -176,6 +176,33 @@ void crc_worker_publish(void)
 	atomic_fetch_add_explicit(&status->seq, 1, memory_order_acq_rel);
 }
 
+/* ---- progress (crc_worker_status.progress, read by the front for crcudactl) ---- */
+static double progress_t0;
+static _Atomic bool progress_on;
+
+void crc_progress_start(unsigned op, uint64_t total)
+{
+	progress_t0 = crc_now_s();
+	atomic_store(&status->progress.done, 0);
+	atomic_store(&status->progress.ns, 0);
+	atomic_store(&status->progress.total, total);
+	atomic_store(&status->progress.op, op);
+	atomic_store(&progress_on, true);
+}
+
+void crc_progress_add(uint64_t bytes)
+{
+	atomic_fetch_add(&status->progress.done, bytes);
+	if (atomic_load(&progress_on))
+		atomic_store(&status->progress.ns, (uint64_t)((crc_now_s() - progress_t0) * 1e9));
+}
+
+void crc_progress_end(void)
+{
+	if (atomic_exchange(&progress_on, false))
+		atomic_store(&status->progress.ns, (uint64_t)((crc_now_s() - progress_t0) * 1e9));
+}
+
 /* Called by the session thread the moment its session is over, before it frees anything: the front
  * stops listing it at once. */
 void crc_worker_session_ended(void)

@@ -343,11 +343,18 @@ static int upload(struct crc_session *s, struct crc_store *st, const struct crc_
 static int upload_all(struct crc_session *s, struct crc_store *st, const struct crc_manifest *mf,
 		      CUcontext *dctx, bool any, char *why, size_t why_len)
 {
+	uint64_t total = 0;
 	int rc = 0;
 
+	for (uint32_t r = 0; r < mf->nregions; r++)
+		if (mf->regions[r].kind == CRC_REGION_DEVICE_ALLOC ||
+		    mf->regions[r].kind == CRC_REGION_DEVICE_GLOBAL)
+			total += mf->regions[r].size;
+	crc_progress_start(CRC_CTL_PROGRESS_RESTORE, total);
 	for (int g = any ? 0 : -1; g < CRC_MAX_DEVICES && !rc; g++)
 		if (g < 0 || dctx[g])
 			rc = upload(s, st, mf, g, dctx, why, why_len);
+	crc_progress_end();
 	crc_upload_staging_release();
 	return rc;
 }
@@ -514,6 +521,8 @@ static void *up_reader(void *arg)
 		res = CALL(cuMemcpyHtoDAsync_v2, c->dst, buf[k], len, stream);
 		if (res == CUDA_SUCCESS)
 			res = CALL(cuEventRecord, ev[k], stream);
+		if (res == CUDA_SUCCESS)
+			crc_progress_add(len);
 		if (res != CUDA_SUCCESS) {
 			up_fail(j, CRC_ECUDA, "uploading region %u near %#" PRIx64 ": CUDA error %d",
 				c->region, (uint64_t)c->dst, res);

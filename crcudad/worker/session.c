@@ -1045,6 +1045,8 @@ static void *session_main(void *arg)
 			crc_session_command(s);
 			continue;
 		}
+		if (s->suspended)
+			break; /* its client stays parked: the quiesce request is not withdrawn */
 		if (s->detached) {
 			bool end;
 

@@ -34,6 +34,11 @@ int crc_va_window(uint64_t base, uint64_t size, char *why, size_t why_len);
 void crc_worker_publish(void);
 /* The session is over: the front stops listing it (main.c). */
 void crc_worker_session_ended(void);
+/* This worker's checkpoint or restore, for crcudactl's progress lines (link.h, crc_worker_progress):
+ * begun with total bytes of device memory (op: enum crc_ctl_progress_op), bytes handled, over. */
+void crc_progress_start(unsigned op, uint64_t total);
+void crc_progress_add(uint64_t bytes);
+void crc_progress_end(void);
 
 /* ---- the worker's state: one session at most ------------------------------------------------ */
 struct crc_daemon {
@@ -265,6 +270,7 @@ struct crc_session {
 	uint8_t ticket[32];	 /* a detached client's proof when it takes the session back */
 	bool acked;		 /* the client acknowledged the quiesce request */
 	bool detached;		 /* its TCP connection is closed; fd -1 until it takes the session back */
+	bool suspended;		 /* crcudactl suspend: the session ends, its client waits for a resume */
 	double reclaim_by;	 /* detached and resumed: ends unless taken back by then (CLOCK_MONOTONIC) */
 	int reclaim_fd;		 /* a new connection of the client, for the session thread to take (-1) */
 	const void *quiesced_by; /* the control connection of a park quiesce (resumed if it drops) */
@@ -512,6 +518,9 @@ int crc_graph_restore_pending(struct crc_session *s);
 void crc_graph_exec_changed(struct crc_session *s, int op, void *const *argv);
 /* Before such a call (argv[0] an executable graph, argv[1] a node): the node the driver takes for it. */
 void crc_graph_exec_remap(struct crc_session *s, int op, void *const *argv);
+/* The session ends: the executable graphs it still has are destroyed (what they hold on the device
+ * goes before the worker does; a suspend's worker gives it back to the GPU). */
+void crc_graph_release(struct crc_session *s);
 void crc_graph_free(struct crc_session *s);
 /* Host functions (hostfn.c): node parameters that run the application's fn(data) in the client, and
  * back (false: not such a node). */

@@ -27,10 +27,10 @@ _crcudactl()
 	--remote | --timeout | --gpu | --idle-exit | --va-base | --va-session) return ;;
 	esac
 	case $cmd in
-	"") opts="run checkpoint restore export import migrate receive ls status rm inspect store -h --help -V --version -v --verbose -q --quiet --json" ;;
+	"") opts="run checkpoint restore export import migrate receive ls status suspend resume rm inspect store -h --help -V --version -v --verbose -q --quiet --json" ;;
 	run) opts="--backend --socket --daemon-log --idle-exit --va-base --va-session --remote --token-file -h --help --" ;;
-	checkpoint) opts="-R --leave-running --leave-stopped --no-background --tcp-established -s --store --daemon --remote --token-file --timeout --json -h --help" ;;
-	restore) opts="-s --store --remote --token-file --daemon --backend --gpu --timeout --json -h --help" ;;
+	checkpoint) opts="-R --leave-running --leave-stopped --no-background --tcp-established -s --store --daemon --remote --token-file --timeout --progress --json -h --help" ;;
+	restore) opts="-s --store --remote --token-file --daemon --backend --gpu --timeout --progress --json -h --help" ;;
 	export) opts="-s --store -o --output --json -h --help" ;;
 	import) opts="-s --store -i --input --json -h --help" ;;
 	migrate) opts="-t --to --token-file -n --rounds --max-downtime -s --store --daemon --timeout --send-files --insecure --tls-cert --tls-key --tls-ca -h --help" ;;
@@ -38,6 +38,8 @@ _crcudactl()
 	ls) opts="-s --store --daemon --json -h --help" ;;
 	inspect) opts="-s --store --chunks --json -h --help" ;;
 	status) opts="--daemon --json -h --help" ;;
+	suspend) opts="-s --store --daemon --timeout --progress --json -h --help" ;;
+	resume) opts="--daemon --gpu --keep --timeout --progress --json -h --help" ;;
 	store) opts="ls inspect verify gc -s --store --json -h --help" ;;
 	esac
 	mapfile -t COMPREPLY < <(compgen -W "$opts" -- "$cur")

@@ -132,6 +132,22 @@ int crc_ctl_resume(struct crc_ctl *c, pid_t pid);
 /* Resume, knowing that the client will not come back (CRIU kills it after the dump): a detached TCP
  * session ends at once rather than wait for its client to take it back. Else as crc_ctl_resume. */
 int crc_ctl_release(struct crc_ctl *c, pid_t pid);
+/* Suspend (crcudactl suspend): the session, quiesced and committed as checkpoint ckpt_id into
+ * store_dir, ends and its worker exits (its GPU memory freed); its client stays parked and waits for a
+ * resume (crcuda/proto.h, CRC_SUSPEND_SOCK_FMT), which restores that checkpoint (crc_ctl_restore) and
+ * hands the client the new session's socket. Refused for a TCP session, or one not quiesced. */
+int crc_ctl_suspend(struct crc_ctl *c, pid_t pid, uint64_t ckpt_id, const char *store_dir);
+/* How far the checkpoint or restore of pid's session (the newest, a restoring one included) is: what
+ * its worker last published. 0, or CRC_ENOTFOUND. */
+enum crc_ctl_progress_op { CRC_CTL_PROGRESS_NONE = 0, CRC_CTL_PROGRESS_CHECKPOINT, CRC_CTL_PROGRESS_RESTORE };
+struct crc_ctl_progress {
+	unsigned op;	      /* enum crc_ctl_progress_op */
+	uint64_t done, total; /* bytes of device memory */
+	double seconds;	      /* since it began (to its end, once over) */
+};
+int crc_ctl_progress(struct crc_ctl *c, pid_t pid, struct crc_ctl_progress *p);
+/* The connection's socket (to poll for the daemon's end), -1 for none. */
+int crc_ctl_fd(const struct crc_ctl *c);
 
 #define CRC_CTL_MAX_GPUS 8
 struct crc_ctl_restore_opts {

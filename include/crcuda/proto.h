@@ -83,6 +83,9 @@ enum crc_ctl_op {
 	CRC_OP_CTL_RESTORE,			  /* crc_ctl_restore_wire + store dir; see ctl.h */
 	CRC_OP_CTL_COMMIT_WAIT,			  /* struct crc_ctl_req; reply: u64 id */
 	CRC_OP_CTL_COLLECTIVE,			  /* crc_ctl_req + crc_ctl_coll_wire; reply: the same */
+	CRC_OP_CTL_SUSPEND,  /* crc_ctl_req + u64 checkpoint id + store dir: the worker ends (see
+				struct crc_session_ctl's suspend fields) */
+	CRC_OP_CTL_PROGRESS, /* crc_ctl_req; reply: crc_ctl_progress_wire (the front answers) */
 	/* TLS: instead of a reply, the connection goes to a worker (a restore): the reply's data is the
 	 * key (CRC_TLS_KEY_LEN bytes) of the handshake the client makes next, on the same socket, with that
 	 * worker; the real reply follows in that session. */
@@ -166,6 +169,7 @@ struct crc_hello_reply {
  *    daemon holds, reads the count, caps: so that the processes of a tree all stop after the same
  *    collective, and the kernels each of them waits for are launched (crcuda/ctl.h,
  *    crc_ctl_collective). */
+#define CRC_SUSPEND_STORE_MAX 2048
 struct crc_session_ctl {
 	_Alignas(64) _Atomic uint32_t quiesce_req; /* daemon: 1 while the session must stop */
 	_Alignas(64) _Atomic uint32_t client_busy; /* client: 1 while a call holds the channel */
@@ -176,9 +180,38 @@ struct crc_session_ctl {
 	_Alignas(64) _Atomic uint32_t coll_hold;     /* daemon: 1: every collective launch waits */
 	_Atomic uint64_t coll_cap;		     /* daemon: a launch beyond this many waits (0: none) */
 	_Atomic uint64_t coll_until;		     /* daemon: hold and cap apply until then (ns) */
+	/* Suspend (crcudactl suspend): with the session quiesced and checkpointed into the store, the
+	 * worker fills these, sets suspended and ends. The parked client, seeing its socket close with
+	 * suspended set, waits at CRC_SUSPEND_SOCK for crcudactl resume instead of failing. */
+	_Atomic uint32_t suspended;
+	uint64_t suspend_ckpt;	/* the checkpoint holding the session */
+	uint64_t suspend_bytes; /* device memory it saved */
+	char suspend_store[CRC_SUSPEND_STORE_MAX];
 };
 #define CRC_SESSION_CTL_MAGIC 0x4c544353u /* "SCTL" */
 #define CRC_SESSION_CTL_SIZE  4096u
+_Static_assert(sizeof(struct crc_session_ctl) <= CRC_SESSION_CTL_SIZE, "one page");
+
+/* A suspended client listens on this abstract unix socket (its pid, as it sees it), accepting only its
+ * own uid or root, until its session is resumed or the daemon it was suspended from goes away (it
+ * keeps a control connection to it open: its end fails the application's calls, as a lost daemon
+ * does). One struct crc_suspend_req, one struct crc_suspend_reply. RESUME carries, attached, a socket
+ * to the resumed session (crc_ctl_restore's client socket, its REBIND notice queued): the client puts
+ * it in place of its old one, rebinds, and answers how that went. */
+#define CRC_SUSPEND_SOCK_FMT "crcuda-suspended-%d"
+enum crc_suspend_op { CRC_SUSPEND_QUERY = 1, CRC_SUSPEND_RESUME };
+struct crc_suspend_req {
+	uint32_t magic; /* CRC_PROTO_MAGIC */
+	uint32_t op;	/* enum crc_suspend_op */
+};
+struct crc_suspend_reply {
+	uint32_t magic;	     /* CRC_PROTO_MAGIC */
+	int32_t status;	     /* RESUME: 0 rebound, else why not (the application's calls then fail) */
+	uint64_t session_id; /* the suspended session */
+	uint64_t ckpt_id, device_bytes;
+	char store[CRC_SUSPEND_STORE_MAX];
+	char daemon[256]; /* the daemon it was suspended from (its unix socket), which it waits on */
+};
 
 /* Host functions (graph host nodes, cuLaunchHostFunc) run in the application, which the daemon's
  * driver cannot call: the client shares this page (its own memfd, CRC_OP_HOSTFN_REGISTER, again after
@@ -343,6 +376,11 @@ struct crc_ctl_session_wire {
 	uint64_t journal_records;
 	int32_t worker_pid; /* the process that runs the session's driver work */
 	uint32_t devices;   /* bit g: the session has a context on the daemon's GPU g */
+};
+struct crc_ctl_progress_wire {
+	uint32_t op; /* enum crc_ctl_progress_op */
+	uint32_t pad;
+	uint64_t done, total, ns;
 };
 struct crc_ctl_ckpt_wire {
 	uint64_t allocations, globals, modules;
