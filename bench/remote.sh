@@ -7,6 +7,9 @@
 # CRCUDA_BENCH_BACKEND: the daemons' backend (default cuda; sim for the simulated device, whose
 # numbers only show the cost of the encryption on this CPU). CRCUDA_BENCH_REPORT_ONLY=1: a missed goal
 # does not fail the run. Extra arguments go to bench/remote (--size-mb N, --calls N, --reps N).
+# Then bench/tls_loopback says what bounds TLS on this machine: one core's AES-GCM, and plain vs TLS TCP
+# over loopback without CUDA, on one connection and striped over CRCUDA_BENCH_STREAMS (default 4), with
+# the CPU time per byte of each side (CRCUDA_BENCH_CEILING_MB: bytes per transfer, default 1024).
 set -euo pipefail
 build=${1:?usage: remote.sh BUILD_DIR [bench args...]}
 shift
@@ -96,6 +99,13 @@ awk -v backend="$backend" '
 		exit fail
 	}' "$tmp/all"
 rc=$?
+# What bounds TLS on this machine, without CUDA or crcuda's protocol: one core's AES-GCM, and TCP over
+# loopback plaintext vs TLS, on one connection and striped over several.
+if [ -x "$build/bench/tls_loopback" ]; then
+	echo "what bounds TLS here (bench/tls_loopback: TCP over loopback without CUDA; $(nproc) CPUs):"
+	"$build/bench/tls_loopback" --mb "${CRCUDA_BENCH_CEILING_MB:-1024}" --streams "${CRCUDA_BENCH_STREAMS:-4}" \
+		--reps 2 | sed 's/^/  /' || { echo "remote: bench/tls_loopback failed" >&2; exit 1; }
+fi
 if [ "$rc" != 0 ] && [ "${CRCUDA_BENCH_REPORT_ONLY:-0}" = 1 ]; then
 	echo "remote: a goal was missed (CRCUDA_BENCH_REPORT_ONLY=1: reported only)"
 	rc=0
