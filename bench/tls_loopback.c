@@ -4,11 +4,11 @@
  *   tcp_plain_gbs      one sender and one receiver process, TCP over loopback, 2 MiB writes and reads
  *   tcp_tls_gbs        the same through crcuda's TLS (common/tls.c), as remote sessions use it
  *   tcp_tls_xN_gbs     the same split over N TLS connections (a thread per connection on each side)
- *   tls_ratio          tcp_tls_gbs / tcp_plain_gbs (and the best of the striped ones over plain)
+ *   tls_ratio          tcp_tls_gbs / tcp_plain_gbs (and tcp_tls_xN_gbs / tcp_plain_gbs)
  * Each transfer line also says the CPU time per byte of the sender and of the receiver and how many
  * cores each kept busy: one TLS connection's bandwidth cannot exceed one core's AES-GCM rate. Options:
  * --mb N (bytes per transfer, default 2048), --streams N (the striped run's connections, default 4;
- * 0 for none), --reps N (each transfer figure the best of N, default 3). */
+ * 0 or 1 for none), --reps N (each transfer figure the best of N, default 3). */
 #include <errno.h>
 #include <gnutls/crypto.h>
 #include <gnutls/gnutls.h>
@@ -29,7 +29,7 @@
 #include "crcuda/sock.h"
 #include "crcuda/tls.h"
 
-#define MSG	    (2u << 20) /* as CRC_COPY_CHUNK: a copy's record */
+#define MSG	    (2u << 20)	/* as CRC_COPY_CHUNK: a copy's record */
 #define SPAN	    (64u << 20) /* source and destination larger than the caches */
 #define MAX_STREAMS 16
 
@@ -77,9 +77,10 @@ static void aead(gnutls_cipher_algorithm_t alg, const char *name)
 		for (int i = 0; i < 64; i++) {
 			size_t len = sizeof(back);
 
-			if (gnutls_aead_cipher_decrypt(h, nonce, sizeof(nonce), NULL, 0, TAG, out, sizeof(out), back,
-						       &len)) {
-				fprintf(stderr, "tls_loopback: %s does not decrypt what it encrypted\n", name);
+			if (gnutls_aead_cipher_decrypt(h, nonce, sizeof(nonce), NULL, 0, TAG, out,
+						       sizeof(out), back, &len)) {
+				fprintf(stderr, "tls_loopback: %s does not decrypt what it encrypted\n",
+					name);
 				exit(1);
 			}
 		}
@@ -186,9 +187,8 @@ static int transfer(int n, bool tls, size_t bytes, uint8_t *span, struct result 
 		memset(got, 0, SPAN);
 		for (int i = 0; i < n; i++) {
 			fds[i] = accept(lfd, NULL, NULL);
-			if (fds[i] < 0 ||
-			    (tls && crc_tls_server(fds[i], CRC_TLS_ID_TOKEN, key, sizeof(key), 10000, why,
-						   sizeof(why)))) {
+			if (fds[i] < 0 || (tls && crc_tls_server(fds[i], CRC_TLS_ID_TOKEN, key, sizeof(key),
+								 10000, why, sizeof(why)))) {
 				fprintf(stderr, "tls_loopback: receiver: %s\n", tls ? why : strerror(errno));
 				_exit(1);
 			}
@@ -204,7 +204,8 @@ static int transfer(int n, bool tls, size_t bytes, uint8_t *span, struct result 
 			_exit(1);
 		}
 		/* The end of the transfer, as the sender sees it: one byte back. */
-		if (crc_sock_write_all(fds[0], "", 1) || write(report[1], child, sizeof(child)) != sizeof(child))
+		if (crc_sock_write_all(fds[0], "", 1) ||
+		    write(report[1], child, sizeof(child)) != sizeof(child))
 			_exit(1);
 		_exit(0);
 	}
@@ -216,7 +217,8 @@ static int transfer(int n, bool tls, size_t bytes, uint8_t *span, struct result 
 			rc = -errno;
 		else
 			setsockopt(fds[i], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		if (!rc && tls && crc_tls_client(fds[i], CRC_TLS_ID_TOKEN, key, sizeof(key), 10000, why, sizeof(why))) {
+		if (!rc && tls &&
+		    crc_tls_client(fds[i], CRC_TLS_ID_TOKEN, key, sizeof(key), 10000, why, sizeof(why))) {
 			fprintf(stderr, "tls_loopback: sender: %s\n", why);
 			rc = -1;
 		}
@@ -303,7 +305,10 @@ int main(int argc, char **argv)
 		snprintf(name, sizeof(name), "tcp_tls_x%d_gbs", streams);
 		striped = best_of(name, streams, true, mb << 20, span, reps);
 	}
-	printf("tls_ratio %.2f x (striped over %d: %.2f x)\n", tls / plain, streams, striped / plain);
+	if (striped > 0)
+		printf("tls_ratio %.2f x (striped over %d: %.2f x)\n", tls / plain, streams, striped / plain);
+	else
+		printf("tls_ratio %.2f x\n", tls / plain);
 	free(span);
 	return 0;
 }
