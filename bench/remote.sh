@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# bench/remote.sh BUILD_DIR [bench args...]: what TLS costs a remote GPU. Two daemons on loopback, one
+# bench/remote.sh BUILD_DIR [bench args...]: what TLS costs a remote GPU. Daemons on loopback, one
 # with TLS (the default) and one with --insecure, and bench/remote run against each in turns
 # (CRCUDA_BENCH_ROUNDS rounds, default 3; each figure the best of them); prints the round trip and the
 # pinned copy bandwidths of both, the ratio TLS/plaintext, and the goal of issue 18:
 #   pinned copies over TLS >= 0.8x plaintext (loopback); the round trip is reported (added us).
+# A third daemon and its client run with CRCUDA_TLS_IO_THREAD=0 (large transfers' socket I/O on the
+# caller's thread, as before common/tls.c had I/O threads): the "TLS, one thread" lines.
 # CRCUDA_BENCH_BACKEND: the daemons' backend (default cuda; sim for the simulated device, whose
 # numbers only show the cost of the encryption on this CPU). CRCUDA_BENCH_REPORT_ONLY=1: a missed goal
 # does not fail the run. Extra arguments go to bench/remote (--size-mb N, --calls N, --reps N).
@@ -46,6 +48,8 @@ start_daemon() {
 }
 start_daemon tls
 tls_port=$port
+CRCUDA_TLS_IO_THREAD=0 start_daemon tls1
+tls1_port=$port
 start_daemon plain --insecure
 plain_port=$port
 
@@ -53,6 +57,8 @@ run() { # run MODE ROUND
 	local envs=(LD_LIBRARY_PATH="$build/libcrcuda" CRCUDA_TOKEN_FILE="$tmp/token")
 	if [ "$1" = tls ]; then
 		envs+=(CRCUDA_REMOTE="127.0.0.1:$tls_port")
+	elif [ "$1" = tls1 ]; then
+		envs+=(CRCUDA_REMOTE="127.0.0.1:$tls1_port" CRCUDA_TLS_IO_THREAD=0)
 	else
 		envs+=(CRCUDA_REMOTE="127.0.0.1:$plain_port" CRCUDA_INSECURE=1)
 	fi
@@ -66,6 +72,7 @@ bench_args=("$@")
 for r in $(seq "$rounds"); do
 	run plain "$r"
 	run tls "$r"
+	run tls1 "$r"
 done
 # What was measured is what was meant: every session of the one daemon over TLS, none of the other.
 grep -q -- "-> worker [0-9]* (TLS)" "$tmp/tls.log" || { echo "remote: no TLS session in: $(cat "$tmp/tls.log")" >&2; exit 1; }
@@ -74,6 +81,7 @@ grep -q -- "-> worker [0-9]* (TLS)" "$tmp/tls.log" || { echo "remote: no TLS ses
 set +e
 cat "$tmp"/plain.*.txt | sed 's/^/plain /' >"$tmp/all"
 cat "$tmp"/tls.*.txt | sed 's/^/tls /' >>"$tmp/all"
+cat "$tmp"/tls1.*.txt | sed 's/^/tls1 /' >>"$tmp/all"
 awk -v backend="$backend" '
 	{
 		mode = $1; k = $2; v = $3 + 0
@@ -94,6 +102,9 @@ awk -v backend="$backend" '
 				r = p > 0 ? t / p : 0; ok = r >= 0.8
 				if (!ok) fail = 1
 				printf "%-16s %9.3f GB/s %9.3f GB/s %9.2fx  >= 0.80x %s\n", k, p, t, r, ok ? "ok" : "MISSED"
+				t = b["tls1", k]
+				printf "%-16s %14s %9.3f GB/s %9.2fx  (TLS, one thread: CRCUDA_TLS_IO_THREAD=0)\n", "", "",
+				       t, p > 0 ? t / p : 0
 			}
 		}
 		exit fail
