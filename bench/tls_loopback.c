@@ -2,10 +2,12 @@
  * crcuda's protocol in the way. Prints "name value unit" lines:
  *   aead_<cipher>_gbs  encryption and decryption of 16 KiB records (TLS's largest) on one core
  *   tcp_plain_gbs      one sender and one receiver process, TCP over loopback, 2 MiB writes and reads
- *   tcp_tls_gbs        the same through crcuda's TLS (common/tls.c), as remote sessions use it
- *   tcp_tls_io_thread_gbs  one TLS connection (GnuTLS as common/tls.c sets it up) whose socket I/O
- *                      runs on a thread of its own on each side, beside the one that encrypts/decrypts
- *   tcp_tls_xN_gbs     tcp_tls_gbs split over N TLS connections (a thread per connection on each side)
+ *   tcp_tls_gbs        the same through crcuda's TLS (common/tls.c), the socket I/O on the thread
+ *                      that encrypts or decrypts (CRCUDA_TLS_IO_THREAD=0)
+ *   tcp_tls_io_thread_gbs  the same with each side's socket I/O on a thread of its own, beside the
+ *                      cipher's (CRCUDA_TLS_IO_THREAD=1; the default with 4 CPUs or more)
+ *   tcp_tls_xN_gbs     split over N TLS connections (a thread per connection on each side; I/O threads
+ *                      as by default)
  *   tls_ratio          tcp_tls_gbs / tcp_plain_gbs (and the other two TLS figures over plain)
  * Each transfer line also says the CPU time per byte of the sender and of the receiver and how many
  * cores each kept busy: one TLS connection's bandwidth cannot exceed one core's AES-GCM rate. Options:
@@ -92,317 +94,12 @@ static void aead(gnutls_cipher_algorithm_t alg, const char *name)
 }
 
 /* ---- transfers over loopback ------------------------------------------------------------------ */
-/* ---- a TLS connection whose socket I/O runs on a thread of its own ---------------------------- */
-/* The caller's thread encrypts (or decrypts) while this connection's I/O thread sends (or receives)
- * the records before (after) it: each side's cipher overlaps its kernel copies on another core, where
- * one thread would do both in turn. Ciphertext passes through a queue of PIPE_BUFS buffers. */
-#define PIPE_BUFS 4
-#define PIPE_BUF  (256u << 10)
-#define PRIORITY                                                                                             \
-	"NORMAL:-VERS-ALL:+VERS-TLS1.3:-KX-ALL:+ECDHE-PSK:+DHE-PSK:-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:"   \
-	"+CHACHA20-POLY1305"
-
-struct piped {
-	gnutls_session_t s;
-	void *cred;
-	bool server;
-	int fd;
-	pthread_t io;
-	bool io_on;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	uint8_t *buf[PIPE_BUFS];
-	size_t len[PIPE_BUFS];
-	unsigned head, count; /* the full buffers: head .. head + count - 1 */
-	size_t fill;	      /* sender: bytes in the buffer after them; receiver: bytes taken from head's */
-	bool eof;	      /* sender: no more to send; receiver: the peer ended the stream */
-	int err;
-};
-
-static const uint8_t psk[32] = "tls_loopback's pre-shared key..";
-
-static int piped_psk(gnutls_session_t s, const char *username, gnutls_datum_t *key)
-{
-	(void)s;
-	(void)username;
-	key->data = gnutls_malloc(sizeof(psk));
-	if (!key->data)
-		return -1;
-	memcpy(key->data, psk, sizeof(psk));
-	key->size = sizeof(psk);
-	return 0;
-}
-
-static ssize_t direct_push(gnutls_transport_ptr_t p, const void *buf, size_t len)
-{
-	return send(((struct piped *)p)->fd, buf, len, MSG_NOSIGNAL);
-}
-
-static ssize_t direct_pull(gnutls_transport_ptr_t p, void *buf, size_t len)
-{
-	return recv(((struct piped *)p)->fd, buf, len, 0);
-}
-
-/* Sender: records into the buffer being filled; a full one goes to the queue. */
-static ssize_t queued_push(gnutls_transport_ptr_t p, const void *buf, size_t len)
-{
-	struct piped *c = p;
-	size_t done = 0;
-
-	while (done < len) {
-		unsigned idx;
-		size_t n;
-
-		pthread_mutex_lock(&c->lock);
-		while (c->count == PIPE_BUFS && !c->err)
-			pthread_cond_wait(&c->cond, &c->lock);
-		idx = (c->head + c->count) % PIPE_BUFS;
-		pthread_mutex_unlock(&c->lock);
-		if (c->err) {
-			errno = c->err;
-			return -1;
-		}
-		n = len - done < PIPE_BUF - c->fill ? len - done : PIPE_BUF - c->fill;
-		memcpy(c->buf[idx] + c->fill, (const uint8_t *)buf + done, n);
-		c->fill += n;
-		done += n;
-		if (c->fill == PIPE_BUF) {
-			pthread_mutex_lock(&c->lock);
-			c->len[idx] = c->fill;
-			c->count++;
-			c->fill = 0;
-			pthread_cond_broadcast(&c->cond);
-			pthread_mutex_unlock(&c->lock);
-		}
-	}
-	return (ssize_t)len;
-}
-
-static void *send_thread(void *arg)
-{
-	struct piped *c = arg;
-
-	for (;;) {
-		unsigned idx;
-		size_t off = 0;
-
-		pthread_mutex_lock(&c->lock);
-		while (!c->count && !c->eof)
-			pthread_cond_wait(&c->cond, &c->lock);
-		if (!c->count) {
-			pthread_mutex_unlock(&c->lock);
-			return NULL;
-		}
-		idx = c->head;
-		pthread_mutex_unlock(&c->lock);
-		while (off < c->len[idx]) {
-			ssize_t n = send(c->fd, c->buf[idx] + off, c->len[idx] - off, MSG_NOSIGNAL);
-
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n < 0) {
-				pthread_mutex_lock(&c->lock);
-				c->err = errno;
-				pthread_cond_broadcast(&c->cond);
-				pthread_mutex_unlock(&c->lock);
-				return NULL;
-			}
-			off += (size_t)n;
-		}
-		pthread_mutex_lock(&c->lock);
-		c->head = (c->head + 1) % PIPE_BUFS;
-		c->count--;
-		pthread_cond_broadcast(&c->cond);
-		pthread_mutex_unlock(&c->lock);
-	}
-}
-
-/* Receiver: the I/O thread fills free buffers from the socket; GnuTLS takes from the oldest. */
-static void *recv_thread(void *arg)
-{
-	struct piped *c = arg;
-
-	for (;;) {
-		unsigned idx;
-		ssize_t n;
-
-		pthread_mutex_lock(&c->lock);
-		while (c->count == PIPE_BUFS)
-			pthread_cond_wait(&c->cond, &c->lock);
-		idx = (c->head + c->count) % PIPE_BUFS;
-		pthread_mutex_unlock(&c->lock);
-		do
-			n = recv(c->fd, c->buf[idx], PIPE_BUF, 0);
-		while (n < 0 && errno == EINTR);
-		pthread_mutex_lock(&c->lock);
-		if (n <= 0) {
-			c->eof = true;
-			c->err = n < 0 ? errno : 0;
-		} else {
-			c->len[idx] = (size_t)n;
-			c->count++;
-		}
-		pthread_cond_broadcast(&c->cond);
-		pthread_mutex_unlock(&c->lock);
-		if (n <= 0)
-			return NULL;
-	}
-}
-
-static ssize_t queued_pull(gnutls_transport_ptr_t p, void *buf, size_t len)
-{
-	struct piped *c = p;
-	unsigned idx;
-	size_t n;
-
-	pthread_mutex_lock(&c->lock);
-	while (!c->count && !c->eof)
-		pthread_cond_wait(&c->cond, &c->lock);
-	if (!c->count) {
-		pthread_mutex_unlock(&c->lock);
-		errno = c->err;
-		return c->err ? -1 : 0;
-	}
-	idx = c->head;
-	pthread_mutex_unlock(&c->lock);
-	n = len < c->len[idx] - c->fill ? len : c->len[idx] - c->fill;
-	memcpy(buf, c->buf[idx] + c->fill, n);
-	c->fill += n;
-	if (c->fill == c->len[idx]) {
-		c->fill = 0;
-		pthread_mutex_lock(&c->lock);
-		c->head = (c->head + 1) % PIPE_BUFS;
-		c->count--;
-		pthread_cond_broadcast(&c->cond);
-		pthread_mutex_unlock(&c->lock);
-	}
-	return (ssize_t)n;
-}
-
-/* A handshake on fd (as crcuda's: TLS 1.3, the key as a PSK), then the I/O thread: sending or not. */
-static struct piped *piped_open(int fd, bool server, bool sending)
-{
-	struct piped *c = calloc(1, sizeof(*c));
-	gnutls_datum_t k = {(unsigned char *)psk, sizeof(psk)};
-	int ret;
-
-	if (!c)
-		return NULL;
-	c->fd = fd;
-	c->server = server;
-	pthread_mutex_init(&c->lock, NULL);
-	pthread_cond_init(&c->cond, NULL);
-	for (int i = 0; i < PIPE_BUFS; i++)
-		if (!(c->buf[i] = malloc(PIPE_BUF)))
-			return NULL;
-	ret = gnutls_init(&c->s,
-			  (server ? GNUTLS_SERVER : GNUTLS_CLIENT) | GNUTLS_NO_TICKETS | GNUTLS_NO_SIGNAL);
-	if (!ret)
-		ret = gnutls_priority_set_direct(c->s, PRIORITY, NULL);
-	if (!ret && server) {
-		ret = gnutls_psk_allocate_server_credentials((gnutls_psk_server_credentials_t *)&c->cred);
-		if (!ret) {
-			gnutls_psk_set_server_credentials_function(c->cred, piped_psk);
-			ret = gnutls_credentials_set(c->s, GNUTLS_CRD_PSK, c->cred);
-		}
-	} else if (!ret) {
-		ret = gnutls_psk_allocate_client_credentials((gnutls_psk_client_credentials_t *)&c->cred);
-		if (!ret)
-			ret = gnutls_psk_set_client_credentials(c->cred, "bench", &k, GNUTLS_PSK_KEY_RAW);
-		if (!ret)
-			ret = gnutls_credentials_set(c->s, GNUTLS_CRD_PSK, c->cred);
-	}
-	if (ret)
-		return NULL;
-	gnutls_transport_set_ptr(c->s, c);
-	gnutls_transport_set_push_function(c->s, direct_push);
-	gnutls_transport_set_pull_function(c->s, direct_pull);
-	do
-		ret = gnutls_handshake(c->s);
-	while (ret == GNUTLS_E_INTERRUPTED || ret == GNUTLS_E_AGAIN);
-	if (ret) {
-		fprintf(stderr, "tls_loopback: handshake: %s\n", gnutls_strerror(ret));
-		return NULL;
-	}
-	if (sending)
-		gnutls_transport_set_push_function(c->s, queued_push);
-	else
-		gnutls_transport_set_pull_function(c->s, queued_pull);
-	c->io_on = !pthread_create(&c->io, NULL, sending ? send_thread : recv_thread, c);
-	return c->io_on ? c : NULL;
-}
-
-/* A sender's last records go, and its I/O thread ends: 0 or -1. */
-static int piped_flush(struct piped *c)
-{
-	pthread_mutex_lock(&c->lock);
-	if (c->fill) {
-		while (c->count == PIPE_BUFS && !c->err)
-			pthread_cond_wait(&c->cond, &c->lock);
-		c->len[(c->head + c->count) % PIPE_BUFS] = c->fill;
-		c->count++;
-		c->fill = 0;
-	}
-	c->eof = true;
-	pthread_cond_broadcast(&c->cond);
-	pthread_mutex_unlock(&c->lock);
-	pthread_join(c->io, NULL);
-	c->io_on = false;
-	return c->err ? -1 : 0;
-}
-
-/* After the peer closed (a receiver's I/O thread sees the end). */
-static void piped_close(struct piped *c)
-{
-	if (c->io_on)
-		pthread_join(c->io, NULL);
-	gnutls_deinit(c->s);
-	if (c->server)
-		gnutls_psk_free_server_credentials(c->cred);
-	else
-		gnutls_psk_free_client_credentials(c->cred);
-	for (int i = 0; i < PIPE_BUFS; i++)
-		free(c->buf[i]);
-	free(c);
-}
-
-static int piped_write(struct piped *c, const uint8_t *p, size_t len)
-{
-	while (len) {
-		ssize_t n = gnutls_record_send(c->s, p, len);
-
-		if (n == GNUTLS_E_INTERRUPTED || n == GNUTLS_E_AGAIN)
-			continue;
-		if (n < 0)
-			return -1;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
-static int piped_read(struct piped *c, uint8_t *p, size_t len)
-{
-	while (len) {
-		ssize_t n = gnutls_record_recv(c->s, p, len);
-
-		if (n == GNUTLS_E_INTERRUPTED || n == GNUTLS_E_AGAIN)
-			continue;
-		if (n <= 0)
-			return -1;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 struct stream {
 	int fd;
 	uint8_t *span;
 	size_t slice; /* of span, this stream's (a multiple of MSG) */
 	size_t bytes;
 	bool send;
-	struct piped *piped; /* or crc_sock_* on fd */
 	int rc;
 };
 
@@ -414,18 +111,13 @@ static void *stream_run(void *arg)
 		size_t n = s->bytes - off < MSG ? s->bytes - off : MSG;
 		uint8_t *p = s->span + off % s->slice;
 
-		if (s->piped)
-			s->rc = s->send ? piped_write(s->piped, p, n) : piped_read(s->piped, p, n);
-		else
-			s->rc = s->send ? crc_sock_write_all(s->fd, p, n) : crc_sock_read_all(s->fd, p, n);
+		s->rc = s->send ? crc_sock_write_all(s->fd, p, n) : crc_sock_read_all(s->fd, p, n);
 	}
-	if (s->piped && s->send && !s->rc)
-		s->rc = piped_flush(s->piped);
 	return NULL;
 }
 
 /* Each side's streams, a thread each; the bytes split evenly. */
-static int run_streams(const int *fds, struct piped **piped, int n, uint8_t *span, size_t bytes, bool send)
+static int run_streams(const int *fds, int n, uint8_t *span, size_t bytes, bool send)
 {
 	pthread_t th[MAX_STREAMS];
 	struct stream st[MAX_STREAMS];
@@ -433,8 +125,7 @@ static int run_streams(const int *fds, struct piped **piped, int n, uint8_t *spa
 	int rc = 0;
 
 	for (int i = 0; i < n; i++) {
-		st[i] = (struct stream){fds[i], span + (size_t)i * slice, slice, bytes / (size_t)n,
-					send,	piped ? piped[i] : NULL,  0};
+		st[i] = (struct stream){fds[i], span + (size_t)i * slice, slice, bytes / (size_t)n, send, 0};
 		if (n == 1)
 			stream_run(&st[i]);
 		else if (pthread_create(&th[i], NULL, stream_run, &st[i]))
@@ -472,14 +163,10 @@ struct result {
 	double gbs, send_ns, recv_ns, send_cores, recv_cores;
 };
 
-enum mode { PLAIN, TLS, PIPED };
-
-/* A receiver process and this one as the sender, over n connections: plaintext, TLS sessions of
- * common/tls.c, or TLS sessions whose socket I/O has a thread of its own. */
-static int transfer(int n, enum mode mode, size_t bytes, uint8_t *span, struct result *res)
+/* A receiver process and this one as the sender, over n connections; tls: each one a TLS session of
+ * common/tls.c (large transfers' socket I/O on threads of their own as crc_tls_set_io_threads said). */
+static int transfer(int n, bool tls, size_t bytes, uint8_t *span, struct result *res)
 {
-	struct piped *pipes[MAX_STREAMS] = {0};
-	bool tls = mode == TLS;
 	static bool cipher_said;
 	static const uint8_t key[CRC_TLS_KEY_LEN] = "tls_loopback's pre-shared key..";
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -510,12 +197,10 @@ static int transfer(int n, enum mode mode, size_t bytes, uint8_t *span, struct r
 				fprintf(stderr, "tls_loopback: receiver: %s\n", tls ? why : strerror(errno));
 				_exit(1);
 			}
-			if (mode == PIPED && !(pipes[i] = piped_open(fds[i], true, false)))
-				_exit(1);
 		}
 		c = cpu_seconds();
 		t = now();
-		if (run_streams(fds, mode == PIPED ? pipes : NULL, n, got, bytes, false))
+		if (run_streams(fds, n, got, bytes, false))
 			_exit(1);
 		child[0] = cpu_seconds() - c;
 		child[1] = now() - t;
@@ -524,12 +209,9 @@ static int transfer(int n, enum mode mode, size_t bytes, uint8_t *span, struct r
 			_exit(1);
 		}
 		/* The end of the transfer, as the sender sees it: one byte back. */
-		if ((mode == PIPED ? piped_write(pipes[0], (const uint8_t *)"", 1)
-				   : crc_sock_write_all(fds[0], "", 1)) ||
+		if (crc_sock_write_all(fds[0], "", 1) ||
 		    write(report[1], child, sizeof(child)) != sizeof(child))
 			_exit(1);
-		for (int i = 0; i < n && mode == PIPED; i++)
-			piped_close(pipes[i]); /* when the sender closed */
 		_exit(0);
 	}
 	close(lfd);
@@ -545,8 +227,6 @@ static int transfer(int n, enum mode mode, size_t bytes, uint8_t *span, struct r
 			fprintf(stderr, "tls_loopback: sender: %s\n", why);
 			rc = -1;
 		}
-		if (!rc && mode == PIPED && !(pipes[i] = piped_open(fds[i], false, true)))
-			rc = -1;
 	}
 	if (!rc && tls && !cipher_said) {
 		printf("# TLS cipher: %s\n", crc_tls_cipher(fds[0]));
@@ -555,11 +235,11 @@ static int transfer(int n, enum mode mode, size_t bytes, uint8_t *span, struct r
 	c0 = cpu_seconds();
 	t0 = now();
 	if (!rc)
-		rc = run_streams(fds, mode == PIPED ? pipes : NULL, n, span, bytes, true);
+		rc = run_streams(fds, n, span, bytes, true);
 	if (!rc) {
 		uint8_t b;
 
-		rc = mode == PIPED ? piped_read(pipes[0], &b, 1) : crc_sock_read_all(fds[0], &b, 1);
+		rc = crc_sock_read_all(fds[0], &b, 1);
 	}
 	res->gbs = (double)bytes / (now() - t0) / 1e9;
 	res->send_ns = (cpu_seconds() - c0) / (double)bytes * 1e9;
@@ -570,8 +250,6 @@ static int transfer(int n, enum mode mode, size_t bytes, uint8_t *span, struct r
 	res->recv_cores = child[1] > 0 ? child[0] / child[1] : 0;
 	for (int i = 0; i < n; i++) {
 		crc_tls_drop(fds[i]);
-		if (pipes[i])
-			piped_close(pipes[i]);
 		close(fds[i]);
 	}
 	close(report[0]);
@@ -579,12 +257,12 @@ static int transfer(int n, enum mode mode, size_t bytes, uint8_t *span, struct r
 	return rc ? rc : WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }
 
-static double best_of(const char *name, int n, enum mode mode, size_t bytes, uint8_t *span, int reps)
+static double best_of(const char *name, int n, bool tls, size_t bytes, uint8_t *span, int reps)
 {
 	struct result best = {0}, r;
 
 	for (int i = 0; i < reps; i++) {
-		if (transfer(n, mode, bytes, span, &r)) {
+		if (transfer(n, tls, bytes, span, &r)) {
 			fprintf(stderr, "tls_loopback: the %s transfer failed\n", name);
 			exit(1);
 		}
@@ -626,14 +304,17 @@ int main(int argc, char **argv)
 	aead(GNUTLS_CIPHER_AES_128_GCM, "aes128gcm");
 	aead(GNUTLS_CIPHER_AES_256_GCM, "aes256gcm");
 	aead(GNUTLS_CIPHER_CHACHA20_POLY1305, "chacha20poly1305");
-	plain = best_of("tcp_plain_gbs", 1, PLAIN, mb << 20, span, reps);
-	tls = best_of("tcp_tls_gbs", 1, TLS, mb << 20, span, reps);
-	piped = best_of("tcp_tls_io_thread_gbs", 1, PIPED, mb << 20, span, reps);
+	plain = best_of("tcp_plain_gbs", 1, false, mb << 20, span, reps);
+	crc_tls_set_io_threads(0);
+	tls = best_of("tcp_tls_gbs", 1, true, mb << 20, span, reps);
+	crc_tls_set_io_threads(1);
+	piped = best_of("tcp_tls_io_thread_gbs", 1, true, mb << 20, span, reps);
+	crc_tls_set_io_threads(-1);
 	if (streams > 1) {
 		snprintf(name, sizeof(name), "tcp_tls_x%d_gbs", streams);
-		striped = best_of(name, streams, TLS, mb << 20, span, reps);
+		striped = best_of(name, streams, true, mb << 20, span, reps);
 	}
-	printf("tls_ratio %.2f x (with an I/O thread: %.2f x", tls / plain, piped / plain);
+	printf("tls_ratio %.2f x (with I/O threads: %.2f x", tls / plain, piped / plain);
 	if (striped > 0)
 		printf("; striped over %d: %.2f x", streams, striped / plain);
 	printf(")\n");
