@@ -228,22 +228,22 @@ struct pipe {
 
 /* With 4 CPUs or more (on loopback both sides' two threads are busy at once; with fewer, the threads
  * only take turns: measured no faster on 2), or as CRCUDA_TLS_IO_THREAD says (0: never, 1: always). */
-static int io_threads = -1;
+static atomic_int io_threads = -1;
 
 void crc_tls_set_io_threads(int on)
 {
-	io_threads = on;
+	atomic_store_explicit(&io_threads, on, memory_order_relaxed);
 }
 
 static bool io_threads_wanted(void)
 {
-	int wanted = io_threads;
+	int wanted = atomic_load_explicit(&io_threads, memory_order_relaxed);
 
 	if (wanted < 0) {
 		const char *e = getenv("CRCUDA_TLS_IO_THREAD");
 
 		wanted = e && *e ? strcmp(e, "0") != 0 : sysconf(_SC_NPROCESSORS_ONLN) >= 4;
-		io_threads = wanted;
+		atomic_store_explicit(&io_threads, wanted, memory_order_relaxed);
 	}
 	return wanted;
 }
