@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# bench/remote.sh BUILD_DIR [bench args...]: what TLS costs a remote GPU. Two daemons on loopback, one
+# bench/remote.sh BUILD_DIR [bench args...]: what TLS costs a remote GPU. Daemons on loopback, one
 # with TLS (the default) and one with --insecure, and bench/remote run against each in turns
 # (CRCUDA_BENCH_ROUNDS rounds, default 3; each figure the best of them); prints the round trip and the
 # pinned copy bandwidths of both, the ratio TLS/plaintext, and the goal of issue 18:
 #   pinned copies over TLS >= 0.8x plaintext (loopback); the round trip is reported (added us).
+# A third daemon and its client run TLS with large transfers' socket I/O the other way
+# (CRCUDA_TLS_IO_THREAD: on its own thread by default with 4 CPUs or more, on the caller's with fewer):
+# the "TLS, CRCUDA_TLS_IO_THREAD=N" lines.
 # CRCUDA_BENCH_BACKEND: the daemons' backend (default cuda; sim for the simulated device, whose
 # numbers only show the cost of the encryption on this CPU). CRCUDA_BENCH_REPORT_ONLY=1: a missed goal
 # does not fail the run. Extra arguments go to bench/remote (--size-mb N, --calls N, --reps N).
+# Then bench/tls_loopback says what bounds TLS on this machine: one core's AES-GCM, and plain vs TLS TCP
+# over loopback without CUDA, on one connection and striped over CRCUDA_BENCH_STREAMS (default 4), with
+# the CPU time per byte of each side (CRCUDA_BENCH_CEILING_MB: bytes per transfer, default 1024).
 set -euo pipefail
 build=${1:?usage: remote.sh BUILD_DIR [bench args...]}
 shift
@@ -43,6 +49,9 @@ start_daemon() {
 }
 start_daemon tls
 tls_port=$port
+io_other=$([ "$(nproc)" -ge 4 ] && echo 0 || echo 1)
+CRCUDA_TLS_IO_THREAD=$io_other start_daemon tls1
+tls1_port=$port
 start_daemon plain --insecure
 plain_port=$port
 
@@ -50,6 +59,8 @@ run() { # run MODE ROUND
 	local envs=(LD_LIBRARY_PATH="$build/libcrcuda" CRCUDA_TOKEN_FILE="$tmp/token")
 	if [ "$1" = tls ]; then
 		envs+=(CRCUDA_REMOTE="127.0.0.1:$tls_port")
+	elif [ "$1" = tls1 ]; then
+		envs+=(CRCUDA_REMOTE="127.0.0.1:$tls1_port" CRCUDA_TLS_IO_THREAD=$io_other)
 	else
 		envs+=(CRCUDA_REMOTE="127.0.0.1:$plain_port" CRCUDA_INSECURE=1)
 	fi
@@ -63,6 +74,7 @@ bench_args=("$@")
 for r in $(seq "$rounds"); do
 	run plain "$r"
 	run tls "$r"
+	run tls1 "$r"
 done
 # What was measured is what was meant: every session of the one daemon over TLS, none of the other.
 grep -q -- "-> worker [0-9]* (TLS)" "$tmp/tls.log" || { echo "remote: no TLS session in: $(cat "$tmp/tls.log")" >&2; exit 1; }
@@ -71,7 +83,8 @@ grep -q -- "-> worker [0-9]* (TLS)" "$tmp/tls.log" || { echo "remote: no TLS ses
 set +e
 cat "$tmp"/plain.*.txt | sed 's/^/plain /' >"$tmp/all"
 cat "$tmp"/tls.*.txt | sed 's/^/tls /' >>"$tmp/all"
-awk -v backend="$backend" '
+cat "$tmp"/tls1.*.txt | sed 's/^/tls1 /' >>"$tmp/all"
+awk -v backend="$backend" -v io_other="$io_other" '
 	{
 		mode = $1; k = $2; v = $3 + 0
 		if (!(k in seen)) { order[n++] = k; seen[k] = 1; unit[k] = $4 }
@@ -91,11 +104,21 @@ awk -v backend="$backend" '
 				r = p > 0 ? t / p : 0; ok = r >= 0.8
 				if (!ok) fail = 1
 				printf "%-16s %9.3f GB/s %9.3f GB/s %9.2fx  >= 0.80x %s\n", k, p, t, r, ok ? "ok" : "MISSED"
+				t = b["tls1", k]
+				printf "%-16s %14s %9.3f GB/s %9.2fx  (TLS, CRCUDA_TLS_IO_THREAD=%s)\n", "", "", t,
+				       (p > 0 ? t / p : 0), io_other
 			}
 		}
 		exit fail
 	}' "$tmp/all"
 rc=$?
+# What bounds TLS on this machine, without CUDA or crcuda's protocol: one core's AES-GCM, and TCP over
+# loopback plaintext vs TLS, on one connection and striped over several.
+if [ -x "$build/bench/tls_loopback" ]; then
+	echo "what bounds TLS here (bench/tls_loopback: TCP over loopback without CUDA; $(nproc) CPUs):"
+	"$build/bench/tls_loopback" --mb "${CRCUDA_BENCH_CEILING_MB:-1024}" --streams "${CRCUDA_BENCH_STREAMS:-4}" \
+		--reps 2 | sed 's/^/  /' || { echo "remote: bench/tls_loopback failed" >&2; exit 1; }
+fi
 if [ "$rc" != 0 ] && [ "${CRCUDA_BENCH_REPORT_ONLY:-0}" = 1 ]; then
 	echo "remote: a goal was missed (CRCUDA_BENCH_REPORT_ONLY=1: reported only)"
 	rc=0

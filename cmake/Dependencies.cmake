@@ -40,9 +40,11 @@ crc_debian_library(jansson::jansson jansson.h jansson Jansson libjansson-dev)
 # Fatbin entries are compressed with LZ4 or zstd (common/modimage.c).
 crc_debian_library(crc::lz4 lz4.h lz4 LZ4 liblz4-dev)
 crc_debian_library(crc::zstd zstd.h zstd zstd libzstd-dev)
-# TLS of remote sessions (common/tls.c): the headers here; libgnutls.so.30 is loaded at run time.
+# TLS of remote sessions (common/tls.c): the headers here; libgnutls.so.30 is loaded at run time. Only
+# bench/tls_loopback links it (one core's AES-GCM through GnuTLS's cipher API).
 find_path(GNUTLS_INCLUDE_DIR gnutls/gnutls.h)
-if(NOT GNUTLS_INCLUDE_DIR)
+find_library(GNUTLS_LIBRARY gnutls)
+if(NOT GNUTLS_INCLUDE_DIR OR NOT GNUTLS_LIBRARY)
   message(FATAL_ERROR "GnuTLS headers not found: run scripts/setup.sh (Debian package libgnutls28-dev)")
 endif()
 

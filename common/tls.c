@@ -16,6 +16,7 @@
 #include <gnutls/crypto.h>
 #include <gnutls/gnutls.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
@@ -193,10 +195,270 @@ struct conn {
 	 * (rbuf). Reading ahead is safe where a connection changes hands: its protocol is lock-step
 	 * there (nothing follows the last record the old owner reads until the new owners' handshake). */
 	uint8_t *wbuf, *rbuf;
-	size_t wlen, rpos, rlen;
+	size_t wlen, rpos, rlen, rcap;
 	bool gather;
+	struct pipe *wpipe, *rpipe; /* large transfers' (below), made at the first one */
 };
 #define IO_BUF (64u << 10)
+
+/* A large transfer (PIPE_MIN and more) has its socket side on a thread of its own, for the time of the
+ * call: the caller's thread encrypts records while the thread sends those before them (or receives
+ * while the caller decrypts), so that one connection's cipher and the kernel's copies run on two cores
+ * instead of one after the other. Ciphertext passes through PIPE_BUFS buffers. A reading thread never
+ * reads past the records of the message asked for (its budget: ciphertext is never shorter than the
+ * plaintext it carries), so a connection that changes hands has nothing read ahead by it. */
+#define PIPE_MIN  (1u << 20)
+#define PIPE_BUFS 4
+#define PIPE_BUF  (256u << 10)
+
+struct pipe {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	pthread_t thread;
+	bool on; /* the thread is running: push or pull goes through the buffers */
+	int fd;
+	uint8_t *buf[PIPE_BUFS];
+	size_t len[PIPE_BUFS];
+	unsigned head, count; /* the full buffers, oldest first */
+	size_t pos;	      /* writing: bytes in the buffer after them; reading: bytes taken from head's */
+	size_t budget;	      /* reading: bytes the thread may still read */
+	bool done;	      /* writing: nothing more comes; reading: the thread ended */
+	int err;	      /* the socket's errno; reading: -1 at its end */
+};
+
+/* With 4 CPUs or more (on loopback both sides' two threads are busy at once; with fewer, the threads
+ * only take turns: measured no faster on 2), or as CRCUDA_TLS_IO_THREAD says (0: never, 1: always). */
+static atomic_int io_threads = -1;
+
+void crc_tls_set_io_threads(int on)
+{
+	atomic_store_explicit(&io_threads, on, memory_order_relaxed);
+}
+
+static bool io_threads_wanted(void)
+{
+	int wanted = atomic_load_explicit(&io_threads, memory_order_relaxed);
+
+	if (wanted < 0) {
+		const char *e = getenv("CRCUDA_TLS_IO_THREAD");
+
+		wanted = e && *e ? strcmp(e, "0") != 0 : sysconf(_SC_NPROCESSORS_ONLN) >= 4;
+		atomic_store_explicit(&io_threads, wanted, memory_order_relaxed);
+	}
+	return wanted;
+}
+
+static void pipe_free(struct pipe *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_destroy(&p->lock);
+	pthread_cond_destroy(&p->cond);
+	for (int i = 0; i < PIPE_BUFS; i++)
+		free(p->buf[i]);
+	free(p);
+}
+
+static struct pipe *pipe_new(int fd)
+{
+	struct pipe *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return NULL;
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->cond, NULL);
+	p->fd = fd;
+	for (int i = 0; i < PIPE_BUFS; i++)
+		if (!(p->buf[i] = malloc(PIPE_BUF))) {
+			pipe_free(p);
+			return NULL;
+		}
+	return p;
+}
+
+/* The thread, with every signal blocked: the application's handlers stay on its own threads. */
+static bool pipe_start(struct pipe *p, int fd, void *(*run)(void *))
+{
+	sigset_t all, old;
+	bool ok;
+
+	p->fd = fd;
+	p->head = p->count = 0;
+	p->pos = 0;
+	p->done = false;
+	p->err = 0;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	ok = !pthread_create(&p->thread, NULL, run, p);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	p->on = ok;
+	return ok;
+}
+
+static void *pipe_send(void *arg)
+{
+	struct pipe *p = arg;
+
+	for (;;) {
+		size_t off = 0;
+		unsigned idx;
+		int err = 0;
+
+		pthread_mutex_lock(&p->lock);
+		while (!p->count && !p->done && !p->err)
+			pthread_cond_wait(&p->cond, &p->lock);
+		if (!p->count || p->err) {
+			pthread_mutex_unlock(&p->lock);
+			return NULL;
+		}
+		idx = p->head;
+		pthread_mutex_unlock(&p->lock);
+		while (off < p->len[idx] && !err) {
+			ssize_t n = send(p->fd, p->buf[idx] + off, p->len[idx] - off, MSG_NOSIGNAL);
+
+			if (n >= 0)
+				off += (size_t)n;
+			else if (errno != EINTR)
+				err = errno;
+		}
+		pthread_mutex_lock(&p->lock);
+		p->err = err;
+		p->head = (p->head + 1) % PIPE_BUFS;
+		p->count--;
+		pthread_cond_broadcast(&p->cond);
+		pthread_mutex_unlock(&p->lock);
+	}
+}
+
+/* Writing: a record into the buffer being filled; a full one goes to the thread. 0 or an errno. */
+static int pipe_push(struct pipe *p, const uint8_t *buf, size_t len)
+{
+	while (len) {
+		unsigned idx;
+		size_t n;
+		int err;
+
+		pthread_mutex_lock(&p->lock);
+		while (p->count == PIPE_BUFS && !p->err)
+			pthread_cond_wait(&p->cond, &p->lock);
+		idx = (p->head + p->count) % PIPE_BUFS;
+		err = p->err;
+		pthread_mutex_unlock(&p->lock);
+		if (err)
+			return err;
+		n = len < PIPE_BUF - p->pos ? len : PIPE_BUF - p->pos;
+		memcpy(p->buf[idx] + p->pos, buf, n);
+		p->pos += n;
+		buf += n;
+		len -= n;
+		if (p->pos == PIPE_BUF) {
+			pthread_mutex_lock(&p->lock);
+			p->len[idx] = p->pos;
+			p->count++;
+			p->pos = 0;
+			pthread_cond_broadcast(&p->cond);
+			pthread_mutex_unlock(&p->lock);
+		}
+	}
+	return 0;
+}
+
+/* Writing ends: the last buffer goes, the thread ends. 0 or an errno. */
+static int pipe_end_writes(struct pipe *p)
+{
+	pthread_mutex_lock(&p->lock);
+	while (p->pos && p->count == PIPE_BUFS && !p->err)
+		pthread_cond_wait(&p->cond, &p->lock);
+	if (p->pos && !p->err) {
+		p->len[(p->head + p->count) % PIPE_BUFS] = p->pos;
+		p->count++;
+	}
+	p->pos = 0;
+	p->done = true;
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+	pthread_join(p->thread, NULL);
+	p->on = false;
+	return p->err;
+}
+
+static void *pipe_recv(void *arg)
+{
+	struct pipe *p = arg;
+
+	for (;;) {
+		unsigned idx;
+		ssize_t n;
+
+		pthread_mutex_lock(&p->lock);
+		while (p->count == PIPE_BUFS)
+			pthread_cond_wait(&p->cond, &p->lock);
+		idx = (p->head + p->count) % PIPE_BUFS;
+		pthread_mutex_unlock(&p->lock);
+		do
+			n = recv(p->fd, p->buf[idx], p->budget < PIPE_BUF ? p->budget : PIPE_BUF, 0);
+		while (n < 0 && errno == EINTR);
+		pthread_mutex_lock(&p->lock);
+		if (n > 0) {
+			p->len[idx] = (size_t)n;
+			p->count++;
+			p->budget -= (size_t)n;
+		} else {
+			p->err = n < 0 ? errno : -1;
+		}
+		if (n <= 0 || !p->budget)
+			p->done = true;
+		pthread_cond_broadcast(&p->cond);
+		pthread_mutex_unlock(&p->lock);
+		if (p->done)
+			return NULL;
+	}
+}
+
+/* Reading: bytes the thread received, oldest first. > 0; 0 when it ended and all were taken (*err: 0,
+ * the socket's errno, or -1 for the end of the stream). */
+static size_t pipe_pull(struct pipe *p, uint8_t *buf, size_t len, int *err)
+{
+	unsigned idx;
+	size_t n;
+
+	pthread_mutex_lock(&p->lock);
+	while (!p->count && !p->done)
+		pthread_cond_wait(&p->cond, &p->lock);
+	*err = p->count ? 0 : p->err;
+	if (!p->count) {
+		pthread_mutex_unlock(&p->lock);
+		return 0;
+	}
+	idx = p->head;
+	pthread_mutex_unlock(&p->lock);
+	n = len < p->len[idx] - p->pos ? len : p->len[idx] - p->pos;
+	memcpy(buf, p->buf[idx] + p->pos, n);
+	p->pos += n;
+	if (p->pos == p->len[idx]) {
+		p->pos = 0;
+		pthread_mutex_lock(&p->lock);
+		p->head = (p->head + 1) % PIPE_BUFS;
+		p->count--;
+		pthread_cond_broadcast(&p->cond);
+		pthread_mutex_unlock(&p->lock);
+	}
+	return n;
+}
+
+/* Reading ends. A read that failed before the thread's budget was read ends the socket's reading side:
+ * the thread may wait on bytes that will not come (the session is over after such an error). */
+static void pipe_end_reads(struct pipe *p)
+{
+	pthread_mutex_lock(&p->lock);
+	if (!p->done)
+		shutdown(p->fd, SHUT_RD);
+	p->count = 0; /* unread bytes of a failed read: the session is over */
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+	pthread_join(p->thread, NULL);
+	p->on = false;
+}
 
 #define MAX_CONNS 256
 static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -225,6 +487,8 @@ static void conn_free(struct conn *c)
 	memset(c->key, 0, sizeof(c->key));
 	free(c->wbuf);
 	free(c->rbuf);
+	pipe_free(c->wpipe);
+	pipe_free(c->rpipe);
 	free(c);
 }
 
@@ -397,6 +661,15 @@ static ssize_t push(gnutls_transport_ptr_t p, const void *buf, size_t len)
 	struct conn *c = p;
 	ssize_t n;
 
+	if (c->wpipe && c->wpipe->on) {
+		int err = pipe_push(c->wpipe, buf, len);
+
+		if (err) {
+			G.transport_set_errno(c->s, err);
+			return -1;
+		}
+		return (ssize_t)len;
+	}
 	if (c->gather && c->wbuf && len <= IO_BUF) {
 		if (c->wlen + len > IO_BUF) {
 			int err = flush(c);
@@ -421,6 +694,20 @@ static ssize_t pull(gnutls_transport_ptr_t p, void *buf, size_t len)
 	struct conn *c = p;
 	ssize_t n;
 
+	if (c->rpos == c->rlen && c->rpipe && c->rpipe->on) {
+		int err;
+		size_t got = pipe_pull(c->rpipe, buf, len, &err);
+
+		if (got)
+			return (ssize_t)got;
+		if (err > 0) {
+			G.transport_set_errno(c->s, err);
+			return -1;
+		}
+		if (err < 0)
+			return 0;
+		/* The thread read its budget: the socket again, as below. */
+	}
 	if (c->rpos == c->rlen && c->rbuf) {
 		n = recv(c->fd, c->rbuf, IO_BUF, 0);
 		if (n <= 0) {
@@ -565,6 +852,7 @@ static int handshake(int fd, bool server, const char *identity, const void *key,
 	c->server = server;
 	c->wbuf = malloc(IO_BUF);
 	c->rbuf = malloc(IO_BUF);
+	c->rcap = IO_BUF;
 	if (!x) {
 		memcpy(c->key, key, key_len);
 		c->key_len = key_len;
@@ -729,9 +1017,13 @@ int crc_tls_write_all(int fd, const void *buf, size_t len, int *rc)
 	struct conn *c = lookup(fd);
 	const char *p = buf;
 
+	bool piped;
+
 	if (!c)
 		return 0;
 	*rc = 0;
+	piped = len >= PIPE_MIN && io_threads_wanted() && (c->wpipe || (c->wpipe = pipe_new(fd))) &&
+		pipe_start(c->wpipe, fd, pipe_send);
 	c->gather = true;
 	while (len) {
 		ssize_t n = G.record_send(c->s, p, len);
@@ -746,9 +1038,80 @@ int crc_tls_write_all(int fd, const void *buf, size_t len, int *rc)
 		len -= (size_t)n;
 	}
 	c->gather = false;
+	if (piped) {
+		int err = pipe_end_writes(c->wpipe);
+
+		if (err && !*rc)
+			*rc = err == EAGAIN || err == EWOULDBLOCK ? CRC_EAGAIN : CRC_EDAEMON;
+	}
 	if (flush(c) && !*rc)
 		*rc = CRC_EDAEMON;
 	return 1;
+}
+
+/* A large read's thread, with a budget of what the records of the len bytes asked for certainly take
+ * from the socket beyond what this side already holds: decrypted, read ahead, or (after a read that
+ * timed out) part of a record in the session (RECORD_MAX). */
+#define RECORD_MAX (5 + 16384 + 256)
+
+static bool start_reading(struct conn *c, size_t len)
+{
+	size_t pending = G.record_check_pending(c->s), ahead = c->rlen - c->rpos;
+	size_t need = len > pending ? len - pending : 0;
+
+	if (len < PIPE_MIN || !io_threads_wanted() || need <= ahead + RECORD_MAX + PIPE_BUF)
+		return false;
+	if (!c->rpipe && !(c->rpipe = pipe_new(c->fd)))
+		return false;
+	c->rpipe->budget = need - ahead - RECORD_MAX;
+	return pipe_start(c->rpipe, c->fd, pipe_recv);
+}
+
+/* After a large read: bytes its thread read and the session did not take (none, unless the session
+ * held part of a record already) are read ahead for the next read. */
+static void end_reading(struct conn *c, bool failed)
+{
+	struct pipe *p = c->rpipe;
+	size_t left = 0;
+
+	pthread_mutex_lock(&p->lock);
+	if (!failed && !p->done) {
+		pr_err("a TLS read ended before its thread's budget (%zu bytes left)", p->budget);
+		failed = true;
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (failed) {
+		pipe_end_reads(p);
+		return;
+	}
+	pthread_join(p->thread, NULL); /* it read its budget: the records asked for took as much */
+	p->on = false;
+	for (unsigned i = 0; i < p->count; i++)
+		left += p->len[(p->head + i) % PIPE_BUFS];
+	left -= p->count ? p->pos : 0;
+	if (!left)
+		return;
+	if (left > c->rcap) {
+		uint8_t *r = realloc(c->rbuf, left);
+
+		if (!r) {
+			pr_err("no memory for %zu bytes read ahead on a TLS connection", left);
+			return;
+		}
+		c->rbuf = r;
+		c->rcap = left;
+	}
+	c->rpos = 0;
+	c->rlen = 0;
+	for (unsigned i = 0; i < p->count; i++) {
+		unsigned idx = (p->head + i) % PIPE_BUFS;
+		size_t from = i ? 0 : p->pos;
+
+		memcpy(c->rbuf + c->rlen, p->buf[idx] + from, p->len[idx] - from);
+		c->rlen += p->len[idx] - from;
+	}
+	p->count = 0;
+	p->pos = 0;
 }
 
 int crc_tls_read_all(int fd, void *buf, size_t len, int *rc)
@@ -756,9 +1119,12 @@ int crc_tls_read_all(int fd, void *buf, size_t len, int *rc)
 	struct conn *c = lookup(fd);
 	char *p = buf;
 
+	bool piped;
+
 	if (!c)
 		return 0;
 	*rc = 0;
+	piped = start_reading(c, len);
 	while (len) {
 		ssize_t n = G.record_recv(c->s, p, len);
 
@@ -775,6 +1141,8 @@ int crc_tls_read_all(int fd, void *buf, size_t len, int *rc)
 		p += n;
 		len -= (size_t)n;
 	}
+	if (piped)
+		end_reading(c, *rc != 0);
 	return 1;
 }
 

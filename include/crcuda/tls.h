@@ -78,6 +78,11 @@ int crc_tls_read_some(int fd, void *buf, size_t len, ssize_t *got);
  * otherwise); the peer may still answer. */
 void crc_tls_end_writes(int fd);
 
+/* Large transfers (1 MiB and more) have their socket I/O on a thread of their own, beside the caller's
+ * encryption: by default with 4 CPUs or more, or as CRCUDA_TLS_IO_THREAD says (0: never, 1: always).
+ * This sets it for the process (1 or 0; -1: the default again), for benchmarks. */
+void crc_tls_set_io_threads(int on);
+
 /* First bytes of a TLS ClientHello: a record of type handshake (0x16), version 3.x. */
 static inline bool crc_tls_looks_like_hello(const uint8_t *b, size_t n)
 {

@@ -1,12 +1,18 @@
 /* TLS on a socket pair (common/tls.c): handshakes with the right and a wrong key (the refusal comes
  * after the delay), a plaintext peer told apart, messages of every size exact through
  * crc_sock_read_all / crc_sock_write_all, both directions at once, a session moved to another
- * descriptor (dup3) and dropped, and a new handshake on the same socket with another key (a handoff). */
+ * descriptor (dup3) and dropped, and a new handshake on the same socket with another key (a handoff).
+ * Large transfers (1 MiB and more) have their socket I/O on a thread of their own: a large message
+ * and a small one sent together arrive apart and exact, a large read does not take the bytes of the
+ * next handshake, and a large read whose peer stops (close_notify with the socket still open, a stall
+ * past the socket's timeout, the socket closed) fails at once, the reader still able to answer. Run
+ * again with CRCUDA_TLS_IO_THREAD=0 (unit_tls_no_io_thread). */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -50,6 +56,7 @@ struct pump {
 	int fd;
 	uint8_t *buf;
 	size_t len;
+	size_t then; /* a second message of this many bytes (from buf + 7) */
 	int rc;
 };
 
@@ -58,6 +65,33 @@ static void *writer(void *arg)
 	struct pump *p = arg;
 
 	p->rc = crc_sock_write_all(p->fd, p->buf, p->len);
+	if (!p->rc && p->then)
+		p->rc = crc_sock_write_all(p->fd, p->buf + 7, p->then);
+	return NULL;
+}
+
+/* Writes len bytes of buf, then stops: a close_notify (the socket left open), a stall, a hang-up. */
+struct cut {
+	int fd;
+	uint8_t *buf;
+	size_t len;
+	bool close_notify;
+	int stall_ms; /* then */
+	bool hang_up; /* then: the session dropped, the socket closed */
+};
+
+static void *cut_writer(void *arg)
+{
+	struct cut *c = arg;
+
+	CHECK_EQ_INT(crc_sock_write_all(c->fd, c->buf, c->len), 0);
+	if (c->close_notify)
+		crc_tls_end_writes(c->fd);
+	usleep((useconds_t)c->stall_ms * 1000);
+	if (c->hang_up) {
+		crc_tls_drop(c->fd);
+		close(c->fd);
+	}
 	return NULL;
 }
 
@@ -165,6 +199,24 @@ int main(void)
 	CHECK(!memcmp(a, b, 200));
 	CHECK(!crc_tls_pending(sv[1]));
 
+	/* A large message and a small one sent together: the large read leaves the small one whole. */
+	{
+		struct pump w = {.fd = sv[0], .buf = a, .len = 3u << 20, .then = 100};
+		pthread_t t;
+
+		memset(b, 0, 3u << 20);
+		CHECK(!pthread_create(&t, NULL, writer, &w));
+		CHECK_EQ_INT(crc_sock_read_all(sv[1], b, (3u << 20) - 5), 0);
+		pthread_join(t, NULL);
+		CHECK_EQ_INT(w.rc, 0);
+		CHECK_EQ_INT(crc_sock_read_all(sv[1], b + (3u << 20) - 5, 5), 0);
+		CHECK(!memcmp(a, b, 3u << 20));
+		CHECK(crc_tls_pending(sv[1]));
+		CHECK_EQ_INT(crc_sock_read_all(sv[1], b, 100), 0);
+		CHECK(!memcmp(a + 7, b, 100));
+		CHECK(!crc_tls_pending(sv[1]));
+	}
+
 	/* Moved with its descriptor (dup3), as a reclaimed connection is. */
 	dupfd = dup(sv[0]);
 	CHECK(dupfd >= 0);
@@ -195,7 +247,86 @@ int main(void)
 		pthread_join(t, NULL);
 		CHECK_EQ_INT(w.rc, 0);
 		CHECK(!memcmp(a, b, 1u << 20));
+		/* A large message right before another handoff: its read leaves the handshake's bytes. */
+		w = (struct pump){.fd = sv[1], .buf = a, .len = 2u << 20};
+		CHECK(!pthread_create(&t, NULL, writer, &w));
+		CHECK_EQ_INT(crc_sock_read_all(sv[0], b, 2u << 20), 0);
+		pthread_join(t, NULL);
+		CHECK(!memcmp(a, b, 2u << 20));
+		CHECK(!crc_tls_random(key, sizeof(key)));
+		crc_tls_drop(sv[0]);
+		crc_tls_drop(sv[1]);
+		pair(sv, CRC_TLS_ID_HANDOFF, key, sizeof(key), CRC_TLS_ID_HANDOFF, key, sizeof(key), &crc,
+		     &src, why);
+		CHECK_EQ_INT(crc, 0);
+		CHECK_EQ_INT(src, 0);
+		CHECK_EQ_INT(crc_sock_write_all(sv[0], a, 1000), 0);
+		CHECK_EQ_INT(crc_sock_read_all(sv[1], b, 1000), 0);
+		CHECK(!memcmp(a, b, 1000));
 	}
+	/* A large read cut short by a close_notify (the socket still open): it fails at once, and this
+	 * side can still answer. */
+	{
+		struct cut w = {.fd = sv[1], .buf = a, .len = 1500000, .close_notify = true, .stall_ms = 0};
+		pthread_t t;
+
+		CHECK(!pthread_create(&t, NULL, cut_writer, &w));
+		t0 = now();
+		CHECK_EQ_INT(crc_sock_read_all(sv[0], b, 3u << 20), CRC_EDAEMON);
+		CHECK(now() - t0 < 2);
+		CHECK(!memcmp(a, b, 1500000));
+		pthread_join(t, NULL);
+		CHECK_EQ_INT(crc_sock_write_all(sv[0], a, 3000), 0);
+		CHECK_EQ_INT(crc_sock_read_all(sv[1], b, 3000), 0);
+		CHECK(!memcmp(a, b, 3000));
+	}
+	close(sv[0]);
+	close(sv[1]);
+	/* A large read whose peer stalls past the socket's receive timeout: CRC_EAGAIN in that time. */
+	CHECK(!socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
+	pair(sv, CRC_TLS_ID_TOKEN, token, strlen(token), CRC_TLS_ID_TOKEN, token, strlen(token), &crc, &src,
+	     why);
+	CHECK_EQ_INT(crc, 0);
+	{
+		struct timeval tv = {.tv_sec = 0, .tv_usec = 300000};
+		struct cut w = {
+		    .fd = sv[1], .buf = a, .len = 1500000, .close_notify = false, .stall_ms = 1500};
+		pthread_t t;
+
+		CHECK(!setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)));
+		CHECK(!pthread_create(&t, NULL, cut_writer, &w));
+		t0 = now();
+		CHECK_EQ_INT(crc_sock_read_all(sv[0], b, 3u << 20), CRC_EAGAIN);
+		CHECK(now() - t0 < 1.2);
+		pthread_join(t, NULL);
+	}
+	/* The peer gone in the middle of a large read: CRC_EDAEMON, no hang. */
+	{
+		struct timeval tv = {0};
+		struct cut w = {.buf = a, .len = 1500000, .hang_up = true};
+		pthread_t t;
+
+		CHECK(!setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)));
+		crc_tls_drop(sv[0]);
+		crc_tls_drop(sv[1]);
+		close(sv[0]);
+		close(sv[1]);
+		CHECK(!socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
+		pair(sv, CRC_TLS_ID_TOKEN, token, strlen(token), CRC_TLS_ID_TOKEN, token, strlen(token), &crc,
+		     &src, why);
+		CHECK_EQ_INT(crc, 0);
+		w.fd = sv[1];
+		CHECK(!pthread_create(&t, NULL, cut_writer, &w));
+		CHECK_EQ_INT(crc_sock_read_all(sv[0], b, 3u << 20), CRC_EDAEMON);
+		pthread_join(t, NULL);
+		CHECK(!memcmp(a, b, 1500000));
+		crc_tls_drop(sv[0]);
+		close(sv[0]);
+	}
+	CHECK(!socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
+	pair(sv, CRC_TLS_ID_TOKEN, token, strlen(token), CRC_TLS_ID_TOKEN, token, strlen(token), &crc, &src,
+	     why);
+	CHECK_EQ_INT(crc, 0);
 	/* The peer gone: a read says so (no hang). */
 	crc_tls_drop(sv[1]);
 	close(sv[1]);
