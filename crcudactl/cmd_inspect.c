@@ -19,6 +19,19 @@
 
 #define INSPECT_JSON_VERSION 1
 
+/* "key = value", a value of several lines (lists: IPC exports, imports) continued under its first. */
+static void print_meta(const char *key, const char *value)
+{
+	int n = (int)strcspn(value, "\n"), indent = (int)strlen(key) + 3;
+
+	printf("    %s = %.*s\n", key, n, value);
+	for (value += n; *value == '\n' && value[1]; value += n) {
+		value++;
+		n = (int)strcspn(value, "\n");
+		printf("    %*s%.*s\n", indent, "", n, value);
+	}
+}
+
 static void inspect_usage(FILE *f)
 {
 	fprintf(f, "Usage: crcudactl inspect [--store DIR] [--chunks] [--json] ID\n"
@@ -234,7 +247,7 @@ int cmd_inspect(int argc, char **argv, struct ctl_opts *opts)
 		if (meta)
 			json_object_set_new(meta, m->meta[i].key, json_string(m->meta[i].value));
 		else
-			printf("    %s = %s\n", m->meta[i].key, m->meta[i].value);
+			print_meta(m->meta[i].key, m->meta[i].value);
 	}
 	struct jctx j = {.list = journal};
 	if (!doc)

@@ -1044,8 +1044,13 @@ CUresult crc_call_begin(struct crc_call *c, uint16_t op, uint16_t flags, size_t 
 	CUresult res;
 
 	if (is_gpu_work(op)) {
+		/* Their calls are no collective launch, whatever this one is. */
+		bool collective = t->collective;
+
+		t->collective = false;
 		crc_mvar_before_work();
 		crc_managed_before_work();
+		t->collective = collective;
 	}
 	res = crc_ctl_begin(c, op, flags, sizeof(*h) + len, (void **)&h);
 

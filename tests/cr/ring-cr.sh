@@ -101,7 +101,7 @@ for trial in $(seq "$trials"); do
 	read -r id _ <<<"$ids"
 	if [ "${RING_EVENTS:-0}" = 1 ]; then
 		"$ctl" inspect "$id" >"$tmp/inspect.out" 2>&1
-		grep -Eq '(^|= )E [0-9a-f]+ [0-9a-f]+$' "$tmp/inspect.out" && grep -Eq '(^|= )e [0-9a-f]+ [0-9a-f]+$' "$tmp/inspect.out" ||
+		grep -Eq '(= |^ +)E [0-9a-f]+ [0-9a-f]+$' "$tmp/inspect.out" && grep -Eq '(= |^ +)e [0-9a-f]+ [0-9a-f]+$' "$tmp/inspect.out" ||
 			fail "trial $trial: checkpoint $id lists no opened and exported interprocess event: $(grep -A3 ipc_ "$tmp/inspect.out")"
 	fi
 	truncate -s "$err_size" "$tmp/run.err"
