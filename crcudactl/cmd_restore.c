@@ -127,7 +127,9 @@ static int ensure_local_daemon(const char *sock, const char *backend)
 
 /* Waits (a little) for pid to be free: the checkpointed process may be a zombie not yet reaped, or
  * still exiting (CRIU kills it at the end of the dump and does not wait for it to be gone). */
-#define PID_FREE_WAIT_S 60 /* a zombie is reaped in the end: init may be slow at it under load */
+#define PID_FREE_WAIT_S	       60 /* a zombie is reaped in the end: init may be slow at it under load */
+#define TIME_WAIT_RETRY_S      65 /* the kernel's TIME_WAIT (60 s), and a little */
+#define TIME_WAIT_RETRY_STEP_S 5
 
 static bool pid_free(pid_t pid)
 {
@@ -146,6 +148,37 @@ static bool pid_free(pid_t pid)
 		usleep(50000);
 	}
 	return false;
+}
+
+/* The checkpointed pid and, for a tree, every pid of it ("p1,p2,..."), free: CRIU restores each
+ * process with its own pid. */
+static bool pids_free(pid_t pid, const char *tree_pids)
+{
+	if (pid > 0 && !pid_free(pid)) {
+		ctl_error("restore: pid %d is in use (is the checkpointed process, or an earlier restore of "
+			  "it, still running?): CRIU restores the process with its own pid",
+			  (int)pid);
+		return false;
+	}
+	for (const char *p = tree_pids; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : "") {
+		pid_t q = (pid_t)atoi(p);
+
+		if (q > 0 && q != pid && !pid_free(q)) {
+			ctl_error(
+			    "restore: pid %d of the process tree of %d is in use (the checkpointed tree, or "
+			    "an earlier restore of it, still running?)",
+			    (int)q, (int)pid);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* CRIU could not bind a socket to its port again, the port in use. */
+static bool port_taken(const char *rlog)
+{
+	return ctl_file_contains(rlog, "Can't bind inet socket") &&
+	       ctl_file_contains(rlog, "Address already in use");
 }
 
 static int parse(int argc, char **argv, struct restore_args *a, struct ctl_opts *opts)
@@ -345,25 +378,8 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 		goto out;
 	}
 	pid = pidm ? (pid_t)atoi(pidm) : 0;
-	if (pid > 0 && !pid_free(pid)) {
-		ctl_error("restore: pid %d is in use (is the checkpointed process, or an earlier restore of "
-			  "it, still running?): CRIU restores the process with its own pid",
-			  (int)pid);
+	if (!pids_free(pid, crc_manifest_meta_get(m, "crcuda.tree.pids")))
 		goto out;
-	}
-	/* A tree: every one of its processes comes back with its own pid. */
-	for (const char *p = crc_manifest_meta_get(m, "crcuda.tree.pids"); p && *p;
-	     p = strchr(p, ',') ? strchr(p, ',') + 1 : "") {
-		pid_t q = (pid_t)atoi(p);
-
-		if (q > 0 && q != pid && !pid_free(q)) {
-			ctl_error(
-			    "restore: pid %d of the process tree of %d is in use (the checkpointed tree, or "
-			    "an earlier restore of it, still running?)",
-			    (int)q, (int)pid);
-			goto out;
-		}
-	}
 	if (!va_base || !va_size) {
 		ctl_error("restore: checkpoint %" PRIu64
 			  " lacks its device VA range (not a crcuda checkpoint?)",
@@ -479,6 +495,20 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 	/* Bytes uploaded, from the restoring worker (a local daemon's). */
 	ctl_progress_begin("restore", a.remote ? NULL : daemon, NULL, pid, a.progress);
 	rc = ctl_run_criu(args, env, outlog, report, "restore", a.timeout, a.progress, NULL);
+	/* A listening port whose accepted connections were closed in the minute before the checkpoint
+	 * (NCCL's bootstrap does that) is held by their TIME_WAIT, which the kernel keeps 60 s: CRIU
+	 * cannot bind the listener again until then. Nothing was restored (CRIU undid it): again. */
+	for (double until = t0 + TIME_WAIT_RETRY_S; rc != 0 && port_taken(rlog) && ctl_now() < until;) {
+		fprintf(stderr,
+			"crcudactl: restore: a port the program had bound is still held (TIME_WAIT of a "
+			"connection closed less than a minute ago, or another process): trying again in %d "
+			"s\n",
+			TIME_WAIT_RETRY_STEP_S);
+		sleep(TIME_WAIT_RETRY_STEP_S);
+		if (!pids_free(pid, crc_manifest_meta_get(m, "crcuda.tree.pids")))
+			break;
+		rc = ctl_run_criu(args, env, outlog, report, "restore", a.timeout, a.progress, NULL);
+	}
 	ctl_progress_end(NULL);
 	double secs = ctl_now() - t0;
 	FILE *pf = fopen(pidfile, "r");
@@ -496,12 +526,12 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 			ctl_error("restore of checkpoint %s failed: criu restore exited %d", idbuf, rc);
 		ctl_show_criu_errors(outlog, 5);
 		ctl_show_criu_errors(rlog, 8);
-		if (ctl_file_contains(rlog, "Can't bind inet socket") &&
-		    ctl_file_contains(rlog, "Address already in use"))
-			fprintf(stderr,
-				"crcudactl: a port the program had bound is taken: by another process, or by "
-				"a connection on it that was closed less than a minute ago (TIME_WAIT, which "
-				"the kernel keeps 60 s); then the restore works in a minute\n");
+		if (port_taken(rlog))
+			fprintf(
+			    stderr,
+			    "crcudactl: a port the program had bound is still taken after %d s: by another "
+			    "process (TIME_WAIT would have ended)\n",
+			    TIME_WAIT_RETRY_S);
 		fprintf(stderr, "crcudactl: CRIU's log: %s; checkpoint %s is untouched\n", rlog, idbuf);
 		goto out;
 	}

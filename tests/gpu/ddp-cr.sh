@@ -41,7 +41,7 @@ for trial in $(seq "$trials") swap; do
 	for _ in $(seq 600); do grep -q "^step 20 " "$tmp/run.out" 2>/dev/null && break; sleep 0.1; done
 	# A random instant of the training, at least min_s after its start: NCCL's bootstrap closes
 	# connections accepted on listening ports it keeps, and the kernel keeps those ports' TIME_WAIT
-	# entries 60 s, during which a restore cannot bind the listener again (crcudactl restore says so).
+	# entries 60 s, during which a restore cannot bind the listener again (crcudactl restore waits).
 	sleep "$(awk -v r="$RANDOM" -v s="$(step_ms "$tmp/layer.err")" -v n="$steps" -v m="$min_s" \
 		'BEGIN { t = (n - 20) * s / 1000 - m; printf "%.3f", m + r / 32767 * 0.5 * (t > 0 ? t : 0) }')"
 	at=$(grep -c '^step' "$tmp/run.out")
