@@ -15,33 +15,12 @@ build=$1
 ctl=$build/crcudactl/crcudactl
 prog=$build/tests/programs/ipc
 top=$(cd "$(dirname "$0")/../.." && pwd)
-criu=${CRCUDA_CRIU:-$top/.deps/criu/bin/criu}
-[ "$(id -u)" = 0 ] || { echo "SKIP: needs root (CRIU)"; exit 77; }
-[ -x "$criu" ] || { echo "SKIP: no CRIU at $criu"; exit 77; }
-# Descriptors inherited from ctest would be dumped with the program: only stdin/out/err go on.
-for fd in /proc/$$/fd/*; do
-	fd=${fd##*/}
-	[ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-"
-done
-
-tmp=$(mktemp -d /tmp/crcuda-ipc-cr.XXXXXX)
-export CRCUDA_SOCKET=$tmp/d/crcudad.sock CRCUDA_STORE=$tmp/store CRCUDA_CRIU=$criu
-export CRCUDA_SIM_KERNELS=$build/tests/programs/libcrcuda_test_kernels.so
-unset CRCUDA_REMOTE CRCUDA_TOKEN CRCUDA_TOKEN_FILE CRCUDA_LIBDIR CRCUDAD CRCUDA_DAEMON
+cr_name=ipc-cr
+# shellcheck source=../lib/cr-env.sh
+. "$top/tests/lib/cr-env.sh"
 backend=${CR_BACKEND:-sim}
 x=$tmp/x
 mkdir -p "$x"
-pids=()
-ok=0
-cleanup() {
-	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-	# The daemon crcudactl run started (by its pid in its log, if it is still that daemon).
-	for p in $(sed -n 's/^([^)]*) \([0-9]*\) crcudad: serving on.*/\1/p' "$tmp/d/crcudad.log" 2>/dev/null); do
-		grep -qas -- "$tmp/d/" "/proc/$p/cmdline" && kill -9 "$p"
-	done
-	if [ $ok = 1 ]; then rm -rf "$tmp"; else echo "ipc-cr: logs kept in $tmp" >&2; fi
-}
-trap cleanup EXIT
 fail() {
 	echo "FAIL: $*" >&2
 	for f in exp.out exp.err imp.out imp.err; do echo "--- $f" >&2; cat "$tmp/$f" >&2; done
@@ -49,8 +28,6 @@ fail() {
 	tail -n 25 "$tmp/d/crcudad.log" >&2
 	exit 1
 }
-# shellcheck source=../lib/proc.sh
-. "$top/tests/lib/proc.sh"
 
 setsid "$ctl" run --backend "$backend" --idle-exit 60 -- "$prog" --cr-export "$x" </dev/null >"$tmp/exp.out" 2>"$tmp/exp.err" &
 exp=$!

@@ -19,36 +19,16 @@ build=$1 trials=${2:-4} ranks=${3:-2}
 ctl=$build/crcudactl/crcudactl
 prog=$build/tests/programs/peer_ring
 top=$(cd "$(dirname "$0")/../.." && pwd)
-criu=${CRCUDA_CRIU:-$top/.deps/criu/bin/criu}
-[ "$(id -u)" = 0 ] || { echo "SKIP: needs root (CRIU)"; exit 77; }
-[ -x "$criu" ] || { echo "SKIP: no CRIU at $criu"; exit 77; }
-# Descriptors inherited from ctest would be dumped with the program: only stdin/out/err go on.
-for fd in /proc/$$/fd/*; do
-	fd=${fd##*/}
-	[ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-"
-done
-
-tmp=$(mktemp -d /tmp/crcuda-ring-cr.XXXXXX)
-export CRCUDA_SOCKET=$tmp/d/crcudad.sock CRCUDA_STORE=$tmp/store CRCUDA_CRIU=$criu
-export CRCUDA_SIM_KERNELS=$build/tests/programs/libcrcuda_test_kernels.so
+cr_name=ring-cr
+# shellcheck source=../lib/cr-env.sh
+. "$top/tests/lib/cr-env.sh"
 # The test's own collective kernel (NCCL's are counted by default); RING_COLLECTIVES="" counts none
 # (a negative control: the checkpoint should then fail, a drain waiting for a peer's kernel).
 export CRCUDA_COLLECTIVE_KERNELS=${RING_COLLECTIVES-coll_}
-unset CRCUDA_REMOTE CRCUDA_TOKEN CRCUDA_TOKEN_FILE CRCUDA_LIBDIR CRCUDAD CRCUDA_DAEMON
 backend=${CR_BACKEND:-sim}
 # RING_EVENTS=1: the ranks also share interprocess events (peer_ring --events).
 args=(--ranks "$ranks" --steps "${RING_STEPS:-2400}" --sync 4 --sleep-us "${RING_SLEEP_US:-4000}")
 [ "${RING_EVENTS:-0}" = 1 ] && args+=(--events)
-pids=()
-ok=0
-cleanup() {
-	for p in "${pids[@]}"; do pkill -9 -P "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
-	for p in $(sed -n 's/^([^)]*) \([0-9]*\) crcudad: serving on.*/\1/p' "$tmp/d/crcudad.log" 2>/dev/null); do
-		grep -qas -- "$tmp/d/" "/proc/$p/cmdline" && kill -9 "$p"
-	done
-	if [ $ok = 1 ]; then rm -rf "$tmp"; else echo "ring-cr: logs kept in $tmp" >&2; fi
-}
-trap cleanup EXIT
 fail() {
 	echo "FAIL: $*" >&2
 	for f in run.out run.err ckpt.err restore.err; do [ -e "$tmp/$f" ] && { echo "--- $f" >&2; tail -n 20 "$tmp/$f" >&2; }; done
@@ -56,8 +36,6 @@ fail() {
 	tail -n 30 "$tmp/d/crcudad.log" >&2
 	exit 1
 }
-# shellcheck source=../lib/proc.sh
-. "$top/tests/lib/proc.sh"
 
 native_env=()
 [ "$backend" = sim ] && native_env=(LD_LIBRARY_PATH="$build/sim/lib")

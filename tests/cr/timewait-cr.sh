@@ -13,34 +13,14 @@ build=$1
 ctl=$build/crcudactl/crcudactl
 app=$build/tests/programs/state_app
 top=$(cd "$(dirname "$0")/../.." && pwd)
-criu=${CRCUDA_CRIU:-$top/.deps/criu/bin/criu}
-[ "$(id -u)" = 0 ] || { echo "SKIP: needs root (CRIU)"; exit 77; }
-[ -x "$criu" ] || { echo "SKIP: no CRIU at $criu"; exit 77; }
-for fd in /proc/$$/fd/*; do
-	fd=${fd##*/}
-	[ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-"
-done
-tmp=$(mktemp -d /tmp/crcuda-timewait.XXXXXX)
-export CRCUDA_SOCKET=$tmp/d/crcudad.sock CRCUDA_STORE=$tmp/store CRCUDA_CRIU=$criu
-export CRCUDA_SIM_KERNELS=$build/tests/programs/libcrcuda_test_kernels.so
-unset CRCUDA_REMOTE CRCUDA_TOKEN CRCUDA_TOKEN_FILE CRCUDA_LIBDIR CRCUDAD CRCUDA_DAEMON
-pids=()
-ok=0
-cleanup() {
-	for p in "${pids[@]}"; do pkill -9 -P "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
-	for p in $(sed -n 's/^([^)]*) \([0-9]*\) crcudad: serving on.*/\1/p' "$tmp/d/crcudad.log" 2>/dev/null); do
-		grep -qas -- "$tmp/d/" "/proc/$p/cmdline" && kill -9 "$p"
-	done
-	if [ $ok = 1 ]; then rm -rf "$tmp"; else echo "timewait-cr: logs kept in $tmp" >&2; fi
-}
-trap cleanup EXIT
+cr_name=timewait-cr
+# shellcheck source=../lib/cr-env.sh
+. "$top/tests/lib/cr-env.sh"
 fail() {
 	echo "FAIL: $*" >&2
 	for f in out err restore.out restore.err; do [ -e "$tmp/$f" ] && { echo "--- $f" >&2; tail -n 15 "$tmp/$f" >&2; }; done
 	exit 1
 }
-# shellcheck source=../lib/proc.sh
-. "$top/tests/lib/proc.sh"
 args=(--mb 8 --chunks 4 --steps 24)
 ref=$(timeout 300 "$ctl" run --backend sim --idle-exit 60 -- "$app" "${args[@]}" | checksum /dev/stdin)
 [ -n "$ref" ] || fail "no uninterrupted checksum"
