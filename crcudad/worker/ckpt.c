@@ -285,8 +285,7 @@ void crc_ckpt_resume(struct crc_session *s)
 	 * stays unread there for a later park to mistake. */
 	if (ctl) {
 		atomic_store_explicit(&ctl->quiesce_req, 0, memory_order_seq_cst);
-		atomic_fetch_add(&ctl->wake_seq, 1);
-		syscall(SYS_futex, &ctl->wake_seq, FUTEX_WAKE, 1 << 30, NULL, NULL, 0);
+		wake_client(ctl);
 	} else if (s->tcp) {
 		crc_tcp_resume(s, false);
 	}
