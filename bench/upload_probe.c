@@ -1,8 +1,10 @@
 /* bench/upload_probe FILE THREADS MODE: how fast a file in the page cache reaches the device, 4 MiB at a
- * time from THREADS threads, by MODE: "pread" (into pinned staging, then copied: what a restore does)
- * or "register" (the file's pages mapped and registered read-only, copied from there: no CPU copy).
- * Prints GB/s. A probe for restore's upload design (bench/checkpoint.sh's "upload" line); needs a GPU. */
-#define _GNU_SOURCE
+ * time from THREADS threads, by MODE: "pread" (into pinned staging, then copied: what a restore does),
+ * "register" (the file's pages mapped and registered read-only, copied from there: no CPU copy), or
+ * "piece:KIB" / "hpiece:KIB" (read and copied KIB at a time through a ring of four pinned slots per
+ * thread, small enough that the device may read them from the CPU's cache; "h": each piece hashed
+ * with XXH3 too, as a restore checks it). Prints GB/s. A probe for restore's upload design
+ * (bench/checkpoint.sh's "upload" line); needs a GPU. */
 #include <cuda.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -14,6 +16,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #define CHUNK (4u << 20)
 
@@ -23,6 +26,9 @@ static atomic_size_t next;
 static CUdeviceptr dev;
 static CUcontext ctx;
 static int mode_register;
+static size_t piece; /* 0: whole chunks */
+static int hash_pieces;
+#define SLOTS 4
 
 static double now(void)
 {
@@ -41,24 +47,41 @@ static double now(void)
 		}                                                                                            \
 	} while (0)
 
+static _Atomic unsigned long long sink;
+
 static void *reader(void *arg)
 {
 	CUstream s;
 	void *buf[2];
-	CUevent ev[2];
+	CUevent ev[SLOTS];
 	int k = 0;
 
 	(void)arg;
 	CK(cuCtxSetCurrent(ctx));
 	CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-	for (int b = 0; b < 2; b++) {
-		CK(cuMemAllocHost(&buf[b], CHUNK));
+	for (int b = 0; b < 2; b++)
+		CK(cuMemAllocHost(&buf[b], piece ? piece * SLOTS : CHUNK));
+	for (int b = 0; b < SLOTS; b++)
 		CK(cuEventCreate(&ev[b], CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC));
-	}
 	for (size_t i; (i = atomic_fetch_add(&next, 1)) < nchunks;) {
 		off_t off = (off_t)i * CHUNK;
 
-		if (mode_register) {
+		if (piece) {
+			for (size_t o = 0; o < CHUNK; o += piece) {
+				char *b = (char *)buf[0] + (k % SLOTS) * piece;
+
+				CK(cuEventSynchronize(ev[k % SLOTS]));
+				if (pread(fd, b, piece, off + (off_t)o) != (ssize_t)piece) {
+					perror("pread");
+					exit(1);
+				}
+				if (hash_pieces)
+					sink ^= XXH3_64bits(b, piece);
+				CK(cuMemcpyHtoDAsync(dev + off + o, b, piece, s));
+				CK(cuEventRecord(ev[k % SLOTS], s));
+				k++;
+			}
+		} else if (mode_register) {
 			void *p = mmap(NULL, CHUNK, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, off);
 
 			if (p == MAP_FAILED) {
@@ -97,6 +120,12 @@ int main(int argc, char **argv)
 	fd = open(argv[1], O_RDONLY);
 	n = atoi(argv[2]);
 	mode_register = !strcmp(argv[3], "register");
+	if (!strncmp(argv[3], "piece:", 6) || !strncmp(argv[3], "hpiece:", 7)) {
+		hash_pieces = argv[3][0] == 'h';
+		piece = (size_t)atoi(strchr(argv[3], ':') + 1) << 10;
+		if (!piece || CHUNK % piece)
+			return 2;
+	}
 	if (fd < 0 || fstat(fd, &st) || n < 1 || n > 64)
 		return 2;
 	nchunks = (size_t)st.st_size / CHUNK;
@@ -109,6 +138,7 @@ int main(int argc, char **argv)
 		pthread_create(&t[i], NULL, reader, NULL);
 	for (int i = 0; i < n; i++)
 		pthread_join(t[i], NULL);
-	printf("%-8s %2d threads: %.1f GB/s\n", argv[3], n, nchunks * (double)CHUNK / (now() - t0) / 1e9);
+	printf("%-12s %2d threads: %.1f GB/s%s\n", argv[3], n, nchunks * (double)CHUNK / (now() - t0) / 1e9,
+	       atomic_load(&sink) == 1 ? " " : "");
 	return 0;
 }
