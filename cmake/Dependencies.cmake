@@ -43,7 +43,8 @@ crc_debian_library(crc::zstd zstd.h zstd zstd libzstd-dev)
 # TLS of remote sessions (common/tls.c): the headers here; libgnutls.so.30 is loaded at run time. Only
 # bench/tls_loopback links it (one core's AES-GCM through GnuTLS's cipher API).
 find_path(GNUTLS_INCLUDE_DIR gnutls/gnutls.h)
-find_library(GNUTLS_LIBRARY gnutls)
+# Without the -dev package's libgnutls.so (the GPU machine has only the run-time .so.30) link that.
+find_library(GNUTLS_LIBRARY NAMES gnutls libgnutls.so.30)
 if(NOT GNUTLS_INCLUDE_DIR OR NOT GNUTLS_LIBRARY)
   message(FATAL_ERROR "GnuTLS headers not found: run scripts/setup.sh (Debian package libgnutls28-dev)")
 endif()
