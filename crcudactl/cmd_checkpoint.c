@@ -862,6 +862,11 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	args[na++] = criu_timeout;
 	args[na++] = "--action-script";
 	args[na++] = script;
+	/* A file mapped or open under a name since unlinked while another name still links it (glibc's
+	 * sem_open maps a temporary file it links to the semaphore's name: every named semaphore of
+	 * Python's spawned multiprocessing workers) is dumped by CRIU only as a hard link it makes beside
+	 * it, which the restore opens and removes. Without this such a process cannot be checkpointed. */
+	args[na++] = "--link-remap";
 	if (leave)
 		args[na++] = "--leave-running";
 	/* Not CRIU but this command kills the process, once the commit is known: CRIU decides before the

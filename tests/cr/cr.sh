@@ -12,6 +12,11 @@
 #                      copied to the store while it rewrites it); the original finishes; then the
 #                      earlier and the later one are each restored and finish
 #       restore-twice  one checkpoint restored twice (one after the other)
+#       named-sem      a program holding a POSIX named semaphore under its name (state_app --named-sem,
+#                      as Python's spawned multiprocessing workers do): its mapping is glibc's unlinked
+#                      temporary file, which CRIU dumps only as a link remap; checkpoint, kill,
+#                      restore, finish exact with the semaphore's count carried (once: CRIU removes
+#                      its link at the restore, so a second restore of it fails, saying so)
 #       netns          restore in another network namespace ("another node"): a daemon there, by its
 #                      unix socket and then over TCP (--remote with a token)
 #       clone          one checkpoint restored twice, both copies alive at once on one daemon, each in
@@ -464,6 +469,15 @@ restore-twice)
 		pid=$(restore "$id")
 		finish "$pid" "restore $n of checkpoint $id"
 	done
+	;;
+named-sem)
+	start_app named_sem --named-sem
+	grep -q "/dev/shm/sem\..* (deleted)" "/proc/$app/maps" ||
+		fail "the semaphore's mapping is not an unlinked file: $(grep /dev/shm "/proc/$app/maps")"
+	id=$(checkpoint "$app")
+	wait_for 30 gone "$app" || fail "the program still runs after the checkpoint"
+	pid=$(restore "$id")
+	finish "$pid" "checkpoint $id of a program with a named semaphore"
 	;;
 netns)
 	command -v ip >/dev/null || skip "no ip(8)"

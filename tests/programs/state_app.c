@@ -58,12 +58,18 @@
  * (cuPointerSetAttribute), also on memory freed before the steps (whose setting must not be replayed:
  * the allocation made after it, likely at its address, keeps the default), the context's coredump file
  * and the process's coredump generation flags; checked at the end (the same checksum).
+ * --named-sem: a POSIX named semaphore kept under its name (as Python's multiprocessing keeps those its
+ * spawned workers open by name), posted once a step and checked at the end (value = steps): its mapping
+ * is glibc's temporary file, unlinked while the name still links it, which CRIU dumps only with a link
+ * remap (the same checksum).
  * --notify: a log callback and an async notification callback registered before the steps, which a
  * restore must register again: at the end an error the driver logs (an unsupported limit asked of
  * cuCtxGetLimit) must reach the callback when a dump shows a line for it, and where the environment
  * names the simulated device's memory budget (CRCUDA_SIM_MEM_BUDGET_MB) an allocation above it must
  * bring an over-budget notification within 2 s (the same checksum). */
 #include <cuda.h>
+#include <fcntl.h>
+#include <semaphore.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -92,7 +98,7 @@ struct opts {
 	const char *ready_file, *go_file, *first_kernel_file;
 	int verify, graph, graph_pageable, ready_in_capture, managed, registered, pool, pinned_ready, texture,
 	    sparse;
-	int graph_params, graph_mem, graph_cond, settings, notify, green;
+	int graph_params, graph_mem, graph_cond, settings, notify, green, named_sem;
 };
 
 /* --notify */
@@ -268,6 +274,10 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->settings = 1;
 			continue;
 		}
+		if (!strcmp(a, "--named-sem")) {
+			o->named_sem = 1;
+			continue;
+		}
 		if (!strcmp(a, "--notify")) {
 			o->notify = 1;
 			continue;
@@ -321,7 +331,7 @@ static void parse(int argc, char **argv, struct opts *o)
 	    !(o->texture && (o->graph || o->verify || o->devices != 1)) &&
 	    !(o->sparse && (o->graph || o->graph_cond || o->verify || o->devices != 1)) &&
 	    !(o->graph_params && (o->graph || o->texture || o->managed || o->devices != 1)) &&
-	    !(o->graph_mem && o->graph_pageable) &&
+	    !(o->graph_mem && o->graph_pageable) && !(o->named_sem && o->graph_cond) &&
 	    !(o->graph_cond && (o->graph || o->graph_params || o->texture || o->managed || o->devices != 1 ||
 				o->steps % COND_PER)))
 		return;
@@ -334,7 +344,7 @@ usage:
 		"                 [--graph] [--graph-pageable] [--managed] [--registered] [--pool] "
 		"[--texture] [--graph-params] [--sparse]\n"
 		"                 [--pinned-ready] [--graph-mem] [--graph-cond] [--settings]\n"
-		"                 [--notify] [--green]\n");
+		"                 [--notify] [--green] [--named-sem]\n");
 	exit(2);
 }
 
@@ -829,8 +839,17 @@ int main(int argc, char **argv)
 		CU_CHECK(cuGraphInstantiateWithFlags(&empty_exec, empty, 0));
 		CU_CHECK(cuGraphDestroy(empty));
 	}
+	sem_t *sem = SEM_FAILED;
+	char sem_name[64];
+	if (o.named_sem) {
+		snprintf(sem_name, sizeof(sem_name), "/crcuda-state-app-%d", (int)getpid());
+		sem = sem_open(sem_name, O_CREAT | O_EXCL, 0600, 0);
+		CHECK(sem != SEM_FAILED);
+	}
 	while (step < o.steps) {
 		step++;
+		if (sem != SEM_FAILED)
+			CHECK(sem_post(sem) == 0);
 		if (o.graph_cond) {
 			/* One launch runs this step and the next COND_PER - 1. */
 			if ((step - 1) % COND_PER == 0) {
@@ -998,6 +1017,16 @@ int main(int argc, char **argv)
 		return 1;
 	if (o.notify && notify_check(d[0].ctx))
 		return 1;
+	if (sem != SEM_FAILED) {
+		int value = -1;
+
+		CHECK(sem_getvalue(sem, &value) == 0);
+		sem_unlink(sem_name);
+		if (value != (int)o.steps) {
+			fprintf(stderr, "state_app: the named semaphore holds %d, want %u\n", value, o.steps);
+			return 1;
+		}
+	}
 	printf("state_app: mb=%lu chunks=%u steps=%u checksum=%016llx\n", o.mb, o.chunks, o.steps, total);
 
 	if (o.verify) {
