@@ -42,12 +42,15 @@ for trial in $(seq "$trials") swap; do
 	# A random instant of the training, at least min_s after its start: NCCL's bootstrap closes
 	# connections accepted on listening ports it keeps, and the kernel keeps those ports' TIME_WAIT
 	# entries 60 s, during which a restore cannot bind the listener again (crcudactl restore waits).
+	# The layer run's step time, less a fifth: runs differ by that much, and a later instant may find
+	# the training ended.
 	sleep "$(awk -v r="$RANDOM" -v s="$(step_ms "$tmp/layer.err")" -v n="$steps" -v m="$min_s" \
-		'BEGIN { t = (n - 20) * s / 1000 - m; printf "%.3f", m + r / 32767 * 0.5 * (t > 0 ? t : 0) }')"
+		'BEGIN { t = (n - 20) * s * 0.8 / 1000 - m; printf "%.3f", m + r / 32767 * 0.5 * (t > 0 ? t : 0) }')"
 	at=$(grep -c '^step' "$tmp/run.out")
 	c0=$(date +%s.%N)
 	if ! "$ctl" checkpoint --tcp-established "$parent" >"$tmp/ckpt.out" 2>"$tmp/ckpt.err"; then
 		cat "$tmp/ckpt.err"
+		[ "$at" -ge "$steps" ] && echo "ddp_cr: the training had ended before the instant"
 		echo "FAIL ddp_cr: trial $trial: checkpoint at step $at"
 		tail -5 "$tmp/daemon.log"
 		fails=$((fails + 1))

@@ -54,7 +54,7 @@ echo "== PyTorch DDP over NCCL on every GPU, natively and under the layer (skipp
 tests/gpu/ddp.sh build-gpu 2>&1 | tee "$out/ddp.txt"
 grep -E "^(PASS|FAIL|SKIP) ddp" "$out/ddp.txt" >>"$out/layer.txt"
 echo "== the DDP job checkpointed at a random instant past its first minute, restored onto the GPUs swapped"
-DDP_CR_MIN_S=62 tests/gpu/ddp-cr.sh build-gpu 70000 0 2>&1 | grep -v "^ *|" | tail -8 | tee -a "$out/ddp.txt"
+DDP_CR_MIN_S=62 tests/gpu/ddp-cr.sh build-gpu 90000 0 2>&1 | grep -v "^ *|" | tail -8 | tee -a "$out/ddp.txt"
 grep -E "^(PASS|FAIL|SKIP) ddp_cr" "$out/ddp.txt" >>"$out/layer.txt"
 echo "== ranks sharing VMM memory and events with a collective kernel, checkpointed as one tree"
 if CR_BACKEND=cuda RING_EVENTS=1 tests/cr/ring-cr.sh build-gpu 3 >"$out/ring.txt" 2>&1; then r=PASS; else r=FAIL; fi
