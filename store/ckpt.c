@@ -233,27 +233,38 @@ static int ckpt_add_chunk(struct crc_ckpt *ck, struct ckpt_lane *lane, const voi
 }
 
 /* Names the chunk at index (CHUNK_APPEND: after the last) of a region; called with ck->lock held. */
-static int region_set_chunk(struct ckpt_region *cr, uint32_t index, const struct crc_hash *hash, size_t len)
+/* The region's chunk slot of that index, the array grown (zeroed) to hold it; NULL when out of memory. */
+static struct crc_chunk_ref *region_slot(struct ckpt_region *cr, uint32_t index)
 {
-	if (index == CHUNK_APPEND)
-		index = cr->r.nchunks;
 	if (index >= cr->capchunks) {
 		uint32_t cap = cr->capchunks ? cr->capchunks : 16;
 		while (cap <= index)
 			cap = cap > UINT32_MAX / 2 ? UINT32_MAX : cap * 2;
 		struct crc_chunk_ref *p = realloc(cr->r.chunks, (size_t)cap * sizeof(*p));
 		if (!p)
-			return CRC_ENOMEM;
+			return NULL;
 		/* Length 0 marks a chunk not put yet (a put chunk has at least one byte). */
 		memset(p + cr->capchunks, 0, (size_t)(cap - cr->capchunks) * sizeof(*p));
 		cr->r.chunks = p;
 		cr->capchunks = cap;
 	}
-	if (cr->r.chunks[index].length) {
+	return &cr->r.chunks[index];
+}
+
+static int region_set_chunk(struct ckpt_region *cr, uint32_t index, const struct crc_hash *hash, size_t len)
+{
+	if (index == CHUNK_APPEND)
+		index = cr->r.nchunks;
+	struct crc_chunk_ref *slot = region_slot(cr, index);
+	if (!slot)
+		return CRC_ENOMEM;
+	if (slot->length) {
 		pr_err("chunk %u of a region was put twice", index);
 		return CRC_EINVAL;
 	}
-	cr->r.chunks[index] = (struct crc_chunk_ref){*hash, len};
+	/* Its digest may have come first. */
+	slot->hash = *hash;
+	slot->length = len;
 	if (index >= cr->r.nchunks)
 		cr->r.nchunks = index + 1;
 	return 0;
@@ -329,6 +340,22 @@ int crc_ckpt_ref_chunk_at(struct crc_ckpt *ck, unsigned lane, uint32_t region, u
 		ck->error = rc;
 	pthread_mutex_unlock(&ck->lock);
 	return rc;
+}
+
+int crc_ckpt_set_digest_at(struct crc_ckpt *ck, uint32_t region, uint32_t chunk_index,
+			   const uint64_t digest[2])
+{
+	if (!ck || region >= ck->nregions || chunk_index >= ck->regions[region].r.size ||
+	    chunk_index == CHUNK_APPEND || !digest)
+		return CRC_EINVAL;
+	pthread_mutex_lock(&ck->lock);
+	struct crc_chunk_ref *slot = region_slot(&ck->regions[region], chunk_index);
+	if (slot) {
+		slot->digest[0] = digest[0];
+		slot->digest[1] = digest[1];
+	}
+	pthread_mutex_unlock(&ck->lock);
+	return slot ? 0 : CRC_ENOMEM;
 }
 
 /* Seals every lane's pack files, each lane in a thread of its own (the fsyncs are the long part),

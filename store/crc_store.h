@@ -231,6 +231,12 @@ int crc_ckpt_put_chunk_at(struct crc_ckpt *ck, unsigned lane, uint32_t region, u
  * @retval CRC_EINVAL bad arguments, or the chunk was put already */
 int crc_ckpt_ref_chunk_at(struct crc_ckpt *ck, unsigned lane, uint32_t region, uint32_t chunk_index,
 			  const struct crc_hash *hash, size_t len);
+/** Records the device digest of chunk chunk_index of a region (before or after the chunk is put or
+ * named; any thread): the manifest carries it for the restore's check on the device. {0, 0} is none.
+ * @retval CRC_EINVAL bad arguments
+ * @retval CRC_ENOMEM */
+int crc_ckpt_set_digest_at(struct crc_ckpt *ck, uint32_t region, uint32_t chunk_index,
+			   const uint64_t digest[2]);
 /** Sets a free-form metadata key (e.g. "criu.images_dir"); a second call replaces the value.
  * @retval CRC_EINVAL bad arguments
  * @retval CRC_ENOMEM */
@@ -264,6 +270,10 @@ void crc_ckpt_abort(struct crc_ckpt *ck);
 struct crc_chunk_ref {
 	struct crc_hash hash;
 	uint64_t length;
+	/* The chunk's device digest (crcudad/worker/digest.h) where the checkpoint computed one, else
+	 * {0, 0}: a restore may then check the bytes it uploaded on the device instead of hashing them
+	 * on the way (a function of the bytes, like the hash). */
+	uint64_t digest[2];
 };
 
 struct crc_region {
@@ -357,6 +367,10 @@ int crc_chunk_reader_open(struct crc_store *st, struct crc_chunk_reader **out);
  * against its hash. Errors as crc_store_chunk_read. */
 int crc_chunk_reader_read(struct crc_chunk_reader *r, const struct crc_hash *hash, void *buf, size_t buflen,
 			  size_t *out_len);
+/* The same without hashing the bytes (lengths and compressed data are still checked): for a caller
+ * that checks them otherwise, as a restore does on the device against the chunk's digest. */
+int crc_chunk_reader_read_unverified(struct crc_chunk_reader *r, const struct crc_hash *hash, void *buf,
+				     size_t buflen, size_t *out_len);
 /* NULL is allowed. */
 void crc_chunk_reader_close(struct crc_chunk_reader *r);
 

@@ -3,7 +3,9 @@
  * Encoding (little-endian): magic "CRCM" (u32), version (u32), ckpt id (u64), session id (u64),
  * created_ns (i64), nregions (u32), nmeta (u32); each region: kind (u32), nchunks (u32), addr (u64),
  * size (u64), module hash (16), name length (u32, 0xffffffff = no name), name; then nchunks of hash
- * (16), length (u64); each meta entry: key length (u32), key, value length (u32), value. */
+ * (16), length (u64) and, in version 2, the chunk's device digest (2 x u64, 0 0 = none); each meta
+ * entry: key length (u32), key, value length (u32), value. Version 1 is written while no chunk has a
+ * digest, so that a manifest without any stays readable by the versions before digests. */
 #define LOG_PREFIX "store: "
 
 #include <errno.h>
@@ -15,9 +17,10 @@
 #include "crcuda/log.h"
 #include "store_internal.h"
 
-#define MANIFEST_MAGIC	 0x4d435243u /* "CRCM" */
-#define MANIFEST_VERSION 1u
-#define NO_NAME		 0xffffffffu
+#define MANIFEST_MAGIC		 0x4d435243u /* "CRCM" */
+#define MANIFEST_VERSION_PLAIN	 1u
+#define MANIFEST_VERSION_DIGESTS 2u
+#define NO_NAME			 0xffffffffu
 
 struct enc {
 	uint8_t *buf;
@@ -74,11 +77,21 @@ static void enc_str(struct enc *e, const char *s)
 	enc_bytes(e, s, n);
 }
 
+static bool has_digests(const struct crc_manifest *m)
+{
+	for (uint32_t i = 0; i < m->nregions; i++)
+		for (uint32_t c = 0; c < m->regions[i].nchunks; c++)
+			if (m->regions[i].chunks[c].digest[0] | m->regions[i].chunks[c].digest[1])
+				return true;
+	return false;
+}
+
 int crc__manifest_encode(const struct crc_manifest *m, uint8_t **out, size_t *out_len)
 {
 	struct enc e = {0};
+	bool digests = has_digests(m);
 	enc_u32(&e, MANIFEST_MAGIC);
-	enc_u32(&e, MANIFEST_VERSION);
+	enc_u32(&e, digests ? MANIFEST_VERSION_DIGESTS : MANIFEST_VERSION_PLAIN);
 	enc_u64(&e, m->ckpt_id);
 	enc_u64(&e, m->session_id);
 	enc_u64(&e, (uint64_t)m->created_ns);
@@ -95,6 +108,10 @@ int crc__manifest_encode(const struct crc_manifest *m, uint8_t **out, size_t *ou
 		for (uint32_t c = 0; c < r->nchunks; c++) {
 			enc_bytes(&e, r->chunks[c].hash.bytes, 16);
 			enc_u64(&e, r->chunks[c].length);
+			if (digests) {
+				enc_u64(&e, r->chunks[c].digest[0]);
+				enc_u64(&e, r->chunks[c].digest[1]);
+			}
 		}
 	}
 	for (uint32_t i = 0; i < m->nmeta; i++) {
@@ -162,8 +179,12 @@ int crc__manifest_decode(const void *data, size_t len, struct crc_manifest **out
 	struct crc_manifest *m = calloc(1, sizeof(*m));
 	if (!m)
 		return CRC_ENOMEM;
-	if (dec_u32(&d) != MANIFEST_MAGIC || dec_u32(&d) != MANIFEST_VERSION)
+	if (dec_u32(&d) != MANIFEST_MAGIC)
 		goto fail;
+	uint32_t version = dec_u32(&d);
+	if (version != MANIFEST_VERSION_PLAIN && version != MANIFEST_VERSION_DIGESTS)
+		goto fail;
+	size_t chunk_bytes = version == MANIFEST_VERSION_DIGESTS ? 40 : 24;
 	m->ckpt_id = dec_u64(&d);
 	m->session_id = dec_u64(&d);
 	m->created_ns = (int64_t)dec_u64(&d);
@@ -191,7 +212,7 @@ int crc__manifest_decode(const void *data, size_t len, struct crc_manifest **out
 		if ((rc = dec_str(&d, &r->name)))
 			goto fail;
 		rc = CRC_ECORRUPT;
-		if (nchunks > (size_t)(d.end - d.p) / 24)
+		if (nchunks > (size_t)(d.end - d.p) / chunk_bytes)
 			goto fail;
 		r->chunks = calloc(nchunks ? nchunks : 1, sizeof(*r->chunks));
 		if (!r->chunks) {
@@ -205,6 +226,10 @@ int crc__manifest_decode(const void *data, size_t len, struct crc_manifest **out
 				goto fail;
 			memcpy(r->chunks[c].hash.bytes, h, 16);
 			r->chunks[c].length = dec_u64(&d);
+			if (version == MANIFEST_VERSION_DIGESTS) {
+				r->chunks[c].digest[0] = dec_u64(&d);
+				r->chunks[c].digest[1] = dec_u64(&d);
+			}
 		}
 	}
 	for (uint32_t i = 0; i < nmeta; i++) {

@@ -289,7 +289,7 @@ int crc__chunk_locate(struct crc_store *st, MDB_txn *txn, const struct crc_hash 
 /* Reads and checks one chunk (decoding it when it is stored compressed, through scratch) through the
  * pack file descriptor cache *fd / *fd_pack (one per thread). */
 static int chunk_read_fd(struct crc_store *st, const struct crc_hash *hash, const struct chunk_loc *loc,
-			 void *buf, int *fd, uint64_t *fd_pack, struct chunk_scratch *scratch)
+			 void *buf, int *fd, uint64_t *fd_pack, struct chunk_scratch *scratch, bool verify)
 {
 	char path[PATH_MAX], hex[CRC_HASH_HEX_LEN + 1];
 	crc_hash_to_hex(hash, hex);
@@ -324,14 +324,16 @@ static int chunk_read_fd(struct crc_store *st, const struct crc_hash *hash, cons
 		}
 		p = scratch->buf;
 	}
-	XXH3_state_t *hs = XXH3_createState();
-	if (!hs)
+	XXH3_state_t *hs = verify ? XXH3_createState() : NULL;
+	if (verify && !hs)
 		return CRC_ENOMEM;
-	XXH3_128bits_reset(hs);
+	if (hs)
+		XXH3_128bits_reset(hs);
 	int rc = 0;
 	size_t done = 0;
 	while (done < loc->stored) {
-		size_t want = raw && loc->stored - done > READ_PIECE ? READ_PIECE : loc->stored - done;
+		/* Unhashed, a chunk is read at once: fewer calls, and nothing to keep in cache. */
+		size_t want = hs && raw && loc->stored - done > READ_PIECE ? READ_PIECE : loc->stored - done;
 		ssize_t r = pread(*fd, p + done, want, (off_t)(loc->offset + done));
 		if (r < 0 && errno == EINTR)
 			continue;
@@ -347,7 +349,7 @@ static int chunk_read_fd(struct crc_store *st, const struct crc_hash *hash, cons
 			rc = CRC_ETRUNC;
 			goto out;
 		}
-		if (raw)
+		if (raw && hs)
 			crc_xxh3_128_update(hs, p + done, (size_t)r);
 		done += (size_t)r;
 	}
@@ -360,8 +362,11 @@ static int chunk_read_fd(struct crc_store *st, const struct crc_hash *hash, cons
 			       loc->length);
 		if (rc)
 			goto out;
-		crc_xxh3_128_update(hs, buf, loc->length);
+		if (hs)
+			crc_xxh3_128_update(hs, buf, loc->length);
 	}
+	if (!hs)
+		return 0;
 	struct crc_hash got;
 	XXH128_canonical_t canon;
 	XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(hs));
@@ -383,7 +388,7 @@ int crc__chunk_read_at(struct crc_store *st, const struct crc_hash *hash, const 
 {
 	if (!st->read_scratch && !(st->read_scratch = calloc(1, sizeof(*st->read_scratch))))
 		return CRC_ENOMEM;
-	return chunk_read_fd(st, hash, loc, buf, &st->read_fd, &st->read_pack, st->read_scratch);
+	return chunk_read_fd(st, hash, loc, buf, &st->read_fd, &st->read_pack, st->read_scratch, true);
 }
 
 /* Where the chunk of that hash is, in a read transaction of its own; *out_len its length, which buflen
@@ -435,14 +440,26 @@ int crc_chunk_reader_open(struct crc_store *st, struct crc_chunk_reader **out)
 	return 0;
 }
 
-int crc_chunk_reader_read(struct crc_chunk_reader *r, const struct crc_hash *hash, void *buf, size_t buflen,
-			  size_t *out_len)
+static int reader_read(struct crc_chunk_reader *r, const struct crc_hash *hash, void *buf, size_t buflen,
+		       size_t *out_len, bool verify)
 {
 	if (!r || !hash || (!buf && buflen))
 		return CRC_EINVAL;
 	struct chunk_loc loc;
 	int rc = locate_for_read(r->st, hash, buflen, out_len, &loc);
-	return rc ? rc : chunk_read_fd(r->st, hash, &loc, buf, &r->fd, &r->pack, &r->scratch);
+	return rc ? rc : chunk_read_fd(r->st, hash, &loc, buf, &r->fd, &r->pack, &r->scratch, verify);
+}
+
+int crc_chunk_reader_read(struct crc_chunk_reader *r, const struct crc_hash *hash, void *buf, size_t buflen,
+			  size_t *out_len)
+{
+	return reader_read(r, hash, buf, buflen, out_len, true);
+}
+
+int crc_chunk_reader_read_unverified(struct crc_chunk_reader *r, const struct crc_hash *hash, void *buf,
+				     size_t buflen, size_t *out_len)
+{
+	return reader_read(r, hash, buf, buflen, out_len, false);
 }
 
 void crc_chunk_reader_close(struct crc_chunk_reader *r)
@@ -511,7 +528,8 @@ static void *batch_worker(void *arg)
 	struct chunk_scratch *scratch = &b->st->batch_scratch[atomic_fetch_add(&b->next_thread, 1)];
 
 	for (size_t i; (i = atomic_fetch_add(&b->next, 1)) < b->n && !atomic_load(&b->rc);) {
-		int rc = chunk_read_fd(b->st, &b->hashes[i], &b->locs[i], b->bufs[i], &fd, &fd_pack, scratch);
+		int rc = chunk_read_fd(b->st, &b->hashes[i], &b->locs[i], b->bufs[i], &fd, &fd_pack, scratch,
+				       true);
 		int zero = 0;
 
 		if (rc)

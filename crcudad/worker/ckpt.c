@@ -1032,6 +1032,10 @@ static int ckpt_group(struct crc_session *s, CUcontext ctx, const struct region_
 			const struct crc_inc_entry *old = inc_find(&s->inc_prev, dig + 2 * k);
 
 			ent[k] = (struct crc_inc_entry){.digest = {dig[2 * k], dig[2 * k + 1]}, .len = len};
+			/* The restore checks the uploaded bytes against it on the device. */
+			if ((rc = crc_ckpt_set_digest_at(s->ckpt, src[i].index, (uint32_t)(off / STORE_CHUNK),
+							 dig + 2 * k)))
+				break;
 			if (old && old->len == len) {
 				rc = crc_ckpt_ref_chunk_at(s->ckpt, 0, src[i].index,
 							   (uint32_t)(off / STORE_CHUNK), &old->hash, len);

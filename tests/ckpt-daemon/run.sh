@@ -27,6 +27,10 @@
 #                 goes up meanwhile, the client's first call waits for it and finds its bytes
 #       lazy-corrupt  the same from a store whose chunks were damaged after the checkpoint: the
 #                 restored client's calls fail (a CUDA error, never the wrong bytes), the log says why
+#       corrupt   a restore (not lazy) from such a store fails, saying the bytes differ from those
+#                 checkpointed: the chunks carry device digests (the manifest's), so they were read
+#                 unhashed and checked on the device after the upload; with CRCUDA_RESTORE_VERIFY=host
+#                 the store's hash check finds the same while reading (the chunks stored raw)
 #       background-killed  a background checkpoint whose worker is killed (kill -9) while it drains,
 #                 after the commit was asked for: nothing new is committed, the one before is whole
 #       tcp       the client's session is TCP (a remote GPU): quiesce (asked on its socket: the idle
@@ -129,23 +133,61 @@ ckpt_copied() {
 	sed -n 's/.* \([0-9]*\) copied .*/\1/p' "$tmp/stats"
 }
 
+# damage_packs: one byte in the middle of every pack of device memory (not the module image's, a few
+# KiB, which the replay reads: it would fail the restore itself, cleanly): chunks that no longer match
+# their hashes. The 14 MiB of device memory compress to some 50 KiB. The byte is flipped, not set
+# (compressed streams hold runs of 0xff).
+damage_packs() {
+	local f size byte
+	for f in "$store"/packs/*.pack; do
+		size=$(stat -c %s "$f")
+		[ "$size" -gt 16384 ] || continue
+		byte=$(od -An -tu1 -j $((size / 2)) -N1 "$f")
+		printf "\\$(printf %03o $((byte ^ 0x5a)))" | dd of="$f" bs=1 seek=$((size / 2)) conv=notrunc status=none
+	done
+}
+
 case $case in
-lazy | lazy-corrupt)
-	start_daemon daemon1
+corrupt)
+	# Raw chunks: a byte flipped in a compressed one would not decode, which the store itself finds.
+	CRCUDA_STORE_COMPRESS=off start_daemon daemon1
 	start_client
 	id=$(checkpoint) || exit 1
-	if [ "$case" = lazy-corrupt ]; then
-		# One byte in the middle of every pack of device memory (not the module image's, a few
-		# KiB, which the replay reads: it would fail the restore itself, cleanly): chunks that no
-		# longer match their hashes. The 14 MiB of device memory compress to some 50 KiB. The byte
-		# is flipped, not set (compressed streams hold runs of 0xff).
-		for f in "$store"/packs/*.pack; do
-			size=$(stat -c %s "$f")
-			[ "$size" -gt 16384 ] || continue
-			byte=$(od -An -tu1 -j $((size / 2)) -N1 "$f")
-			printf "\\$(printf %03o $((byte ^ 0x5a)))" | dd of="$f" bs=1 seek=$((size / 2)) conv=notrunc status=none
-		done
-	fi
+	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume"
+	damage_packs
+	start_daemon2() { # a second daemon beside the first (its own socket), with that environment
+		env "$@" "$build/crcudad/crcudad" --backend "$backend" --socket "$tmp/d2.sock" --foreground -v \
+			>"$tmp/daemon2.out" 2>"$tmp/daemon2.log" &
+		daemon2_pid=$!
+		for _ in $(seq 100); do grep -q ready "$tmp/daemon2.out" 2>/dev/null && return 0; sleep 0.1; done
+		fail "the second crcudad not ready"
+	}
+	start_daemon2
+	"$ctl" "$tmp/d2.sock" restore "$store" "$id" 999999 "$tmp/swap2.sock" 2>"$tmp/restore.err" &&
+		fail "a restore from a damaged store succeeded"
+	grep -q "differ from those checkpointed" "$tmp/daemon2.log" "$tmp/restore.err" ||
+		fail "the device check did not find the damage: $(cat "$tmp/restore.err"; tail -5 "$tmp/daemon2.log")"
+	grep -q "of [0-9]* chunks checked on the device" "$tmp/daemon2.log" &&
+		fail "a damaged upload was reported done"
+	kill "$daemon2_pid"
+	wait "$daemon2_pid" 2>/dev/null
+	start_daemon2 CRCUDA_RESTORE_VERIFY=host
+	"$ctl" "$tmp/d2.sock" restore "$store" "$id" 999999 "$tmp/swap2.sock" 2>"$tmp/restore.err" &&
+		fail "a restore from a damaged store succeeded (CRCUDA_RESTORE_VERIFY=host)"
+	grep -q "differ from those checkpointed" "$tmp/daemon2.log" "$tmp/restore.err" &&
+		fail "CRCUDA_RESTORE_VERIFY=host checked on the device"
+	grep -qi "corrupt\|hash to" "$tmp/daemon2.log" "$tmp/restore.err" ||
+		fail "the host check did not find the damage: $(cat "$tmp/restore.err"; tail -5 "$tmp/daemon2.log")"
+	kill "$daemon2_pid"
+	wait "$daemon2_pid" 2>/dev/null
+	finish_client
+	;;
+lazy | lazy-corrupt)
+	# Raw chunks: a byte flipped in a compressed one would not decode, which the store itself finds.
+	CRCUDA_STORE_COMPRESS=off start_daemon daemon1
+	start_client
+	id=$(checkpoint) || exit 1
+	[ "$case" = lazy-corrupt ] && damage_packs
 	export CRCUDA_RESTORE_LAZY=1
 	if [ "$case" = lazy ]; then
 		restore_elsewhere "$id"
@@ -229,6 +271,9 @@ restore)
 	grep -q "restored checkpoint $id" "$tmp/daemon2.log" || fail "no restore line in the daemon log"
 	# A freed allocation and a destroyed stream (two records each) are not replayed.
 	grep -q "(10 of 14 journal records replayed" "$tmp/daemon2.log" || fail "objects destroyed before the checkpoint were replayed"
+	# The allocations' chunks carry device digests: read unhashed, checked on the device.
+	grep -Eq " [1-9][0-9]* of [0-9]+ chunks checked on the device" "$tmp/daemon2.log" ||
+		fail "no chunk was checked on the device: $(grep uploaded "$tmp/daemon2.log")"
 	;;
 resume)
 	start_daemon daemon1

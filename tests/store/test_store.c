@@ -431,6 +431,82 @@ static void test_verify_flip(void)
 	free(dir);
 }
 
+/* Device digests ride in the manifest (version 2 only when a chunk has one), set before or after the
+ * chunk is put; a reader that does not hash returns damaged raw bytes as they are (the restore checks
+ * them on the device), the hashing one refuses them. */
+static void test_digests(void)
+{
+	char *dir;
+	struct crc_store *st = fresh_store(&dir);
+	uint64_t session, id;
+	const size_t len = 64 << 10;
+	uint8_t *chunk = malloc(len), *buf = malloc(len);
+	struct crc_ckpt *ck;
+	uint32_t r;
+	CHECK(chunk && buf);
+	CHECK_OK(crc_store_session_create(st, "d", &session));
+	CHECK_OK(crc_ckpt_begin(st, session, &ck));
+	struct crc_region_desc d = {
+	    .kind = CRC_REGION_DEVICE_ALLOC, .addr = 0x600000000000ull, .size = 3 * len};
+	CHECK_OK(crc_ckpt_region_add(ck, &d, &r));
+	CHECK_EQ_INT(crc_ckpt_set_digest_at(ck, r + 1, 0, (uint64_t[]){1, 2}), CRC_EINVAL);
+	CHECK_OK(crc_ckpt_set_digest_at(ck, r, 1, (uint64_t[]){0x1111, 0x2222})); /* before its put */
+	for (uint32_t i = 0; i < 3; i++) {
+		test_fill(chunk, len, 40 + i);
+		CHECK_OK(crc_ckpt_put_chunk_at(ck, 0, r, i, chunk, len, NULL));
+	}
+	CHECK_OK(crc_ckpt_set_digest_at(ck, r, 2, (uint64_t[]){0x3333, 0x4444})); /* after */
+	CHECK_OK(crc_ckpt_commit(ck, &id));
+	struct crc_manifest *m;
+	CHECK_OK(crc_store_manifest_get(st, id, &m));
+	CHECK_EQ_INT(m->regions[0].nchunks, 3);
+	CHECK(m->regions[0].chunks[0].digest[0] == 0 && m->regions[0].chunks[0].digest[1] == 0);
+	CHECK(m->regions[0].chunks[1].digest[0] == 0x1111 && m->regions[0].chunks[1].digest[1] == 0x2222);
+	CHECK(m->regions[0].chunks[2].digest[0] == 0x3333 && m->regions[0].chunks[2].digest[1] == 0x4444);
+	CHECK_EQ_INT(m->regions[0].chunks[1].length, len);
+
+	/* Version 2 with digests, every cut refused; version 1 again without any. */
+	uint8_t *enc;
+	size_t enclen;
+	CHECK_OK(crc__manifest_encode(m, &enc, &enclen));
+	CHECK_EQ_INT(enc[4], 2);
+	for (size_t cut = 0; cut < enclen; cut++) {
+		struct crc_manifest *bad = NULL;
+		CHECK_EQ_INT(crc__manifest_decode(enc, cut, &bad), CRC_ECORRUPT);
+	}
+	free(enc);
+	for (uint32_t i = 0; i < 3; i++)
+		m->regions[0].chunks[i].digest[0] = m->regions[0].chunks[i].digest[1] = 0;
+	CHECK_OK(crc__manifest_encode(m, &enc, &enclen));
+	CHECK_EQ_INT(enc[4], 1);
+	free(enc);
+
+	/* A flipped byte: the hashing reader refuses the chunk, the other returns it as it is. */
+	long off;
+	size_t got;
+	struct crc_chunk_reader *rd;
+	test_fill(chunk, len, 41);
+	char *pack = find_in_packs(dir, chunk, len, &off);
+	flip_byte(pack, off + 777);
+	CHECK_OK(crc_chunk_reader_open(st, &rd));
+	CHECK_EQ_INT(crc_chunk_reader_read(rd, &m->regions[0].chunks[1].hash, buf, len, &got), CRC_ECORRUPT);
+	CHECK_OK(crc_chunk_reader_read_unverified(rd, &m->regions[0].chunks[1].hash, buf, len, &got));
+	CHECK_EQ_INT(got, len);
+	CHECK_EQ_INT(buf[777], chunk[777] ^ 0x40);
+	buf[777] = chunk[777];
+	CHECK(!memcmp(buf, chunk, len));
+	CHECK_EQ_INT(crc_chunk_reader_read_unverified(rd, &m->regions[0].chunks[1].hash, buf, 10, &got),
+		     CRC_EINVAL);
+	crc_chunk_reader_close(rd);
+	free(pack);
+	crc_manifest_free(m);
+	free(chunk);
+	free(buf);
+	crc_store_close(st);
+	test_rmrf(dir);
+	free(dir);
+}
+
 static void test_verify_trunc(void)
 {
 	char *dir;
@@ -1462,6 +1538,7 @@ int main(int argc, char **argv)
 	    {"dedup", test_dedup},
 	    {"verify_flip", test_verify_flip},
 	    {"verify_trunc", test_verify_trunc},
+	    {"digests", test_digests},
 	    {"schema", test_schema},
 	    {"gc", test_gc},
 	    {"gc_live_writer_only", test_gc_live_writer_only},
