@@ -532,6 +532,13 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 			    "crcudactl: a port the program had bound is still taken after %d s: by another "
 			    "process (TIME_WAIT would have ended)\n",
 			    TIME_WAIT_RETRY_S);
+		/* CRIU removes a link remap (checkpoint's --link-remap) once a restore of it succeeded. */
+		if (ctl_file_contains(rlog, "/link_remap."))
+			fprintf(
+			    stderr,
+			    "crcudactl: a file the program maps under an unlinked name was kept for it as a "
+			    "link remap, which an earlier restore of this checkpoint used up (CRIU removes "
+			    "it): restore a later checkpoint\n");
 		fprintf(stderr, "crcudactl: CRIU's log: %s; checkpoint %s is untouched\n", rlog, idbuf);
 		goto out;
 	}

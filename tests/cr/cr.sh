@@ -16,7 +16,7 @@
 #                      as Python's spawned multiprocessing workers do): its mapping is glibc's unlinked
 #                      temporary file, which CRIU dumps only as a link remap; checkpoint, kill,
 #                      restore, finish exact with the semaphore's count carried (once: CRIU removes
-#                      its link at the restore, so a second restore of it fails, saying so)
+#                      its link at the restore, so a second restore fails and says why)
 #       netns          restore in another network namespace ("another node"): a daemon there, by its
 #                      unix socket and then over TCP (--remote with a token)
 #       clone          one checkpoint restored twice, both copies alive at once on one daemon, each in
@@ -478,6 +478,11 @@ named-sem)
 	wait_for 30 gone "$app" || fail "the program still runs after the checkpoint"
 	pid=$(restore "$id")
 	finish "$pid" "checkpoint $id of a program with a named semaphore"
+	# Once restored, CRIU's link remap is gone: a second restore fails and says why.
+	truncate -s "$(cat "$tmp/ckpt$id.out.size")" "$dir/out"
+	timeout 120 "$ctl" restore "$id" >/dev/null 2>"$tmp/restore2.err" &&
+		fail "a second restore of a link-remapped checkpoint succeeded"
+	grep -q "used up" "$tmp/restore2.err" || fail "the second restore does not say why: $(cat "$tmp/restore2.err")"
 	;;
 netns)
 	command -v ip >/dev/null || skip "no ip(8)"
