@@ -867,6 +867,13 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	 * Python's spawned multiprocessing workers) is dumped by CRIU only as a hard link it makes beside
 	 * it, which the restore opens and removes. Without this such a process cannot be checkpointed. */
 	args[na++] = "--link-remap";
+	/* A file unlinked while open or mapped is dumped with its contents (a ghost file), by CRIU's
+	 * default only up to 1 MiB: Python's multiprocessing heap and PyTorch's CPU tensors passed
+	 * between processes (a DataLoader's batches) live in such files in /dev/shm, MiBs each. */
+	args[na++] = "--ghost-limit";
+	args[na++] = getenv("CRCUDA_GHOST_LIMIT") && *getenv("CRCUDA_GHOST_LIMIT")
+			 ? getenv("CRCUDA_GHOST_LIMIT")
+			 : "64G";
 	if (leave)
 		args[na++] = "--leave-running";
 	/* Not CRIU but this command kills the process, once the commit is known: CRIU decides before the
@@ -979,6 +986,10 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 			    "crcudactl: a process of the tree uses io_uring, which CRIU cannot checkpoint "
 			    "(PyTorch's TCPStore does unless USE_LIBUV=0, libuv unless UV_USE_IO_URING=0; "
 			    "`crcudactl run` sets both)\n");
+		if (ctl_file_contains(dlog, "Can't dump ghost file"))
+			fprintf(stderr,
+				"crcudactl: a file the tree holds open or mapped after unlinking it is "
+				"larger than CRCUDA_GHOST_LIMIT (CRIU's --ghost-limit; default 64G)\n");
 		if (!id) {
 			undo(daemon, tcp ? token : NULL, pid);
 			/* Keep CRIU's log for a look, outside the store. */

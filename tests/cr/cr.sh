@@ -17,6 +17,10 @@
 #                      temporary file, which CRIU dumps only as a link remap; checkpoint, kill,
 #                      restore, finish exact with the semaphore's count carried (once: CRIU removes
 #                      its link at the restore, so a second restore fails and says why)
+#       deleted-shm    a program mapping 8 MiB of /dev/shm it unlinked at once (state_app --deleted-shm,
+#                      as Python's multiprocessing heap and PyTorch's shared CPU tensors are): CRIU
+#                      dumps it as a ghost file, above its default 1 MiB limit only with crcudactl's
+#                      --ghost-limit; checkpoint, kill, restore, finish exact with the file's words
 #       netns          restore in another network namespace ("another node"): a daemon there, by its
 #                      unix socket and then over TCP (--remote with a token)
 #       clone          one checkpoint restored twice, both copies alive at once on one daemon, each in
@@ -469,6 +473,20 @@ restore-twice)
 		pid=$(restore "$id")
 		finish "$pid" "restore $n of checkpoint $id"
 	done
+	;;
+deleted-shm)
+	start_app deleted_shm --deleted-shm
+	grep -q "/dev/shm/crcuda-state-app-.* (deleted)" "/proc/$app/maps" ||
+		fail "no deleted shared file mapped: $(grep /dev/shm "/proc/$app/maps")"
+	# Below the file's size the checkpoint is refused, says why, and the program runs on.
+	CRCUDA_GHOST_LIMIT=1M timeout 120 "$ctl" checkpoint "$app" >/dev/null 2>"$tmp/ghost.err" &&
+		fail "a checkpoint with CRCUDA_GHOST_LIMIT=1M succeeded"
+	grep -q "larger than CRCUDA_GHOST_LIMIT" "$tmp/ghost.err" || fail "no word of the limit: $(cat "$tmp/ghost.err")"
+	gone "$app" && fail "the program did not run on after the refused checkpoint"
+	id=$(checkpoint "$app")
+	wait_for 30 gone "$app" || fail "the program still runs after the checkpoint"
+	pid=$(restore "$id")
+	finish "$pid" "checkpoint $id of a program mapping an 8 MiB deleted file"
 	;;
 named-sem)
 	start_app named_sem --named-sem

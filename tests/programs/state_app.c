@@ -62,6 +62,10 @@
  * spawned workers open by name), posted once a step and checked at the end (value = steps): its mapping
  * is glibc's temporary file, unlinked while the name still links it, which CRIU dumps only with a link
  * remap (the same checksum).
+ * --deleted-shm: 8 MiB of /dev/shm, unlinked at once and kept mapped shared (as Python's multiprocessing
+ * heap and PyTorch's CPU tensors passed between processes are), one word written a step and all checked
+ * at the end: CRIU dumps such a file's contents as a ghost file, by default only up to 1 MiB (the same
+ * checksum).
  * --notify: a log callback and an async notification callback registered before the steps, which a
  * restore must register again: at the end an error the driver logs (an unsupported limit asked of
  * cuCtxGetLimit) must reach the callback when a dump shows a line for it, and where the environment
@@ -70,6 +74,7 @@
 #include <cuda.h>
 #include <fcntl.h>
 #include <semaphore.h>
+#include <sys/mman.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -98,7 +103,7 @@ struct opts {
 	const char *ready_file, *go_file, *first_kernel_file;
 	int verify, graph, graph_pageable, ready_in_capture, managed, registered, pool, pinned_ready, texture,
 	    sparse;
-	int graph_params, graph_mem, graph_cond, settings, notify, green, named_sem;
+	int graph_params, graph_mem, graph_cond, settings, notify, green, named_sem, deleted_shm;
 };
 
 /* --notify */
@@ -274,6 +279,10 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->settings = 1;
 			continue;
 		}
+		if (!strcmp(a, "--deleted-shm")) {
+			o->deleted_shm = 1;
+			continue;
+		}
 		if (!strcmp(a, "--named-sem")) {
 			o->named_sem = 1;
 			continue;
@@ -344,7 +353,7 @@ usage:
 		"                 [--graph] [--graph-pageable] [--managed] [--registered] [--pool] "
 		"[--texture] [--graph-params] [--sparse]\n"
 		"                 [--pinned-ready] [--graph-mem] [--graph-cond] [--settings]\n"
-		"                 [--notify] [--green] [--named-sem]\n");
+		"                 [--notify] [--green] [--named-sem] [--deleted-shm]\n");
 	exit(2);
 }
 
@@ -846,10 +855,29 @@ int main(int argc, char **argv)
 		sem = sem_open(sem_name, O_CREAT | O_EXCL, 0600, 0);
 		CHECK(sem != SEM_FAILED);
 	}
+	unsigned *shm = NULL;
+	const size_t shm_words = (8u << 20) / sizeof(unsigned);
+	if (o.deleted_shm) {
+		char path[64];
+		int fd;
+
+		snprintf(path, sizeof(path), "/dev/shm/crcuda-state-app-%d", (int)getpid());
+		fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		CHECK(fd >= 0);
+		CHECK(unlink(path) == 0 && ftruncate(fd, (off_t)(shm_words * sizeof(unsigned))) == 0);
+		shm = mmap(NULL, shm_words * sizeof(unsigned), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		CHECK(shm != MAP_FAILED);
+		close(fd);
+		/* Every page written: CRIU's limit counts the pages a file holds, not its size. */
+		for (size_t i = 0; i < shm_words; i++)
+			shm[i] = (unsigned)i * 0x9E3779B9u;
+	}
 	while (step < o.steps) {
 		step++;
 		if (sem != SEM_FAILED)
 			CHECK(sem_post(sem) == 0);
+		if (shm)
+			shm[(step * 40503u) % shm_words] = step * 2654435761u;
 		if (o.graph_cond) {
 			/* One launch runs this step and the next COND_PER - 1. */
 			if ((step - 1) % COND_PER == 0) {
@@ -1017,6 +1045,22 @@ int main(int argc, char **argv)
 		return 1;
 	if (o.notify && notify_check(d[0].ctx))
 		return 1;
+	if (shm) {
+		unsigned bad = 0;
+
+		for (unsigned i = 1; i <= o.steps; i++) {
+			size_t at = (i * 40503u) % shm_words;
+
+			bad += shm[at] != i * 2654435761u;
+			shm[at] = (unsigned)at * 0x9E3779B9u; /* then every word must be the fill's */
+		}
+		for (size_t i = 0; i < shm_words; i++)
+			bad += shm[i] != (unsigned)i * 0x9E3779B9u;
+		if (bad) {
+			fprintf(stderr, "state_app: %u words of the deleted shared file lost\n", bad);
+			return 1;
+		}
+	}
 	if (sem != SEM_FAILED) {
 		int value = -1;
 
