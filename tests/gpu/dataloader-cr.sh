@@ -3,7 +3,8 @@
 # events between three processes under crcuda, tests/torch/dataloader_cuda.py), natively, under the
 # layer, and checkpointed as one process tree (`crcudactl checkpoint TRAINER`) at random instants,
 # killed, restored and finished: every step's loss and the final weights equal the native run's
-# (issue 19: "a DataLoader passing CUDA tensors ... after C/R"). One GPU.
+# (issue 19: "a DataLoader passing CUDA tensors ... after C/R"). One GPU. DL_BATCH_DEVICE=cpu: batches
+# made on the CPU, passed through shared memory (the common case), moved to the GPU by the trainer.
 #   tests/gpu/dataloader-cr.sh BUILD_DIR [STEPS] [TRIALS]
 set -uo pipefail
 build=$(cd "${1:?usage: dataloader-cr.sh BUILD_DIR [STEPS] [TRIALS]}" && pwd)

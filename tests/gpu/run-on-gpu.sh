@@ -50,6 +50,8 @@ echo "== CUDA IPC between two processes (driver API, PyTorch), natively and unde
 tests/gpu/ipc.sh build-gpu 2>&1 | tee -a "$out/layer.txt"
 echo "== a DataLoader whose workers pass CUDA tensors, its process tree checkpointed at random instants"
 tests/gpu/dataloader-cr.sh build-gpu 2>&1 | grep -v "^ *|" | tail -6 | tee -a "$out/layer.txt"
+echo "== the same with CPU batches passed through shared memory (DataLoader's common case)"
+DL_BATCH_DEVICE=cpu tests/gpu/dataloader-cr.sh build-gpu 2>&1 | grep -v "^ *|" | tail -6 | tee -a "$out/layer.txt"
 echo "== PyTorch DDP over NCCL on every GPU, natively and under the layer (skipped with one GPU)"
 tests/gpu/ddp.sh build-gpu 2>&1 | tee "$out/ddp.txt"
 grep -E "^(PASS|FAIL|SKIP) ddp" "$out/ddp.txt" >>"$out/layer.txt"

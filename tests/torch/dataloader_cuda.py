@@ -7,6 +7,10 @@ natively, under crcuda and after a checkpoint of the process tree (trainer and w
 be equal (tests/gpu/dataloader-cr.sh).
 
 usage: dataloader_cuda.py [STEPS]      DL_STEP_SLEEP: seconds a step (default 0.005)
+DL_BATCH_DEVICE=cpu: the workers make the batches on the CPU (other numbers than the GPU's draw: a run
+compares with a run of the same setting), which reach the trainer through shared memory (PyTorch's
+file_descriptor strategy: unlinked /dev/shm files whose descriptors go over unix sockets), and the
+trainer moves them to the GPU: DataLoader's common case.
 """
 
 import os
@@ -24,8 +28,12 @@ class Batches(torch.utils.data.Dataset):
         return self.n
 
     def __getitem__(self, i):
-        g = torch.Generator(device="cuda").manual_seed(1000 + i)
-        x = torch.randn(256, 64, device="cuda", generator=g)
+        if os.environ.get("DL_BATCH_DEVICE") == "cpu":
+            g = torch.Generator().manual_seed(1000 + i)
+            x = torch.randn(256, 64, generator=g)
+        else:
+            g = torch.Generator(device="cuda").manual_seed(1000 + i)
+            x = torch.randn(256, 64, device="cuda", generator=g)
         y = (x.sum(1) > 0).long()
         return x, y
 
@@ -39,6 +47,7 @@ def main():
     loader = torch.utils.data.DataLoader(Batches(steps), batch_size=None, num_workers=2,
                                          multiprocessing_context="spawn", prefetch_factor=4)
     for step, (x, y) in enumerate(loader):
+        x, y = x.cuda(), y.cuda()
         loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
