@@ -809,15 +809,18 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	snprintf(e_store, sizeof(e_store), "CRCUDA_STORE=%s", store);
 	snprintf(e_img, sizeof(e_img), "CRCUDA_CRIU_IMAGES=%s", rel);
 	snprintf(e_report, sizeof(e_report), "CRCUDA_PLUGIN_REPORT=%s", report);
-	/* Each client's checkpoint names the tree it belongs to: its root and how many there are. */
-	if (tree_n) {
-		char all[900];
+	/* Each client's checkpoint names the tree it belongs to: its root and how many there are. Every
+	 * process CRIU dumps (children without CUDA too: a DataLoader's workers) is restored with its
+	 * own pid, which the restore waits to be free. */
+	char all[900];
 
-		tree_all_pids(pid, all, sizeof(all));
+	tree_all_pids(pid, all, sizeof(all));
+	if (tree_n)
 		snprintf(treemeta, sizeof(treemeta),
 			 "\ncrcuda.tree=%d\ncrcuda.tree.clients=%u\ncrcuda.tree.pids=%s", (int)pid, tree_n,
 			 all);
-	}
+	else
+		snprintf(treemeta, sizeof(treemeta), "\ncrcuda.tree.pids=%s", all);
 	snprintf(e_meta, sizeof(e_meta),
 		 "CRCUDA_CKPT_META=crcuda.backend=%s\ncrcuda.host=%s\ncrcuda.comm=%s\ncriu.shell_job=%d\n"
 		 "crcuda.leave_running=%d\ncriu.tcp_established=%d%s%s%s",

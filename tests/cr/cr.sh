@@ -14,9 +14,14 @@
 #       restore-twice  one checkpoint restored twice (one after the other)
 #       named-sem      a program holding a POSIX named semaphore under its name (state_app --named-sem,
 #                      as Python's spawned multiprocessing workers do): its mapping is glibc's unlinked
-#                      temporary file, which CRIU dumps only as a link remap; checkpoint, kill,
-#                      restore, finish exact with the semaphore's count carried (once: CRIU removes
-#                      its link at the restore, so a second restore fails and says why)
+#                      temporary file, which CRIU dumps only as a link remap; a --leave-running
+#                      checkpoint (its remap stays), then checkpoint, kill, restore, finish exact with
+#                      the semaphore's count carried (once: CRIU removes its link at the restore, so a
+#                      second restore fails and says why); then the first restores and finishes too
+#       child          a program with a child process without CUDA (state_app --child, as a
+#                      DataLoader's CPU workers): the checkpoint names every pid of the dumped tree
+#                      (crcuda.tree.pids), which the restore waits to be free; the child is restored
+#                      with its pid and the program finishes exact (it kills and reaps the child)
 #       deleted-shm    a program mapping 8 MiB of /dev/shm it unlinked at once (state_app --deleted-shm,
 #                      as Python's multiprocessing heap and PyTorch's shared CPU tensors are): CRIU
 #                      dumps it as a ghost file, above its default 1 MiB limit only with crcudactl's
@@ -474,6 +479,19 @@ restore-twice)
 		finish "$pid" "restore $n of checkpoint $id"
 	done
 	;;
+child)
+	start_app child --child
+	kid=$(pgrep -P "$app" | head -1)
+	[ -n "$kid" ] || fail "state_app --child has no child"
+	id=$(checkpoint "$app")
+	"$ctl" inspect "$id" >"$tmp/inspect.txt" 2>&1 || fail "inspect $id"
+	grep -Eq "crcuda.tree.pids = $app,([0-9]+,)*$kid(,|\$)" "$tmp/inspect.txt" ||
+		fail "the checkpoint does not name the child $kid: $(grep tree "$tmp/inspect.txt")"
+	wait_for 30 gone "$app" || fail "the program still runs after the checkpoint"
+	pid=$(restore "$id")
+	[ "$(ps -o ppid= -p "$kid" 2>/dev/null | tr -d ' ')" = "$pid" ] || fail "the child $kid was not restored under $pid"
+	finish "$pid" "checkpoint $id of a program with a child without CUDA"
+	;;
 deleted-shm)
 	start_app deleted_shm --deleted-shm
 	grep -q "/dev/shm/crcuda-state-app-.* (deleted)" "/proc/$app/maps" ||
@@ -492,6 +510,9 @@ named-sem)
 	start_app named_sem --named-sem
 	grep -q "/dev/shm/sem\..* (deleted)" "/proc/$app/maps" ||
 		fail "the semaphore's mapping is not an unlinked file: $(grep /dev/shm "/proc/$app/maps")"
+	# A --leave-running checkpoint's link remap stays until it is restored: the next checkpoint's
+	# must take another name (CRIU's ids restart at each dump; scripts/criu-patches/0002).
+	id1=$(checkpoint "$app" --leave-running)
 	id=$(checkpoint "$app")
 	wait_for 30 gone "$app" || fail "the program still runs after the checkpoint"
 	pid=$(restore "$id")
@@ -501,6 +522,8 @@ named-sem)
 	timeout 120 "$ctl" restore "$id" >/dev/null 2>"$tmp/restore2.err" &&
 		fail "a second restore of a link-remapped checkpoint succeeded"
 	grep -q "used up" "$tmp/restore2.err" || fail "the second restore does not say why: $(cat "$tmp/restore2.err")"
+	pid=$(restore "$id1")
+	finish "$pid" "the --leave-running checkpoint $id1 taken before it"
 	;;
 netns)
 	command -v ip >/dev/null || skip "no ip(8)"

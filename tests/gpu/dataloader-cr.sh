@@ -50,6 +50,11 @@ for trial in $(seq "$trials"); do
 	r0=$(date +%s.%N)
 	if ! "$ctl" restore "$id" >"$tmp/restore.out" 2>"$tmp/restore.err"; then
 		cat "$tmp/restore.err"
+		# What held a pid the restore needed, and what the checkpoint says of its tree.
+		"$ctl" inspect "$id" 2>/dev/null | grep -E "crcuda\.(tree|pid|comm)"
+		ps -eo pid,ppid,stat,etimes,comm | awk -v p="$(sed -n 's/.*Can.t fork for \([0-9]*\).*/\1/p' "$tmp/restore.err" | head -1)" \
+			'NR == 1 || $1 == p || $2 == p'
+		grep -E "Forking task|Can't fork" "$(sed -n "s/.*CRIU's log: \([^;]*\);.*/\1/p" "$tmp/restore.err")" 2>/dev/null | head -12
 		echo "FAIL dataloader_cr: trial $trial: restore of $id"
 		fails=$((fails + 1))
 		continue

@@ -66,6 +66,9 @@
  * heap and PyTorch's CPU tensors passed between processes are), one word written a step and all checked
  * at the end: CRIU dumps such a file's contents as a ghost file, by default only up to 1 MiB (the same
  * checksum).
+ * --child: a child process without CUDA (forked first; it waits to be killed at the end), as a
+ * DataLoader's workers that make batches on the CPU are: CRIU dumps and restores it with its own pid
+ * (the same checksum).
  * --notify: a log callback and an async notification callback registered before the steps, which a
  * restore must register again: at the end an error the driver logs (an unsupported limit asked of
  * cuCtxGetLimit) must reach the callback when a dump shows a line for it, and where the environment
@@ -74,7 +77,9 @@
 #include <cuda.h>
 #include <fcntl.h>
 #include <semaphore.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -103,7 +108,7 @@ struct opts {
 	const char *ready_file, *go_file, *first_kernel_file;
 	int verify, graph, graph_pageable, ready_in_capture, managed, registered, pool, pinned_ready, texture,
 	    sparse;
-	int graph_params, graph_mem, graph_cond, settings, notify, green, named_sem, deleted_shm;
+	int graph_params, graph_mem, graph_cond, settings, notify, green, named_sem, deleted_shm, child;
 };
 
 /* --notify */
@@ -279,6 +284,10 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->settings = 1;
 			continue;
 		}
+		if (!strcmp(a, "--child")) {
+			o->child = 1;
+			continue;
+		}
 		if (!strcmp(a, "--deleted-shm")) {
 			o->deleted_shm = 1;
 			continue;
@@ -353,7 +362,7 @@ usage:
 		"                 [--graph] [--graph-pageable] [--managed] [--registered] [--pool] "
 		"[--texture] [--graph-params] [--sparse]\n"
 		"                 [--pinned-ready] [--graph-mem] [--graph-cond] [--settings]\n"
-		"                 [--notify] [--green] [--named-sem] [--deleted-shm]\n");
+		"                 [--notify] [--green] [--named-sem] [--deleted-shm] [--child]\n");
 	exit(2);
 }
 
@@ -726,6 +735,15 @@ int main(int argc, char **argv)
 {
 	struct opts o;
 	parse(argc, argv, &o);
+	pid_t child = -1;
+	if (o.child) {
+		child = fork();
+		CHECK(child >= 0);
+		if (!child) {
+			for (;;)
+				pause();
+		}
+	}
 	cu_test_init("state_app");
 
 	/* What each device has: its context and the objects made in it. */
@@ -1045,6 +1063,12 @@ int main(int argc, char **argv)
 		return 1;
 	if (o.notify && notify_check(d[0].ctx))
 		return 1;
+	if (child > 0) {
+		int status = 0;
+
+		CHECK(kill(child, SIGKILL) == 0 && waitpid(child, &status, 0) == child);
+		CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	}
 	if (shm) {
 		unsigned bad = 0;
 
