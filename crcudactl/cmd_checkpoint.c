@@ -288,6 +288,31 @@ int ctl_action_script(void)
 
 	if (!action || strcmp(action, "post-dump"))
 		return 0;
+	/* The tree is still frozen: what it maps of /dev/shm is as the checkpoint has it. */
+	const char *root = getenv("CRCUDA_CKPT_ROOT");
+	if (link && *link && root && atoi(root) > 0) {
+		char dir[PATH_MAX];
+		int rc;
+
+		snprintf(dir, sizeof(dir), "%s", link);
+		if (strrchr(dir, '/'))
+			*strrchr(dir, '/') = 0;
+		rc = ctl_shm_save((pid_t)atoi(root), dir);
+		if (rc) {
+			const char *report = getenv("CRCUDA_PLUGIN_REPORT");
+			FILE *f = report && *report ? fopen(report, "ae") : NULL;
+
+			fprintf(stderr,
+				"crcudactl: post-dump: saving the files the tree maps in /dev/shm: %s\n",
+				strerror(-rc));
+			if (f) {
+				fprintf(f, "error saving the files the tree maps in /dev/shm: %s\n",
+					strerror(-rc));
+				fclose(f);
+			}
+			return 1;
+		}
+	}
 	if (link && *link && !(sync && !strcmp(sync, "0"))) {
 		char dir[PATH_MAX];
 		int fd, rc;
@@ -801,7 +826,7 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	bool shell_job = getsid(pid) != pid;
 	const char *rel = dir + strlen(store) + 1;
 
-	char *env[13], e_daemon[PATH_MAX + 16], e_store[PATH_MAX + 16], e_img[PATH_MAX + 32],
+	char *env[14], e_daemon[PATH_MAX + 16], e_store[PATH_MAX + 16], e_img[PATH_MAX + 32],
 	    e_report[PATH_MAX * 2 + 32], e_meta[2048 + CTL_LINEAGE_MAX], e_timeout[64],
 	    treemeta[1024] = "", e_token[CRC_TOKEN_MAX + 16], e_decision[PATH_MAX * 2 + 32];
 	int ne;
@@ -834,7 +859,11 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	env[7] = leave || stopped ? "CRCUDA_LEAVE_RUNNING=1" : "CRCUDA_LEAVE_RUNNING=0", env[8] = e_decision;
 	/* Killed after the dump, the process has nothing to run on for: the copy comes first then. */
 	env[9] = leave && background ? "CRCUDA_CKPT_BACKGROUND=1" : "CRCUDA_CKPT_BACKGROUND=0";
-	ne = 10;
+	/* The action script saves what the tree maps of /dev/shm (shm_files.c). */
+	char e_root[48];
+	snprintf(e_root, sizeof(e_root), "CRCUDA_CKPT_ROOT=%d", (int)pid);
+	env[10] = e_root;
+	ne = 11;
 	if (tcp) {
 		snprintf(e_token, sizeof(e_token), "CRCUDA_TOKEN=%s", token);
 		env[ne++] = e_token;

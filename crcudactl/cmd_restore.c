@@ -493,6 +493,13 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 	snprintf(idbuf, sizeof(idbuf), "%" PRIu64, a.id);
 	a.progress = a.progress || (isatty(2) && !opts->json);
 	/* Bytes uploaded, from the restoring worker (a local daemon's). */
+	/* The tree's /dev/shm files as they were at the checkpoint (shm_files.c). */
+	rc = ctl_shm_restore(imgdir);
+	if (rc) {
+		ctl_error("restore of checkpoint %" PRIu64 " failed: the files it maps in /dev/shm: %s", a.id,
+			  strerror(-rc));
+		goto out;
+	}
 	ctl_progress_begin("restore", a.remote ? NULL : daemon, NULL, pid, a.progress);
 	rc = ctl_run_criu(args, env, outlog, report, "restore", a.timeout, a.progress, NULL);
 	/* A listening port whose accepted connections were closed in the minute before the checkpoint

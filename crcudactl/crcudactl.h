@@ -93,6 +93,11 @@ int ctl_prune(const char *store, const char *only, unsigned keep, bool dry, FILE
 #define CTL_LINEAGE_MAX 128
 /* crcudactl run by CRIU as checkpoint's --action-script (CRTOOLS_SCRIPT_ACTION set): its exit status. */
 int ctl_action_script(void);
+/* ---- shm_files.c: what a tree maps of /dev/shm, carried by its checkpoint ---- */
+/* Saves the files of /dev/shm the tree of root maps shared (those with a name) into imgdir. 0 or -errno. */
+int ctl_shm_save(pid_t root, const char *imgdir);
+/* Writes them back before CRIU restores from imgdir (none saved: nothing to do). 0 or -errno. */
+int ctl_shm_restore(const char *imgdir);
 
 /* Prints "crcudactl: " + message on stderr. */
 void ctl_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
