@@ -27,10 +27,10 @@
 /* The bulk connections: used and closed under the channel lock, opened under open_lock. */
 static struct {
 	int fd[CRC_BULK_MAX];
-	unsigned n;	    /* open (0: none) */
-	uint64_t gen;	    /* bumped by each close: an open that raced a park is dropped */
-	uint64_t copies;    /* copy ids */
-	unsigned failures;  /* see MAX_FAILURES */
+	unsigned n;	   /* open (0: none) */
+	uint64_t gen;	   /* bumped by each close: an open that raced a park is dropped */
+	uint64_t copies;   /* copy ids */
+	unsigned failures; /* see MAX_FAILURES */
 	pthread_mutex_t open_lock;
 } bulk = {.open_lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -122,13 +122,15 @@ static bool bulk_open(unsigned want)
 		pthread_mutex_unlock(&bulk.open_lock);
 		return false;
 	}
-	for (; got < rep.streams; got++) {
+	/* Dialled under the channel lock: a checkpoint's quiesce parks after that (CRIU cannot dump a
+	 * connection half made), and a park since the grant (gen) spent the key. */
+	pthread_mutex_lock(&crc_client.lock);
+	for (; bulk.gen == gen && crc_client.state == 1 && got < rep.streams; got++) {
 		fds[got] = crc_bulk_dial(got, rep.key, why, sizeof(why));
 		if (fds[got] < 0)
 			break;
 	}
 	memset(rep.key, 0, sizeof(rep.key));
-	pthread_mutex_lock(&crc_client.lock);
 	ok = got == rep.streams && bulk.gen == gen && !bulk.n;
 	if (ok) {
 		memcpy(bulk.fd, fds, got * sizeof(fds[0]));
@@ -140,7 +142,7 @@ static bool bulk_open(unsigned want)
 			crc_tls_drop(fds[i]);
 			close(fds[i]);
 		}
-		if (got < rep.streams)
+		if (got < rep.streams && why[0])
 			failed("cannot open a bulk connection to crcudad", why);
 	} else {
 		pr_debug("%u bulk connections open", got);

@@ -1088,6 +1088,9 @@ static void *session_main(void *arg)
 		pthread_mutex_unlock(&s->ctl_lock);
 	}
 end:
+	if (s->stripe_copies)
+		pr_info("session %llu: %llu striped copies, %llu bytes", (unsigned long long)s->id,
+			(unsigned long long)s->stripe_copies, (unsigned long long)s->stripe_bytes);
 	pr_info("session %llu: ended; freeing %llu bytes of device memory", (unsigned long long)s->id,
 		(unsigned long long)s->mapped_bytes);
 	session_free(s);

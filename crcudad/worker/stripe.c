@@ -93,7 +93,8 @@ int crc_bulk_attach(int fd, const struct crc_hello *hello)
 		pthread_mutex_lock(&s->ctl_lock);
 		if (!s->bulk_key_live)
 			rc = CRC_EBUSY;
-		else if (!crc_const_time_equal(hello->token, hello->token_len, s->bulk_key, sizeof(s->bulk_key)))
+		else if (!crc_const_time_equal(hello->token, hello->token_len, s->bulk_key,
+					       sizeof(s->bulk_key)))
 			rc = CRC_EAUTH;
 		else if (i >= s->bulk_want || s->bulk_fd[i] >= 0)
 			rc = CRC_EINVAL;
@@ -231,7 +232,8 @@ static void *stripe_conn_run(void *arg)
 		pthread_mutex_lock(&j->lock);
 		if (rc) {
 			if (!j->failed)
-				pr_warn("bulk connection %u failed mid-copy: %s", sc->index, crc_strerror(rc));
+				pr_warn("bulk connection %u failed mid-copy: %s", sc->index,
+					crc_strerror(rc));
 			fail_locked(j);
 		} else {
 			j->done[sc->index]++;
@@ -340,8 +342,8 @@ CUresult crc_stripe_copy(struct crc_session *s, const struct crc_copy_req *r, co
 		have += s->bulk_fd[i] >= 0;
 	}
 	pthread_mutex_unlock(&s->ctl_lock);
-	if (sr.streams < 2 || sr.streams > CRC_BULK_MAX || sr.streams != have || sr.piece < CRC_STRIPE_PIECE_MIN ||
-	    sr.piece > CRC_STRIPE_PIECE_MAX) {
+	if (sr.streams < 2 || sr.streams > CRC_BULK_MAX || sr.streams != have ||
+	    sr.piece < CRC_STRIPE_PIECE_MIN || sr.piece > CRC_STRIPE_PIECE_MAX) {
 		pr_warn("session %llu: a striped copy over %u connections (%u here) in pieces of %u bytes: "
 			"refused",
 			(unsigned long long)s->id, sr.streams, have, sr.piece);
@@ -381,11 +383,14 @@ CUresult crc_stripe_copy(struct crc_session *s, const struct crc_copy_req *r, co
 	pthread_cond_destroy(&j.cond);
 	if (j.failed) {
 		crc_bulk_close(s);
-		pr_warn("session %llu: a striped copy of %llu bytes failed on its bulk connections: the client "
-			"copies again over its main connection",
-			(unsigned long long)s->id, (unsigned long long)r->bytes);
+		pr_warn(
+		    "session %llu: a striped copy of %llu bytes failed on its bulk connections: the client "
+		    "copies again over its main connection",
+		    (unsigned long long)s->id, (unsigned long long)r->bytes);
 		return (CUresult)CRC_CU_BULK_FAILED;
 	}
+	s->stripe_copies++;
+	s->stripe_bytes += r->bytes;
 	return res;
 }
 

@@ -287,6 +287,7 @@ struct crc_session {
 	void *stripe_stage;  /* pieces between the sockets and the device */
 	size_t stripe_stage_bytes;
 	bool stripe_stage_pinned;
+	uint64_t stripe_copies, stripe_bytes; /* striped copies made, for the log */
 };
 
 /* ---- striped copies over bulk connections (stripe.c) ---------------------------------------------- */

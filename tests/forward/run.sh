@@ -5,6 +5,9 @@
 #                                    the driver-API programs, unchanged, through the layer (tcp: over
 #                                    TLS; tcp-insecure: plaintext, crcudad --insecure and CRCUDA_INSECURE)
 #       same-output PROG             PROG prints the same natively (on the sim) and through the layer
+#       striped tls|insecure|bad-key|break
+#                                    large copies of a TCP session striped over bulk connections (see
+#                                    the case)
 #       bad-token                    TCP with a wrong (and with no) token: refused after a delay, no hang
 #       greeting-flood               another host (127.0.0.2) holds 70 silent TCP connections: a client
 #                                    of 127.0.0.1 still gets in (greetings are capped per address)
@@ -202,6 +205,68 @@ same-output)
 	cmp -s "$tmp/native" "$tmp/layer" || fail "$1 answers differently through the layer:
 $(diff "$tmp/native" "$tmp/layer" | head -60)"
 	echo "$1: $(wc -l <"$tmp/native") lines, the same natively and through the layer"
+	;;
+striped)
+	# Large copies of a TCP session striped over 4 bulk connections (tests/programs/big_copies: both
+	# ways, pageable and page-locked, sync and async on a stream, odd sizes; 64 KiB pieces from 1 MiB):
+	#   tls       over TLS: exact, the same checksum as natively, 4 bulk connections taken
+	#   insecure  the same in plaintext (crcudad --insecure, CRCUDA_INSECURE)
+	#   bad-key   a bulk connection presents a wrong key: refused and logged by the worker; the copies
+	#             go over the main connection, exact
+	#   break     the worker breaks a bulk connection mid-copy (CRCUDA_TEST_BULK_BREAK): that copy is
+	#             made again over the main connection, exact, no hang; later copies stripe again
+	mode=$1
+	prog=$build/tests/programs/big_copies
+	LD_LIBRARY_PATH=$build/sim/lib timeout 60 "$prog" >"$tmp/native" 2>&1 || fail "big_copies natively: $(cat "$tmp/native")"
+	envs=(CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token CRCUDA_TLS_STREAMS=4
+		CRCUDA_TLS_STRIPE_MIN=1048576 CRCUDA_TLS_STRIPE_PIECE=65536)
+	case $mode in
+	tls) start_daemon ;;
+	insecure) start_daemon --insecure && envs+=(CRCUDA_INSECURE=1) ;;
+	bad-key) start_daemon && envs+=(CRCUDA_TEST_BULK_BAD_KEY=1) ;;
+	break) CRCUDA_TEST_BULK_BREAK=3 start_daemon ;;
+	*) fail "unknown striped mode $mode" ;;
+	esac
+	envs[0]=CRCUDA_REMOTE=127.0.0.1:$port
+	t0=$(date +%s%N)
+	client "${envs[@]}" -- "$prog" >"$tmp/out" 2>&1
+	rc=$?
+	ms=$((($(date +%s%N) - t0) / 1000000))
+	cat "$tmp/out"
+	[ $rc = 0 ] || fail "big_copies striped ($mode): exit $rc"
+	[ "$(grep -o "checksum=.*" "$tmp/out")" = "$(grep -o "checksum=.*" "$tmp/native")" ] ||
+		fail "checksum differs from the native run: $(cat "$tmp/native")"
+	tls=$(grep -c "session [0-9]*: pid [0-9]* uid [0-9]* -> worker [0-9]* (TLS)" "$tmp/daemon.log")
+	[ "$mode" = insecure ] && { [ "$tls" = 0 ] || fail "TLS on the --insecure daemon"; }
+	[ "$mode" = insecure ] || [ "$tls" = 1 ] || fail "the session was not over TLS"
+	case $mode in
+	tls | insecure)
+		grep -q "session [0-9]*: 4 bulk connections in" "$tmp/daemon.log" || fail "no bulk connections taken"
+		# 2 rounds of 3 sizes, 6 copies each: every one striped.
+		grep -q "session [0-9]*: 36 striped copies" "$tmp/daemon.log" ||
+			fail "not every copy striped: $(grep "striped copies" "$tmp/daemon.log")"
+		grep -q "refusing\|failed mid-copy" "$tmp/daemon.log" && fail "a refusal or failure in the daemon log"
+		grep -q "bulk" "$tmp/out" && fail "the client complains about its bulk connections"
+		;;
+	bad-key)
+		grep -q "refusing a bulk connection for session [0-9]* from pid [0-9]*: wrong key" "$tmp/daemon.log" ||
+			fail "no refusal of the wrong key in the daemon log"
+		grep -q "cannot open a bulk connection to crcudad" "$tmp/out" || fail "the client did not say it"
+		grep -q "bulk connections in" "$tmp/daemon.log" && fail "a bulk connection with a wrong key was taken"
+		grep -q "striped copies" "$tmp/daemon.log" && fail "copies striped without bulk connections"
+		;;
+	break)
+		grep -q "breaking bulk connection 0 mid-copy" "$tmp/daemon.log" || fail "the connection was not broken"
+		grep -q "a striped copy failed on its bulk connections" "$tmp/out" || fail "the client did not fall back"
+		# Opened again for the later copies.
+		[ "$(grep -c "session [0-9]*: 4 bulk connections in" "$tmp/daemon.log")" -ge 2 ] ||
+			fail "the bulk connections were not opened again"
+		grep -q "session [0-9]*: 35 striped copies" "$tmp/daemon.log" ||
+			fail "not every other copy striped: $(grep "striped copies" "$tmp/daemon.log")"
+		;;
+	esac
+	[ "$ms" -lt 30000 ] || fail "big_copies took $ms ms"
+	echo "striped ($mode): exact in $ms ms"
 	;;
 bad-token)
 	start_daemon
