@@ -5,7 +5,7 @@
  *
  * CRCUDA_TLS_STREAMS: connections per copy (0 or 1: none). Default: min(4, CPUs/2) over TLS, none over
  * plaintext TCP (CRCUDA_INSECURE) unless set. CRCUDA_TLS_STRIPE_MIN: the smallest copy striped
- * (bytes, default 4 MiB); CRCUDA_TLS_STRIPE_PIECE: bytes per piece (default 1 MiB). */
+ * (bytes, default 4 MiB); CRCUDA_TLS_STRIPE_PIECE: bytes per piece (default 512 KiB). */
 #define LOG_PREFIX "libcrcuda: "
 #include <signal.h>
 #include <stdio.h>
@@ -53,7 +53,8 @@ static unsigned streams_wanted(void)
 
 static uint32_t piece_bytes(void)
 {
-	long p = env_num("CRCUDA_TLS_STRIPE_PIECE", 1 << 20);
+	/* Under 1 MiB: a TLS transfer that large would start an I/O thread of its own (common/tls.c). */
+	long p = env_num("CRCUDA_TLS_STRIPE_PIECE", 512 << 10);
 
 	return p < (long)CRC_STRIPE_PIECE_MIN	? CRC_STRIPE_PIECE_MIN
 	       : p > (long)CRC_STRIPE_PIECE_MAX ? CRC_STRIPE_PIECE_MAX
