@@ -5,6 +5,8 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -724,6 +726,9 @@ int crc_bulk_dial(unsigned index, const uint8_t key[32], char *why, size_t why_l
 		return CRC_ENOMEM;
 	/* Where the session's first connection went (its certificate names that host). */
 	fd = remote && *remote ? crc_tcp_connect(remote) : CRC_EINVAL;
+	/* A piece's header, then its bytes: nothing to wait for before sending either. */
+	if (fd >= 0)
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){1}, sizeof(int));
 	rc = fd < 0 ? fd : read_token(token, sizeof(token), &token_len);
 	if (!rc)
 		rc = crc_tls_connect(fd, remote, token, token_len, why, why_len);
