@@ -12,7 +12,8 @@
 #       greeting-flood               another host (127.0.0.2) holds 70 silent TCP connections: a client
 #                                    of 127.0.0.1 still gets in (greetings are capped per address)
 #       certs                        TLS with certificates (crcudad --tls-cert/--tls-key/--tls-ca, the
-#                                    client's CRCUDA_TLS_*): a program exact; a client certificate of
+#                                    client's CRCUDA_TLS_*): a program exact, large copies striped over
+#                                    bulk connections exact; a client certificate of
 #                                    another CA, a daemon certificate of another name, a client with the
 #                                    token only: refused with a reason, no hang
 #       tls-mismatch                 a plaintext client of a TLS daemon, a TLS client of an --insecure
@@ -367,6 +368,13 @@ certs)
 		"$build/tests/programs/vector_add" >"$tmp/out" 2>&1 || fail "vector_add with certificates: $(cat "$tmp/out")"
 	cat "$tmp/out"
 	grep -q "session [0-9]*: pid [0-9]* .* (TLS)" "$tmp/daemon.log" || fail "no TLS session"
+	# Large copies striped over bulk connections, each made with the certificates as the first one.
+	client CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token "${certs[@]}" CRCUDA_TLS_STREAMS=4 \
+		CRCUDA_TLS_STRIPE_MIN=1048576 CRCUDA_TLS_STRIPE_PIECE=65536 -- "$build/tests/programs/big_copies" \
+		>"$tmp/out" 2>&1 || fail "big_copies with certificates: $(cat "$tmp/out")"
+	cat "$tmp/out"
+	grep -q "session [0-9]*: 4 bulk connections in" "$tmp/daemon.log" || fail "no bulk connections with certificates"
+	grep -q "bulk" "$tmp/out" && fail "the client complains about its bulk connections"
 	# A client certificate that the daemon's CA did not sign.
 	t0=$(date +%s)
 	client CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token CRCUDA_TLS_CERT="$tmp/stranger.pem" \
