@@ -170,16 +170,21 @@ static void fail_locked(struct stripe_job *j)
 	pthread_cond_broadcast(&j->cond);
 }
 
-/* CRCUDA_TEST_BULK_BREAK=N: the first striped copy of this worker that gets that far breaks its first
- * bulk connection after N pieces of it (a connection lost mid-copy, for tests). */
-static uint64_t test_break_after(void)
+/* CRCUDA_TEST_BULK_BREAK=N[:d2h]: the first striped copy of this worker (to the client with :d2h) breaks
+ * its first bulk connection after N pieces of it (a connection lost mid-copy, for tests). */
+static uint64_t test_break_after(bool to_device)
 {
 	static atomic_bool used;
 	const char *e = getenv("CRCUDA_TEST_BULK_BREAK");
+	char *end;
+	uint64_t n;
 
-	if (!e || !*e || atomic_exchange(&used, true))
+	if (!e || !*e)
 		return 0;
-	return strtoull(e, NULL, 0);
+	n = strtoull(e, &end, 0);
+	if (to_device == !strcmp(end, ":d2h") || atomic_exchange(&used, true))
+		return 0;
+	return n;
 }
 
 static void *stripe_conn_run(void *arg)
@@ -356,7 +361,7 @@ CUresult crc_stripe_copy(struct crc_session *s, const struct crc_copy_req *r, co
 	j.bytes = r->bytes;
 	j.npieces = (r->bytes + j.piece - 1) / j.piece;
 	j.copy_id = sr.copy_id;
-	j.break_after = test_break_after();
+	j.break_after = test_break_after(j.to_device);
 	dev = j.to_device ? r->dst : r->src;
 	j.stage = stage(s, (size_t)j.slots * j.piece);
 	if (!j.stage) {

@@ -216,6 +216,9 @@ striped)
 	#             go over the main connection, exact
 	#   break     the worker breaks a bulk connection mid-copy (CRCUDA_TEST_BULK_BREAK): that copy is
 	#             made again over the main connection, exact, no hang; later copies stripe again
+	#   break-d2h the same in a copy from the device
+	#   worker-killed  the session's worker killed (-9) while copies stream: the program gets a CUDA
+	#             error within 2 s, no hang
 	mode=$1
 	prog=$build/tests/programs/big_copies
 	LD_LIBRARY_PATH=$build/sim/lib timeout 60 "$prog" >"$tmp/native" 2>&1 || fail "big_copies natively: $(cat "$tmp/native")"
@@ -226,9 +229,30 @@ striped)
 	insecure) start_daemon --insecure && envs+=(CRCUDA_INSECURE=1) ;;
 	bad-key) start_daemon && envs+=(CRCUDA_TEST_BULK_BAD_KEY=1) ;;
 	break) CRCUDA_TEST_BULK_BREAK=3 start_daemon ;;
+	break-d2h) CRCUDA_TEST_BULK_BREAK=3:d2h start_daemon ;;
+	worker-killed) start_daemon ;;
 	*) fail "unknown striped mode $mode" ;;
 	esac
 	envs[0]=CRCUDA_REMOTE=127.0.0.1:$port
+	if [ "$mode" = worker-killed ]; then
+		env LD_LIBRARY_PATH="$lib" "${envs[@]}" timeout 120 "$prog" --mb 32 --rounds 1000 >"$tmp/out" 2>&1 &
+		prog_pid=$!
+		for _ in $(seq 300); do grep -q "bulk connections in" "$tmp/daemon.log" && break; sleep 0.05; done
+		worker=$(sed -n 's/.*session [0-9]*: pid [0-9]* uid [0-9]* -> worker \([0-9]*\).*/\1/p' "$tmp/daemon.log" | head -1)
+		[ -n "$worker" ] || fail "no worker: $(cat "$tmp/out")"
+		sleep 0.5
+		t0=$(date +%s%N)
+		kill -9 "$worker"
+		wait "$prog_pid"
+		rc=$?
+		ms=$((($(date +%s%N) - t0) / 1000000))
+		cat "$tmp/out"
+		[ $rc != 0 ] && [ $rc != 124 ] || fail "big_copies with its worker killed: exit $rc"
+		[ "$ms" -lt 2000 ] || fail "the program took $ms ms to fail"
+		grep -q "failed: CUDA_ERROR" "$tmp/out" || fail "no CUDA error"
+		echo "striped (worker-killed): a CUDA error after $ms ms"
+		exit 0
+	fi
 	t0=$(date +%s%N)
 	client "${envs[@]}" -- "$prog" >"$tmp/out" 2>&1
 	rc=$?
@@ -256,7 +280,7 @@ striped)
 		grep -q "bulk connections in" "$tmp/daemon.log" && fail "a bulk connection with a wrong key was taken"
 		grep -q "striped copies" "$tmp/daemon.log" && fail "copies striped without bulk connections"
 		;;
-	break)
+	break | break-d2h)
 		grep -q "breaking bulk connection 0 mid-copy" "$tmp/daemon.log" || fail "the connection was not broken"
 		grep -q "a striped copy failed on its bulk connections" "$tmp/out" || fail "the client did not fall back"
 		# Opened again for the later copies.

@@ -144,6 +144,9 @@ int main(int argc, char **argv)
 	CU_CHECK(cuMemFreeHost(pin_in));
 	CU_CHECK(cuMemFreeHost(pin_out));
 	CU_CHECK(cuMemFree(d));
+	free(page_in);
+	free(page_out);
+	free(expected);
 	printf("big_copies: %d rounds of up to %zu bytes exact, checksum=%016llx\n", rounds, max,
 	       (unsigned long long)checksum);
 	return 0;
