@@ -115,6 +115,10 @@ static bool bulk_open(unsigned want)
 	}
 	if (res == CUDA_SUCCESS && (rep.streams < 2 || rep.streams > CRC_BULK_MAX))
 		res = CUDA_ERROR_UNKNOWN;
+	if (res == CRC_CU_DAEMON_GONE) { /* the copy says so */
+		pthread_mutex_unlock(&bulk.open_lock);
+		return false;
+	}
 	if (res != CUDA_SUCCESS) {
 		if (res == CUDA_ERROR_NOT_SUPPORTED)
 			bulk.failures = MAX_FAILURES; /* a daemon without them */
