@@ -31,6 +31,7 @@ enum crc_link_kind {
 	CRC_LINK_CONTROL,    /* a control connection for this worker's session, proxied by the front */
 	CRC_LINK_RESTORE,    /* a control connection whose restore request (after the message) it serves */
 	CRC_LINK_RECLAIM,    /* a detached TCP client taking its session back (hello: its ticket) */
+	CRC_LINK_BULK,	     /* a bulk connection of the session (hello: its key; crcuda/proto.h) */
 };
 
 struct crc_link_msg {

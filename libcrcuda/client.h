@@ -95,6 +95,7 @@ struct crc_call {
 	const struct crc_msg_hdr *reply_msg; /* held until crc_call_end */
 	const void *reply;		     /* after struct crc_reply_hdr */
 	size_t reply_len;
+	bool sent; /* published by crc_call_send: crc_call_wait only waits */
 };
 
 /* Locks the channel and reserves a request of `len` argument bytes after the crc_call_hdr; *args
@@ -112,12 +113,31 @@ CUresult crc_call_post(struct crc_call *c);
  * called whatever this returned. */
 typedef void crc_data_fn(void *arg, const void *data, size_t len);
 CUresult crc_call_wait(struct crc_call *c, crc_data_fn *on_data, void *arg);
+/* Publishes the request and keeps the channel: crc_call_wait then waits for its reply (a striped copy
+ * moves its bytes in between). On error the channel is lost; crc_call_end must still be called. */
+CUresult crc_call_send(struct crc_call *c);
 void crc_call_end(struct crc_call *c);
 /* Multi-record requests keep the channel (and the call's busy mark, so a quiesce cannot stop the
  * session between its records): crc_call_post_more publishes a posted record and keeps the lock;
  * crc_call_next reserves the next record under it (like crc_call_begin). On error nothing is held. */
 CUresult crc_call_post_more(struct crc_call *c);
 CUresult crc_call_next(struct crc_call *c, uint16_t op, uint16_t flags, size_t len, void **args);
+
+/* ---- striped copies over bulk connections (stripe.c, crcuda/proto.h) --------------------------- */
+enum crc_stripe_outcome {
+	CRC_STRIPE_NO = 0, /* not striped: copy the usual way */
+	CRC_STRIPE_DONE,   /* copied (or failed): *res says */
+	CRC_STRIPE_AGAIN,  /* a restore moved a __managed__ variable it named: begin the copy again */
+};
+/* A copy between host memory of a TCP client and the device (to_device: host is src), striped when it
+ * is large enough and bulk connections are wanted; mvar_gen as begin_copy's (hooks_mem.c). */
+enum crc_stripe_outcome crc_stripe_copy(uint64_t dst, uint64_t src, size_t bytes, CUstream stream, bool async,
+					bool to_device, uint64_t mvar_gen, CUresult *res);
+/* Closes the bulk connections (channel lock held): before parking, on a restored session. */
+void crc_stripe_close(void);
+/* A new bulk connection to the session's daemon, index of those granted with key: its descriptor, or a
+ * negative CRC_E* with a sentence in why (conn.c). */
+int crc_bulk_dial(unsigned index, const uint8_t key[32], char *why, size_t why_len);
 
 /* Round trips and posted requests so far (stats.c; CRCUDA_STATS_FILE reports them at exit). */
 extern atomic_ullong crc_stat_roundtrips, crc_stat_posted;

@@ -5,6 +5,8 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -370,6 +372,7 @@ static int rebind(const struct crc_sock_notice *n, int memfd)
 {
 	int fd = crc_client.chan.fd, rc = 0;
 
+	crc_stripe_close();
 	crc_chan_close(&crc_client.chan);
 	crc_tls_drop(fd);
 	if (n->transport == CRC_TRANSPORT_TCP && memfd >= 0) {
@@ -694,6 +697,60 @@ static int reclaim(int fd, const struct sockaddr_storage *addr, socklen_t len, c
 	return 0;
 }
 
+int crc_bulk_dial(unsigned index, const uint8_t key[32], char *why, size_t why_len)
+{
+	struct crc_hello hello = {
+	    .magic = CRC_PROTO_MAGIC,
+	    .version = CRC_PROTO_VERSION,
+	    .pid = getpid(),
+	    .uid = getuid(),
+	    .transport = CRC_TRANSPORT_TCP,
+	    .role = CRC_ROLE_BULK,
+	    .bulk_index = index,
+	    .session_id = crc_client.info.session_id,
+	    .token_len = 32,
+	};
+	const char *remote = getenv("CRCUDA_REMOTE"), *bad = getenv("CRCUDA_TEST_BULK_BAD_KEY");
+	struct crc_hello_reply *r = malloc(sizeof(*r));
+	char token[CRC_TOKEN_MAX];
+	uint32_t token_len = 0;
+	bool refused = false;
+	int fd, rc;
+
+	why[0] = 0;
+	memcpy(hello.token, key, 32);
+	/* Tests: a connection that presents a wrong key (the worker refuses it). */
+	if (bad && *bad && strcmp(bad, "0") && index == 0)
+		hello.token[0] ^= 0x5a;
+	if (!r)
+		return CRC_ENOMEM;
+	/* Where the session's first connection went (its certificate names that host). */
+	fd = remote && *remote ? crc_tcp_connect(remote) : CRC_EINVAL;
+	/* A piece's header, then its bytes: nothing to wait for before sending either. */
+	if (fd >= 0)
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){1}, sizeof(int));
+	rc = fd < 0 ? fd : read_token(token, sizeof(token), &token_len);
+	if (!rc)
+		rc = crc_tls_connect(fd, remote, token, token_len, why, why_len);
+	memset(token, 0, sizeof(token));
+	if (!rc)
+		rc = crc_sock_write_all(fd, &hello, sizeof(hello));
+	if (!rc)
+		rc = crc_tls_take_handoff(fd, &refused, why, why_len);
+	if (!rc)
+		rc = crc_sock_read_all(fd, r, sizeof(*r));
+	if (!rc && (r->magic != CRC_PROTO_MAGIC || r->status))
+		rc = r->magic != CRC_PROTO_MAGIC ? CRC_EPROTO : r->status;
+	free(r);
+	if (rc && !why[0])
+		snprintf(why, why_len, "%s", crc_strerror(rc));
+	if (rc && fd >= 0) {
+		crc_tls_drop(fd);
+		close(fd);
+	}
+	return rc ? rc : fd;
+}
+
 /* Parked with the channel lock held (a TCP session): acknowledges the request and, for a CRIU dump,
  * swaps the TCP connection for the park socket, then waits: on the TCP connection for RESUME; on the
  * park socket for RESUME (or its close: the checkpointer is gone), after which it takes the session
@@ -708,6 +765,9 @@ static int park_tcp(void)
 	void *p;
 
 	crc_client.quiesce_pending = false;
+	/* Closed before the checkpoint (CRIU cannot dump them, no TLS state is dumped); the next large
+	 * copy opens them again. */
+	crc_stripe_close();
 	if (q.park[0] && getpeername(fd, (struct sockaddr *)&daemon, &dlen) == 0) {
 		park = crc_unix_connect(q.park);
 		if (park < 0)
@@ -1110,7 +1170,7 @@ CUresult crc_call_wait(struct crc_call *c, crc_data_fn *on_data, void *arg)
 {
 	const struct crc_msg_hdr *m;
 	const struct crc_reply_hdr *rh;
-	int rc = crc_chan_commit(&crc_client.chan);
+	int rc = c->sent ? 0 : crc_chan_commit(&crc_client.chan);
 
 	atomic_fetch_add_explicit(&crc_stat_roundtrips, 1, memory_order_relaxed);
 	if (rc)
@@ -1145,6 +1205,16 @@ CUresult crc_call_wait(struct crc_call *c, crc_data_fn *on_data, void *arg)
 	c->reply = rh + 1;
 	c->reply_len = crc_msg_payload_len(m) - sizeof(*rh);
 	return (CUresult)rh->result;
+}
+
+CUresult crc_call_send(struct crc_call *c)
+{
+	int rc = crc_chan_commit(&crc_client.chan);
+
+	if (rc)
+		return lost(rc);
+	c->sent = true;
+	return CUDA_SUCCESS;
 }
 
 void crc_call_end(struct crc_call *c)

@@ -486,6 +486,19 @@ static CUresult copy_once(uint64_t dst, uint64_t src, size_t bytes, CUstream str
 			memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes);
 		return res;
 	}
+	/* TCP: large copies over the session's bulk connections too (stripe.c). */
+	if (crc_client.tcp && ((dl == CRC_LOC_INLINE && sl == CRC_LOC_DEVICE) ||
+			       (sl == CRC_LOC_INLINE && dl == CRC_LOC_DEVICE))) {
+		switch (
+		    crc_stripe_copy(dst, src, bytes, stream, async, sl == CRC_LOC_INLINE, mvar_gen, &res)) {
+		case CRC_STRIPE_DONE:
+			return res;
+		case CRC_STRIPE_AGAIN:
+			return CRC_CU_AGAIN;
+		case CRC_STRIPE_NO:
+			break;
+		}
+	}
 	if (dl == CRC_LOC_INLINE) {
 		struct dtoh_sink sink = {(uint8_t *)(uintptr_t)dst, bytes};
 

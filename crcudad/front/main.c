@@ -200,11 +200,16 @@ static void greet(int fd, bool tcp, struct crc_peer peer, const char *from)
 		refuse(fd, CRC_EPROTO);
 		return;
 	}
-	if (tcp && hello.session_id && hello.role == CRC_ROLE_CLIENT) {
+	if (tcp && hello.session_id && (hello.role == CRC_ROLE_CLIENT || hello.role == CRC_ROLE_BULK)) {
 		/* A detached client taking its session back: its ticket is its token, which its worker
-		 * checks (worker/tcp_park.c). */
+		 * checks (worker/tcp_park.c). A bulk connection of a session: its key, the same way
+		 * (worker/stripe.c). */
 		struct worker *w = crc_worker_find(0, hello.session_id);
-		struct crc_link_msg m = {.kind = CRC_LINK_RECLAIM, .tcp = 1, .peer = peer, .hello = hello};
+		struct crc_link_msg m = {.kind =
+					     hello.role == CRC_ROLE_BULK ? CRC_LINK_BULK : CRC_LINK_RECLAIM,
+					 .tcp = 1,
+					 .peer = peer,
+					 .hello = hello};
 
 		tv.tv_sec = 0;
 		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -218,6 +223,12 @@ static void greet(int fd, bool tcp, struct crc_peer peer, const char *from)
 		else
 			crc_worker_hand(w, &m, fd, NULL, 0);
 		crc_worker_put(w);
+		return;
+	}
+	if (hello.role == CRC_ROLE_BULK) {
+		pr_warn("refusing a bulk connection%s%s: no session named", from ? " from " : "",
+			from ? from : "");
+		refuse(fd, CRC_EPROTO);
 		return;
 	}
 	if (tcp) {

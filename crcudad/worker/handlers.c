@@ -802,11 +802,15 @@ CUresult crc_raw_copy(struct crc_session *s, const struct crc_call_hdr *h, const
 		return res;
 	/* Pageable client memory passes through the ring, which a captured copy would read (or write)
 	 * again each time its graph runs, long after the record is gone. */
-	if ((r->src_loc == CRC_LOC_INLINE || r->dst_loc == CRC_LOC_INLINE) && crc_stream_capturing(st.ptr)) {
+	if ((r->src_loc == CRC_LOC_INLINE || r->dst_loc == CRC_LOC_INLINE || r->src_loc == CRC_LOC_STRIPED ||
+	     r->dst_loc == CRC_LOC_STRIPED) &&
+	    crc_stream_capturing(st.ptr)) {
 		pr_warn("a copy between pageable host memory and the device on a capturing stream is not "
 			"supported under crcuda; use page-locked memory (cuMemAllocHost)");
 		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 	}
+	if (r->src_loc == CRC_LOC_STRIPED || r->dst_loc == CRC_LOC_STRIPED)
+		return crc_stripe_copy(s, r, (const uint8_t *)(r + 1), len - sizeof(*r), st.ptr);
 	if (r->dst_loc == CRC_LOC_INLINE) {
 		if (r->src_loc != CRC_LOC_DEVICE)
 			return CUDA_ERROR_INVALID_VALUE;

@@ -283,6 +283,11 @@ static int serve_link(uint8_t *buf, size_t cap)
 		if (rc)
 			refuse(fd, rc);
 		return 0;
+	case CRC_LINK_BULK:
+		rc = crc_bulk_attach(fd, &m->hello);
+		if (rc)
+			refuse(fd, rc);
+		return 0;
 	default:
 		pr_err("unknown message %u from the front", m->kind);
 		close(fd);

@@ -834,6 +834,7 @@ bool crc_session_serve_one(struct crc_session *s, int timeout_ms)
 	}
 	s->out_len = 0;
 	s->msg = m;
+	s->stripe_handled = false;
 	crc_upload_wait(s); /* a lazy restore's memory resident before any request is served */
 	if (m->op < CRC_CU_COUNT && s->sticky) {
 		/* The context is lost, as a native one is; the driver does not refuse every call (VMM
@@ -876,6 +877,9 @@ bool crc_session_serve_one(struct crc_session *s, int timeout_ms)
 		case CRC_OP_NVML:
 			res = crc_ctl_nvml(s, p, len);
 			break;
+		case CRC_OP_BULK_OPEN:
+			res = crc_ctl_bulk_open(s, p, len);
+			break;
 		case CRC_OP_MVAR_PULL:
 		case CRC_OP_MVAR_PUSH:
 			res = crc_ctl_mvar_copy(s, m->op == CRC_OP_MVAR_PUSH, p, len);
@@ -897,6 +901,7 @@ bool crc_session_serve_one(struct crc_session *s, int timeout_ms)
 			s->deferred = CUDA_SUCCESS;
 		}
 	}
+	res = crc_stripe_after(s, m, res);
 	/* Which call failed, for a daemon run with -v: an application's own error message rarely says. */
 	if (res != CUDA_SUCCESS && m->op < CRC_CU_COUNT)
 		pr_debug("session %llu: %s: CUDA error %d", (unsigned long long)s->id,
@@ -941,6 +946,7 @@ static void session_dealloc(struct crc_session *s)
 		crc_ckpt_abort(s->ckpt);
 	crc_store_close(s->store);
 	crc_chan_close(&s->chan);
+	crc_bulk_close(s);
 	if (s->fd >= 0) {
 		crc_tls_drop(s->fd);
 		close(s->fd);
@@ -974,6 +980,7 @@ static void session_free(struct crc_session *s)
 	crc_upload_wait(s);
 	crc_bg_end(s); /* committed if the commit was asked for: the client may end before the drain */
 	crc_staging_free(s);
+	crc_stripe_free(s);
 	crc_worker_session_ended();
 	crc_session_release_resources(s);
 	pthread_mutex_lock(&crcd.lock);
@@ -1081,6 +1088,9 @@ static void *session_main(void *arg)
 		pthread_mutex_unlock(&s->ctl_lock);
 	}
 end:
+	if (s->stripe_copies)
+		pr_info("session %llu: %llu striped copies, %llu bytes", (unsigned long long)s->id,
+			(unsigned long long)s->stripe_copies, (unsigned long long)s->stripe_bytes);
 	pr_info("session %llu: ended; freeing %llu bytes of device memory", (unsigned long long)s->id,
 		(unsigned long long)s->mapped_bytes);
 	session_free(s);
@@ -1123,6 +1133,8 @@ static struct crc_session *session_alloc(int fd, bool tcp, const struct crc_peer
 	s->state = CRC_CTL_RUNNING;
 	s->jimage = -1;
 	s->reclaim_fd = -1;
+	for (int i = 0; i < CRC_BULK_MAX; i++)
+		s->bulk_fd[i] = -1;
 	for (int d = 0; d < CRC_MAX_DEVICES; d++)
 		s->dev_map[d] = d;
 	pthread_mutex_init(&s->ctl_lock, NULL);

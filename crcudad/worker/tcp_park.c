@@ -110,6 +110,8 @@ void crc_tcp_acked(struct crc_session *s, const void *payload, size_t len)
 	close(s->fd);
 	s->fd = s->chan.fd = -1;
 	s->detached = true;
+	/* Its bulk connections go with it (the client closed its ends before the ACK). */
+	crc_bulk_close(s);
 	/* A late ACK (the quiesce timed out meanwhile): the session runs, the client will take it back. */
 	s->reclaim_by = crc_now_s() + RECLAIM_S;
 	pr_info("session %llu: detached (its client parked without a connection)", (unsigned long long)s->id);

@@ -278,7 +278,34 @@ struct crc_session {
 	 * (the restored client's, from the REBIND notice its restorer passed on). */
 	bool tls_pending;
 	uint8_t tls_key[32];
+	/* Bulk connections of a TCP session and striped copies (stripe.c, crcuda/proto.h). */
+	int bulk_fd[CRC_BULK_MAX]; /* -1: none; changed under ctl_lock (the main thread adds them) */
+	unsigned bulk_want;	   /* connections the last CRC_OP_BULK_OPEN granted */
+	bool bulk_key_live;	   /* the key opens connections until bulk_want are in */
+	uint8_t bulk_key[32];
+	bool stripe_handled; /* the request being served was a striped copy whose pieces moved */
+	void *stripe_stage;  /* pieces between the sockets and the device */
+	size_t stripe_stage_bytes;
+	bool stripe_stage_pinned;
+	uint64_t stripe_copies, stripe_bytes; /* striped copies made, for the log */
 };
+
+/* ---- striped copies over bulk connections (stripe.c) ---------------------------------------------- */
+/* A bulk connection the front handed over (main thread): kept for the session it names if its key is
+ * right (answered status 0). 0, or CRC_E* for the caller to refuse it with (logged here). */
+int crc_bulk_attach(int fd, const struct crc_hello *hello);
+/* CRC_OP_BULK_OPEN. */
+CUresult crc_ctl_bulk_open(struct crc_session *s, const uint8_t *args, size_t len);
+/* Ends the session's bulk connections (the client's reads and writes on them fail at once). */
+void crc_bulk_close(struct crc_session *s);
+/* A copy with a CRC_LOC_STRIPED side: extra is what follows its crc_copy_req (crc_stripe_req). */
+CUresult crc_stripe_copy(struct crc_session *s, const struct crc_copy_req *r, const uint8_t *extra,
+			 size_t extra_len, CUstream st);
+/* After request m was served with res: a striped copy whose pieces did not move (refused before
+ * crc_stripe_copy) ends the bulk connections. The result to answer. */
+CUresult crc_stripe_after(struct crc_session *s, const struct crc_msg_hdr *m, CUresult res);
+/* The staging memory, at the session's end. */
+void crc_stripe_free(struct crc_session *s);
 
 /* Starts the session thread for an accepted, greeted connection. */
 int crc_session_start(int fd, bool tcp, const struct crc_peer *peer, const struct crc_hello *hello);

@@ -72,6 +72,8 @@ enum crc_ctl_op {
 	CRC_OP_NOTIFY_UNREGISTER, /* struct crc_notify_req */
 	CRC_OP_NVML,		  /* a forwarded NVML query (crcuda/nvml_fwd.h); reply: its answer.
 				   * CUDA_ERROR_NOT_SUPPORTED: the worker has no NVML */
+	CRC_OP_BULK_OPEN,	  /* TCP: struct crc_bulk_open_req; reply: struct crc_bulk_open_reply (see
+				     "striped copies" below) */
 	/* Control connections (role CRC_ROLE_CONTROL): requests and replies framed on the socket as
 	 * struct crc_msg_hdr + payload; every reply is struct crc_ctl_reply + the op's data. */
 	CRC_OP_CTL_SESSIONS = CRC_OP_CTL + 0x100, /* reply: n struct crc_ctl_session_wire */
@@ -101,6 +103,7 @@ enum crc_transport {
 enum crc_role {
 	CRC_ROLE_CLIENT = 0,  /* an application's libcrcuda: a session */
 	CRC_ROLE_CONTROL = 1, /* crcudactl or the CRIU plugin: control requests, no driver calls */
+	CRC_ROLE_BULK = 2,    /* a TCP session's bulk connection (session_id; token: the bulk key) */
 };
 
 struct crc_hello {
@@ -110,9 +113,10 @@ struct crc_hello {
 	uint32_t uid;
 	uint32_t transport;
 	uint32_t token_len;
-	uint32_t role; /* enum crc_role */
-	uint32_t pad;
-	uint64_t session_id; /* 0: new session; else a detached TCP session taken back (token: its ticket) */
+	uint32_t role;	     /* enum crc_role */
+	uint32_t bulk_index; /* CRC_ROLE_BULK: which of the session's bulk connections this is */
+	uint64_t session_id; /* 0: new session; else a detached TCP session taken back (token: its ticket),
+				or the session a bulk connection belongs to */
 	char token[CRC_TOKEN_MAX];
 };
 
@@ -531,6 +535,7 @@ enum crc_copy_loc {
 	CRC_LOC_INLINE,	    /* pageable host memory: bytes travel in the records */
 	CRC_LOC_PINNED,	    /* a registered pinned region: the daemon translates the client address */
 	CRC_LOC_ARRAY,	    /* a CUDA array (virtual handle): array copies only */
+	CRC_LOC_STRIPED,    /* host memory of a TCP client: the bytes travel on the bulk connections */
 };
 
 /* cuMemcpy*: request = crc_call_hdr + crc_copy_req (+ bytes for an INLINE source). A large copy is
@@ -547,6 +552,52 @@ struct crc_copy_req {
 struct crc_copy_data {
 	uint64_t offset; /* from the start of this request's destination */
 	uint64_t bytes;
+};
+
+/* ---- striped copies (TCP sessions) ---------------------------------------------------------------
+ * One TLS stream is bounded by one core's encryption on each side, so a large copy between a TCP
+ * client's host memory and the device travels over several connections at once. The client asks for
+ * bulk connections with CRC_OP_BULK_OPEN (streams wanted); the worker answers how many it takes and a
+ * one-time key. The client opens that many TCP connections to the daemon (TLS as its first one), each
+ * a hello of role CRC_ROLE_BULK with the session id, bulk_index and the key as token; the front hands
+ * them to the session's worker, which takes each once for a right key (a wrong one is refused, logged)
+ * and answers a struct crc_hello_reply (status 0). The key is spent when all are in.
+ * A copy then is one request on the main connection, as ever (cuMemcpyHtoD_v2 / cuMemcpyDtoH_v2,
+ * crc_call_hdr + crc_copy_req with CRC_LOC_STRIPED for the host side + struct crc_stripe_req), and its
+ * bytes go in pieces of `piece` bytes, piece k on bulk connection k % streams, each a struct
+ * crc_stripe_piece then its bytes: client to worker for a host source (read by the worker when it
+ * executes the request, in request order), worker to client for a host destination. The final reply
+ * comes on the main connection after the last piece. A request the worker does not execute (a sticky
+ * error) or a bulk connection that fails ends the bulk connections (both sides see their reads and
+ * writes fail at once); the reply then says CRC_CU_BULK_FAILED where the copy itself did not fail, and
+ * the client copies again over the main connection. Bulk connections are closed before a quiesced
+ * client parks (CRIU cannot dump them; no TLS state is dumped) and opened again by its next large
+ * copy. */
+#define CRC_BULK_MAX	     8
+#define CRC_STRIPE_MAGIC     0x50525453u /* "STRP" */
+#define CRC_STRIPE_PIECE_MIN (4u << 10)
+#define CRC_STRIPE_PIECE_MAX (16u << 20)
+#define CRC_CU_BULK_FAILED   0x7fff0101 /* reply (a CUresult): copy again without the bulk connections */
+struct crc_bulk_open_req {
+	uint32_t streams; /* wanted, 2..CRC_BULK_MAX */
+	uint32_t pad;
+};
+struct crc_bulk_open_reply {
+	uint32_t streams; /* the connections to open (0: none) */
+	uint32_t pad;
+	uint8_t key[32];
+};
+struct crc_stripe_req {
+	uint32_t streams; /* the bulk connections the pieces are spread over (all of them) */
+	uint32_t piece;	  /* bytes of a piece (the last one may be shorter) */
+	uint64_t copy_id; /* the client's count of striped copies: every piece header carries it */
+};
+struct crc_stripe_piece {
+	uint32_t magic;	  /* CRC_STRIPE_MAGIC */
+	int32_t status;	  /* worker to client: a CUresult (then no bytes follow) */
+	uint64_t copy_id; /* the request's */
+	uint64_t offset;  /* of the piece in the copy */
+	uint64_t bytes;	  /* that follow */
 };
 
 /* cuMemsetD*: the generated forward handles them (all by-value). */

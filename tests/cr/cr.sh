@@ -43,6 +43,8 @@
 #                      --gpu 7,0 fail before anything is restored, saying why, and leave the
 #                      checkpoint usable; the same by the GPUs' UUIDs (swapped, an unknown one, a
 #                      mix with an ordinal, one named twice)
+#       tcp-striped    a TCP session whose large copies are striped over bulk connections (big_copies):
+#                      --leave-running, and kill + restore --remote: exact, bulk connections open again
 #       tcp-certs      the same over TLS with certificates (crcudad --tls-*, crcudactl --tls-*):
 #                      --leave-running, kill + restore --remote
 #       tcp            a program whose session is TCP to a crcudad --listen (its GPU is remote): a
@@ -148,6 +150,12 @@ export CRCUDA_CRIU=$criu
 unset CRCUDA_REMOTE CRCUDA_TOKEN CRCUDA_TOKEN_FILE CRCUDA_LIBDIR CRCUDAD CRCUDA_DAEMON
 read -r -a app_extra <<<"${CR_APP_EXTRA:-}"
 app_args=(--mb 8 --chunks 4 --steps 24 "${app_extra[@]}")
+# tcp-striped: big_copies (its checksum line is state_app's), large copies striped over 4 bulk connections
+# (1 MiB and larger, 64 KiB pieces) wherever its session is TCP.
+if [ "$case" = tcp-striped ]; then
+	app_bin=$progs/big_copies app_args=(--mb 6 --rounds 3)
+	export CRCUDA_TLS_STREAMS=4 CRCUDA_TLS_STRIPE_MIN=1048576 CRCUDA_TLS_STRIPE_PIECE=65536
+fi
 backend=${CR_BACKEND:-sim} # CR_BACKEND=cuda: the basic, twice, capture and fault cases on a GPU
 run_opts=(--backend "$backend" --idle-exit 60) # start_app's daemon
 pids=() # the programs (original and restored share a pid)
@@ -712,6 +720,35 @@ tcp)
 		finish "$app" "kill -9 of criu at $step (session detached): program took its session back"
 	done
 	"$ctl" store verify >/dev/null || fail "store verify"
+	;;
+tcp-striped)
+	# A TCP session whose large copies are striped over bulk connections (big_copies: both ways, pageable
+	# and page-locked, sync and async, exact): checkpointed --leave-running at its pause (its bulk
+	# connections closed before the dump, opened again after); checkpointed, killed and restored
+	# --remote: the restored process opens new ones; both finish exact.
+	start_tcp_daemon
+	remote=(--remote "127.0.0.1:$port" --token-file "$tmp/token")
+	run_opts=("${remote[@]}")
+	start_app striped-lr
+	grep -q "session [0-9]*: 4 bulk connections in" "$tmp/r.log" || fail "no bulk connections before the checkpoint"
+	id=$(checkpoint "$app" --leave-running)
+	grep -q "taken back by its client" "$tmp/r.log" || fail "the client did not take its session back"
+	finish "$app" "striped over TCP (after a --leave-running checkpoint)"
+	[ "$(grep -c "4 bulk connections in" "$tmp/r.log")" -ge 2 ] ||
+		fail "no bulk connections opened again after the checkpoint"
+	start_app striped-kill
+	id=$(checkpoint "$app")
+	wait_for 30 gone "$app" || fail "the program still runs after the checkpoint"
+	before=$(grep -c "4 bulk connections in" "$tmp/r.log")
+	pid=$(restore "$id" "${remote[@]}")
+	[ "$pid" = "$app" ] || fail "restored pid '$pid', checkpointed $app"
+	finish "$pid" "restored striped session over TCP (--remote)"
+	[ "$(grep -c "4 bulk connections in" "$tmp/r.log")" -gt "$before" ] ||
+		fail "the restored process opened no bulk connections"
+	# The sessions that ended (the first program's, the restored one's) striped their copies.
+	wait_for 10 test "$(grep -c "session [0-9]*: [0-9]* striped copies" "$tmp/r.log")" -ge 2 ||
+		fail "no striped copies: $(grep "striped copies" "$tmp/r.log")"
+	grep -q "refusing\|failed mid-copy" "$tmp/r.log" && fail "a refusal or failure: $(grep "refusing\|failed mid" "$tmp/r.log")"
 	;;
 tcp-certs)
 	# The same over TLS with certificates: checkpoint (the program's own CRCUDA_TLS_*), --leave-running

@@ -5,11 +5,15 @@
 #                                    the driver-API programs, unchanged, through the layer (tcp: over
 #                                    TLS; tcp-insecure: plaintext, crcudad --insecure and CRCUDA_INSECURE)
 #       same-output PROG             PROG prints the same natively (on the sim) and through the layer
+#       striped tls|insecure|bad-key|break
+#                                    large copies of a TCP session striped over bulk connections (see
+#                                    the case)
 #       bad-token                    TCP with a wrong (and with no) token: refused after a delay, no hang
 #       greeting-flood               another host (127.0.0.2) holds 70 silent TCP connections: a client
 #                                    of 127.0.0.1 still gets in (greetings are capped per address)
 #       certs                        TLS with certificates (crcudad --tls-cert/--tls-key/--tls-ca, the
-#                                    client's CRCUDA_TLS_*): a program exact; a client certificate of
+#                                    client's CRCUDA_TLS_*): a program exact, large copies striped over
+#                                    bulk connections exact; a client certificate of
 #                                    another CA, a daemon certificate of another name, a client with the
 #                                    token only: refused with a reason, no hang
 #       tls-mismatch                 a plaintext client of a TLS daemon, a TLS client of an --insecure
@@ -203,6 +207,92 @@ same-output)
 $(diff "$tmp/native" "$tmp/layer" | head -60)"
 	echo "$1: $(wc -l <"$tmp/native") lines, the same natively and through the layer"
 	;;
+striped)
+	# Large copies of a TCP session striped over 4 bulk connections (tests/programs/big_copies: both
+	# ways, pageable and page-locked, sync and async on a stream, odd sizes; 64 KiB pieces from 1 MiB):
+	#   tls       over TLS: exact, the same checksum as natively, 4 bulk connections taken
+	#   insecure  the same in plaintext (crcudad --insecure, CRCUDA_INSECURE)
+	#   bad-key   a bulk connection presents a wrong key: refused and logged by the worker; the copies
+	#             go over the main connection, exact
+	#   break     the worker breaks a bulk connection mid-copy (CRCUDA_TEST_BULK_BREAK): that copy is
+	#             made again over the main connection, exact, no hang; later copies stripe again
+	#   break-d2h the same in a copy from the device
+	#   worker-killed  the session's worker killed (-9) while copies stream: the program gets a CUDA
+	#             error within 2 s, no hang
+	mode=$1
+	prog=$build/tests/programs/big_copies
+	LD_LIBRARY_PATH=$build/sim/lib timeout 60 "$prog" >"$tmp/native" 2>&1 || fail "big_copies natively: $(cat "$tmp/native")"
+	envs=(CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token CRCUDA_TLS_STREAMS=4
+		CRCUDA_TLS_STRIPE_MIN=1048576 CRCUDA_TLS_STRIPE_PIECE=65536)
+	case $mode in
+	tls) start_daemon ;;
+	insecure) start_daemon --insecure && envs+=(CRCUDA_INSECURE=1) ;;
+	bad-key) start_daemon && envs+=(CRCUDA_TEST_BULK_BAD_KEY=1) ;;
+	break) CRCUDA_TEST_BULK_BREAK=3 start_daemon ;;
+	break-d2h) CRCUDA_TEST_BULK_BREAK=3:d2h start_daemon ;;
+	worker-killed) start_daemon ;;
+	*) fail "unknown striped mode $mode" ;;
+	esac
+	envs[0]=CRCUDA_REMOTE=127.0.0.1:$port
+	if [ "$mode" = worker-killed ]; then
+		env LD_LIBRARY_PATH="$lib" "${envs[@]}" timeout 120 "$prog" --mb 32 --rounds 1000 >"$tmp/out" 2>&1 &
+		prog_pid=$!
+		for _ in $(seq 300); do grep -q "bulk connections in" "$tmp/daemon.log" && break; sleep 0.05; done
+		worker=$(sed -n 's/.*session [0-9]*: pid [0-9]* uid [0-9]* -> worker \([0-9]*\).*/\1/p' "$tmp/daemon.log" | head -1)
+		[ -n "$worker" ] || fail "no worker: $(cat "$tmp/out")"
+		sleep 0.5
+		t0=$(date +%s%N)
+		kill -9 "$worker"
+		wait "$prog_pid"
+		rc=$?
+		ms=$((($(date +%s%N) - t0) / 1000000))
+		cat "$tmp/out"
+		[ $rc != 0 ] && [ $rc != 124 ] || fail "big_copies with its worker killed: exit $rc"
+		[ "$ms" -lt 2000 ] || fail "the program took $ms ms to fail"
+		grep -q "failed: CUDA_ERROR" "$tmp/out" || fail "no CUDA error"
+		echo "striped (worker-killed): a CUDA error after $ms ms"
+		exit 0
+	fi
+	t0=$(date +%s%N)
+	client "${envs[@]}" -- "$prog" >"$tmp/out" 2>&1
+	rc=$?
+	ms=$((($(date +%s%N) - t0) / 1000000))
+	cat "$tmp/out"
+	[ $rc = 0 ] || fail "big_copies striped ($mode): exit $rc"
+	[ "$(grep -o "checksum=.*" "$tmp/out")" = "$(grep -o "checksum=.*" "$tmp/native")" ] ||
+		fail "checksum differs from the native run: $(cat "$tmp/native")"
+	tls=$(grep -c "session [0-9]*: pid [0-9]* uid [0-9]* -> worker [0-9]* (TLS)" "$tmp/daemon.log")
+	[ "$mode" = insecure ] && { [ "$tls" = 0 ] || fail "TLS on the --insecure daemon"; }
+	[ "$mode" = insecure ] || [ "$tls" = 1 ] || fail "the session was not over TLS"
+	case $mode in
+	tls | insecure)
+		grep -q "session [0-9]*: 4 bulk connections in" "$tmp/daemon.log" || fail "no bulk connections taken"
+		# 2 rounds of 3 sizes, 6 copies each: every one striped.
+		grep -q "session [0-9]*: 36 striped copies" "$tmp/daemon.log" ||
+			fail "not every copy striped: $(grep "striped copies" "$tmp/daemon.log")"
+		grep -q "refusing\|failed mid-copy" "$tmp/daemon.log" && fail "a refusal or failure in the daemon log"
+		grep -q "bulk" "$tmp/out" && fail "the client complains about its bulk connections"
+		;;
+	bad-key)
+		grep -q "refusing a bulk connection for session [0-9]* from pid [0-9]*: wrong key" "$tmp/daemon.log" ||
+			fail "no refusal of the wrong key in the daemon log"
+		grep -q "cannot open a bulk connection to crcudad" "$tmp/out" || fail "the client did not say it"
+		grep -q "bulk connections in" "$tmp/daemon.log" && fail "a bulk connection with a wrong key was taken"
+		grep -q "striped copies" "$tmp/daemon.log" && fail "copies striped without bulk connections"
+		;;
+	break | break-d2h)
+		grep -q "breaking bulk connection 0 mid-copy" "$tmp/daemon.log" || fail "the connection was not broken"
+		grep -q "a striped copy failed on its bulk connections" "$tmp/out" || fail "the client did not fall back"
+		# Opened again for the later copies.
+		[ "$(grep -c "session [0-9]*: 4 bulk connections in" "$tmp/daemon.log")" -ge 2 ] ||
+			fail "the bulk connections were not opened again"
+		grep -q "session [0-9]*: 35 striped copies" "$tmp/daemon.log" ||
+			fail "not every other copy striped: $(grep "striped copies" "$tmp/daemon.log")"
+		;;
+	esac
+	[ "$ms" -lt 30000 ] || fail "big_copies took $ms ms"
+	echo "striped ($mode): exact in $ms ms"
+	;;
 bad-token)
 	start_daemon
 	echo wrong >"$tmp/wrong"
@@ -302,6 +392,13 @@ certs)
 		"$build/tests/programs/vector_add" >"$tmp/out" 2>&1 || fail "vector_add with certificates: $(cat "$tmp/out")"
 	cat "$tmp/out"
 	grep -q "session [0-9]*: pid [0-9]* .* (TLS)" "$tmp/daemon.log" || fail "no TLS session"
+	# Large copies striped over bulk connections, each made with the certificates as the first one.
+	client CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token "${certs[@]}" CRCUDA_TLS_STREAMS=4 \
+		CRCUDA_TLS_STRIPE_MIN=1048576 CRCUDA_TLS_STRIPE_PIECE=65536 -- "$build/tests/programs/big_copies" \
+		>"$tmp/out" 2>&1 || fail "big_copies with certificates: $(cat "$tmp/out")"
+	cat "$tmp/out"
+	grep -q "session [0-9]*: 4 bulk connections in" "$tmp/daemon.log" || fail "no bulk connections with certificates"
+	grep -q "bulk" "$tmp/out" && fail "the client complains about its bulk connections"
 	# A client certificate that the daemon's CA did not sign.
 	t0=$(date +%s)
 	client CRCUDA_REMOTE=127.0.0.1:$port CRCUDA_TOKEN_FILE=$tmp/token CRCUDA_TLS_CERT="$tmp/stranger.pem" \
