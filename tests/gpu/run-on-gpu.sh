@@ -62,6 +62,9 @@ echo "== ranks sharing VMM memory and events with a collective kernel, checkpoin
 if CR_BACKEND=cuda RING_EVENTS=1 tests/cr/ring-cr.sh build-gpu 3 >"$out/ring.txt" 2>&1; then r=PASS; else r=FAIL; fi
 tail -6 "$out/ring.txt"
 echo "$r ring_cr" >>"$out/layer.txt"
+echo "== large copies through a remote crcudad, striped over several TLS connections and on one"
+tests/gpu/striped.sh build-gpu 2>&1 | tee "$out/striped.txt" | tail -8
+grep -E "^(striped: PASS|FAIL)" "$out/striped.txt" >>"$out/layer.txt"
 echo "== NVML natively and under the layer (forwarded to the worker's NVML)"
 tests/gpu/nvml.sh build-gpu 2>&1 | tee "$out/nvml.txt"
 grep -E "^(PASS|FAIL) nvml" "$out/nvml.txt" >>"$out/layer.txt"
