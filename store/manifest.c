@@ -240,7 +240,8 @@ int crc__manifest_decode(const void *data, size_t len, struct crc_manifest **out
 		if (!m->meta[i].key || !m->meta[i].value)
 			goto fail;
 	}
-	if (d.bad || d.p != d.end) {
+	/* One encoding for one manifest: version 2 only where a chunk has a digest (as written). */
+	if (d.bad || d.p != d.end || (version == MANIFEST_VERSION_DIGESTS && !has_digests(m))) {
 		rc = CRC_ECORRUPT;
 		goto fail;
 	}
