@@ -101,10 +101,12 @@ int ctl_shm_save(pid_t root, const char *imgdir)
 				dup = seen[k].dev == st.st_dev && seen[k].ino == st.st_ino;
 			if (dup || nseen == SHM_FILES_MAX || (uint64_t)st.st_size > SHM_FILE_MAX) {
 				if (!dup)
-					fprintf(stderr,
-						"crcudactl: %s (%" PRIu64 " bytes) is restored as it will be then, "
-						"not as it is now (more than %llu MiB, or too many such files)\n",
-						path, (uint64_t)st.st_size, SHM_FILE_MAX >> 20);
+					fprintf(
+					    stderr,
+					    "crcudactl: %s (%" PRIu64
+					    " bytes) is restored as it will be then, "
+					    "not as it is now (more than %llu MiB, or too many such files)\n",
+					    path, (uint64_t)st.st_size, SHM_FILE_MAX >> 20);
 				close(fd);
 				continue;
 			}
@@ -122,8 +124,8 @@ int ctl_shm_save(pid_t root, const char *imgdir)
 			rc = copy_out(fd, saved, (uint64_t)st.st_size);
 			close(fd);
 			if (!rc)
-				fprintf(lf, "crcuda-shm-%zu %" PRIu64 " %" PRIu64 " %" PRIu64 " %o %s\n", nseen,
-					(uint64_t)st.st_dev, (uint64_t)st.st_ino, (uint64_t)st.st_size,
+				fprintf(lf, "crcuda-shm-%zu %" PRIu64 " %" PRIu64 " %" PRIu64 " %o %s\n",
+					nseen, (uint64_t)st.st_dev, (uint64_t)st.st_ino, (uint64_t)st.st_size,
 					(unsigned)(st.st_mode & 07777), path);
 		}
 		fclose(mf);
@@ -172,8 +174,8 @@ int ctl_shm_restore(const char *imgdir)
 		unsigned mode;
 		int in, out;
 
-		if (sscanf(line, "%63s %" SCNu64 " %" SCNu64 " %" SCNu64 " %o %4095[^\n]", saved, &dev, &ino, &size,
-			   &mode, path) != 6 ||
+		if (sscanf(line, "%63s %" SCNu64 " %" SCNu64 " %" SCNu64 " %o %4095[^\n]", saved, &dev, &ino,
+			   &size, &mode, path) != 6 ||
 		    strncmp(path, SHM_DIR, strlen(SHM_DIR)) || strchr(saved, '/')) {
 			fprintf(stderr, "crcudactl: restore: %s: a line that does not read: %s", list, line);
 			rc = -EINVAL;
@@ -189,16 +191,19 @@ int ctl_shm_restore(const char *imgdir)
 			*strrchr(dir, '/') = 0;
 			out = open_by_inode(dir, (dev_t)dev, (ino_t)ino);
 			if (out < 0)
-				out = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode & 0777);
+				out = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+					   mode & 0777);
 		}
 		snprintf(from, sizeof(from), "%s/%s", imgdir, saved);
 		in = open(from, O_RDONLY | O_CLOEXEC);
 		if (out < 0 || in < 0) {
 			rc = -errno;
-			fprintf(stderr, "crcudactl: restore: %s: %s\n", out < 0 ? path : from, strerror(errno));
+			fprintf(stderr, "crcudactl: restore: %s: %s\n", out < 0 ? path : from,
+				strerror(errno));
 		}
 		while (!rc && off < size) {
-			ssize_t n = pread(in, buf, size - off < sizeof(buf) ? size - off : sizeof(buf), (off_t)off);
+			ssize_t n =
+			    pread(in, buf, size - off < sizeof(buf) ? size - off : sizeof(buf), (off_t)off);
 
 			if (n <= 0 || pwrite(out, buf, (size_t)n, (off_t)off) != n)
 				rc = n < 0 ? -errno : -EIO;

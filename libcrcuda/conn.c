@@ -632,49 +632,75 @@ static int tcp_notices(void)
 	}
 }
 
-/* Takes the detached session back: a new TCP connection to the daemon it was on (addr), a hello with
- * the session id and the ticket, put in place of the park socket at fd. */
-static int reclaim(int fd, const struct sockaddr_storage *addr, socklen_t len, const uint8_t *ticket,
-		   size_t ticket_len)
+/* The hello of another connection of this session (a reclaim, a bulk connection): token_len bytes of
+ * proof follow in hello.token. */
+static struct crc_hello session_hello(uint32_t role, uint32_t token_len)
 {
-	struct crc_hello hello = {
+	return (struct crc_hello){
 	    .magic = CRC_PROTO_MAGIC,
 	    .version = CRC_PROTO_VERSION,
 	    .pid = getpid(),
 	    .uid = getuid(),
 	    .transport = CRC_TRANSPORT_TCP,
-	    .role = CRC_ROLE_CLIENT,
+	    .role = role,
 	    .session_id = crc_client.info.session_id,
-	    .token_len = (uint32_t)ticket_len,
+	    .token_len = token_len,
 	};
-	struct crc_hello_reply *r = malloc(sizeof(*r));
-	char host[NI_MAXHOST], port[NI_MAXSERV], where[NI_MAXHOST + NI_MAXSERV + 4], token[CRC_TOKEN_MAX];
-	char why[256] = "";
-	uint32_t token_len = 0;
-	bool refused;
-	int nfd = CRC_ENOMEM, rc;
+}
 
-	memcpy(hello.token, ticket, ticket_len);
-	if (r && getnameinfo((const struct sockaddr *)addr, len, host, sizeof(host), port, sizeof(port),
-			     NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
-		snprintf(where, sizeof(where), strchr(host, ':') ? "[%s]:%s" : "%s:%s", host, port);
-		nfd = crc_tcp_connect(where);
-	}
-	/* The connection is authenticated by the token, as the first one was; the ticket proves that
-	 * this process is the session's client. */
-	rc = nfd < 0 ? nfd : read_token(token, sizeof(token), &token_len);
+/* Another connection of this session to the daemon at where, made as its first was (TLS with the
+ * token) and greeted with hello; the front hands it to the session's worker. The descriptor, or a
+ * negative error (why says more where it can). */
+static int dial_session(const char *where, const struct crc_hello *hello, bool nodelay, char *why,
+			size_t why_len)
+{
+	struct crc_hello_reply *r = malloc(sizeof(*r));
+	char token[CRC_TOKEN_MAX];
+	uint32_t token_len = 0;
+	bool refused = false;
+	int fd = r ? crc_tcp_connect(where) : CRC_ENOMEM, rc;
+
+	if (fd >= 0 && nodelay)
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){1}, sizeof(int));
+	rc = fd < 0 ? fd : read_token(token, sizeof(token), &token_len);
 	if (!rc)
-		rc = crc_tls_connect(nfd, where, token, token_len, why, sizeof(why));
+		rc = crc_tls_connect(fd, where, token, token_len, why, why_len);
 	memset(token, 0, sizeof(token));
 	if (!rc)
-		rc = crc_sock_write_all(nfd, &hello, sizeof(hello));
+		rc = crc_sock_write_all(fd, hello, sizeof(*hello));
 	if (!rc)
-		rc = crc_tls_take_handoff(nfd, &refused, why, sizeof(why));
+		rc = crc_tls_take_handoff(fd, &refused, why, why_len);
 	if (!rc)
-		rc = crc_sock_read_all(nfd, r, sizeof(*r));
+		rc = crc_sock_read_all(fd, r, sizeof(*r));
 	if (!rc && (r->magic != CRC_PROTO_MAGIC || r->status))
 		rc = r->magic != CRC_PROTO_MAGIC ? CRC_EPROTO : r->status;
 	free(r);
+	if (rc && fd >= 0) {
+		crc_tls_drop(fd);
+		close(fd);
+	}
+	return rc ? rc : fd;
+}
+
+/* Takes the detached session back: a new TCP connection to the daemon it was on (addr), a hello with
+ * the session id and the ticket, put in place of the park socket at fd. The connection is
+ * authenticated by the token, as the first one was; the ticket proves that this process is the
+ * session's client. */
+static int reclaim(int fd, const struct sockaddr_storage *addr, socklen_t len, const uint8_t *ticket,
+		   size_t ticket_len)
+{
+	struct crc_hello hello = session_hello(CRC_ROLE_CLIENT, (uint32_t)ticket_len);
+	char host[NI_MAXHOST], port[NI_MAXSERV], where[NI_MAXHOST + NI_MAXSERV + 4];
+	char why[256] = "";
+	int nfd = CRC_EINVAL, rc;
+
+	memcpy(hello.token, ticket, ticket_len);
+	if (getnameinfo((const struct sockaddr *)addr, len, host, sizeof(host), port, sizeof(port),
+			NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
+		snprintf(where, sizeof(where), strchr(host, ':') ? "[%s]:%s" : "%s:%s", host, port);
+		nfd = dial_session(where, &hello, false, why, sizeof(why));
+	}
+	rc = nfd < 0 ? nfd : 0;
 	if (!rc && dup3(nfd, fd, O_CLOEXEC) < 0)
 		rc = -errno;
 	if (!rc)
@@ -699,56 +725,22 @@ static int reclaim(int fd, const struct sockaddr_storage *addr, socklen_t len, c
 
 int crc_bulk_dial(unsigned index, const uint8_t key[32], char *why, size_t why_len)
 {
-	struct crc_hello hello = {
-	    .magic = CRC_PROTO_MAGIC,
-	    .version = CRC_PROTO_VERSION,
-	    .pid = getpid(),
-	    .uid = getuid(),
-	    .transport = CRC_TRANSPORT_TCP,
-	    .role = CRC_ROLE_BULK,
-	    .bulk_index = index,
-	    .session_id = crc_client.info.session_id,
-	    .token_len = 32,
-	};
+	struct crc_hello hello = session_hello(CRC_ROLE_BULK, 32);
 	const char *remote = getenv("CRCUDA_REMOTE"), *bad = getenv("CRCUDA_TEST_BULK_BAD_KEY");
-	struct crc_hello_reply *r = malloc(sizeof(*r));
-	char token[CRC_TOKEN_MAX];
-	uint32_t token_len = 0;
-	bool refused = false;
-	int fd, rc;
+	int fd;
 
 	why[0] = 0;
+	hello.bulk_index = index;
 	memcpy(hello.token, key, 32);
 	/* Tests: a connection that presents a wrong key (the worker refuses it). */
 	if (bad && *bad && strcmp(bad, "0") && index == 0)
 		hello.token[0] ^= 0x5a;
-	if (!r)
-		return CRC_ENOMEM;
-	/* Where the session's first connection went (its certificate names that host). */
-	fd = remote && *remote ? crc_tcp_connect(remote) : CRC_EINVAL;
-	/* A piece's header, then its bytes: nothing to wait for before sending either. */
-	if (fd >= 0)
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){1}, sizeof(int));
-	rc = fd < 0 ? fd : read_token(token, sizeof(token), &token_len);
-	if (!rc)
-		rc = crc_tls_connect(fd, remote, token, token_len, why, why_len);
-	memset(token, 0, sizeof(token));
-	if (!rc)
-		rc = crc_sock_write_all(fd, &hello, sizeof(hello));
-	if (!rc)
-		rc = crc_tls_take_handoff(fd, &refused, why, why_len);
-	if (!rc)
-		rc = crc_sock_read_all(fd, r, sizeof(*r));
-	if (!rc && (r->magic != CRC_PROTO_MAGIC || r->status))
-		rc = r->magic != CRC_PROTO_MAGIC ? CRC_EPROTO : r->status;
-	free(r);
-	if (rc && !why[0])
-		snprintf(why, why_len, "%s", crc_strerror(rc));
-	if (rc && fd >= 0) {
-		crc_tls_drop(fd);
-		close(fd);
-	}
-	return rc ? rc : fd;
+	/* Where the session's first connection went (its certificate names that host); a piece's header,
+	 * then its bytes: nothing to wait for before sending either (TCP_NODELAY). */
+	fd = remote && *remote ? dial_session(remote, &hello, true, why, why_len) : CRC_EINVAL;
+	if (fd < 0 && !why[0])
+		snprintf(why, why_len, "%s", crc_strerror(fd));
+	return fd;
 }
 
 /* Parked with the channel lock held (a TCP session): acknowledges the request and, for a CRIU dump,
