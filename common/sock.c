@@ -158,9 +158,14 @@ int crc_unix_check_peer(int fd, struct crc_peer *peer)
 
 bool crc_task_connected_to(pid_t pid, const char *path)
 {
+	return crc_task_socket_to(pid, path) != 0;
+}
+
+uint64_t crc_task_socket_to(pid_t pid, const char *path)
+{
 	struct dirent *de;
 	char dir[64], link[64], fdpath[64 + sizeof(de->d_name)];
-	bool found = false;
+	uint64_t found = 0;
 	DIR *d;
 	int pidfd;
 
@@ -184,9 +189,10 @@ bool crc_task_connected_to(pid_t pid, const char *path)
 		fd = (int)syscall(SYS_pidfd_getfd, pidfd, atoi(de->d_name), 0);
 		if (fd < 0)
 			continue;
-		found = getpeername(fd, (struct sockaddr *)&sa, &len) == 0 && sa.sun_family == AF_UNIX &&
-			len > offsetof(struct sockaddr_un, sun_path) &&
-			!strncmp(sa.sun_path, path, sizeof(sa.sun_path));
+		if (getpeername(fd, (struct sockaddr *)&sa, &len) == 0 && sa.sun_family == AF_UNIX &&
+		    len > offsetof(struct sockaddr_un, sun_path) &&
+		    !strncmp(sa.sun_path, path, sizeof(sa.sun_path)))
+			found = strtoull(link + 8, NULL, 10); /* "socket:[INODE]" */
 		close(fd);
 	}
 	closedir(d);

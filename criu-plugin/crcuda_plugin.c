@@ -601,6 +601,23 @@ static bool ns_pid_session(pid_t pid)
 	return true;
 }
 
+/* A task whose only connection to the daemon is a client's of this dump, inherited: forked after
+ * CUDA was set up (a DataLoader's workers are, by default), it is no client and no session of its own
+ * is coming (CRIU dumps the socket once, for both). Its parent comes first in the dump. */
+static bool inherited_connection(pid_t pid)
+{
+	uint64_t ino = is_tcp(P.daemon) ? 0 : crc_task_socket_to(pid, P.daemon);
+
+	for (unsigned i = 0; ino && i < P.ntasks; i++)
+		if (crc_task_socket_to(P.tasks[i].pid, P.daemon) == ino) {
+			pr_info("task %d holds the daemon connection of task %d (forked from it after CUDA "
+				"was set up): not a crcuda client\n",
+				pid, P.tasks[i].pid);
+			return true;
+		}
+	return false;
+}
+
 static int pause_devices(int pid)
 {
 	struct crc_ctl_session s;
@@ -623,6 +640,8 @@ static int pause_devices(int pid)
 	rc = crc_ctl_session_of(P.ctl, pid, NULL, 0, &s);
 	if (rc == CRC_ENOTFOUND && ns_pid_session(pid))
 		return -1;
+	if (rc == CRC_ENOTFOUND && inherited_connection(pid))
+		return -ENOTSUP;
 	if (rc == CRC_ENOTFOUND)
 		rc = crc_ctl_session_of(P.ctl, pid, is_tcp(P.daemon) ? NULL : P.daemon, P.timeout_ms, &s);
 	if (rc && rc != CRC_ENOTFOUND) {

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 struct crc_peer {
@@ -26,6 +27,8 @@ int crc_unix_check_peer(int fd, struct crc_peer *peer);
 /* Whether process pid holds a unix socket connected to the one listening at path (its descriptors,
  * duplicated through pidfd_getfd: needs the right to ptrace it). */
 bool crc_task_connected_to(pid_t pid, const char *path);
+/* The inode of such a socket of pid's (a child forked after connecting holds the same one), or 0. */
+uint64_t crc_task_socket_to(pid_t pid, const char *path);
 
 /* Sends len bytes and up to nfds descriptors in one message. */
 int crc_sock_send_fds(int fd, const void *buf, size_t len, const int *fds, int nfds);

@@ -66,9 +66,9 @@
  * heap and PyTorch's CPU tensors passed between processes are), one word written a step and all checked
  * at the end: CRIU dumps such a file's contents as a ghost file, by default only up to 1 MiB (the same
  * checksum).
- * --child: a child process without CUDA (forked first; it waits to be killed at the end), as a
- * DataLoader's workers that make batches on the CPU are: CRIU dumps and restores it with its own pid
- * (the same checksum).
+ * --child: a child process that uses no CUDA, forked once CUDA is set up (it inherits the layer's
+ * connection; it waits to be killed at the end), as a DataLoader's workers are (fork is its default
+ * on Linux): CRIU dumps and restores it with its own pid (the same checksum).
  * --notify: a log callback and an async notification callback registered before the steps, which a
  * restore must register again: at the end an error the driver logs (an unsupported limit asked of
  * cuCtxGetLimit) must reach the callback when a dump shows a line for it, and where the environment
@@ -736,14 +736,6 @@ int main(int argc, char **argv)
 	struct opts o;
 	parse(argc, argv, &o);
 	pid_t child = -1;
-	if (o.child) {
-		child = fork();
-		CHECK(child >= 0);
-		if (!child) {
-			for (;;)
-				pause();
-		}
-	}
 	cu_test_init("state_app");
 
 	/* What each device has: its context and the objects made in it. */
@@ -776,6 +768,15 @@ int main(int argc, char **argv)
 		CU_CHECK(cuModuleGetFunction(&p->f_step, p->mod, "state_step"));
 		CU_CHECK(cuModuleGetFunction(&p->f_sum, p->mod, "state_checksum"));
 		CU_CHECK(cuStreamCreate(&p->stream, CU_STREAM_NON_BLOCKING));
+	}
+	/* After CUDA is set up, as a DataLoader's workers are forked (its default on Linux). */
+	if (o.child) {
+		child = fork();
+		CHECK(child >= 0);
+		if (!child) {
+			for (;;)
+				pause();
+		}
 	}
 	CUgreenCtx green = NULL;
 	unsigned green_sms = 0;
