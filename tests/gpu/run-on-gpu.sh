@@ -52,6 +52,8 @@ echo "== a DataLoader whose workers pass CUDA tensors, its process tree checkpoi
 tests/gpu/dataloader-cr.sh build-gpu 2>&1 | grep -v "^ *|" | tail -6 | tee -a "$out/layer.txt"
 echo "== the same with CPU batches passed through shared memory (DataLoader's common case)"
 DL_BATCH_DEVICE=cpu tests/gpu/dataloader-cr.sh build-gpu 2>&1 | grep -v "^ *|" | tail -6 | tee -a "$out/layer.txt"
+echo "== the same with the workers forked from the trainer (DataLoader's default on Linux)"
+DL_BATCH_DEVICE=cpu DL_CONTEXT=fork tests/gpu/dataloader-cr.sh build-gpu 2>&1 | grep -v "^ *|" | tail -6 | tee -a "$out/layer.txt"
 echo "== PyTorch DDP over NCCL on every GPU, natively and under the layer (skipped with one GPU)"
 tests/gpu/ddp.sh build-gpu 2>&1 | tee "$out/ddp.txt"
 grep -E "^(PASS|FAIL|SKIP) ddp" "$out/ddp.txt" >>"$out/layer.txt"

@@ -10,7 +10,8 @@ usage: dataloader_cuda.py [STEPS]      DL_STEP_SLEEP: seconds a step (default 0.
 DL_BATCH_DEVICE=cpu: the workers make the batches on the CPU (other numbers than the GPU's draw: a run
 compares with a run of the same setting), which reach the trainer through shared memory (PyTorch's
 file_descriptor strategy: unlinked /dev/shm files whose descriptors go over unix sockets), and the
-trainer moves them to the GPU: DataLoader's common case.
+trainer moves them to the GPU: DataLoader's common case. DL_CONTEXT=fork (with DL_BATCH_DEVICE=cpu): the
+workers forked from the trainer once CUDA is set up (DataLoader's default on Linux), not spawned.
 """
 
 import os
@@ -45,7 +46,7 @@ def main():
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 2)).cuda()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     loader = torch.utils.data.DataLoader(Batches(steps), batch_size=None, num_workers=2,
-                                         multiprocessing_context="spawn", prefetch_factor=4)
+                                         multiprocessing_context=os.environ.get("DL_CONTEXT", "spawn"), prefetch_factor=4)
     for step, (x, y) in enumerate(loader):
         x, y = x.cuda(), y.cuda()
         loss = torch.nn.functional.cross_entropy(model(x), y)
