@@ -258,8 +258,16 @@ fail:
 	return rc ? rc : CRC_EPROTO;
 }
 
+/* A child forked from a client shares its connection (and rings): it may not use them, nor say goodbye
+ * for the parent's session when it exits. Its CUDA calls fail, as the driver's do in such a child. */
+static void forked_child(void)
+{
+	__atomic_store_n(&crc_client.state, -1, __ATOMIC_RELEASE);
+}
+
 CUresult crc_connect(void)
 {
+	static bool atfork;
 	int state;
 
 	pthread_mutex_lock(&connect_lock);
@@ -267,6 +275,8 @@ CUresult crc_connect(void)
 	if (state == 0) {
 		state = handshake() ? -1 : 1;
 		__atomic_store_n(&crc_client.state, state, __ATOMIC_RELEASE);
+		if (state == 1 && !atfork)
+			atfork = !pthread_atfork(NULL, NULL, forked_child);
 	}
 	pthread_mutex_unlock(&connect_lock);
 	return state == 1 ? CUDA_SUCCESS : CRC_CU_DAEMON_GONE;

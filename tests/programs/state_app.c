@@ -67,8 +67,9 @@
  * at the end: CRIU dumps such a file's contents as a ghost file, by default only up to 1 MiB (the same
  * checksum).
  * --child: a child process that uses no CUDA, forked once CUDA is set up (it inherits the layer's
- * connection; it waits to be killed at the end), as a DataLoader's workers are (fork is its default
- * on Linux): CRIU dumps and restores it with its own pid (the same checksum).
+ * connection), as a DataLoader's workers are (fork is its default on Linux); before the checksum it is
+ * told to exit through exit(), destructors and all, which must leave this process's session alone.
+ * CRIU dumps and restores it with its own pid (the same checksum).
  * --notify: a log callback and an async notification callback registered before the steps, which a
  * restore must register again: at the end an error the driver logs (an unsupported limit asked of
  * cuCtxGetLimit) must reach the callback when a dump shows a line for it, and where the environment
@@ -228,6 +229,13 @@ static int settings_check(CUcontext ctx, CUdeviceptr chunk0, CUdeviceptr extra)
 		return 1;
 	}
 	return 0;
+}
+
+/* --child: the child's normal end, destructors and all. */
+static void child_exit(int sig)
+{
+	(void)sig;
+	exit(0);
 }
 
 static void parse(int argc, char **argv, struct opts *o)
@@ -771,12 +779,15 @@ int main(int argc, char **argv)
 	}
 	/* After CUDA is set up, as a DataLoader's workers are forked (its default on Linux). */
 	if (o.child) {
+		/* Set before the fork: the parent may ask before the child would have set it. */
+		signal(SIGUSR1, child_exit);
 		child = fork();
 		CHECK(child >= 0);
 		if (!child) {
 			for (;;)
 				pause();
 		}
+		signal(SIGUSR1, SIG_DFL);
 	}
 	CUgreenCtx green = NULL;
 	unsigned green_sms = 0;
@@ -1028,6 +1039,14 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
+	if (child > 0) {
+		/* It exits through exit(): the layer's goodbye must not end this process's session, whose
+		 * connection the child shares (the checksum's kernels below need it). */
+		int status = 0;
+
+		CHECK(kill(child, SIGUSR1) == 0 && waitpid(child, &status, 0) == child);
+		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
 	unsigned long long total = 0, part;
 	for (unsigned i = 0; i < o.devices; i++) {
 		CU_CHECK(cuCtxSetCurrent(d[i].ctx));
@@ -1064,12 +1083,6 @@ int main(int argc, char **argv)
 		return 1;
 	if (o.notify && notify_check(d[0].ctx))
 		return 1;
-	if (child > 0) {
-		int status = 0;
-
-		CHECK(kill(child, SIGKILL) == 0 && waitpid(child, &status, 0) == child);
-		CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-	}
 	if (shm) {
 		unsigned bad = 0;
 
