@@ -53,6 +53,19 @@ static void pair(int sv[2], const char *cid, const void *ckey, size_t clen, cons
 	*src = srv.rc;
 }
 
+/* A fresh socket pair with a TLS session on each end, both keyed with the token. */
+static void token_pair(int sv[2], const char *token)
+{
+	char why[256];
+	int crc, src;
+
+	CHECK(!socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
+	pair(sv, CRC_TLS_ID_TOKEN, token, strlen(token), CRC_TLS_ID_TOKEN, token, strlen(token), &crc, &src,
+	     why);
+	CHECK_EQ_INT(crc, 0);
+	CHECK_EQ_INT(src, 0);
+}
+
 struct pump {
 	int fd;
 	uint8_t *buf;
@@ -162,11 +175,7 @@ int main(void)
 	close(sv[1]);
 
 	/* The right key: every size exact, both directions at once. */
-	CHECK(!socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
-	pair(sv, CRC_TLS_ID_TOKEN, token, strlen(token), CRC_TLS_ID_TOKEN, token, strlen(token), &crc, &src,
-	     why);
-	CHECK_EQ_INT(crc, 0);
-	CHECK_EQ_INT(src, 0);
+	token_pair(sv, token);
 	CHECK(crc_tls_on(sv[0]) && crc_tls_on(sv[1]));
 	CHECK(strstr(crc_tls_cipher(sv[0]), "GCM") || strstr(crc_tls_cipher(sv[0]), "CHACHA"));
 	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
@@ -290,10 +299,7 @@ int main(void)
 	close(sv[0]);
 	close(sv[1]);
 	/* A large read whose peer stalls past the socket's receive timeout: CRC_EAGAIN in that time. */
-	CHECK(!socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
-	pair(sv, CRC_TLS_ID_TOKEN, token, strlen(token), CRC_TLS_ID_TOKEN, token, strlen(token), &crc, &src,
-	     why);
-	CHECK_EQ_INT(crc, 0);
+	token_pair(sv, token);
 	{
 		struct timeval tv = {.tv_sec = 0, .tv_usec = 300000};
 		struct cut w = {
@@ -318,10 +324,7 @@ int main(void)
 		crc_tls_drop(sv[1]);
 		close(sv[0]);
 		close(sv[1]);
-		CHECK(!socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
-		pair(sv, CRC_TLS_ID_TOKEN, token, strlen(token), CRC_TLS_ID_TOKEN, token, strlen(token), &crc,
-		     &src, why);
-		CHECK_EQ_INT(crc, 0);
+		token_pair(sv, token);
 		w.fd = sv[1];
 		CHECK(!pthread_create(&t, NULL, cut_writer, &w));
 		CHECK_EQ_INT(crc_sock_read_all(sv[0], b, 3u << 20), CRC_EDAEMON);
@@ -330,10 +333,7 @@ int main(void)
 		crc_tls_drop(sv[0]);
 		close(sv[0]);
 	}
-	CHECK(!socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
-	pair(sv, CRC_TLS_ID_TOKEN, token, strlen(token), CRC_TLS_ID_TOKEN, token, strlen(token), &crc, &src,
-	     why);
-	CHECK_EQ_INT(crc, 0);
+	token_pair(sv, token);
 	/* The peer gone: a read says so (no hang). */
 	crc_tls_drop(sv[1]);
 	close(sv[1]);
