@@ -540,7 +540,7 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 			    "process (TIME_WAIT would have ended)\n",
 			    TIME_WAIT_RETRY_S);
 		/* CRIU removes a link remap (checkpoint's --link-remap) once a restore of it succeeded. */
-		if (ctl_file_contains(rlog, "/link_remap."))
+		if (ctl_file_line_has(rlog, "Can't link ", "/link_remap."))
 			fprintf(
 			    stderr,
 			    "crcudactl: a file the program maps under an unlinked name was kept for it as a "

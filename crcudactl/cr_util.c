@@ -449,17 +449,25 @@ const char *ctl_network_lock(void)
 	return "skip";
 }
 
-bool ctl_file_contains(const char *path, const char *what)
+bool ctl_file_line_has(const char *path, const char *what, const char *and_then)
 {
 	char line[1024];
 	FILE *f = fopen(path, "r");
 	bool found = false;
 
-	while (f && !found && fgets(line, sizeof(line), f))
-		found = strstr(line, what) != NULL;
+	while (f && !found && fgets(line, sizeof(line), f)) {
+		const char *at = strstr(line, what);
+
+		found = at && (!and_then || strstr(at + strlen(what), and_then));
+	}
 	if (f)
 		fclose(f);
 	return found;
+}
+
+bool ctl_file_contains(const char *path, const char *what)
+{
+	return ctl_file_line_has(path, what, NULL);
 }
 
 bool ctl_criu_storage_error(const char *log, char *out, size_t len)

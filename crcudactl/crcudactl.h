@@ -182,6 +182,8 @@ void ctl_show_criu_errors(const char *log, int max);
 const char *ctl_network_lock(void);
 /* Whether a line of the file holds what (a missing file holds nothing). */
 bool ctl_file_contains(const char *path, const char *what);
+/* Whether a line of the file holds what and, after it, and_then (NULL: anything). */
+bool ctl_file_line_has(const char *path, const char *what, const char *and_then);
 /* The storage error (no space, I/O error, quota, read-only) CRIU's log shows among its errors, as
  * strerror says it, into out: true, or false when it shows none. */
 bool ctl_criu_storage_error(const char *log, char *out, size_t len);
