@@ -80,6 +80,7 @@
 #include <semaphore.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -784,6 +785,8 @@ int main(int argc, char **argv)
 		child = fork();
 		CHECK(child >= 0);
 		if (!child) {
+			/* Not left behind by a parent a failing test kills. */
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
 			for (;;)
 				pause();
 		}
