@@ -573,37 +573,51 @@ int crc_ctl_parse_gpus(const char *arg, struct crc_ctl_restore_opts *o, char *er
 	return 0;
 }
 
-int crc_ctl_restore(struct crc_ctl *c, const struct crc_ctl_restore_opts *opts, int *client_fd)
+/* A restore request (flags: CRC_RESTORE_STAGE or 0) and its reply. */
+static int restore_request(struct crc_ctl *c, const struct crc_ctl_restore_opts *opts, uint32_t flags)
 {
 	struct crc_ctl_restore_wire w;
 	int rc;
 
-	*client_fd = -1;
-	if (!opts || !opts->store_dir) {
-		rc = fail(c, CRC_EINVAL, "no store directory");
-		goto out;
-	}
+	if (!opts || !opts->store_dir)
+		return fail(c, CRC_EINVAL, "no store directory");
 	w = (struct crc_ctl_restore_wire){
 	    .ckpt_id = opts->ckpt_id,
 	    .gpu = opts->gpu,
 	    .pid = opts->pid,
 	    .timeout_ms = opts->timeout_ms,
 	    .ngpus = opts->ngpus,
+	    .stage_key = opts->stage_key,
+	    .flags = flags,
 	};
 	memcpy(w.gpus, opts->gpus, sizeof(w.gpus));
 	/* The store directory, then (by UUID) the GPUs' list, each NUL-terminated. */
 	size_t sl = strlen(opts->store_dir) + 1, ul = opts->gpu_uuids ? strlen(opts->gpu_uuids) + 1 : 0;
 	char *tail = malloc(sl + ul);
 
-	if (!tail) {
-		rc = fail(c, CRC_ENOMEM, "out of memory");
-		goto out;
-	}
+	if (!tail)
+		return fail(c, CRC_ENOMEM, "out of memory");
 	memcpy(tail, opts->store_dir, sl);
 	if (ul)
 		memcpy(tail + sl, opts->gpu_uuids, ul);
 	rc = exchange(c, CRC_OP_CTL_RESTORE, &w, sizeof(w), tail, sl + ul, NULL, NULL);
 	free(tail);
+	return rc;
+}
+
+int crc_ctl_stage(struct crc_ctl *c, const struct crc_ctl_restore_opts *opts)
+{
+	if (opts && !opts->stage_key)
+		return fail(c, CRC_EINVAL, "a staged restore needs a key");
+	return restore_request(c, opts, CRC_RESTORE_STAGE);
+}
+
+int crc_ctl_restore(struct crc_ctl *c, const struct crc_ctl_restore_opts *opts, int *client_fd)
+{
+	int rc;
+
+	*client_fd = -1;
+	rc = restore_request(c, opts, 0);
 	if (!rc && c->tcp) {
 		/* TCP: the REBIND notice (with TLS, the key of the restored process's own handshake) goes
 		 * to the restored process on a unix socket, with the TCP socket attached; the TLS session
@@ -640,7 +654,6 @@ int crc_ctl_restore(struct crc_ctl *c, const struct crc_ctl_restore_opts *opts, 
 		c->fd = -1;
 		crc_ctl_close(c);
 	}
-out:
 	return rc;
 }
 

@@ -23,7 +23,8 @@
  *            must match; 0: opened: must exist), u32 path length, path -> OK text: one line per file
  *            missing or different (empty: all there)
  *   HAVE     16-byte chunk hashes                         -> OK: one byte per hash, 1 where held
- *   PUT      u32 flags (1: a pre-copy round), then an export stream (its trailer ends it)
+ *   PUT      u32 flags (1: a pre-copy round; 2: it carries the journal and module images, and the
+ *            destination may stage it on its daemon), then an export stream (its trailer ends it)
  *                                                         -> OK u64 checkpoint id, or ERR text
  *   RESTORE  u64 checkpoint id                            -> OK or ERR: crcudactl restore's output
  *   SENDFILE u32 mode, u32 0, i64 mtime_ns, u64 size, path; then size bytes -> OK, or ERR text (a
@@ -41,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -65,6 +67,7 @@
 #define MIG_DOWNTIME_MS	    500
 #define MIG_FILE_MAPPED	    1u
 #define MIG_PUT_PRECOPY	    1u
+#define MIG_PUT_STAGE	    2u /* with the journal and module images: the destination can stage it */
 
 enum mig_msg {
 	MIG_HELLO = 1,
@@ -486,8 +489,54 @@ static int check_have(const struct recv_cfg *cfg, const uint8_t *p, uint64_t len
 	return 0;
 }
 
+/* The pre-copy rounds staged on the daemon here (crc_ctl_stage): its GPU worker replays the first
+ * round's checkpoint and uploads its memory while the program still runs at the source, each later
+ * round only the chunks that changed, and the final restore (sent to that worker under the key) only
+ * the last changes: the downtime holds no replay and no full upload. Staging is an optimisation: where
+ * it fails the restore does everything, as without it. */
+struct stager {
+	struct crc_ctl *c; /* the daemon connection that keeps what is staged; NULL: nothing staged */
+	uint64_t key;
+	bool off; /* failed once: not tried again */
+};
+
+static void stage_round(const struct recv_cfg *cfg, struct stager *sg, uint64_t id, const char *peer)
+{
+	struct crc_ctl_restore_opts o = {.store_dir = cfg->store,
+					 .ckpt_id = id,
+					 .gpu = -1,
+					 .timeout_ms = (int)(cfg->timeout ? cfg->timeout : 600) * 1000,
+					 .stage_key = sg->key};
+	char addr[PATH_MAX];
+	double t0 = ctl_now();
+
+	if (sg->off || !sg->key)
+		return;
+	if (!sg->c &&
+	    (ctl_daemon_addr(cfg->daemon, addr, sizeof(addr)) || crc_ctl_open(addr, NULL, &sg->c))) {
+		sg->c = NULL;
+		sg->off = true;
+		fprintf(stderr,
+			"crcudactl receive: %s: no daemon to stage the rounds on: the restore does it all\n",
+			peer);
+		return;
+	}
+	if (crc_ctl_stage(sg->c, &o)) {
+		fprintf(stderr,
+			"crcudactl receive: %s: staging checkpoint %" PRIu64
+			" failed (%s): the restore does it all\n",
+			peer, id, crc_ctl_error(sg->c));
+		crc_ctl_close(sg->c);
+		sg->c = NULL;
+		sg->off = true;
+		return;
+	}
+	fprintf(stderr, "crcudactl receive: %s: checkpoint %" PRIu64 " staged on the daemon in %.2f s\n",
+		peer, id, ctl_now() - t0);
+}
+
 /* Restores checkpoint id here and answers with what crcudactl restore said; *ok: whether it did. */
-static int do_restore(const struct recv_cfg *cfg, uint64_t id, int c, bool *ok)
+static int do_restore(const struct recv_cfg *cfg, const struct stager *sg, uint64_t id, int c, bool *ok)
 {
 	char dir[] = "/tmp/crcuda-receive-XXXXXX", out[sizeof(dir) + 8], text[8192], idbuf[32], tmo[16];
 	char *args[16];
@@ -514,8 +563,15 @@ static int do_restore(const struct recv_cfg *cfg, uint64_t id, int c, bool *ok)
 	args[na++] = idbuf;
 	args[na] = NULL;
 	/* Its output and errors in one file: the restored program does not hold it (a pipe might
-	 * stay open in a daemon the restore starts). */
+	 * stay open in a daemon the restore starts). A staged restore's key goes to the CRIU plugin. */
+	if (sg->c) {
+		char key[24];
+
+		snprintf(key, sizeof(key), "%" PRIx64, sg->key);
+		setenv("CRCUDA_RESTORE_STAGE_KEY", key, 1);
+	}
 	rc = run_self(args, out, out);
+	unsetenv("CRCUDA_RESTORE_STAGE_KEY");
 	read_text(out, text, sizeof(text));
 	/* One line: its lines joined, without their "crcudactl: ". */
 	for (char *l; (l = strstr(text, "crcudactl: "));)
@@ -542,6 +598,10 @@ static int serve(const struct recv_cfg *cfg, int c, const char *peer)
 	uint32_t type;
 	uint8_t *p = NULL;
 	int rc, ret = 1;
+	struct stager sg = {0};
+
+	if (getrandom(&sg.key, sizeof(sg.key), 0) != sizeof(sg.key) || getenv("CRCUDA_MIGRATE_NO_STAGE"))
+		sg.key = 0;
 
 	set_timeouts(c, cfg->timeout);
 	/* TLS with the token as the key (common/tls.c): a wrong token fails the handshake, and costs
@@ -601,8 +661,9 @@ static int serve(const struct recv_cfg *cfg, int c, const char *peer)
 			    rc ? msg_text(c, MIG_ERR, crc_strerror(rc)) : msg_send(c, MIG_OK, have, len / 16);
 			free(have);
 		} else if (type == MIG_PUT && len == 4) {
+			uint32_t flags = get32(p);
 			struct ctl_import_opts o = {
-			    .known_ok = true, .more_follows = true, .precopy = get32(p) & MIG_PUT_PRECOPY};
+			    .known_ok = true, .more_follows = true, .precopy = flags & MIG_PUT_PRECOPY};
 			const char *pause_file = getenv("CRCUDA_TEST_RECEIVE_PAUSE_FILE");
 			char why[PATH_MAX + 600];
 			uint64_t id = 0, bytes = 0;
@@ -635,6 +696,9 @@ static int serve(const struct recv_cfg *cfg, int c, const char *peer)
 				final_id = id;
 			put64(idb, id);
 			rc = msg_send(c, MIG_OK, idb, sizeof(idb));
+			/* While the source takes its next round. */
+			if (!rc && o.precopy && (flags & MIG_PUT_STAGE))
+				stage_round(cfg, &sg, id, peer);
 		} else if (type == MIG_SENDFILE) {
 			rc = take_file(c, p, len);
 		} else if (type == MIG_RESTORE && len == 8) {
@@ -646,7 +710,7 @@ static int serve(const struct recv_cfg *cfg, int c, const char *peer)
 			}
 			bool restored = false;
 
-			rc = do_restore(cfg, final_id, c, &restored);
+			rc = do_restore(cfg, &sg, final_id, c, &restored);
 			ret = restored ? 0 : 1;
 		} else {
 			msg_text(c, MIG_ERR, "an unknown request");
@@ -658,6 +722,8 @@ static int serve(const struct recv_cfg *cfg, int c, const char *peer)
 out:
 	free(p);
 	close(c);
+	if (sg.c)
+		crc_ctl_close(sg.c); /* drops what is staged, if the restore did not take it */
 	if (nprecopy) {
 		/* The pre-copy rounds' checkpoints only carried chunks: the last one names them now. */
 		char *args[8 + 256], ids[256][24];
@@ -1205,7 +1271,9 @@ static uint64_t mig_checkpoint(struct mig *m, const char *mode, double *secs)
 static int mig_put(struct mig *m, uint64_t id, bool precopy, const char *what, struct ctl_export_result *res,
 		   uint64_t *dest_id)
 {
-	struct ctl_export_opts o = {.chunks_only = precopy, .flip_at = UINT64_MAX, .cut_at = UINT64_MAX};
+	/* Pre-copy rounds carry the journal and module images (not the CRIU images) too, so that the
+	 * destination can stage them (stage_round). */
+	struct ctl_export_opts o = {.no_images = precopy, .flip_at = UINT64_MAX, .cut_at = UINT64_MAX};
 	struct crc_manifest *man = NULL;
 	struct crc_store *st = NULL;
 	struct crc_hash *hashes = NULL, *known = NULL;
@@ -1256,7 +1324,7 @@ static int mig_put(struct mig *m, uint64_t id, bool precopy, const char *what, s
 		if (c)
 			o.cut_at = strtoull(c, NULL, 0);
 	}
-	put32(flags, precopy ? MIG_PUT_PRECOPY : 0);
+	put32(flags, precopy ? MIG_PUT_PRECOPY | MIG_PUT_STAGE : 0);
 	if ((rc = msg_send(m->fd, MIG_PUT, flags, sizeof(flags)))) {
 		rc = mig_fail(m, "%s: %s", what, io_why(rc));
 		goto out;

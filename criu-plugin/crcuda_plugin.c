@@ -1157,6 +1157,11 @@ static int restore_init(void)
 			return -1;
 		}
 	}
+	/* A restore staged ahead on the daemon (a migration's destination stages its pre-copy rounds):
+	 * its key goes with the restore of a single client; a tree's clients are restored afresh. */
+	v = getenv("CRCUDA_RESTORE_STAGE_KEY");
+	if (v && *v && P.r_ntasks == 1)
+		P.r_gpus.stage_key = strtoull(v, NULL, 16);
 	v = getenv("CRCUDA_REMOTE");
 	if (!v || !*v)
 		v = crc_plugin_cfg("CRCUDA_DAEMON");

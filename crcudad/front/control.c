@@ -171,7 +171,14 @@ static bool restore(struct control *c, const struct crc_msg_hdr *h, const uint8_
 		return true;
 	}
 	client.pid = rw->pid;
-	w = crc_worker_take(&client, c->tcp, true, why, sizeof(why));
+	/* A restore staged under its key goes to the worker that staged it (which uploads only what
+	 * changed since); without one, a fresh worker restores it all. */
+	w = rw->stage_key ? crc_worker_find_staged(rw->stage_key, (uid_t)c->peer.uid,
+						   !(rw->flags & CRC_RESTORE_STAGE), rw->pid)
+			  : NULL;
+	if (!w && (w = crc_worker_take(&client, c->tcp, true, why, sizeof(why))) &&
+	    (rw->flags & CRC_RESTORE_STAGE))
+		w->stage_key = rw->stage_key;
 	if (!w) {
 		crc_ctl_reply_send(c->fd, h, CRC_EDAEMON, why, NULL, 0);
 		return true;

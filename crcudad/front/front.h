@@ -45,9 +45,10 @@ struct worker {
 	uint64_t session_id;	      /* the id given with the assignment */
 	struct crc_peer peer;	      /* of the connection it was given */
 	bool tcp;
-	bool restore;  /* assigned a restore: RESTORING until its session shows */
-	unsigned refs; /* control threads using it: freed when they let go */
-	bool gone;     /* exited (reaped) */
+	bool restore;	    /* assigned a restore: RESTORING until its session shows */
+	uint64_t stage_key; /* staged a restore under this key (crc_ctl_stage); 0 when none or taken */
+	unsigned refs;	    /* control threads using it: freed when they let go */
+	bool gone;	    /* exited (reaped) */
 	struct worker *next;
 };
 
@@ -65,6 +66,9 @@ struct worker *crc_worker_take(const struct crc_peer *peer, bool tcp, bool resto
 			       size_t why_len);
 /* The live worker of a session, by client pid (the newest) or by session id; held. NULL: none. */
 struct worker *crc_worker_find(pid_t pid, uint64_t session_id);
+/* The worker that staged a restore under key for user uid (root: any), held (crc_worker_put); NULL
+ * when none. take: the restore for pid is now its (the key is used up). */
+struct worker *crc_worker_find_staged(uint64_t key, uid_t uid, bool take, pid_t pid);
 void crc_worker_put(struct worker *w);
 /* Hands a connection (fd, closed here either way) to a worker, with a message and trailing bytes. */
 int crc_worker_hand(struct worker *w, struct crc_link_msg *m, int fd, const void *extra, size_t extra_len);

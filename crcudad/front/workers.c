@@ -285,6 +285,25 @@ struct worker *crc_worker_find(pid_t pid, uint64_t session_id)
 	return found;
 }
 
+struct worker *crc_worker_find_staged(uint64_t key, uid_t uid, bool take, pid_t pid)
+{
+	struct worker *found = NULL;
+
+	pthread_mutex_lock(&reg_lock);
+	for (struct worker *w = workers; w && !found; w = w->next)
+		if (!w->gone && w->assigned && key && w->stage_key == key && (!uid || w->peer.uid == uid))
+			found = w;
+	if (found) {
+		found->refs++;
+		if (take) {
+			found->stage_key = 0;
+			found->peer.pid = pid;
+		}
+	}
+	pthread_mutex_unlock(&reg_lock);
+	return found;
+}
+
 void crc_worker_put(struct worker *w)
 {
 	pthread_mutex_lock(&reg_lock);

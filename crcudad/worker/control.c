@@ -24,6 +24,7 @@ struct control {
 	struct crc_msg_hdr pending_h;
 	uint8_t *pending;
 	size_t pending_len;
+	uint64_t stage_key; /* a restore staged on this connection: dropped when it closes */
 };
 
 /* The session of pid (or id), held (refs) until session_put. */
@@ -256,6 +257,18 @@ static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const 
 				uuids = store + strlen(store) + 1;
 			if (uuids)
 				rc = crc_restore_gpus_by_uuid(&w, uuids, why, sizeof(why));
+			if (!rc && (w.flags & CRC_RESTORE_STAGE)) {
+				/* Staged: the connection stays, and what is staged lives as long as it does.
+				 */
+				rc = crc_restore_stage(c->tcp, &c->peer, &w, store, why, sizeof(why));
+				if (!rc)
+					c->stage_key = w.stage_key;
+				crc_ctl_reply_send(c->fd, h, rc, rc ? why : NULL, NULL, 0);
+				pthread_mutex_lock(&crcd.lock);
+				crcd.restoring = false;
+				pthread_mutex_unlock(&crcd.lock);
+				return true;
+			}
 			if (!rc)
 				rc = crc_restore(c->fd, c->tcp, &c->peer, h, &w, store, why, sizeof(why));
 		}
@@ -379,6 +392,8 @@ static void *control_main(void *arg)
 	free(c->pending);
 	if (!keep_fd)
 		close(c->fd);
+	if (c->stage_key)
+		crc_restore_stage_drop(c->stage_key);
 	resume_orphan(c);
 	free(c);
 	return NULL;

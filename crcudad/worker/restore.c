@@ -8,6 +8,7 @@
 #define LOG_PREFIX "crcudad: "
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -35,6 +36,7 @@
 struct jrec_copy {
 	uint64_t seq;
 	uint8_t *payload;
+	uint32_t len;
 };
 
 /* The records up to the checkpoint: copies of their payloads and, at the same index, the decoded
@@ -76,7 +78,7 @@ static int load_record(void *arg, uint64_t seq, uint32_t type, const void *paylo
 		j->cap = cap;
 	}
 	r = &j->r[j->n];
-	*r = (struct jrec_copy){.seq = seq, .payload = malloc(len ? len : 1)};
+	*r = (struct jrec_copy){.seq = seq, .payload = malloc(len ? len : 1), .len = len};
 	if (!r->payload)
 		return CRC_ENOMEM;
 	memcpy(r->payload, payload, len);
@@ -338,13 +340,14 @@ int crc_events_rerecord(struct crc_session *s, const char *list, char *why, size
 	return 0;
 }
 
-static int upload(struct crc_session *s, struct crc_store *st, const struct crc_manifest *mf, int group,
-		  CUcontext *dctx, char *why, size_t why_len);
+static int upload(struct crc_session *s, struct crc_store *st, const struct crc_manifest *mf,
+		  const struct crc_manifest *base, int group, CUcontext *dctx, char *why, size_t why_len);
 
 /* Every device's memory, each in a context of its own device (any: the session has one; else the
- * one group -1). */
+ * one group -1). base: the checkpoint whose memory is on the device already (a staged restore, with
+ * the same regions): only the chunks that differ from its go up; NULL: all. */
 static int upload_all(struct crc_session *s, struct crc_store *st, const struct crc_manifest *mf,
-		      CUcontext *dctx, bool any, char *why, size_t why_len)
+		      const struct crc_manifest *base, CUcontext *dctx, bool any, char *why, size_t why_len)
 {
 	uint64_t total = 0;
 	int rc = 0;
@@ -356,7 +359,7 @@ static int upload_all(struct crc_session *s, struct crc_store *st, const struct 
 	crc_progress_start(CRC_CTL_PROGRESS_RESTORE, total);
 	for (int g = any ? 0 : -1; g < CRC_MAX_DEVICES && !rc; g++)
 		if (g < 0 || dctx[g])
-			rc = upload(s, st, mf, g, dctx, why, why_len);
+			rc = upload(s, st, mf, base, g, dctx, why, why_len);
 	crc_progress_end();
 	crc_upload_staging_release();
 	return rc;
@@ -396,7 +399,7 @@ static void *upload_main(void *arg)
 	int rc = 0;
 
 	/* The session thread serves nothing before this is done (crc_upload_wait). */
-	rc = upload_all(u->s, u->st, u->mf, u->dctx, u->any, u->why, sizeof(u->why));
+	rc = upload_all(u->s, u->st, u->mf, NULL, u->dctx, u->any, u->why, sizeof(u->why));
 	pthread_mutex_lock(&u->lock);
 	u->rc = rc;
 	u->seconds = crc_now_s() - u->t0;
@@ -643,8 +646,8 @@ static int check_uploaded(struct crc_session *s, const struct up_job *j, double 
 	return rc;
 }
 
-static int upload(struct crc_session *s, struct crc_store *st, const struct crc_manifest *mf, int group,
-		  CUcontext *dctx, char *why, size_t why_len)
+static int upload(struct crc_session *s, struct crc_store *st, const struct crc_manifest *mf,
+		  const struct crc_manifest *base, int group, CUcontext *dctx, char *why, size_t why_len)
 {
 	struct up_job j = {.st = st, .why = why, .why_len = why_len};
 	struct up_chunk *items = NULL;
@@ -693,6 +696,11 @@ static int upload(struct crc_session *s, struct crc_store *st, const struct crc_
 		if (crc_addr_group(addr, dctx) != group)
 			continue;
 		for (uint32_t c = 0; c < rg->nchunks; c++) {
+			if (base && !memcmp(base->regions[i].chunks[c].hash.bytes, rg->chunks[c].hash.bytes,
+					    sizeof(rg->chunks[c].hash.bytes))) {
+				off += rg->chunks[c].length; /* on the device already */
+				continue;
+			}
 			if (n == cap) {
 				struct up_chunk *more =
 				    realloc(items, (cap = cap ? 2 * cap : 256) * sizeof(*items));
@@ -874,77 +882,323 @@ static uint64_t meta_u64(const struct crc_manifest *m, const char *key, bool *ok
 	return strtoull(v, NULL, 0);
 }
 
-int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_msg_hdr *req,
-		const struct crc_ctl_restore_wire *w, const char *store_dir, char *why, size_t why_len)
-{
-	struct crc_store *st = NULL;
-	struct crc_manifest *mf = NULL;
-	struct crc_session *s = NULL;
-	struct jload j = {0};
-	struct crc_peer p = *peer;
-	uint64_t session, va_base, va_size;
-	bool ok = true;
-	int rc, memfd = -1;
-	double t0 = crc_now_s();
-	const char *handles, *exports;
-	bool lazy;
+/* A checkpoint being restored: its store, manifest and journal, and the session replaying it. */
+struct rst {
+	struct crc_store *st;
+	struct crc_manifest *mf;
+	struct jload j;
+	struct crc_session *s;
+	char store_dir[PATH_MAX];
+	struct crc_ctl_restore_wire w; /* the request that made it (its device choices) */
+};
 
-	rc = crc_store_open(store_dir, 0, &st);
+static void rst_free(struct rst *r)
+{
+	if (r->s)
+		crc_session_destroy(r->s);
+	jload_free(&r->j);
+	crc_manifest_free(r->mf);
+	crc_store_close(r->st);
+	memset(r, 0, sizeof(*r));
+}
+
+/* The checkpoint's manifest and journal from r->st (open), checked. */
+static int rst_load(struct rst *r, uint64_t ckpt_id, bool tcp, const struct crc_peer *peer, char *why,
+		    size_t why_len)
+{
+	uint64_t session;
+	bool ok = true;
+	int rc = crc_store_manifest_get(r->st, ckpt_id, &r->mf);
+
+	if (rc) {
+		snprintf(why, why_len, "checkpoint %" PRIu64 " in %s: %s", ckpt_id, r->store_dir,
+			 crc_strerror(rc));
+		return rc;
+	}
+	/* Another user's checkpoint is restored by root only (peer: the control connection's; over TCP
+	 * the token is the authority). */
+	if (!tcp && (rc = crc_manifest_check_owner(r->st, r->mf, (unsigned)peer->uid, why, why_len)))
+		return rc;
+	session = meta_u64(r->mf, "crcuda.session", &ok);
+	r->j.upto = meta_u64(r->mf, "crcuda.journal_seq", &ok);
+	meta_u64(r->mf, "crcuda.va_base", &ok);
+	meta_u64(r->mf, "crcuda.va_size", &ok);
+	if (!ok || !crc_manifest_meta_get(r->mf, "crcuda.handles")) {
+		snprintf(why, why_len,
+			 "checkpoint %" PRIu64 " lacks crcudad's metadata (not a crcuda checkpoint?)",
+			 ckpt_id);
+		return CRC_ECORRUPT;
+	}
+	rc = crc_store_journal_iterate(r->st, session, load_record, &r->j);
+	if (rc < 0) {
+		snprintf(why, why_len, "reading the journal of store session %" PRIu64 ": %s", session,
+			 crc_strerror(rc));
+		return rc;
+	}
+	return 0;
+}
+
+/* Opens the store and the checkpoint, makes the session at the checkpoint's device range and replays
+ * its journal. */
+static int rst_replay(struct rst *r, int fd, bool tcp, const struct crc_peer *peer,
+		      const struct crc_ctl_restore_wire *w, const char *store_dir, char *why, size_t why_len)
+{
+	struct crc_peer p = *peer;
+	bool ok = true;
+	int rc;
+
+	snprintf(r->store_dir, sizeof(r->store_dir), "%s", store_dir);
+	r->w = *w;
+	rc = crc_store_open(store_dir, 0, &r->st);
 	if (rc) {
 		snprintf(why, why_len, "cannot open the store %s: %s", store_dir, crc_strerror(rc));
 		return rc;
 	}
-	rc = crc_store_manifest_get(st, w->ckpt_id, &mf);
-	if (rc) {
-		snprintf(why, why_len, "checkpoint %" PRIu64 " in %s: %s", w->ckpt_id, store_dir,
-			 crc_strerror(rc));
-		goto fail;
-	}
-	/* Another user's checkpoint is restored by root only (peer: the control connection's; over TCP
-	 * the token is the authority). */
-	if (!tcp && (rc = crc_manifest_check_owner(st, mf, (unsigned)peer->uid, why, why_len)))
-		goto fail;
-	session = meta_u64(mf, "crcuda.session", &ok);
-	j.upto = meta_u64(mf, "crcuda.journal_seq", &ok);
-	va_base = meta_u64(mf, "crcuda.va_base", &ok);
-	va_size = meta_u64(mf, "crcuda.va_size", &ok);
-	handles = crc_manifest_meta_get(mf, "crcuda.handles");
-	if (!ok || !handles) {
-		snprintf(why, why_len,
-			 "checkpoint %" PRIu64 " lacks crcudad's metadata (not a crcuda checkpoint?)",
-			 w->ckpt_id);
-		rc = CRC_ECORRUPT;
-		goto fail;
-	}
+	if ((rc = rst_load(r, w->ckpt_id, tcp, peer, why, why_len)))
+		return rc;
 	/* The very range: pointers into it live in the application's memory and in device memory. */
-	rc = crc_va_window(va_base, va_size, why, why_len);
-	if (rc)
-		goto fail;
+	rc = crc_va_window(meta_u64(r->mf, "crcuda.va_base", &ok), meta_u64(r->mf, "crcuda.va_size", &ok),
+			   why, why_len);
 	/* --gpu checked before anything is made. */
-	rc = map_devices(NULL, mf, w, why, why_len);
+	if (!rc)
+		rc = map_devices(NULL, r->mf, w, why, why_len);
 	if (rc)
-		goto fail;
-	rc = crc_store_journal_iterate(st, session, load_record, &j);
-	if (rc < 0) {
-		snprintf(why, why_len, "reading the journal of store session %" PRIu64 ": %s", session,
-			 crc_strerror(rc));
-		goto fail;
-	}
+		return rc;
 	p.pid = w->pid;
-	rc = crc_session_create(fd, tcp, &p, &s, why, why_len);
+	rc = crc_session_create(fd, tcp, &p, &r->s, why, why_len);
 	if (rc)
-		goto fail;
+		return rc;
 	/* Contexts are made, and device ordinals of later calls go, where --gpu says. */
-	map_devices(s, mf, w, why, why_len);
-	rc = crc_journal_mark_dead(j.items, j.n);
+	map_devices(r->s, r->mf, w, why, why_len);
+	rc = crc_journal_mark_dead(r->j.items, r->j.n);
 	if (rc)
 		snprintf(why, why_len, "out of memory reading the journal");
-	for (size_t i = 0; i < j.n && !rc; i++)
-		if (!j.items[i].skip)
-			rc = replay_one(s, st, j.r[i].seq, &j.items[i], why, why_len);
-	if (rc)
+	for (size_t i = 0; i < r->j.n && !rc; i++)
+		if (!r->j.items[i].skip)
+			rc = replay_one(r->s, r->st, r->j.r[i].seq, &r->j.items[i], why, why_len);
+	return rc;
+}
+
+static bool same_text(const char *a, const char *b)
+{
+	return a == b || (a && b && !strcmp(a, b));
+}
+
+/* Whether checkpoint next can take over from cur's replayed session: the same journal (record for
+ * record: the same calls made the same objects at the same addresses), regions, device range and
+ * devices. Else why says what differs. */
+static bool rst_same_state(const struct rst *cur, const struct rst *next, char *why, size_t why_len)
+{
+	static const char *const keys[] = {"crcuda.va_base", "crcuda.va_size", "crcuda.devices",
+					   "crcuda.device"};
+	const struct crc_manifest *a = cur->mf, *b = next->mf;
+
+	if (strcmp(cur->store_dir, next->store_dir)) {
+		snprintf(why, why_len, "another store");
+		return false;
+	}
+	if (cur->w.gpu != next->w.gpu || cur->w.ngpus != next->w.ngpus ||
+	    memcmp(cur->w.gpus, next->w.gpus, sizeof(cur->w.gpus))) {
+		snprintf(why, why_len, "other GPUs asked for");
+		return false;
+	}
+	for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
+		if (!same_text(crc_manifest_meta_get(a, keys[k]), crc_manifest_meta_get(b, keys[k]))) {
+			snprintf(why, why_len, "another %s", keys[k]);
+			return false;
+		}
+	if (cur->j.n != next->j.n) {
+		snprintf(why, why_len, "%zu journal records, %zu staged", next->j.n, cur->j.n);
+		return false;
+	}
+	for (size_t i = 0; i < cur->j.n; i++)
+		if (cur->j.items[i].type != next->j.items[i].type || cur->j.r[i].len != next->j.r[i].len ||
+		    memcmp(cur->j.r[i].payload, next->j.r[i].payload, cur->j.r[i].len)) {
+			snprintf(why, why_len, "journal record %zu differs", i);
+			return false;
+		}
+	if (a->nregions != b->nregions) {
+		snprintf(why, why_len, "%u regions, %u staged", b->nregions, a->nregions);
+		return false;
+	}
+	for (uint32_t i = 0; i < a->nregions; i++) {
+		const struct crc_region *x = &a->regions[i], *y = &b->regions[i];
+		bool same = x->kind == y->kind && x->addr == y->addr && x->size == y->size &&
+			    x->nchunks == y->nchunks && same_text(x->name, y->name) &&
+			    !memcmp(&x->module, &y->module, sizeof(x->module));
+
+		for (uint32_t c = 0; same && c < x->nchunks; c++)
+			same = x->chunks[c].length == y->chunks[c].length;
+		if (!same) {
+			snprintf(why, why_len, "region %u differs", i);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* Moves the staged restore r to checkpoint w->ckpt_id: loads it, and where it continues r's state
+ * uploads the chunks that differ and takes its manifest and journal. 0: done; CRC_EBUSY: it does not
+ * continue it (why says how; r unchanged); else a failure (the device may hold a mix of the two: r
+ * must be dropped). */
+static int rst_advance(struct rst *r, const struct crc_ctl_restore_wire *w, bool tcp,
+		       const struct crc_peer *peer, const char *store_dir, char *why, size_t why_len)
+{
+	struct rst next = {.w = *w};
+	CUcontext dctx[CRC_MAX_DEVICES];
+	int rc;
+
+	snprintf(next.store_dir, sizeof(next.store_dir), "%s", store_dir);
+	if (strcmp(store_dir, r->store_dir)) {
+		snprintf(why, why_len, "another store");
+		return CRC_EBUSY;
+	}
+	next.st = r->st;
+	rc = rst_load(&next, w->ckpt_id, tcp, peer, why, why_len);
+	if (!rc && !rst_same_state(r, &next, why, why_len))
+		rc = CRC_EBUSY;
+	if (!rc)
+		rc = upload_all(r->s, r->st, next.mf, r->mf, dctx, crc_session_dev_ctxs(r->s, dctx) > 0, why,
+				why_len);
+	next.st = NULL;
+	if (rc) {
+		jload_free(&next.j);
+		crc_manifest_free(next.mf);
+		return rc;
+	}
+	jload_free(&r->j);
+	crc_manifest_free(r->mf);
+	r->j = next.j;
+	r->mf = next.mf;
+	r->w = *w;
+	return 0;
+}
+
+/* ---- staged restores ---------------------------------------------------------------------------- */
+/* A migration's destination stages each pre-copy round (crc_ctl_stage): this worker replays the
+ * round's checkpoint and uploads its memory, then each later round only its changed chunks; the final
+ * restore, sent here by the front under the same key, uploads the last changes and goes on as any
+ * restore. The application's downtime then holds no full upload and no replay. One per worker. */
+static struct {
+	pthread_mutex_t lock;
+	bool held;
+	uint64_t key;
+	struct rst r;
+} stg = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* Takes the restore staged under key out of stg into *r; false when there is none. */
+static bool stage_take(uint64_t key, struct rst *r)
+{
+	bool got;
+
+	pthread_mutex_lock(&stg.lock);
+	got = stg.held && stg.key == key;
+	if (got) {
+		*r = stg.r;
+		memset(&stg.r, 0, sizeof(stg.r));
+		stg.held = false;
+	}
+	pthread_mutex_unlock(&stg.lock);
+	return got;
+}
+
+int crc_restore_stage(bool tcp, const struct crc_peer *peer, const struct crc_ctl_restore_wire *w,
+		      const char *store_dir, char *why, size_t why_len)
+{
+	struct rst r = {0};
+	double t0 = crc_now_s();
+	CUcontext dctx[CRC_MAX_DEVICES];
+	const char *how = "staged";
+	int rc = 0;
+
+	if (stage_take(w->stage_key, &r)) {
+		char stale[CRC_CTL_MSG_MAX];
+
+		rc = rst_advance(&r, w, tcp, peer, store_dir, stale, sizeof(stale));
+		how = "moved on to";
+		if (rc == CRC_EBUSY)
+			pr_info("session %llu: checkpoint %" PRIu64 " does not continue the staged one (%s): "
+				"staged afresh",
+				(unsigned long long)r.s->id, w->ckpt_id, stale);
+		if (rc) {
+			rst_free(&r);
+			how = "staged afresh";
+		}
+	}
+	if (!r.s) {
+		/* No process yet: the session has no connection of its own (the restore gives it one). */
+		rc = rst_replay(&r, -1, tcp, peer, w, store_dir, why, why_len);
+		if (!rc)
+			rc = upload_all(r.s, r.st, r.mf, NULL, dctx, crc_session_dev_ctxs(r.s, dctx) > 0, why,
+					why_len);
+	}
+	if (rc) {
+		rst_free(&r);
+		return rc;
+	}
+	pr_info("session %llu: %s checkpoint %" PRIu64 " from %s in %.3f s", (unsigned long long)r.s->id, how,
+		w->ckpt_id, store_dir, crc_now_s() - t0);
+	pthread_mutex_lock(&stg.lock);
+	stg.r = r;
+	stg.key = w->stage_key;
+	stg.held = true;
+	pthread_mutex_unlock(&stg.lock);
+	return 0;
+}
+
+void crc_restore_stage_drop(uint64_t key)
+{
+	struct rst r;
+
+	if (!stage_take(key, &r))
+		return;
+	pr_info("session %llu: the staged restore was not used: dropped", (unsigned long long)r.s->id);
+	rst_free(&r);
+}
+
+int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_msg_hdr *req,
+		const struct crc_ctl_restore_wire *w, const char *store_dir, char *why, size_t why_len)
+{
+	struct rst rs = {0};
+	struct crc_store *st;
+	struct crc_manifest *mf;
+	struct crc_session *s;
+	int rc = 0, memfd = -1;
+	double t0 = crc_now_s();
+	const char *handles, *exports, *how = "restored";
+	bool lazy, staged = false;
+
+	if (w->stage_key && stage_take(w->stage_key, &rs)) {
+		/* Staged here: only what changed since goes up, then the session is this process's. */
+		char stale[CRC_CTL_MSG_MAX];
+
+		rc = rst_advance(&rs, w, tcp, peer, store_dir, stale, sizeof(stale));
+		if (rc == CRC_EBUSY)
+			pr_info("session %llu: checkpoint %" PRIu64 " does not continue the staged one (%s): "
+				"restored afresh",
+				(unsigned long long)rs.s->id, w->ckpt_id, stale);
+		else if (rc)
+			pr_warn("session %llu: the staged restore failed (%s): restored afresh",
+				(unsigned long long)rs.s->id, stale);
+		if (rc) {
+			rst_free(&rs);
+			rc = 0;
+		} else {
+			staged = true;
+			how = "restored (staged)";
+			rs.s->fd = fd;
+			rs.s->tcp = tcp;
+			rs.s->peer = *peer;
+			rs.s->peer.pid = w->pid;
+		}
+	}
+	if (!staged && (rc = rst_replay(&rs, fd, tcp, peer, w, store_dir, why, why_len)))
 		goto fail;
+	st = rs.st;
+	mf = rs.mf;
+	s = rs.s;
 	/* Handle tables continue where the checkpointed session's were. */
+	handles = crc_manifest_meta_get(mf, "crcuda.handles");
 	for (unsigned t = 1; t < CRC_HT_COUNT && handles && *handles; t++) {
 		uint32_t n = (uint32_t)strtoul(handles, (char **)&handles, 10);
 
@@ -956,11 +1210,11 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 	/* A session that exported memory uploads it before exporting it again: another process may open
 	 * and read it at once, which the lazy upload's wait (the client's first call) would not cover. */
 	exports = crc_manifest_meta_get(mf, "crcuda.ipc_exports");
-	lazy = restore_lazy() && !(exports && *exports);
-	if (!lazy) {
+	lazy = !staged && restore_lazy() && !(exports && *exports);
+	if (!lazy && !staged) {
 		CUcontext dctx[CRC_MAX_DEVICES];
 
-		rc = upload_all(s, st, mf, dctx, crc_session_dev_ctxs(s, dctx) > 0, why, why_len);
+		rc = upload_all(s, st, mf, NULL, dctx, crc_session_dev_ctxs(s, dctx) > 0, why, why_len);
 	}
 	if (rc)
 		goto fail;
@@ -1022,8 +1276,8 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 					    .transport = tcp ? CRC_TRANSPORT_TCP : CRC_TRANSPORT_UNIX};
 		size_t replayed = 0;
 
-		for (size_t i = 0; i < j.n; i++)
-			replayed += !j.items[i].skip;
+		for (size_t i = 0; i < rs.j.n; i++)
+			replayed += !rs.j.items[i].skip;
 		/* With TLS, the restorer (the CRIU plugin) forgets its session after the notice and passes
 		 * the notice on to the restored process, which makes a new one with the notice's key. */
 		if (tcp && crc_tls_on(fd)) {
@@ -1055,13 +1309,13 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 			snprintf(why, why_len, "the restoring side went away: %s", crc_strerror(rc));
 			goto fail;
 		}
-		pr_info("session %llu: restored checkpoint %" PRIu64
+		pr_info("session %llu: %s checkpoint %" PRIu64
 			" from %s (%zu of %zu journal records replayed, "
 			"%u regions) in %.3f s",
-			(unsigned long long)s->id, w->ckpt_id, store_dir, replayed, j.n, mf->nregions,
+			(unsigned long long)s->id, how, w->ckpt_id, store_dir, replayed, rs.j.n, mf->nregions,
 			crc_now_s() - t0);
 	}
-	jload_free(&j);
+	jload_free(&rs.j);
 	if (lazy) {
 		/* The upload goes on: the store and the manifest are its until crc_upload_wait. */
 		struct crc_upload *u = calloc(1, sizeof(*u));
@@ -1083,7 +1337,8 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 			/* No thread: uploaded here, before the session serves anything. */
 			CUcontext dctx[CRC_MAX_DEVICES];
 
-			rc = upload_all(s, st, mf, dctx, crc_session_dev_ctxs(s, dctx) > 0, why, why_len);
+			rc = upload_all(s, st, mf, NULL, dctx, crc_session_dev_ctxs(s, dctx) > 0, why,
+					why_len);
 			if (rc) {
 				pr_err("session %llu: uploading the restored device memory failed: %s",
 				       (unsigned long long)s->id, why);
@@ -1104,10 +1359,6 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 fail:
 	if (memfd >= 0)
 		close(memfd);
-	if (s)
-		crc_session_destroy(s);
-	jload_free(&j);
-	crc_manifest_free(mf);
-	crc_store_close(st);
+	rst_free(&rs);
 	return rc;
 }

@@ -412,6 +412,12 @@ void crc_ckpt_abort_session(struct crc_session *s);
 /* --gpu by UUID: w->gpus[] from the comma-separated UUIDs (the GPUs of this daemon). 0, or CRC_ENODEV /
  * CRC_EINVAL with the reason. */
 int crc_restore_gpus_by_uuid(struct crc_ctl_restore_wire *w, const char *uuids, char *why, size_t why_len);
+/* Stages checkpoint w->ckpt_id under w->stage_key (crc_ctl_stage): replayed and uploaded in a session
+ * without a process, kept until crc_restore with the same key takes it (only the chunks that changed go
+ * up then) or crc_restore_stage_drop; a second stage with the key moves it on the same way. */
+int crc_restore_stage(bool tcp, const struct crc_peer *peer, const struct crc_ctl_restore_wire *w,
+		      const char *store_dir, char *why, size_t why_len);
+void crc_restore_stage_drop(uint64_t key);
 int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_msg_hdr *req,
 		const struct crc_ctl_restore_wire *w, const char *store_dir, char *why, size_t why_len);
 /* A ready worker makes a restore's pinned staging buffers ahead (CRCUDA_RESTORE_STAGING_AHEAD=0: not);

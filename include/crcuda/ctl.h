@@ -164,6 +164,9 @@ struct crc_ctl_restore_opts {
 	const char *gpu_uuids;
 	pid_t pid;	/* the restored process's pid, as CRIU restores it */
 	int timeout_ms; /* for the replay */
+	/* A worker staged under this key (crc_ctl_stage) restores it, uploading only what changed since
+	 * the checkpoint it staged; 0, or no such worker: a fresh worker restores it all. */
+	uint64_t stage_key;
 };
 
 /* Replays the checkpoint on the daemon of this connection and returns, in *client_fd, a socket
@@ -172,6 +175,13 @@ struct crc_ctl_restore_opts {
  * on failure it stays open so that crc_ctl_error() says why: close it then. The restored session
  * runs in a worker process of its own, at the checkpoint's own device VA range. */
 int crc_ctl_restore(struct crc_ctl *c, const struct crc_ctl_restore_opts *opts, int *client_fd);
+/* Stages checkpoint opts->ckpt_id under opts->stage_key (not 0) on the daemon of this connection: a
+ * worker replays its journal and uploads its device memory, and keeps them without a process until a
+ * restore with the same key (crc_ctl_restore) takes them, uploading only the chunks that differ. A
+ * second stage with the same key on the same connection moves the staged state to a newer checkpoint
+ * of the same session the same way. The staged worker lives as long as this connection: close it to
+ * drop what is staged. 0, or the error (crc_ctl_error says why). */
+int crc_ctl_stage(struct crc_ctl *c, const struct crc_ctl_restore_opts *opts);
 /* Parses a --gpu value, "N" or "A,B,...", or the same with GPU UUIDs ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-
  * xxxxxxxxxxxx", as nvidia-smi -L shows them), into o's gpu/gpus/ngpus/gpu_uuids. 0, or CRC_EINVAL
  * with the reason in err. */

@@ -24,7 +24,7 @@
 #include "crcuda/ring.h"
 
 #define CRC_PROTO_MAGIC	  0x55435243u /* "CRCU" */
-#define CRC_PROTO_VERSION 4u	      /* 4: TLS handoffs; 3: sessions listed with their worker */
+#define CRC_PROTO_VERSION 5u /* 5: staged restores; 4: TLS handoffs; 3: sessions listed with their worker */
 
 #define CRC_MAX_DEVICES	    8
 #define CRC_DEV_ATTR_SLOTS  160 /* > CU_DEVICE_ATTRIBUTE_MAX of CUDA 13 (checked where cuda.h is seen) */
@@ -404,8 +404,15 @@ struct crc_ctl_restore_wire {
 	int32_t timeout_ms;
 	uint32_t ngpus; /* gpus[0..ngpus): --gpu as a list (crc_ctl_restore_opts) */
 	int32_t gpus[CRC_MAX_DEVICES];
+	/* A staged restore (crc_ctl_stage): a worker replays and uploads checkpoint ckpt_id ahead and
+	 * keeps it under stage_key; a later restore with the same key goes to that worker, which uploads
+	 * only the chunks that changed. 0: none. */
+	uint64_t stage_key;
+	uint32_t flags; /* CRC_RESTORE_STAGE: this request stages (or refreshes) */
+	uint32_t reserved;
 	/* then the store directory, NUL-terminated */
 };
+#define CRC_RESTORE_STAGE 1u
 
 /* ---- virtual handles ---------------------------------------------------------------------------- */
 /* DEVRES names a CUdevResource the daemon handed out (crc_devres_id: no driver type; the resource

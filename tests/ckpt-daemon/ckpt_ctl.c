@@ -6,6 +6,9 @@
  *   ckpt_ctl SOCK commit PID                  prints the checkpoint id (0: committed once drained)
  *   ckpt_ctl SOCK commit-wait PID             waits for that, prints its id
  *   ckpt_ctl SOCK restore STORE ID PID SWAP   restores, hands the socket to the client at SWAP
+ *   ckpt_ctl SOCK stage-restore STORE SID ID PID SWAP  stages checkpoint SID (crc_ctl_stage), then
+ *                                             restores ID with its key, as restore; the staging
+ *                                             connection closes last
  *   ckpt_ctl SOCK sessions
  *   ckpt_ctl - verify STORE ID READY          device-alloc regions against ckpt_client's pattern
  *   ckpt_ctl - count STORE                    prints the number of checkpoints
@@ -199,6 +202,30 @@ int main(int argc, char **argv)
 			rc = send_fd(argv[6], fd) ? CRC_EIO : 0;
 			close(fd);
 			c = NULL;
+		}
+	} else if (!strcmp(cmd, "stage-restore") && argc == 8) {
+		struct crc_ctl_restore_opts o = {.store_dir = argv[3],
+						 .ckpt_id = strtoull(argv[4], NULL, 0),
+						 .gpu = -1,
+						 .timeout_ms = 30000,
+						 .stage_key = 0x5eed0000u + (uint64_t)getpid()};
+		struct crc_ctl *r = NULL;
+		int fd;
+
+		rc = crc_ctl_stage(c, &o);
+		if (!rc && (rc = crc_ctl_open(argv[1], NULL, &r)))
+			fprintf(stderr, "ckpt_ctl: a second connection: %s\n", crc_strerror(rc));
+		if (!rc) {
+			o.ckpt_id = strtoull(argv[5], NULL, 0);
+			o.pid = atoi(argv[6]);
+			rc = crc_ctl_restore(r, &o, &fd);
+			if (rc) {
+				fprintf(stderr, "ckpt_ctl restore: %s\n", crc_ctl_error(r));
+				crc_ctl_close(r);
+			} else {
+				rc = send_fd(argv[7], fd) ? CRC_EIO : 0;
+				close(fd);
+			}
 		}
 	} else {
 		fprintf(stderr, "ckpt_ctl: unknown command %s\n", cmd);

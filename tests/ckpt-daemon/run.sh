@@ -36,6 +36,12 @@
 #       tcp       the client's session is TCP (a remote GPU): quiesce (asked on its socket: the idle
 #                 client parks through its watcher thread), checkpoint, commit, verify, resume, twice;
 #                 the client continues correctly
+#       staged    two checkpoints, one 4 MiB chunk changed between them; a new daemon stages the first
+#                 (replay and upload ahead, as a migration's destination does during pre-copy) and
+#                 restores the second under the same key: the staged worker uploads that chunk alone,
+#                 and the client finds its memory as at the second checkpoint
+#       staged-other  the staged checkpoint is another session's (more journal records): the restore
+#                 says it does not continue it and restores afresh, exactly
 # CKPT_BACKEND=cuda runs a case on the GPU machine's driver instead of the simulated device.
 set -u
 build=$1 case=$2
@@ -121,6 +127,18 @@ restore_elsewhere() {
 	wait "$daemon_pid" 2>/dev/null
 	start_daemon daemon2
 	"$ctl" "$CRCUDA_SOCKET" restore "$store" "$1" "$pid" "$tmp/swap.sock" || fail "restore"
+	finish_client
+}
+
+# stage_restore_elsewhere SID ID: as restore_elsewhere, the new daemon staging SID first and
+# restoring ID under its key.
+stage_restore_elsewhere() {
+	touch "$tmp/go"
+	sleep 0.3
+	kill -9 "$daemon_pid"
+	wait "$daemon_pid" 2>/dev/null
+	start_daemon daemon2
+	"$ctl" "$CRCUDA_SOCKET" stage-restore "$store" "$1" "$2" "$pid" "$tmp/swap.sock" || fail "stage-restore"
 	finish_client
 }
 
@@ -249,6 +267,38 @@ incremental)
 	[ "$c1" -gt $((12 << 20)) ] || fail "the first checkpoint copied only $c1 bytes"
 	grep -q "digests" "$tmp/daemon1.log" || fail "no digest line in the daemon log"
 	restore_elsewhere "$id"
+	;;
+staged)
+	start_daemon daemon1
+	start_client --mutate "$tmp/mutate"
+	id1=$(checkpoint) || exit 1
+	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume"
+	touch "$tmp/mutate"
+	for _ in $(seq 100); do [ -f "$tmp/mutate.done" ] && break; sleep 0.1; done
+	[ -f "$tmp/mutate.done" ] || fail "the client did not change its memory"
+	id2=$(checkpoint) || exit 1
+	stage_restore_elsewhere "$id1" "$id2"
+	grep -q "staged checkpoint $id1 " "$tmp/daemon2.log" || fail "checkpoint $id1 was not staged"
+	grep -q "restored (staged) checkpoint $id2 " "$tmp/daemon2.log" || fail "the restore did not take the staged worker"
+	# The staged upload had all of device memory; the restore's, the one changed chunk.
+	last=$(grep "uploaded" "$tmp/daemon2.log" | tail -1)
+	echo "the restore's upload: $last"
+	case $last in *" of 1 chunks "*) ;; *) fail "the restore uploaded more than the changed chunk: $last" ;; esac
+	;;
+staged-other)
+	start_daemon daemon1
+	start_client --churn 3
+	id1=$(checkpoint) || exit 1
+	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume"
+	finish_client
+	rm -f "$tmp/go" "$tmp/ready"
+	start_client
+	id2=$(checkpoint) || exit 1
+	stage_restore_elsewhere "$id1" "$id2"
+	grep -q "staged checkpoint $id1 " "$tmp/daemon2.log" || fail "checkpoint $id1 was not staged"
+	grep -q "checkpoint $id2 does not continue the staged one (.*journal records.*): restored afresh" "$tmp/daemon2.log" ||
+		fail "the restore did not say it restored afresh: $(grep "session" "$tmp/daemon2.log" | tail -3)"
+	grep -q "restored checkpoint $id2 " "$tmp/daemon2.log" || fail "no restore line in the daemon log"
 	;;
 collected)
 	start_daemon daemon1

@@ -68,7 +68,7 @@ fail() {
 cleanup() {
 	for p in "${pids[@]}"; do pkill -9 -P "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
 	two_hosts_down
-	if [ $ok = 1 ]; then rm -rf "$tmp"; else echo "migrate: logs kept in $tmp" >&2; fi
+	if [ $ok = 1 ] && [ -z "${MIGRATE_KEEP:-}" ]; then rm -rf "$tmp"; else echo "migrate: logs kept in $tmp" >&2; fi
 }
 trap cleanup EXIT
 # shellcheck source=../lib/proc.sh
