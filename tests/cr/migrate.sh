@@ -160,6 +160,12 @@ live)
 	grep -q "^migrate: pid $app runs on $addrB:$port: downtime [0-9.]* s, total [0-9.]* s" "$tmp/migrate.out" ||
 		fail "no downtime line"
 	grep -q ": TLS (" "$tmp/receive.log" || fail "the migration did not go over TLS: $(cat "$tmp/receive.log")"
+	# The destination staged the pre-copy rounds (replayed and uploaded ahead) and its restore took
+	# the staged worker: the downtime held only the last changes.
+	grep -q ": checkpoint [0-9]* staged on the daemon in " "$tmp/receive.log" ||
+		fail "no pre-copy round was staged: $(cat "$tmp/receive.log")"
+	grep -q "restored (staged) checkpoint" "$tmp/b.log" ||
+		fail "the destination restored afresh: $(grep -i "stag\|restored" "$tmp/b.log" | tail -5)"
 	[ -z "$nsB" ] || [ "$(netns_of "$app")" = "$(ip netns exec "$nsB" readlink /proc/self/ns/net)" ] ||
 		fail "the migrated program is not in $nsB"
 	finish "migrated from ${nsA:-port} to ${nsB:-port} while it ran"
