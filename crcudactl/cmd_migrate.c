@@ -4,8 +4,11 @@
  * migrate (the source) connects to receive (the destination) over TCP, proves the token and asks the
  * destination whether it has the files the process maps (same path, size and content) and opens.
  * Then pre-copy rounds: each is `crcudactl checkpoint --leave-running` into the local store (an
- * incremental one: only what changed is copied), whose chunks the destination lacks go over as a
- * chunks-only export stream (cmd_export.c) while the program runs on; rounds stop when what a round
+ * incremental one: only what changed is copied), whose chunks the destination lacks go over, with
+ * the journal and module images but not the CRIU images, as an export stream (cmd_export.c) while the
+ * program runs on; the destination stages each round on its daemon (stage_round: replayed and
+ * uploaded ahead, then only the changed chunks), so that its restore at the stop uploads only the
+ * last changes; rounds stop when what a round
  * sent stops shrinking, fits half of --max-downtime at the rate the link showed, or after --rounds.
  * The stop: `crcudactl checkpoint --leave-stopped` (the process stays stopped, its session kept),
  * the last changed chunks, the journal, module images and CRIU images go over as a whole export (less

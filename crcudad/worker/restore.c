@@ -1057,6 +1057,11 @@ static int rst_advance(struct rst *r, const struct crc_ctl_restore_wire *w, bool
 	rc = rst_load(&next, w->ckpt_id, tcp, peer, why, why_len);
 	if (!rc && !rst_same_state(r, &next, why, why_len))
 		rc = CRC_EBUSY;
+	/* The same records: the same ones were left out of the replay. */
+	if (!rc && crc_journal_mark_dead(next.j.items, next.j.n)) {
+		snprintf(why, why_len, "out of memory reading the journal");
+		rc = CRC_ENOMEM;
+	}
 	if (!rc)
 		rc = upload_all(r->s, r->st, next.mf, r->mf, dctx, crc_session_dev_ctxs(r->s, dctx) > 0, why,
 				why_len);
