@@ -284,8 +284,9 @@ struct export
 	struct blob {
 		struct crc_hash hash;
 		uint64_t len;
+		bool known; /* the reader holds it: not sent (its import pins it) */
 	} * blobs;
-	size_t nblobs, capblobs;
+	size_t nblobs, capblobs, blobs_sent;
 	struct cref *refs;
 	size_t nrefs;
 	uint64_t nchunks, chunk_bytes;
@@ -441,6 +442,29 @@ static int list_images(struct export *e, const char *store)
 }
 
 /* The regions' chunk references, sorted; counts the distinct chunks. */
+int ctl_ckpt_images(struct crc_store *st, const struct crc_manifest *m, struct crc_hash **out, size_t *n)
+{
+	struct export e = {.st = st, .m = (struct crc_manifest *)m};
+	struct jpass jp = {.e = &e};
+	const char *s = crc_manifest_meta_get(m, "crcuda.session"),
+		   *q = crc_manifest_meta_get(m, "crcuda.journal_seq");
+	int rc = 0;
+
+	*out = NULL;
+	*n = 0;
+	if (!s || !q)
+		return 0; /* no journal */
+	e.session = strtoull(s, NULL, 0);
+	e.upto = strtoull(q, NULL, 0);
+	rc = crc_store_journal_iterate(st, e.session, journal_rec, &jp);
+	if (rc >= 0 && !jp.err && e.nblobs && !(*out = calloc(e.nblobs, sizeof(**out))))
+		jp.err = CRC_ENOMEM;
+	for (size_t i = 0; *out && i < e.nblobs; i++)
+		(*out)[(*n)++] = e.blobs[i].hash;
+	free(e.blobs);
+	return jp.err ? jp.err : rc < 0 ? rc : 0;
+}
+
 static int index_chunks(struct export *e)
 {
 	size_t n = 0;
@@ -512,7 +536,7 @@ static int write_header_info(struct export *e, const char *from)
 	le64(info + 16, e->journal ? e->session : 0);
 	le64(info + 24, e->journal ? e->upto : 0);
 	le64(info + 32, e->njournal);
-	le64(info + 40, e->nblobs);
+	le64(info + 40, e->blobs_sent);
 	le64(info + 48, e->nchunks);
 	le64(info + 56, e->chunk_bytes);
 	le64(info + 64, e->nfiles);
@@ -603,6 +627,8 @@ static int write_blobs_chunks(struct export *e)
 			free(buf);
 			return ex_fail(e, "the journal names a module image of %" PRIu64 " bytes", b->len);
 		}
+		if (b->known)
+			continue;
 		if ((rc = export_stored(e, EX_BLOB, "module image", &b->hash, b->len, &buf, &cap))) {
 			free(buf);
 			return rc;
@@ -705,6 +731,11 @@ static int export_write(struct export *e, const char *store)
 		if (rc < 0 || jp.err)
 			return ex_fail(e, "reading the journal of store session %" PRIu64 ": %s", e->session,
 				       crc_strerror(jp.err ? jp.err : rc));
+	}
+	/* Module images the reader holds are left out, as chunks are. */
+	for (size_t i = 0; i < e->nblobs; i++) {
+		e->blobs[i].known = ctl_hash_known(e->o->known, e->o->nknown, &e->blobs[i].hash);
+		e->blobs_sent += !e->blobs[i].known;
 	}
 	if (index_chunks(e) || list_images(e, store))
 		return -1;
@@ -1027,6 +1058,7 @@ struct import {
 	char store[PATH_MAX];
 	struct xr r;
 	bool sync;
+	uint64_t images_pinned; /* module images left out of the stream, pinned from the store */
 	/* INFO */
 	uint64_t src_id, src_session, src_seq, n_journal, n_blobs, n_chunks, chunk_bytes, n_files, file_bytes;
 	int64_t created_ns;
@@ -1579,6 +1611,35 @@ static int im_commit(struct import *im, uint64_t *out_id)
 		}
 	}
 	free(buf);
+	/* Module images the journal names that the stream left out (a migration's earlier round brought
+	 * them: the store holds them) are pinned to the new session; else the export is incomplete. */
+	for (size_t i = 0; i < im->njrecs; i++) {
+		static const uint8_t zero[16];
+		char hex[CRC_HASH_HEX_LEN + 1];
+		struct crc_jrec_view v;
+		struct crc_hash h;
+		bool sent = false;
+
+		if (crc_jrec_decode(im->jrecs[i].payload, im->jrecs[i].len, &v))
+			return im_corrupt(im, "journal record %zu cannot be decoded", i);
+		if (!memcmp(v.call->image_hash, zero, 16))
+			continue;
+		memcpy(h.bytes, v.call->image_hash, 16);
+		for (size_t b = 0; b < im->nblobs && !sent; b++)
+			sent = !memcmp(im->blobs[b].hash.bytes, h.bytes, 16);
+		if (sent)
+			continue;
+		crc_hash_to_hex(&h, hex);
+		if (!im->known_ok)
+			return im_fail(
+			    im, "the export is incomplete: it lacks module image %s, which its journal names",
+			    hex);
+		rc = crc_store_blob_pin(im->st, im->session, &h, v.call->image_bytes);
+		if (rc)
+			return im_fail(im, "module image %s was not sent and %s does not hold it: %s", hex,
+				       im->store, crc_strerror(rc));
+		im->images_pinned++;
+	}
 	for (uint32_t i = 0; i < im->nmeta && !rc; i++) {
 		const char *k = im->meta[i].key, *v = im->meta[i].value;
 
@@ -1815,6 +1876,8 @@ int ctl_import_fd(const char *store, int fd, const struct ctl_import_opts *o, ui
 	snprintf(im.store, sizeof(im.store), "%s", store);
 	rc = import_stream(&im, id);
 	*bytes = im.r.off;
+	if (o->images_pinned)
+		*o->images_pinned = im.images_pinned;
 	snprintf(why, len, "%s", im.why[0] ? im.why : "failed");
 	import_free(&im, !rc);
 	return rc;

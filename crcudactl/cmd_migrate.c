@@ -665,8 +665,11 @@ static int serve(const struct recv_cfg *cfg, int c, const char *peer)
 			free(have);
 		} else if (type == MIG_PUT && len == 4) {
 			uint32_t flags = get32(p);
-			struct ctl_import_opts o = {
-			    .known_ok = true, .more_follows = true, .precopy = flags & MIG_PUT_PRECOPY};
+			uint64_t kept_images = 0;
+			struct ctl_import_opts o = {.known_ok = true,
+						    .more_follows = true,
+						    .precopy = flags & MIG_PUT_PRECOPY,
+						    .images_pinned = &kept_images};
 			const char *pause_file = getenv("CRCUDA_TEST_RECEIVE_PAUSE_FILE");
 			char why[PATH_MAX + 600];
 			uint64_t id = 0, bytes = 0;
@@ -691,8 +694,9 @@ static int serve(const struct recv_cfg *cfg, int c, const char *peer)
 				break;
 			}
 			fprintf(stderr,
-				"crcudactl receive: %s: round %zu: checkpoint %" PRIu64 " (%.1f MiB)%s\n",
-				peer, rounds, id, mib(bytes), o.precopy ? " (pre-copy)" : "");
+				"crcudactl receive: %s: round %zu: checkpoint %" PRIu64
+				" (%.1f MiB; module images kept from earlier rounds: %" PRIu64 ")%s\n",
+				peer, rounds, id, mib(bytes), kept_images, o.precopy ? " (pre-copy)" : "");
 			if (o.precopy && nprecopy < sizeof(precopy) / sizeof(precopy[0]))
 				precopy[nprecopy++] = id;
 			if (!o.precopy)
@@ -1279,23 +1283,26 @@ static int mig_put(struct mig *m, uint64_t id, bool precopy, const char *what, s
 	struct ctl_export_opts o = {.no_images = precopy, .flip_at = UINT64_MAX, .cut_at = UINT64_MAX};
 	struct crc_manifest *man = NULL;
 	struct crc_store *st = NULL;
-	struct crc_hash *hashes = NULL, *known = NULL;
-	size_t n = 0, nknown = 0;
+	struct crc_hash *hashes = NULL, *known = NULL, *images = NULL;
+	size_t n = 0, nknown = 0, nimages = 0;
 	uint8_t *p = NULL, flags[4];
 	uint64_t len;
 	char why[PATH_MAX + 600];
 	int rc;
 
-	if ((rc = crc_store_open(m->store, 0, &st)) || (rc = crc_store_manifest_get(st, id, &man))) {
+	/* The module images go in the question too: a round sends only those the destination lacks. */
+	if ((rc = crc_store_open(m->store, 0, &st)) || (rc = crc_store_manifest_get(st, id, &man)) ||
+	    (rc = ctl_ckpt_images(st, man, &images, &nimages))) {
 		crc_store_close(st);
+		crc_manifest_free(man);
 		return mig_fail(m, "%s: checkpoint %" PRIu64 " in %s: %s", what, id, m->store,
 				crc_strerror(rc));
 	}
 	crc_store_close(st);
 	for (uint32_t r = 0; r < man->nregions; r++)
 		n += man->regions[r].nchunks;
-	hashes = calloc(n ? n : 1, sizeof(*hashes));
-	known = calloc(n ? n : 1, sizeof(*known));
+	hashes = calloc(n + nimages + 1, sizeof(*hashes));
+	known = calloc(n + nimages + 1, sizeof(*known));
 	if (!hashes || !known) {
 		rc = mig_fail(m, "out of memory");
 		goto out;
@@ -1304,6 +1311,9 @@ static int mig_put(struct mig *m, uint64_t id, bool precopy, const char *what, s
 	for (uint32_t r = 0; r < man->nregions; r++)
 		for (uint32_t c = 0; c < man->regions[r].nchunks; c++)
 			hashes[n++] = man->regions[r].chunks[c].hash;
+	if (nimages)
+		memcpy(hashes + n, images, nimages * sizeof(*images));
+	n += nimages;
 	if ((rc = mig_ask(m, MIG_HAVE, hashes, 16ull * n, what, &p, &len)))
 		goto out;
 	if (len != n) {
@@ -1354,6 +1364,7 @@ out:
 	free(p);
 	free(hashes);
 	free(known);
+	free(images);
 	crc_manifest_free(man);
 	return rc ? -1 : 0;
 }

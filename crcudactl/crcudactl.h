@@ -50,7 +50,8 @@ struct ctl_export_opts {
 	/* Without the CRIU images (and criu.images_dir): the CRIU plugin writes the export into the
 	 * image directory itself (state=images). */
 	bool no_images;
-	/* Chunks the reader holds already (sorted with ctl_hash_sort): named by the regions, not sent. */
+	/* Chunks and module images the reader holds already (sorted with ctl_hash_sort): named by the
+	 * regions or the journal, not sent. */
 	const struct crc_hash *known;
 	size_t nknown;
 	/* Tests: the byte at flip_at goes out with a bit flipped; the stream ends at cut_at (the write
@@ -70,11 +71,18 @@ struct ctl_import_opts {
 	bool known_ok;	   /* chunks not sent may be in the store (named, not put); else it fails */
 	bool more_follows; /* the connection goes on after the trailer (no end of file expected) */
 	bool precopy;	   /* a migration's pre-copy round: marked crcuda.migrate_precopy */
+	/* Out, may be NULL: journal records that name module images not sent (pinned from the store) */
+	uint64_t *images_pinned;
 };
 /* Reads one export stream from fd into store: 0 with *id, or -1 with a reason in why (nothing of it is
  * left in the store). *bytes: how many were read. */
 int ctl_import_fd(const char *store, int fd, const struct ctl_import_opts *o, uint64_t *id, uint64_t *bytes,
 		  char *why, size_t len);
+/* The module images checkpoint m's journal names (a new array in *out, *n of them; none without a
+ * journal): what a migration asks the destination about with the chunks. 0, or a CRC_E* error. */
+struct crc_store;
+struct crc_manifest;
+int ctl_ckpt_images(struct crc_store *st, const struct crc_manifest *m, struct crc_hash **out, size_t *n);
 /* Whether h is in sorted[0..n) (ctl_hash_sort). */
 bool ctl_hash_known(const struct crc_hash *sorted, size_t n, const struct crc_hash *h);
 void ctl_hash_sort(struct crc_hash *v, size_t n);

@@ -648,3 +648,35 @@ uint64_t crc_ckpt_stored_bytes(const struct crc_ckpt *ck)
 {
 	return ck ? ck->stored_bytes : 0;
 }
+
+int crc_store_blob_pin(struct crc_store *st, uint64_t session, const struct crc_hash *hash, uint64_t len)
+{
+	if (!st || !hash || !len || len > CRC_CHUNK_MAX)
+		return CRC_EINVAL;
+	struct chunk_loc loc;
+	MDB_txn *txn = NULL;
+	uint8_t key[24], val[8];
+	int rc = mdb_txn_begin(st->env, NULL, 0, &txn);
+	if (rc)
+		return crc__mdb_err(rc, "mdb_txn_begin");
+	if ((rc = crc__session_check(st, txn, session)) || (rc = crc__chunk_locate(st, txn, hash, &loc)))
+		goto fail;
+	if (loc.length != len) {
+		rc = CRC_EINVAL; /* another object under that hash: never pinned under a wrong length */
+		goto fail;
+	}
+	put_be64(key, session);
+	memcpy(key + 8, hash->bytes, 16);
+	put_le64(val, len);
+	MDB_val k = {sizeof(key), key}, v = {sizeof(val), val};
+	rc = mdb_put(txn, st->dbi_blobs, &k, &v, 0);
+	if (rc) {
+		rc = crc__mdb_err(rc, "pinning a blob");
+		goto fail;
+	}
+	rc = mdb_txn_commit(txn);
+	return rc ? crc__mdb_err(rc, "committing a blob") : 0;
+fail:
+	mdb_txn_abort(txn);
+	return rc;
+}

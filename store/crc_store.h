@@ -162,6 +162,13 @@ int crc_store_journal_iterate(struct crc_store *st, uint64_t session, crc_journa
 int crc_store_blob_put(struct crc_store *st, uint64_t session, const void *data, size_t len,
 		       struct crc_hash *out_hash);
 
+/** Pins to a session bytes the store holds already (put by another session, or as a chunk), as
+ * crc_store_blob_put would without them: an import whose source left out a module image the store has.
+ * @retval CRC_ENOTFOUND no such session, or the store does not hold the bytes
+ * @retval CRC_EINVAL bad arguments, or the bytes held under that hash are not len long
+ * @retval CRC_EDB, CRC_ECORRUPT LMDB failures */
+int crc_store_blob_pin(struct crc_store *st, uint64_t session, const struct crc_hash *hash, uint64_t len);
+
 /* Largest chunk (crc_ckpt_put_chunk, crc_store_blob_put). */
 #define CRC_CHUNK_MAX (1u << 30)
 

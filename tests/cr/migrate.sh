@@ -164,6 +164,9 @@ live)
 	# the staged worker: the downtime held only the last changes.
 	grep -q ": checkpoint [0-9]* staged on the daemon in " "$tmp/receive.log" ||
 		fail "no pre-copy round was staged: $(cat "$tmp/receive.log")"
+	# Module images went over once: the last round named them, the destination had them.
+	grep -q ": round [0-9]*: checkpoint [0-9]* (.*; module images kept from earlier rounds: [1-9][0-9]*)$" "$tmp/receive.log" ||
+		fail "the last round sent the module images again: $(cat "$tmp/receive.log")"
 	grep -q "restored (staged) checkpoint" "$tmp/b.log" ||
 		fail "the destination restored afresh: $(grep -i "stag\|restored" "$tmp/b.log" | tail -5)"
 	[ -z "$nsB" ] || [ "$(netns_of "$app")" = "$(ip netns exec "$nsB" readlink /proc/self/ns/net)" ] ||
