@@ -1086,25 +1086,45 @@ static int rst_advance(struct rst *r, const struct crc_ctl_restore_wire *w, bool
  * restore. The application's downtime then holds no full upload and no replay. One per worker. */
 static struct {
 	pthread_mutex_t lock;
-	bool held;
+	pthread_cond_t cond;
+	bool held; /* r holds a staged restore */
+	bool busy; /* a stage request is working on it (r taken out meanwhile) */
 	uint64_t key;
 	struct rst r;
-} stg = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} stg = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
-/* Takes the restore staged under key out of stg into *r; false when there is none. */
-static bool stage_take(uint64_t key, struct rst *r)
+/* Takes the restore staged under key out of stg into *r, once a stage request working on it is done;
+ * false when there is none. busy: the caller works on it now (stage_done ends that). */
+static bool stage_take(uint64_t key, struct rst *r, bool busy)
 {
 	bool got;
 
 	pthread_mutex_lock(&stg.lock);
+	while (stg.busy)
+		pthread_cond_wait(&stg.cond, &stg.lock);
 	got = stg.held && stg.key == key;
 	if (got) {
 		*r = stg.r;
 		memset(&stg.r, 0, sizeof(stg.r));
 		stg.held = false;
 	}
+	stg.busy = busy;
 	pthread_mutex_unlock(&stg.lock);
 	return got;
+}
+
+/* A stage request is done: r (when it holds a session) is what stays staged under key. */
+static void stage_done(uint64_t key, struct rst *r)
+{
+	pthread_mutex_lock(&stg.lock);
+	if (r->s) {
+		stg.r = *r;
+		stg.key = key;
+		stg.held = true;
+	}
+	stg.busy = false;
+	pthread_cond_broadcast(&stg.cond);
+	pthread_mutex_unlock(&stg.lock);
 }
 
 int crc_restore_stage(bool tcp, const struct crc_peer *peer, const struct crc_ctl_restore_wire *w,
@@ -1116,7 +1136,9 @@ int crc_restore_stage(bool tcp, const struct crc_peer *peer, const struct crc_ct
 	const char *how = "staged";
 	int rc = 0;
 
-	if (stage_take(w->stage_key, &r)) {
+	/* One per worker: the front sends only that key's requests here, and a worker staged under
+	 * another key has its session (crc_session_create refuses a second). */
+	if (stage_take(w->stage_key, &r, true)) {
 		char stale[CRC_CTL_MSG_MAX];
 
 		rc = rst_advance(&r, w, tcp, peer, store_dir, stale, sizeof(stale));
@@ -1137,25 +1159,20 @@ int crc_restore_stage(bool tcp, const struct crc_peer *peer, const struct crc_ct
 			rc = upload_all(r.s, r.st, r.mf, NULL, dctx, crc_session_dev_ctxs(r.s, dctx) > 0, why,
 					why_len);
 	}
-	if (rc) {
+	if (rc)
 		rst_free(&r);
-		return rc;
-	}
-	pr_info("session %llu: %s checkpoint %" PRIu64 " from %s in %.3f s", (unsigned long long)r.s->id, how,
-		w->ckpt_id, store_dir, crc_now_s() - t0);
-	pthread_mutex_lock(&stg.lock);
-	stg.r = r;
-	stg.key = w->stage_key;
-	stg.held = true;
-	pthread_mutex_unlock(&stg.lock);
-	return 0;
+	else
+		pr_info("session %llu: %s checkpoint %" PRIu64 " from %s in %.3f s",
+			(unsigned long long)r.s->id, how, w->ckpt_id, store_dir, crc_now_s() - t0);
+	stage_done(w->stage_key, &r);
+	return rc;
 }
 
 void crc_restore_stage_drop(uint64_t key)
 {
 	struct rst r;
 
-	if (!stage_take(key, &r))
+	if (!stage_take(key, &r, false))
 		return;
 	pr_info("session %llu: the staged restore was not used: dropped", (unsigned long long)r.s->id);
 	rst_free(&r);
@@ -1173,7 +1190,7 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 	const char *handles, *exports, *how = "restored";
 	bool lazy, staged = false;
 
-	if (w->stage_key && stage_take(w->stage_key, &rs)) {
+	if (w->stage_key && stage_take(w->stage_key, &rs, false)) {
 		/* Staged here: only what changed since goes up, then the session is this process's. */
 		char stale[CRC_CTL_MSG_MAX];
 
