@@ -11,11 +11,13 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -82,6 +84,67 @@ struct restore_args {
 	bool wait;     /* --wait: the restored program is our child; its status is ours */
 	bool progress; /* --progress (else when stderr is a terminal) */
 };
+
+/* The daemon's part of the restore, started before CRIU (crc_ctl_stage): a worker replays the journal
+ * and uploads device memory while CRIU restores the process, and the CRIU plugin's restore request,
+ * with the same key, takes that worker and only adds the connection. Without it, the replay and the
+ * upload start only once CRIU has come to the plugin. */
+struct early_stage {
+	pthread_t tid;
+	struct crc_ctl *c;
+	struct crc_ctl_restore_opts o;
+	char env[64]; /* CRCUDA_RESTORE_STAGE_KEY=..., for the plugin */
+	bool started;
+};
+
+static void *early_stage_main(void *arg)
+{
+	struct early_stage *es = arg;
+
+	/* A failure costs only the head start: the plugin's restore then does it all. */
+	if (crc_ctl_stage(es->c, &es->o) && getenv("CRCUDA_RESTORE_STAGE_VERBOSE"))
+		fprintf(stderr, "crcudactl: restore: staging ahead failed: %s\n", crc_ctl_error(es->c));
+	return NULL;
+}
+
+/* Starts it for checkpoint id of a single client on the local daemon: not for a process tree (the
+ * plugin restores each client afresh), nor where the caller staged one already (a migration's
+ * destination: CRCUDA_RESTORE_STAGE_KEY), nor with CRCUDA_RESTORE_STAGE=0. */
+static void early_stage_start(struct early_stage *es, const char *daemon, const char *store, uint64_t id,
+			      const char *gpu, unsigned timeout_s)
+{
+	const char *off = getenv("CRCUDA_RESTORE_STAGE");
+	char why[256];
+
+	if ((off && !strcmp(off, "0")) || getenv("CRCUDA_RESTORE_STAGE_KEY"))
+		return;
+	es->o = (struct crc_ctl_restore_opts){
+	    .store_dir = store, .ckpt_id = id, .gpu = -1, .timeout_ms = (int)timeout_s * 1000};
+	/* The same device choices as the plugin's request (CRCUDA_GPU): else they differ and the staged
+	 * worker restores afresh. */
+	if (gpu && *gpu && strcmp(gpu, "-1") && crc_ctl_parse_gpus(gpu, &es->o, why, sizeof(why)))
+		return;
+	if (getrandom(&es->o.stage_key, sizeof(es->o.stage_key), 0) != sizeof(es->o.stage_key) ||
+	    !es->o.stage_key || crc_ctl_open(daemon, NULL, &es->c))
+		return;
+	if (pthread_create(&es->tid, NULL, early_stage_main, es)) {
+		crc_ctl_close(es->c);
+		es->c = NULL;
+		return;
+	}
+	es->started = true;
+	snprintf(es->env, sizeof(es->env), "CRCUDA_RESTORE_STAGE_KEY=%" PRIx64, es->o.stage_key);
+}
+
+/* After CRIU: what the plugin did not take is dropped with the connection. */
+static void early_stage_end(struct early_stage *es)
+{
+	if (es->started)
+		pthread_join(es->tid, NULL);
+	crc_ctl_close(es->c);
+	es->c = NULL;
+	es->started = false;
+}
 
 /* A daemon answers on the socket; else one is started through `crcudactl run` (same locking and
  * idle exit as for programs: it stays while the restored session lives). */
@@ -317,6 +380,7 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 	bool keep_work = true;
 	pid_t pid = 0, wait_for = 0;
 	int imgfd = -1;
+	struct early_stage stage = {0};
 
 	rc = parse(argc, argv, &a, opts);
 	if (rc >= 0)
@@ -416,7 +480,7 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 	snprintf(pidfile, sizeof(pidfile), "%s/pid", work);
 	snprintf(rlog, sizeof(rlog), "%s/restore.log", work);
 
-	char *env[10], e_daemon[PATH_MAX + 16], e_store[PATH_MAX + 16], e_id[64],
+	char *env[12], e_daemon[PATH_MAX + 16], e_store[PATH_MAX + 16], e_id[64],
 	    e_gpu[16 + CRC_CTL_MAX_GPUS * 41], e_report[96], e_timeout[64], e_token[PATH_MAX + 32];
 	int ne = 0;
 	snprintf(e_store, sizeof(e_store), "CRCUDA_STORE=%s", store);
@@ -448,6 +512,10 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 		snprintf(e_daemon, sizeof(e_daemon), "CRCUDA_DAEMON=%s", daemon);
 		env[ne++] = e_daemon;
 		unsetenv("CRCUDA_REMOTE");
+		if (!tree)
+			early_stage_start(&stage, daemon, store, a.id, a.gpu, a.timeout);
+		if (stage.started)
+			env[ne++] = stage.env;
 	}
 	env[ne] = NULL;
 
@@ -518,6 +586,7 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 	}
 	ctl_progress_end(NULL);
 	double secs = ctl_now() - t0;
+	early_stage_end(&stage);
 	FILE *pf = fopen(pidfile, "r");
 	int got = 0;
 
@@ -565,6 +634,7 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 	if (a.wait)
 		wait_for = got;
 out:
+	early_stage_end(&stage);
 	if (imgfd >= 0)
 		close(imgfd);
 	if (!keep_work && work_made) {

@@ -155,6 +155,9 @@ static void proxy_request(struct control *c, const struct crc_msg_hdr *h, const 
 	free(reply);
 }
 
+/* How long a restore waits for the stage request its key names to reach this front. */
+#define STAGE_ROUTE_WAIT_MS 1000
+
 /* A restore: a worker of its own takes the connection. false: the connection is handed over. */
 static bool restore(struct control *c, const struct crc_msg_hdr *h, const uint8_t *p, size_t len)
 {
@@ -176,6 +179,13 @@ static bool restore(struct control *c, const struct crc_msg_hdr *h, const uint8_
 	w = rw->stage_key ? crc_worker_find_staged(rw->stage_key, (uid_t)c->peer.uid,
 						   !(rw->flags & CRC_RESTORE_STAGE), rw->pid)
 			  : NULL;
+	/* A restore under a key whose stage request is on its way (crcudactl restore sends it just
+	 * before it starts CRIU, which sends this) waits for it a little. */
+	for (int i = 0; !w && rw->stage_key && !(rw->flags & CRC_RESTORE_STAGE) && i < STAGE_ROUTE_WAIT_MS;
+	     i += 2) {
+		usleep(2000);
+		w = crc_worker_find_staged(rw->stage_key, (uid_t)c->peer.uid, true, rw->pid);
+	}
 	if (!w && (w = crc_worker_take(&client, c->tcp, true, why, sizeof(why))) &&
 	    (rw->flags & CRC_RESTORE_STAGE))
 		w->stage_key = rw->stage_key;

@@ -25,7 +25,19 @@ struct control {
 	uint8_t *pending;
 	size_t pending_len;
 	uint64_t stage_key; /* a restore staged on this connection: dropped when it closes */
+	bool restoring;	    /* counted in crcd.restoring (its restore is pending, or it stages) */
 };
+
+/* This connection's restore is done: the worker may go idle (unless it stages: then when it closes). */
+static void restoring_done(struct control *c)
+{
+	if (!c->restoring)
+		return;
+	pthread_mutex_lock(&crcd.lock);
+	crcd.restoring--;
+	pthread_mutex_unlock(&crcd.lock);
+	c->restoring = false;
+}
 
 /* The session of pid (or id), held (refs) until session_put. */
 static struct crc_session *session_get(const struct control *c, int32_t pid, uint64_t id, char *why,
@@ -263,10 +275,9 @@ static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const 
 				rc = crc_restore_stage(c->tcp, &c->peer, &w, store, why, sizeof(why));
 				if (!rc)
 					c->stage_key = w.stage_key;
+				/* The worker stays while the stager does (even where this failed): the
+				 * restore it routes here under the key restores afresh then. */
 				crc_ctl_reply_send(c->fd, h, rc, rc ? why : NULL, NULL, 0);
-				pthread_mutex_lock(&crcd.lock);
-				crcd.restoring = false;
-				pthread_mutex_unlock(&crcd.lock);
 				return true;
 			}
 			if (!rc)
@@ -274,9 +285,7 @@ static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const 
 		}
 		if (rc)
 			crc_ctl_reply_send(c->fd, h, rc, why, NULL, 0);
-		pthread_mutex_lock(&crcd.lock);
-		crcd.restoring = false;
-		pthread_mutex_unlock(&crcd.lock);
+		restoring_done(c);
 		/* Restored: the connection belongs to the session now (crc_restore replied). Failed: the
 		 * reply said why, and this worker, with nothing left to do, goes (closing it). */
 		return rc != 0;
@@ -394,6 +403,7 @@ static void *control_main(void *arg)
 		close(c->fd);
 	if (c->stage_key)
 		crc_restore_stage_drop(c->stage_key);
+	restoring_done(c);
 	resume_orphan(c);
 	free(c);
 	return NULL;
@@ -432,13 +442,12 @@ void crc_control_start(int fd, bool tcp, const struct crc_peer *peer, const void
 	if (len) {
 		/* A restore: the worker must not take itself for idle before the session exists. */
 		pthread_mutex_lock(&crcd.lock);
-		crcd.restoring = true;
+		crcd.restoring++;
 		pthread_mutex_unlock(&crcd.lock);
+		c->restoring = true;
 	}
 	if (pthread_create(&t, NULL, control_main, c)) {
-		pthread_mutex_lock(&crcd.lock);
-		crcd.restoring = false;
-		pthread_mutex_unlock(&crcd.lock);
+		restoring_done(c);
 		free(c->pending);
 		free(c);
 		close(fd);

@@ -1187,7 +1187,7 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 	struct crc_session *s;
 	int rc = 0, memfd = -1;
 	double t0 = crc_now_s();
-	const char *handles, *exports, *how = "restored";
+	const char *handles, *exports, *how = "";
 	bool lazy, staged = false;
 
 	if (w->stage_key && stage_take(w->stage_key, &rs, false)) {
@@ -1207,7 +1207,7 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 			rc = 0;
 		} else {
 			staged = true;
-			how = "restored (staged)";
+			how = " (staged ahead)";
 			rs.s->fd = fd;
 			rs.s->tcp = tcp;
 			rs.s->peer = *peer;
@@ -1331,10 +1331,10 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 			snprintf(why, why_len, "the restoring side went away: %s", crc_strerror(rc));
 			goto fail;
 		}
-		pr_info("session %llu: %s checkpoint %" PRIu64
-			" from %s (%zu of %zu journal records replayed, "
+		pr_info("session %llu: restored checkpoint %" PRIu64
+			"%s from %s (%zu of %zu journal records replayed, "
 			"%u regions) in %.3f s",
-			(unsigned long long)s->id, how, w->ckpt_id, store_dir, replayed, rs.j.n, mf->nregions,
+			(unsigned long long)s->id, w->ckpt_id, how, store_dir, replayed, rs.j.n, mf->nregions,
 			crc_now_s() - t0);
 	}
 	jload_free(&rs.j);

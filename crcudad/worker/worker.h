@@ -49,7 +49,7 @@ struct crc_daemon {
 	size_t ring_size;
 	pthread_mutex_t lock; /* session, restoring */
 	struct crc_session *session;
-	bool restoring;		  /* a restore request is being served (no session yet) */
+	unsigned restoring;	  /* restore requests served, and stage connections open (no session yet) */
 	uint64_t next_session_id; /* the id the front gave the session */
 };
 extern struct crc_daemon crcd;

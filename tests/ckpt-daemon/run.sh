@@ -279,7 +279,7 @@ staged)
 	id2=$(checkpoint) || exit 1
 	stage_restore_elsewhere "$id1" "$id2"
 	grep -q "staged checkpoint $id1 " "$tmp/daemon2.log" || fail "checkpoint $id1 was not staged"
-	grep -q "restored (staged) checkpoint $id2 " "$tmp/daemon2.log" || fail "the restore did not take the staged worker"
+	grep -q "restored checkpoint $id2 (staged ahead) " "$tmp/daemon2.log" || fail "the restore did not take the staged worker"
 	# The staged upload had all of device memory; the restore's, the one changed chunk.
 	last=$(grep "uploaded" "$tmp/daemon2.log" | tail -1)
 	echo "the restore's upload: $last"

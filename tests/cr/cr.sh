@@ -376,6 +376,10 @@ basic)
 	[ "$pid" = "$app" ] || fail "restored pid '$pid', checkpointed $app"
 	(cd "$store" && find criu -type f -exec md5sum {} + | sort) >"$tmp/sum.after"
 	cmp -s "$tmp/sum.before" "$tmp/sum.after" || fail "the restore changed the checkpoint's images"
+	# crcudactl restore staged the checkpoint on the daemon while CRIU restored the process, and the
+	# plugin's restore took that worker.
+	grep -q "session .* restored checkpoint $id (staged ahead) " "$log" ||
+		fail "the restore did not take the worker staged ahead: $(grep "checkpoint $id" "$log" | tail -3)"
 	finish "$pid" "restored"
 	"$ctl" store verify >/dev/null || fail "store verify"
 	;;

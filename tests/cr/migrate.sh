@@ -167,7 +167,7 @@ live)
 	# Module images went over once: the last round named them, the destination had them.
 	grep -q ": round [0-9]*: checkpoint [0-9]* (.*; module images kept from earlier rounds: [1-9][0-9]*)$" "$tmp/receive.log" ||
 		fail "the last round sent the module images again: $(cat "$tmp/receive.log")"
-	grep -q "restored (staged) checkpoint" "$tmp/b.log" ||
+	grep -q "restored checkpoint [0-9]* (staged ahead)" "$tmp/b.log" ||
 		fail "the destination restored afresh: $(grep -i "stag\|restored" "$tmp/b.log" | tail -5)"
 	[ -z "$nsB" ] || [ "$(netns_of "$app")" = "$(ip netns exec "$nsB" readlink /proc/self/ns/net)" ] ||
 		fail "the migrated program is not in $nsB"
