@@ -109,14 +109,16 @@ static void *early_stage_main(void *arg)
 
 /* Starts it for checkpoint id of a single client on the local daemon: not for a process tree (the
  * plugin restores each client afresh), nor where the caller staged one already (a migration's
- * destination: CRCUDA_RESTORE_STAGE_KEY), nor with CRCUDA_RESTORE_STAGE=0. */
+ * destination: CRCUDA_RESTORE_STAGE_KEY), nor for a lazy restore (CRCUDA_RESTORE_LAZY=1: the program
+ * runs on while its memory uploads, where a staged restore would wait for the upload), nor with
+ * CRCUDA_RESTORE_STAGE=0. */
 static void early_stage_start(struct early_stage *es, const char *daemon, const char *store, uint64_t id,
 			      const char *gpu, unsigned timeout_s)
 {
-	const char *off = getenv("CRCUDA_RESTORE_STAGE");
+	const char *off = getenv("CRCUDA_RESTORE_STAGE"), *lazy = getenv("CRCUDA_RESTORE_LAZY");
 	char why[256];
 
-	if ((off && !strcmp(off, "0")) || getenv("CRCUDA_RESTORE_STAGE_KEY"))
+	if ((off && !strcmp(off, "0")) || (lazy && !strcmp(lazy, "1")) || getenv("CRCUDA_RESTORE_STAGE_KEY"))
 		return;
 	es->o = (struct crc_ctl_restore_opts){
 	    .store_dir = store, .ckpt_id = id, .gpu = -1, .timeout_ms = (int)timeout_s * 1000};

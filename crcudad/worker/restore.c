@@ -196,12 +196,13 @@ static int replay_one(struct crc_session *s, struct crc_store *st, uint64_t seq,
  * 61-68% of pinned H2D, the reads and copies alone reach 74%). */
 #define UPLOAD_READERS_MAX 32 /* CRCUDA_RESTORE_READERS */
 
-/* By default three quarters of the CPUs, 4..12: on the 16-CPU H200 host 12 readers uploaded 8 GiB at
- * 36-37 GB/s, 16 at 34 (the copies from the page cache and the DMA share the memory bus). */
+/* By default half the CPUs, 4..12: the copies from the page cache and the DMA share the memory bus,
+ * and more readers only contend for it. On the 16-CPU H100 host 8 readers uploaded 8 GiB at 35-38
+ * GB/s, 12 at 33-35, 16 at 29-30 (the 16-CPU H200 host: 12 at 36-37, 16 at 34). */
 static unsigned upload_readers(void)
 {
 	const char *env = getenv("CRCUDA_RESTORE_READERS");
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN) * 3 / 4;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN) / 2;
 
 	if (env && atoi(env) >= 1 && atoi(env) <= UPLOAD_READERS_MAX)
 		return (unsigned)atoi(env);
