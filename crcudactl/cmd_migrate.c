@@ -31,7 +31,9 @@
  * chunks the last one needs (gc keeps what any checkpoint names). N = 1: the main connection alone.
  *
  * The connection: frames of u32 type, u32 0, u64 length (little-endian), then length bytes.
- *   HELLO    "CRCUDAMG", u32 version, the token           -> OK, or ERR text (then closed)
+ *   HELLO    "CRCUDAMG", u32 version, the token           -> OK [u32 features], or ERR text (then
+ *            closed); features: 1 (MIG_FEATURE_STREAMS) where --once keeps taking data connections
+ *            (an older receiver answers OK with nothing: the source then keeps to one stream)
  *   FILES    entries: u64 size, i64 mtime_ns, u64 XXH3-64, u32 flags (1: mapped: size and content
  *            must match; 0: opened: must exist), u32 path length, path -> OK text: one line per file
  *            missing or different (empty: all there)
@@ -82,6 +84,7 @@
 #define MIG_FILE_MAPPED	    1u
 #define MIG_PUT_PRECOPY	    1u
 #define MIG_PUT_STRIPE	    2u
+#define MIG_FEATURE_STREAMS 1u
 #define MIG_STREAMS_MAX	    16u
 /* A round's missing chunks are striped over the data connections from this many bytes on. */
 #define MIG_STRIPE_MIN (64ull << 20)
@@ -598,8 +601,13 @@ static int serve(const struct recv_cfg *cfg, int c, const char *peer)
 		msg_text(c, MIG_ERR, "the destination refused the token");
 		goto out;
 	}
-	if (msg_send(c, MIG_OK, NULL, 0))
-		goto out;
+	{
+		uint8_t features[4];
+
+		put32(features, MIG_FEATURE_STREAMS);
+		if (msg_send(c, MIG_OK, features, sizeof(features)))
+			goto out;
+	}
 	for (;;) {
 		free(p);
 		if ((rc = msg_recv(c, &type, &p, &len))) {
@@ -920,6 +928,7 @@ struct mig {
 	int data_fd[MIG_STREAMS_MAX]; /* --streams N >= 2: the data connections, else none */
 	unsigned ndata;
 	unsigned round_streams; /* how many connections carried the last mig_put's chunks */
+	uint32_t features;	/* the destination's, from its HELLO answer */
 	char to[300];
 	char store[PATH_MAX];
 	const char *daemon;
@@ -942,23 +951,27 @@ static int mig_fail(struct mig *m, const char *fmt, ...)
 }
 
 /* A request on fd (none where type is 0) and its answer: OK (its payload in *p, to free) or -1 with
- * why ("what: " and the reason; ERR: the destination's text). Any thread, one per fd. */
+ * why ("what: " (none where NULL) and the reason; ERR: the destination's text). Any thread, one per
+ * fd. */
 static int ask_fd(int fd, uint32_t type, const void *q, uint64_t qlen, const char *what, uint8_t **p,
 		  uint64_t *len, char *why, size_t wlen)
 {
+	const char *sep = what ? ": " : "";
 	uint32_t t;
 	int rc = type ? msg_send(fd, type, q, qlen) : 0; /* 0: only the answer */
 
+	if (!what)
+		what = "";
 	if (!rc)
 		rc = msg_recv(fd, &t, p, len);
 	if (rc) {
-		snprintf(why, wlen, "%s: %s", what, io_why(rc));
+		snprintf(why, wlen, "%s%s%s", what, sep, io_why(rc));
 		return -1;
 	}
 	if (t == MIG_ERR)
-		snprintf(why, wlen, "%s: the destination says: %s", what, (char *)*p);
+		snprintf(why, wlen, "%s%sthe destination says: %s", what, sep, (char *)*p);
 	else if (t != MIG_OK)
-		snprintf(why, wlen, "%s: an answer of unknown type %u", what, t);
+		snprintf(why, wlen, "%s%san answer of unknown type %u", what, sep, t);
 	else
 		return 0;
 	free(*p);
@@ -1016,6 +1029,8 @@ static int mig_dial(struct mig *m, const char *token, const char *which, int *fd
 				 : "the destination's greeting",
 		   &p, &len, m->why, sizeof(m->why)))
 		return -1;
+	if (!which)
+		m->features = len >= 4 ? get32(p) : 0;
 	free(p);
 	return 0;
 }
@@ -1317,7 +1332,7 @@ static void *stripe_send(void *arg)
 		free(p);
 		return NULL;
 	}
-	if (ask_fd(s->fd, 0, NULL, 0, "its answer", &p, &len, s->why, sizeof(s->why)))
+	if (ask_fd(s->fd, 0, NULL, 0, NULL, &p, &len, s->why, sizeof(s->why)))
 		return NULL;
 	if (len != 8) {
 		snprintf(s->why, sizeof(s->why), "an answer of %" PRIu64 " bytes", len);
@@ -1416,9 +1431,9 @@ static int mig_stripe(struct mig *m, uint64_t id, const char *what, const struct
 			if (c)
 				s[k].o.cut_at = strtoull(c, NULL, 0);
 		}
-		if (pthread_create(&th[k], NULL, stripe_send, &s[k])) {
+		if ((rc = pthread_create(&th[k], NULL, stripe_send, &s[k]))) {
 			s[k].rc = -1;
-			snprintf(s[k].why, sizeof(s[k].why), "cannot start a thread: %s", strerror(errno));
+			snprintf(s[k].why, sizeof(s[k].why), "cannot start a thread: %s", strerror(rc));
 			continue;
 		}
 		started[k] = true;
@@ -1798,8 +1813,13 @@ int cmd_migrate(int argc, char **argv, struct ctl_opts *opts)
 		return CTL_EXIT_FAILURE;
 	}
 	signal(SIGPIPE, SIG_IGN);
-	if (mig_connect(&m, token) || check_files_there(&m, send_files) ||
-	    (streams >= 2 && mig_connect_data(&m, token, streams)))
+	if (mig_connect(&m, token) || check_files_there(&m, send_files))
+		goto out;
+	if (streams >= 2 && !(m.features & MIG_FEATURE_STREAMS)) {
+		printf("migrate: the destination's crcudactl takes one stream only (an older one)\n");
+		streams = 1;
+	}
+	if (streams >= 2 && mig_connect_data(&m, token, streams))
 		goto out;
 	printf("migrate: pid %d to %s (%u stream%s)\n", (int)m.pid, m.to, streams, streams > 1 ? "s" : "");
 	fflush(stdout);
