@@ -1572,8 +1572,6 @@ static int mig_put(struct mig *m, uint64_t id, bool precopy, const char *what, s
 	res->chunk_bytes += striped.chunk_bytes;
 	res->skipped -= striped.chunks;
 	res->skipped_bytes -= striped.chunk_bytes;
-	if (striped.chunks && res->chunks > striped.chunks)
-		m->round_streams++; /* the main connection carried some too */
 	if ((rc = mig_ask(m, 0, NULL, 0, what, &p, &len)))
 		goto out;
 	if (len != 8) {

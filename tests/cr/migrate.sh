@@ -63,9 +63,10 @@ tmp=$(mktemp -d /tmp/crcuda-mig.XXXXXX)
 export CRCUDA_SIM_KERNELS=$progs/libcrcuda_test_kernels.so CRCUDA_CRIU=$criu
 unset CRCUDA_REMOTE CRCUDA_TOKEN CRCUDA_TOKEN_FILE CRCUDA_DAEMON CRCUDA_STORE CRCUDA_SOCKET
 [ -n "${MIGRATE_CTL:-}" ] || unset CRCUDA_LIBDIR CRCUDAD
-app_size=(--mb 8 --chunks 4)
-case $case in streams | stream-*) app_size=(--mb 96 --chunks 4) ;; esac # striped: 64 MiB and more
-app_args=("${app_size[@]}" --steps 250 --step-ms 40 --ready-at 3)
+app_size=(--mb 8 --chunks 4 --steps 250)
+# Striped from 64 MiB on; a step of 96 MiB takes the simulated device longer.
+case $case in streams | stream-*) app_size=(--mb 96 --chunks 4 --steps 120) ;; esac
+app_args=("${app_size[@]}" --step-ms 40 --ready-at 3)
 echo "tok-$RANDOM$RANDOM$RANDOM" >"$tmp/token"
 chmod 600 "$tmp/token"
 pids=()
@@ -122,7 +123,7 @@ start_receive() {
 
 # The reference: the same program, never interrupted, on the source's daemon.
 ref=$(CRCUDA_SOCKET=$tmp/a/crcudad.sock timeout 120 "${inA[@]}" "$ctl" run --backend sim -- "$progs/state_app" \
-	"${app_size[@]}" --steps 250 --ready-at 3 | checksum /dev/stdin)
+	"${app_size[@]}" --ready-at 3 | checksum /dev/stdin)
 [ -n "$ref" ] || fail "the uninterrupted reference run failed"
 
 # The program on the source, in a session of its own (CRIU needs no --shell-job), running.
