@@ -1322,9 +1322,12 @@ static void *stripe_send(void *arg)
 	}
 	if (ctl_export_chunks_fd(s->st, s->store, s->id, s->hashes, s->lens, s->n, s->fd, &s->o, &s->res, why,
 				 sizeof(why))) {
+		struct timeval brief = {.tv_sec = 2};
 		uint32_t t;
 
-		/* The destination may have said why it stopped reading. */
+		/* The destination may have said why it stopped reading (then its answer is here already;
+		 * where the failure was ours, it waits for the rest of the stream and says nothing). */
+		setsockopt(s->fd, SOL_SOCKET, SO_RCVTIMEO, &brief, sizeof(brief));
 		if (!msg_recv(s->fd, &t, &p, &len) && t == MIG_ERR)
 			snprintf(s->why, sizeof(s->why), "the destination says: %s", (char *)p);
 		else

@@ -30,8 +30,9 @@
 #                      the CA's certificate migrated, over TLS
 #       streams        --streams 3 with 96 MiB of device memory: every round's chunks (the pre-copy
 #                      ones and the last) go over 3 data connections, each imported by a receiver
-#                      process of its own (both sides say so); it finishes with the uninterrupted
-#                      checksum, the destination keeps only the last checkpoint and verifies
+#                      process of its own (both sides say so; the receiver runs with --once); it
+#                      finishes with the uninterrupted checksum, the receiver exits, the destination
+#                      keeps only the last checkpoint and verifies
 #       stream-corrupt, stream-truncated
 #                      the same, with one bit of data stream 2's stream flipped (or that stream cut
 #                      short) in the first round: migrate fails naming the stream and the destination's
@@ -308,7 +309,8 @@ certs)
 	finish "migrated over TLS with certificates"
 	;;
 streams)
-	start_receive
+	# --once: the receiver takes the data connections that come while it serves the main one.
+	start_receive -- --once
 	start_app
 	mig_opts="--streams 3 --max-downtime 1" migrate
 	[ "$rc" = 0 ] || fail "migrate --streams 3 failed"
@@ -323,6 +325,7 @@ streams)
 	done
 	[ "$(grep -c ": TLS (" "$tmp/receive.log")" = 4 ] || fail "not 4 TLS connections: $(cat "$tmp/receive.log")"
 	finish "migrated over 3 streams while it ran"
+	wait_for 30 gone "$recv" || fail "receive --once did not exit after the migration"
 	wait_for 30 test "$(dest_ckpts)" = 1 ||
 		fail "the destination keeps $(dest_ckpts) checkpoints: $(CRCUDA_STORE=$tmp/b/store "$ctl" store ls)"
 	CRCUDA_STORE=$tmp/b/store "$ctl" store verify >/dev/null || fail "store verify at the destination"
