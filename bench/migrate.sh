@@ -9,7 +9,8 @@
 # equal a run that made the same writes uninterrupted.
 # Needs root and CRIU (.deps/criu or $CRIU). CRCUDA_BENCH_BACKEND=sim runs it on the simulated device
 # (give a small MB, e.g. 64). CRCUDA_BENCH_CHURN: % per second (default 5); CRCUDA_BENCH_WARM: seconds
-# it churns before the migration (default 2); CRCUDA_BENCH_SYNC=1: stores fsynced (default off: a
+# it churns before the migration (default 2); CRCUDA_BENCH_STREAMS: migrate --streams (TLS connections a
+# round's chunks go over; default: migrate's own, a quarter of the CPUs up to 4); CRCUDA_BENCH_SYNC=1: stores fsynced (default off: a
 # migration's stores need not survive a power cut, and this machine's disk would be what is measured).
 set -uo pipefail
 build=$(cd "${1:?usage: migrate.sh BUILD_DIR [MB]}" && pwd)
@@ -22,6 +23,8 @@ crcudad=$build/crcudad/crcudad
 backend=${CRCUDA_BENCH_BACKEND:-cuda}
 churn=${CRCUDA_BENCH_CHURN:-5}
 warm=${CRCUDA_BENCH_WARM:-2}
+streams_opt=()
+[ -n "${CRCUDA_BENCH_STREAMS:-}" ] && streams_opt=(--streams "$CRCUDA_BENCH_STREAMS")
 [ "${CRCUDA_BENCH_SYNC:-0}" = 1 ] || export CRCUDA_STORE_SYNC=0
 unset CRCUDA_REMOTE CRCUDA_TOKEN CRCUDA_TOKEN_FILE CRCUDA_STORE CRCUDA_SOCKET
 work=$(mktemp -d /tmp/crcuda-bench-mig.XXXXXX)
@@ -125,7 +128,7 @@ sleep "$warm"
 send "$d" gap >/dev/null
 t0=$(now)
 CRCUDA_SOCKET=$work/a/crcudad.sock "${inA[@]}" "$ctl" migrate --store "$work/a/store" --token-file "$work/token" \
-	--to "$addrB:$port" "$pid" >"$work/migrate.out" 2>"$work/migrate.err"
+	--to "$addrB:$port" "${streams_opt[@]}" "$pid" >"$work/migrate.out" 2>"$work/migrate.err"
 rc=$?
 t1=$(now)
 cat "$work/migrate.out"
@@ -145,8 +148,10 @@ send "$r" exit >/dev/null
 down=$(sed -n 's/.*downtime \([0-9.]*\) s.*/\1/p' "$work/migrate.out")
 total=$(sed -n 's/.*, total \([0-9.]*\) s.*/\1/p' "$work/migrate.out")
 rounds=$(grep -c '^migrate: round ' "$work/migrate.out")
+streams=$(sed -n 's/^migrate: pid [0-9]* to .* (\([0-9]*\) streams\{0,1\})$/\1/p' "$work/migrate.out")
 echo
 echo "migrate bench: $backend, $mb MiB of device memory, ${churn}%/s changing, over a $link; stores $([ "${CRCUDA_STORE_SYNC:-1}" = 0 ] && echo "not fsynced" || echo "fsynced")"
+printf '  streams %s (CRCUDA_BENCH_STREAMS=%s)\n' "${streams:-?}" "${CRCUDA_BENCH_STREAMS:-default}"
 printf '  rounds %s, downtime %s s (goal <= 0.5), total %s s, longest pause the program saw %s ms\n' "$rounds" "$down" "$total" "$seen"
 if [ -n "$link_s" ]; then
 	printf '  sending %s MiB over the link: %s s; total / that = %s (goal <= 1.5)\n' "$mb" "$link_s" \

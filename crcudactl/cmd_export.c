@@ -275,6 +275,7 @@ static int xw_rec(struct xw *w, uint32_t type, uint64_t len)
 struct export
 {
 	struct crc_store *st;
+	struct crc_chunk_reader *rd; /* where set, chunks are read through it (a thread's own reader) */
 	struct crc_manifest *m;
 	struct xw w;
 	uint64_t session, upto;
@@ -604,7 +605,8 @@ static int export_stored(struct export *e, int type, const char *what, const str
 			return ex_fail(e, "out of memory");
 		*cap = len;
 	}
-	rc = crc_store_chunk_read(e->st, hash, *buf, len, &got);
+	rc = e->rd ? crc_chunk_reader_read(e->rd, hash, *buf, len, &got)
+		   : crc_store_chunk_read(e->st, hash, *buf, len, &got);
 	if (rc || got != len) {
 		crc_hash_to_hex(hash, hex);
 		return ex_fail(e, "%s %s: %s", what, hex, crc_strerror(rc ? rc : CRC_ETRUNC));
@@ -807,6 +809,51 @@ int ctl_export_fd(const char *store, uint64_t id, int fd, const struct ctl_expor
 						  .skipped_bytes = e.skipped_bytes,
 						  .file_bytes = e.file_bytes};
 	snprintf(why, len, "%s", e.why);
+	export_free(&e);
+	return rc ? -1 : 0;
+}
+
+int ctl_export_chunks_fd(struct crc_store *st, const char *store, uint64_t id, const struct crc_hash *hashes,
+			 const uint64_t *lens, size_t n, int fd, const struct ctl_export_opts *o,
+			 struct ctl_export_result *res, char *why, size_t len)
+{
+	struct ctl_export_opts co = *o;
+	struct crc_region rg = {.kind = CRC_REGION_OTHER, .name = (char *)"migration stripe"};
+	struct crc_manifest man = {.ckpt_id = id, .nregions = 1, .regions = &rg};
+	struct export e = {.imgfd = -1, .w.fd = fd, .o = &co, .st = st, .m = &man};
+	struct timespec now;
+	int rc = -1;
+
+	/* Chunks only, every one sent: the caller chose them from what the reader lacks. */
+	co.chunks_only = true;
+	co.known = NULL;
+	co.nknown = 0;
+	clock_gettime(CLOCK_REALTIME, &now);
+	man.created_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+	if (n > UINT32_MAX || !(rg.chunks = calloc(n ? n : 1, sizeof(*rg.chunks)))) {
+		ex_fail(&e, "out of memory (%zu chunks)", n);
+		goto out;
+	}
+	rg.nchunks = (uint32_t)n;
+	for (size_t i = 0; i < n; i++) {
+		rg.chunks[i].hash = hashes[i];
+		rg.chunks[i].length = lens[i];
+		rg.size += lens[i];
+	}
+	if ((rc = crc_chunk_reader_open(st, &e.rd))) {
+		ex_fail(&e, "cannot read the store %s: %s", store, crc_strerror(rc));
+		goto out;
+	}
+	rc = export_write(&e, store);
+out:
+	if (res)
+		*res = (struct ctl_export_result){
+		    .bytes = e.w.bytes, .chunks = e.nchunks, .chunk_bytes = e.chunk_bytes};
+	snprintf(why, len, "%s", e.why);
+	crc_chunk_reader_close(e.rd);
+	free(rg.chunks);
+	e.st = NULL; /* the caller's */
+	e.m = NULL;
 	export_free(&e);
 	return rc ? -1 : 0;
 }

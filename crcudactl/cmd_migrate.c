@@ -17,17 +17,33 @@
  * it was stopped); a failed restore on the destination is followed by a restore on the source from
  * the local checkpoint.
  *
- * receive serves one connection per migration (a child process each), and imports what comes into
- * its store; the pre-copy rounds' checkpoints there are removed when the connection ends.
+ * receive serves each connection in a child process of its own, and imports what comes into its
+ * store; the pre-copy rounds' checkpoints a connection brought are removed when it ends.
+ *
+ * Streams (--streams N, N >= 2): besides the main connection, migrate opens N data connections
+ * (each an ordinary one: TLS, HELLO with the token). In a round (the pre-copy ones and the last) whose
+ * chunks the destination lacks come to MIG_STRIPE_MIN bytes or more, those chunks (distinct hashes)
+ * are split in N parts of about equal bytes, and thread k sends part k over data connection k as a
+ * PUT (pre-copy, stripe) whose stream is a chunks-only export of just those chunks (one region that
+ * lists them, ctl_export_chunks_fd); the destination's child for that connection imports it (every
+ * check of an import applies) as a pre-copy checkpoint, which holds the chunks there. Once every part
+ * was answered OK, the main connection's PUT leaves them out as known (no second HAVE). A part that
+ * fails fails the round, as a failing main PUT does. The data connections stay open until the end of
+ * the migration (their children's checkpoints hold the chunks until the last checkpoint, committed
+ * on the main connection, names them itself); closing them removes those checkpoints there, not the
+ * chunks the last one needs (gc keeps what any checkpoint names). N = 1: the main connection alone.
  *
  * The connection: frames of u32 type, u32 0, u64 length (little-endian), then length bytes.
- *   HELLO    "CRCUDAMG", u32 version, the token           -> OK, or ERR text (then closed)
+ *   HELLO    "CRCUDAMG", u32 version, the token           -> OK [u32 features], or ERR text (then
+ *            closed); features: 1 (MIG_FEATURE_STREAMS) where --once keeps taking data connections
+ *            (an older receiver answers OK with nothing: the source then keeps to one stream)
  *   FILES    entries: u64 size, i64 mtime_ns, u64 XXH3-64, u32 flags (1: mapped: size and content
  *            must match; 0: opened: must exist), u32 path length, path -> OK text: one line per file
  *            missing or different (empty: all there)
  *   HAVE     16-byte chunk hashes                         -> OK: one byte per hash, 1 where held
- *   PUT      u32 flags (1: a pre-copy round; 2: it carries the journal and module images, and the
- *            destination may stage it on its daemon), then an export stream (its trailer ends it)
+ *   PUT      u32 flags (1: a pre-copy round; 2: a stripe of a round, bits 8..15 its stream number,
+ *            for the log only; 4: it carries the journal and module images, and the destination
+ *            may stage it on its daemon), then an export stream (its trailer ends it)
  *                                                         -> OK u64 checkpoint id, or ERR text
  *   RESTORE  u64 checkpoint id                            -> OK or ERR: crcudactl restore's output
  *   SENDFILE u32 mode, u32 0, i64 mtime_ns, u64 size, path; then size bytes -> OK, or ERR text (a
@@ -40,6 +56,8 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -70,7 +88,12 @@
 #define MIG_DOWNTIME_MS	    500
 #define MIG_FILE_MAPPED	    1u
 #define MIG_PUT_PRECOPY	    1u
-#define MIG_PUT_STAGE	    2u /* with the journal and module images: the destination can stage it */
+#define MIG_PUT_STRIPE	    2u
+#define MIG_FEATURE_STREAMS 1u
+#define MIG_STREAMS_MAX	    16u
+/* A round's missing chunks are striped over the data connections from this many bytes on. */
+#define MIG_STRIPE_MIN (64ull << 20)
+#define MIG_PUT_STAGE  4u /* with the journal and module images: the destination can stage it */
 
 enum mig_msg {
 	MIG_HELLO = 1,
@@ -641,8 +664,13 @@ static int serve(const struct recv_cfg *cfg, int c, const char *peer)
 		msg_text(c, MIG_ERR, "the destination refused the token");
 		goto out;
 	}
-	if (msg_send(c, MIG_OK, NULL, 0))
-		goto out;
+	{
+		uint8_t features[4];
+
+		put32(features, MIG_FEATURE_STREAMS);
+		if (msg_send(c, MIG_OK, features, sizeof(features)))
+			goto out;
+	}
 	for (;;) {
 		free(p);
 		if ((rc = msg_recv(c, &type, &p, &len))) {
@@ -664,12 +692,13 @@ static int serve(const struct recv_cfg *cfg, int c, const char *peer)
 			    rc ? msg_text(c, MIG_ERR, crc_strerror(rc)) : msg_send(c, MIG_OK, have, len / 16);
 			free(have);
 		} else if (type == MIG_PUT && len == 4) {
-			uint32_t flags = get32(p);
+			uint32_t put_flags = get32(p);
 			uint64_t kept_images = 0;
 			struct ctl_import_opts o = {.known_ok = true,
 						    .more_follows = true,
-						    .precopy = flags & MIG_PUT_PRECOPY,
+						    .precopy = put_flags & MIG_PUT_PRECOPY,
 						    .images_pinned = &kept_images};
+			char round[64];
 			const char *pause_file = getenv("CRCUDA_TEST_RECEIVE_PAUSE_FILE");
 			char why[PATH_MAX + 600];
 			uint64_t id = 0, bytes = 0;
@@ -683,8 +712,13 @@ static int serve(const struct recv_cfg *cfg, int c, const char *peer)
 					pause();
 			}
 			rounds++;
+			if (put_flags & MIG_PUT_STRIPE)
+				snprintf(round, sizeof(round), "round %zu, stream %u", rounds,
+					 (put_flags >> 8) & 0xff);
+			else
+				snprintf(round, sizeof(round), "round %zu", rounds);
 			if (ctl_import_fd(cfg->store, c, &o, &id, &bytes, why, sizeof(why))) {
-				fprintf(stderr, "crcudactl receive: %s: round %zu: %s\n", peer, rounds, why);
+				fprintf(stderr, "crcudactl receive: %s: %s: %s\n", peer, round, why);
 				msg_text(c, MIG_ERR, why);
 				/* The rest of the stream cannot be told from a next request: it is read and
 				 * dropped until the source, which has the answer, closes. */
@@ -694,9 +728,12 @@ static int serve(const struct recv_cfg *cfg, int c, const char *peer)
 				break;
 			}
 			fprintf(stderr,
-				"crcudactl receive: %s: round %zu: checkpoint %" PRIu64
+				"crcudactl receive: %s: %s: checkpoint %" PRIu64
 				" (%.1f MiB; module images kept from earlier rounds: %" PRIu64 ")%s\n",
-				peer, rounds, id, mib(bytes), kept_images, o.precopy ? " (pre-copy)" : "");
+				peer, round, id, mib(bytes), kept_images,
+				put_flags & MIG_PUT_STRIPE ? " (pre-copy, a stripe of the round's chunks)"
+				: o.precopy		   ? " (pre-copy)"
+							   : "");
 			if (o.precopy && nprecopy < sizeof(precopy) / sizeof(precopy[0]))
 				precopy[nprecopy++] = id;
 			if (!o.precopy)
@@ -704,7 +741,7 @@ static int serve(const struct recv_cfg *cfg, int c, const char *peer)
 			put64(idb, id);
 			rc = msg_send(c, MIG_OK, idb, sizeof(idb));
 			/* While the source takes its next round. */
-			if (!rc && o.precopy && (flags & MIG_PUT_STAGE))
+			if (!rc && o.precopy && (put_flags & MIG_PUT_STAGE))
 				stage_round(cfg, &sg, id, peer);
 		} else if (type == MIG_SENDFILE) {
 			rc = take_file(c, p, len);
@@ -772,7 +809,8 @@ static void receive_usage(FILE *f)
 	    "                          /tmp/crcuda-UID/crcudad.sock)\n"
 	    "      --backend sim|cuda  the backend of a daemon a restore starts\n"
 	    "      --timeout SEC       a silent source is given up after SEC seconds (default %d)\n"
-	    "      --once              serve one migration, then exit with its status\n"
+	    "      --once              serve one migration (its first connection, and the data\n"
+	    "                          connections that come meanwhile), then exit with its status\n"
 	    "      --insecure          plaintext TCP (sources must say --insecure too)\n"
 	    "      --tls-cert FILE, --tls-key FILE, --tls-ca FILE\n"
 	    "                          TLS with this certificate and key (PEM); sources must present a\n"
@@ -915,15 +953,23 @@ int cmd_receive(int argc, char **argv, struct ctl_opts *opts)
 	signal(SIGPIPE, SIG_IGN);
 	printf("crcudactl receive: listening on %s (store %s)\n", listen_arg, cfg.store);
 	fflush(stdout);
-	for (;;) {
+	for (pid_t first = 0;;) {
 		struct sockaddr_storage sa;
 		socklen_t sl = sizeof(sa);
 		char peer[64] = "?";
 		int status = 0;
 		pid_t pid;
 
-		while (waitpid(-1, NULL, WNOHANG) > 0)
-			;
+		while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+			if (pid == first)
+				return ctl_exit_status(status);
+		if (first) {
+			/* --once: the migration's data connections come while its main one is served. */
+			struct pollfd pf = {.fd = lfd, .events = POLLIN};
+
+			if (poll(&pf, 1, 100) <= 0)
+				continue;
+		}
 		c = accept4(lfd, (struct sockaddr *)&sa, &sl, SOCK_CLOEXEC);
 		if (c < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
@@ -942,11 +988,8 @@ int cmd_receive(int argc, char **argv, struct ctl_opts *opts)
 		close(c);
 		if (pid < 0)
 			ctl_error("receive: fork: %s", strerror(errno));
-		if (once && pid > 0) {
-			while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-				;
-			return ctl_exit_status(status);
-		}
+		if (once && pid > 0 && !first)
+			first = pid;
 	}
 }
 
@@ -954,7 +997,11 @@ int cmd_receive(int argc, char **argv, struct ctl_opts *opts)
 
 struct mig {
 	pid_t pid;
-	int fd; /* the connection */
+	int fd;			      /* the connection */
+	int data_fd[MIG_STREAMS_MAX]; /* --streams N >= 2: the data connections, else none */
+	unsigned ndata;
+	unsigned round_streams; /* how many connections carried the last mig_put's chunks */
+	uint32_t features;	/* the destination's, from its HELLO answer */
 	char to[300];
 	char store[PATH_MAX];
 	const char *daemon;
@@ -976,70 +1023,111 @@ static int mig_fail(struct mig *m, const char *fmt, ...)
 	return -1;
 }
 
-/* A request (none where type is 0) and its answer: OK (its payload in *p, to free) or -1 with m->why
- * (ERR: the destination's text). */
+/* A request on fd (none where type is 0) and its answer: OK (its payload in *p, to free) or -1 with
+ * why ("what: " (none where NULL) and the reason; ERR: the destination's text). Any thread, one per
+ * fd. */
+static int ask_fd(int fd, uint32_t type, const void *q, uint64_t qlen, const char *what, uint8_t **p,
+		  uint64_t *len, char *why, size_t wlen)
+{
+	const char *sep = what ? ": " : "";
+	uint32_t t;
+	int rc = type ? msg_send(fd, type, q, qlen) : 0; /* 0: only the answer */
+
+	if (!what)
+		what = "";
+	if (!rc)
+		rc = msg_recv(fd, &t, p, len);
+	if (rc) {
+		snprintf(why, wlen, "%s%s%s", what, sep, io_why(rc));
+		return -1;
+	}
+	if (t == MIG_ERR)
+		snprintf(why, wlen, "%s%sthe destination says: %s", what, sep, (char *)*p);
+	else if (t != MIG_OK)
+		snprintf(why, wlen, "%s%san answer of unknown type %u", what, sep, t);
+	else
+		return 0;
+	free(*p);
+	*p = NULL;
+	return -1;
+}
+
+/* ask_fd on the main connection, the reason in m->why. */
 static int mig_ask(struct mig *m, uint32_t type, const void *q, uint64_t qlen, const char *what, uint8_t **p,
 		   uint64_t *len)
 {
-	uint32_t t;
-	int rc = type ? msg_send(m->fd, type, q, qlen) : 0; /* 0: only the answer */
-
-	if (!rc)
-		rc = msg_recv(m->fd, &t, p, len);
-	if (rc)
-		return mig_fail(m, "%s: %s", what, io_why(rc));
-	if (t == MIG_ERR) {
-		mig_fail(m, "%s: the destination says: %s", what, (char *)*p);
-		free(*p);
-		*p = NULL;
-		return -1;
-	}
-	if (t != MIG_OK) {
-		free(*p);
-		*p = NULL;
-		return mig_fail(m, "%s: an answer of unknown type %u", what, t);
-	}
-	return 0;
+	return ask_fd(m->fd, type, q, qlen, what, p, len, m->why, sizeof(m->why));
 }
 
-static int mig_connect(struct mig *m, const char *token)
+/* One migration connection to the destination: TCP, TLS, HELLO. which: NULL for the main one, else a
+ * name for messages ("data stream 2"). 0 with *fd, or -1 with m->why (*fd may be open then). */
+static int mig_dial(struct mig *m, const char *token, const char *which, int *fd)
 {
 	uint8_t hello[12 + CRC_TOKEN_MAX], *p = NULL;
 	uint64_t len;
 	size_t tl = strlen(token);
+	char for_what[64] = "";
 
-	m->fd = crc_tcp_connect(m->to);
-	if (m->fd < 0)
-		return mig_fail(m,
-				"cannot reach the destination %s: %s (is `crcudactl receive` running there?)",
-				m->to, crc_strerror(m->fd));
-	set_timeouts(m->fd, m->timeout);
+	if (which)
+		snprintf(for_what, sizeof(for_what), " (%s)", which);
+	*fd = crc_tcp_connect(m->to);
+	if (*fd < 0)
+		return mig_fail(
+		    m, "cannot reach the destination %s%s: %s (is `crcudactl receive` running there?)", m->to,
+		    for_what, crc_strerror(*fd));
+	set_timeouts(*fd, m->timeout);
 	if (crc_tls_wanted()) {
 		char why[256];
 		bool certs = m->tls_cert || m->tls_key || m->tls_ca;
 		/* With certificates (--tls-*: the destination's must name its HOST), else the token. */
-		int rc = certs ? crc_tls_client_x509(m->fd, m->to, m->tls_cert, m->tls_key, m->tls_ca, why,
+		int rc = certs ? crc_tls_client_x509(*fd, m->to, m->tls_cert, m->tls_key, m->tls_ca, why,
 						     sizeof(why))
-			       : crc_tls_client(m->fd, CRC_TLS_ID_TOKEN, token, tl,
+			       : crc_tls_client(*fd, CRC_TLS_ID_TOKEN, token, tl,
 						(int)(m->timeout ? m->timeout : 60) * 1000, why, sizeof(why));
 
 		if (rc == CRC_EAUTH && !certs)
 			return mig_fail(
 			    m, "the destination refused the token (or it wants certificates: --tls-*)");
 		if (rc)
-			return mig_fail(m, "no TLS with the destination %s: %s", m->to, why);
+			return mig_fail(m, "no TLS with the destination %s%s: %s", m->to, for_what, why);
 	}
 	memcpy(hello, MIG_MAGIC, 8);
 	put32(hello + 8, MIG_VERSION);
 	memcpy(hello + 12, token, tl);
 	/* In TLS 1.3 the server judges our certificate after our side of the handshake is done: its
 	 * refusal is the connection closing here. */
-	if (mig_ask(m, MIG_HELLO, hello, 12 + tl,
-		    m->tls_cert ? "the destination's greeting (did its --tls-ca sign our --tls-cert?)"
-				: "the destination's greeting",
-		    &p, &len))
+	if (ask_fd(*fd, MIG_HELLO, hello, 12 + tl,
+		   which	 ? which
+		   : m->tls_cert ? "the destination's greeting (did its --tls-ca sign our --tls-cert?)"
+				 : "the destination's greeting",
+		   &p, &len, m->why, sizeof(m->why)))
 		return -1;
+	if (!which)
+		m->features = len >= 4 ? get32(p) : 0;
 	free(p);
+	return 0;
+}
+
+static int mig_connect(struct mig *m, const char *token)
+{
+	return mig_dial(m, token, NULL, &m->fd);
+}
+
+/* The data connections (--streams N >= 2), once the main one is greeted. */
+static int mig_connect_data(struct mig *m, const char *token, unsigned n)
+{
+	for (unsigned k = 0; k < n; k++) {
+		char which[64];
+
+		snprintf(which, sizeof(which), "data stream %u of %u", k + 1, n);
+		m->data_fd[k] = -1;
+		if (mig_dial(m, token, which, &m->data_fd[k])) {
+			if (m->data_fd[k] >= 0)
+				close(m->data_fd[k]);
+			return -1;
+		}
+		m->ndata = k + 1;
+	}
 	return 0;
 }
 
@@ -1273,23 +1361,205 @@ static uint64_t mig_checkpoint(struct mig *m, const char *mode, double *secs)
 	return id;
 }
 
-/* Sends checkpoint id: the destination's chunks are asked for first and left out. 0 with *dest_id,
- * or -1 with m->why. */
+/* One stripe of a round: a part of the chunks the destination lacks, sent on one data connection by a
+ * thread of its own. */
+struct stripe {
+	int fd;
+	unsigned stream; /* 1-based, for messages */
+	struct crc_store *st;
+	const char *store;
+	uint64_t id; /* the local checkpoint, named in the stream's INFO */
+	const struct crc_hash *hashes;
+	const uint64_t *lens;
+	size_t n;
+	struct ctl_export_opts o; /* its test hooks only */
+	struct ctl_export_result res;
+	uint64_t dest_id;
+	int rc;
+	char why[PATH_MAX + 1024];
+};
+
+static void *stripe_send(void *arg)
+{
+	struct stripe *s = arg;
+	uint8_t flags[4], *p = NULL;
+	uint64_t len;
+	char why[PATH_MAX + 600];
+	int rc;
+
+	s->rc = -1;
+	put32(flags, MIG_PUT_PRECOPY | MIG_PUT_STRIPE | (s->stream & 0xff) << 8);
+	if ((rc = msg_send(s->fd, MIG_PUT, flags, sizeof(flags)))) {
+		snprintf(s->why, sizeof(s->why), "%s", io_why(rc));
+		return NULL;
+	}
+	if (ctl_export_chunks_fd(s->st, s->store, s->id, s->hashes, s->lens, s->n, s->fd, &s->o, &s->res, why,
+				 sizeof(why))) {
+		struct timeval brief = {.tv_sec = 2};
+		uint32_t t;
+
+		/* The destination may have said why it stopped reading (then its answer is here already;
+		 * where the failure was ours, it waits for the rest of the stream and says nothing). */
+		setsockopt(s->fd, SOL_SOCKET, SO_RCVTIMEO, &brief, sizeof(brief));
+		if (!msg_recv(s->fd, &t, &p, &len) && t == MIG_ERR)
+			snprintf(s->why, sizeof(s->why), "the destination says: %s", (char *)p);
+		else
+			snprintf(s->why, sizeof(s->why), "%s", why);
+		free(p);
+		return NULL;
+	}
+	if (ask_fd(s->fd, 0, NULL, 0, NULL, &p, &len, s->why, sizeof(s->why)))
+		return NULL;
+	if (len != 8) {
+		snprintf(s->why, sizeof(s->why), "an answer of %" PRIu64 " bytes", len);
+	} else {
+		s->dest_id = get64(p);
+		s->rc = 0;
+	}
+	free(p);
+	return NULL;
+}
+
+/* A chunk the destination lacks, at its first place in the manifest. */
+struct lack {
+	struct crc_hash hash;
+	uint64_t len;
+	size_t pos;
+};
+
+static int lack_by_hash(const void *a, const void *b)
+{
+	const struct lack *x = a, *y = b;
+	int c = memcmp(x->hash.bytes, y->hash.bytes, 16);
+
+	return c ? c : x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+static int lack_by_pos(const void *a, const void *b)
+{
+	const struct lack *x = a, *y = b;
+
+	return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* Sends chunks lack[0..n) (distinct, in the manifest's order) over the data connections, about equal
+ * bytes each, at once; appends them to known (room for them) once every stripe was answered OK.
+ * *streams: how many carried some; *out: their sums. 0, or -1 with m->why. */
+static int mig_stripe(struct mig *m, uint64_t id, const char *what, const struct lack *lack, size_t n,
+		      struct crc_hash *known, size_t *nknown, unsigned *streams,
+		      struct ctl_export_result *out)
+{
+	struct stripe s[MIG_STREAMS_MAX];
+	pthread_t th[MIG_STREAMS_MAX];
+	bool started[MIG_STREAMS_MAX] = {false};
+	struct crc_hash *hashes = calloc(n ? n : 1, sizeof(*hashes));
+	uint64_t *lens = calloc(n ? n : 1, sizeof(*lens)), total = 0, cum = 0;
+	const char *env_stream = getenv("CRCUDA_TEST_MIGRATE_STREAM");
+	unsigned test_stream = env_stream ? (unsigned)strtoul(env_stream, NULL, 0) : 0, nd = m->ndata;
+	struct crc_store *st = NULL;
+	size_t at = 0;
+	int rc = 0;
+
+	*streams = 0;
+	*out = (struct ctl_export_result){0};
+	if (!hashes || !lens) {
+		free(hashes);
+		free(lens);
+		return mig_fail(m, "out of memory");
+	}
+	for (size_t i = 0; i < n; i++) {
+		hashes[i] = lack[i].hash;
+		lens[i] = lack[i].len;
+		total += lack[i].len;
+	}
+	/* One handle for the threads, each with a reader of its own (LMDB: one environment a process). */
+	if ((rc = crc_store_open(m->store, 0, &st))) {
+		free(hashes);
+		free(lens);
+		return mig_fail(m, "%s: the store %s: %s", what, m->store, crc_strerror(rc));
+	}
+	for (unsigned k = 0; k < nd; k++) {
+		size_t from = at;
+
+		/* Contiguous parts (the order the pack files hold them), cut at k+1 n-ths of the bytes. */
+		while (at < n && (k == nd - 1 || cum < total / nd * (k + 1))) {
+			cum += lens[at];
+			at++;
+		}
+		s[k] = (struct stripe){.fd = m->data_fd[k],
+				       .stream = k + 1,
+				       .st = st,
+				       .store = m->store,
+				       .id = id,
+				       .hashes = hashes + from,
+				       .lens = lens + from,
+				       .n = at - from,
+				       .o = {.flip_at = UINT64_MAX, .cut_at = UINT64_MAX}};
+		if (!s[k].n)
+			continue;
+		if (test_stream == k + 1) {
+			/* Tests: a damaged or cut stripe. */
+			const char *f = getenv("CRCUDA_TEST_MIGRATE_FLIP"),
+				   *c = getenv("CRCUDA_TEST_MIGRATE_CUT");
+
+			if (f)
+				s[k].o.flip_at = strtoull(f, NULL, 0);
+			if (c)
+				s[k].o.cut_at = strtoull(c, NULL, 0);
+		}
+		if ((rc = pthread_create(&th[k], NULL, stripe_send, &s[k]))) {
+			s[k].rc = -1;
+			snprintf(s[k].why, sizeof(s[k].why), "cannot start a thread: %s", strerror(rc));
+			continue;
+		}
+		started[k] = true;
+	}
+	for (unsigned k = 0; k < nd; k++)
+		if (started[k])
+			pthread_join(th[k], NULL);
+	crc_store_close(st);
+	rc = 0;
+	for (unsigned k = 0; k < nd && !rc; k++) {
+		if (!s[k].n)
+			continue;
+		if (s[k].rc) {
+			rc = mig_fail(m, "%s: stream %u of %u: %s", what, k + 1, nd, s[k].why);
+			break;
+		}
+		(*streams)++;
+		out->bytes += s[k].res.bytes;
+		out->chunks += s[k].res.chunks;
+		out->chunk_bytes += s[k].res.chunk_bytes;
+	}
+	if (!rc)
+		for (size_t i = 0; i < n; i++)
+			known[(*nknown)++] = hashes[i];
+	free(hashes);
+	free(lens);
+	return rc ? -1 : 0;
+}
+
+/* Sends checkpoint id: the destination's chunks are asked for first and left out; where those it
+ * lacks are many and there are data connections, they go over those first (mig_stripe). 0 with
+ * *dest_id, or -1 with m->why. */
 static int mig_put(struct mig *m, uint64_t id, bool precopy, const char *what, struct ctl_export_result *res,
 		   uint64_t *dest_id)
 {
 	/* Pre-copy rounds carry the journal and module images (not the CRIU images) too, so that the
 	 * destination can stage them (stage_round). */
 	struct ctl_export_opts o = {.no_images = precopy, .flip_at = UINT64_MAX, .cut_at = UINT64_MAX};
+	struct ctl_export_result striped = {0};
 	struct crc_manifest *man = NULL;
 	struct crc_store *st = NULL;
 	struct crc_hash *hashes = NULL, *known = NULL, *images = NULL;
-	size_t n = 0, nknown = 0, nimages = 0;
+	struct lack *lack = NULL;
+	size_t n = 0, nknown = 0, nlack = 0, nimages = 0;
+	uint64_t len, lack_bytes = 0;
 	uint8_t *p = NULL, flags[4];
-	uint64_t len;
 	char why[PATH_MAX + 600];
 	int rc;
 
+	m->round_streams = 1;
 	/* The module images go in the question too: a round sends only those the destination lacks. */
 	if ((rc = crc_store_open(m->store, 0, &st)) || (rc = crc_store_manifest_get(st, id, &man)) ||
 	    (rc = ctl_ckpt_images(st, man, &images, &nimages))) {
@@ -1303,32 +1573,62 @@ static int mig_put(struct mig *m, uint64_t id, bool precopy, const char *what, s
 		n += man->regions[r].nchunks;
 	hashes = calloc(n + nimages + 1, sizeof(*hashes));
 	known = calloc(n + nimages + 1, sizeof(*known));
-	if (!hashes || !known) {
+	lack = calloc(n ? n : 1, sizeof(*lack));
+	if (!hashes || !known || !lack) {
 		rc = mig_fail(m, "out of memory");
 		goto out;
 	}
 	n = 0;
 	for (uint32_t r = 0; r < man->nregions; r++)
-		for (uint32_t c = 0; c < man->regions[r].nchunks; c++)
+		for (uint32_t c = 0; c < man->regions[r].nchunks; c++) {
+			lack[n] = (struct lack){.hash = man->regions[r].chunks[c].hash,
+						.len = man->regions[r].chunks[c].length,
+						.pos = n};
 			hashes[n++] = man->regions[r].chunks[c].hash;
+		}
 	if (nimages)
 		memcpy(hashes + n, images, nimages * sizeof(*images));
-	n += nimages;
-	if ((rc = mig_ask(m, MIG_HAVE, hashes, 16ull * n, what, &p, &len)))
+	if ((rc = mig_ask(m, MIG_HAVE, hashes, 16ull * (n + nimages), what, &p, &len)))
 		goto out;
-	if (len != n) {
-		rc = mig_fail(m, "%s: %" PRIu64 " answers to %zu chunks", what, len, n);
+	if (len != n + nimages) {
+		rc = mig_fail(m, "%s: %" PRIu64 " answers to %zu chunks and module images", what, len,
+			      n + nimages);
 		goto out;
 	}
+	for (size_t i = n; i < n + nimages; i++)
+		if (p[i])
+			known[nknown++] = hashes[i];
 	for (size_t i = 0; i < n; i++)
 		if (p[i])
 			known[nknown++] = hashes[i];
+		else
+			lack[nlack++] = lack[i]; /* i >= nlack: nothing is overwritten before it is read */
 	free(p);
 	p = NULL;
+	if (m->ndata >= 2 && nlack) {
+		/* Distinct (a chunk named twice goes once), in the manifest's order. */
+		size_t d = 0;
+
+		qsort(lack, nlack, sizeof(*lack), lack_by_hash);
+		for (size_t i = 0; i < nlack; i++)
+			if (!i || memcmp(lack[i].hash.bytes, lack[d - 1].hash.bytes, 16)) {
+				lack[d++] = lack[i];
+				lack_bytes += lack[i].len;
+			}
+		nlack = d;
+		qsort(lack, nlack, sizeof(*lack), lack_by_pos);
+	}
+	if (m->ndata >= 2 && lack_bytes >= MIG_STRIPE_MIN) {
+		if (mig_stripe(m, id, what, lack, nlack, known, &nknown, &m->round_streams, &striped)) {
+			rc = -1;
+			goto out;
+		}
+		m->sent += striped.bytes;
+	}
 	ctl_hash_sort(known, nknown);
 	o.known = known;
 	o.nknown = nknown;
-	if (!precopy) {
+	if (!precopy && !getenv("CRCUDA_TEST_MIGRATE_STREAM")) {
 		/* Tests: a damaged or cut final stream. */
 		const char *f = getenv("CRCUDA_TEST_MIGRATE_FLIP"), *c = getenv("CRCUDA_TEST_MIGRATE_CUT");
 
@@ -1353,6 +1653,12 @@ static int mig_put(struct mig *m, uint64_t id, bool precopy, const char *what, s
 		goto out;
 	}
 	m->sent += res->bytes;
+	/* The stripes' chunks count as sent, not as there already. */
+	res->bytes += striped.bytes;
+	res->chunks += striped.chunks;
+	res->chunk_bytes += striped.chunk_bytes;
+	res->skipped -= striped.chunks;
+	res->skipped_bytes -= striped.chunk_bytes;
 	if ((rc = mig_ask(m, 0, NULL, 0, what, &p, &len)))
 		goto out;
 	if (len != 8) {
@@ -1364,6 +1670,7 @@ out:
 	free(p);
 	free(hashes);
 	free(known);
+	free(lack);
 	free(images);
 	crc_manifest_free(man);
 	return rc ? -1 : 0;
@@ -1417,6 +1724,10 @@ static void migrate_usage(FILE *f)
 	    "                          ~/.local/share/crcuda/store)\n"
 	    "      --daemon ADDR       the program's crcudad (as for checkpoint)\n"
 	    "      --timeout SEC       each step's limit (default %d)\n"
+	    "      --streams N         the chunks of a round go over N TLS connections at once, each\n"
+	    "                          imported by a process of its own there (1..%u; default: a\n"
+	    "                          quarter of the CPUs, 1 to 4); rounds of less than %llu MiB go over\n"
+	    "                          the main connection alone\n"
 	    "      --send-files        send the files the destination lacks (created there, with the\n"
 	    "                          directories above them; a file that differs is never replaced)\n"
 	    "      --insecure          plaintext TCP to a `receive --insecure` (else TLS 1.3, the token\n"
@@ -1428,7 +1739,8 @@ static void migrate_usage(FILE *f)
 	    "  -h, --help              this help\n"
 	    "\n"
 	    "Exit status: 0 migrated; 1 failed (the program runs here: see the message); 2 usage error.\n",
-	    MIG_PORT, MIG_ROUNDS_DEFAULT, MIG_DOWNTIME_MS, MIG_TIMEOUT_DEFAULT);
+	    MIG_PORT, MIG_ROUNDS_DEFAULT, MIG_DOWNTIME_MS, MIG_TIMEOUT_DEFAULT, MIG_STREAMS_MAX,
+	    MIG_STRIPE_MIN >> 20);
 }
 
 int cmd_migrate(int argc, char **argv, struct ctl_opts *opts)
@@ -1442,10 +1754,12 @@ int cmd_migrate(int argc, char **argv, struct ctl_opts *opts)
 		OPT_INSECURE,
 		OPT_CERT,
 		OPT_KEY,
-		OPT_CA
+		OPT_CA,
+		OPT_STREAMS
 	};
 	static const struct option longopts[] = {
 	    {"to", required_argument, NULL, 't'},
+	    {"streams", required_argument, NULL, OPT_STREAMS},
 	    {"tls-cert", required_argument, NULL, OPT_CERT},
 	    {"tls-key", required_argument, NULL, OPT_KEY},
 	    {"tls-ca", required_argument, NULL, OPT_CA},
@@ -1461,6 +1775,9 @@ int cmd_migrate(int argc, char **argv, struct ctl_opts *opts)
 	    {NULL, 0, NULL, 0},
 	};
 	struct mig m = {.fd = -1, .timeout = MIG_TIMEOUT_DEFAULT};
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	/* Each stream costs a core on both sides (TLS, hashing): a quarter of them, up to 4. */
+	unsigned streams = ncpu >= 16 ? 4 : ncpu >= 8 ? (unsigned)(ncpu / 4) : 1;
 	const char *to = NULL, *token_file = NULL, *store_arg = NULL;
 	unsigned rounds = MIG_ROUNDS_DEFAULT, max_down_ms = MIG_DOWNTIME_MS;
 	char token[CRC_TOKEN_MAX + 1], *end;
@@ -1524,6 +1841,14 @@ int cmd_migrate(int argc, char **argv, struct ctl_opts *opts)
 		case OPT_CA:
 			m.tls_ca = optarg;
 			break;
+		case OPT_STREAMS:
+			streams = (unsigned)strtoul(optarg, &end, 10);
+			if (*end || optarg[0] == '-' || !streams || streams > MIG_STREAMS_MAX) {
+				ctl_error("migrate: --streams takes 1..%u, not '%s'", MIG_STREAMS_MAX,
+					  optarg);
+				return CTL_EXIT_USAGE;
+			}
+			break;
 		case 'h':
 			migrate_usage(stdout);
 			return CTL_EXIT_OK;
@@ -1576,7 +1901,13 @@ int cmd_migrate(int argc, char **argv, struct ctl_opts *opts)
 	signal(SIGPIPE, SIG_IGN);
 	if (mig_connect(&m, token) || check_files_there(&m, send_files))
 		goto out;
-	printf("migrate: pid %d to %s\n", (int)m.pid, m.to);
+	if (streams >= 2 && !(m.features & MIG_FEATURE_STREAMS)) {
+		printf("migrate: the destination's crcudactl takes one stream only (an older one)\n");
+		streams = 1;
+	}
+	if (streams >= 2 && mig_connect_data(&m, token, streams))
+		goto out;
+	printf("migrate: pid %d to %s (%u stream%s)\n", (int)m.pid, m.to, streams, streams > 1 ? "s" : "");
 	fflush(stdout);
 
 	/* Pre-copy: the program runs on. */
@@ -1603,8 +1934,10 @@ int cmd_migrate(int argc, char **argv, struct ctl_opts *opts)
 		if (secs > 0 && res.bytes > (1u << 20))
 			link_bps = res.bytes / secs;
 		printf("migrate: round %u: sent %.1f MiB (%" PRIu64 " chunks changed, %" PRIu64
-		       " there already) in %.2f s (checkpoint %.2f s, transfer %.2f s); dirty rate ",
-		       r, mib(res.bytes), res.chunks, res.skipped, ctl_now() - t0, ck_secs, secs);
+		       " there already) over %u stream%s in %.2f s (checkpoint %.2f s, transfer %.2f s); "
+		       "dirty rate ",
+		       r, mib(res.bytes), res.chunks, res.skipped, m.round_streams,
+		       m.round_streams > 1 ? "s" : "", ctl_now() - t0, ck_secs, secs);
 		if (r > 1)
 			printf("%.1f MiB/s\n", mib(res.chunk_bytes) / (t0 - prev_start));
 		else
@@ -1682,10 +2015,11 @@ int cmd_migrate(int argc, char **argv, struct ctl_opts *opts)
 			goto out;
 		}
 		printf("migrate: stop: sent %.1f MiB (%" PRIu64 " chunks changed, %" PRIu64
-		       " there already; CRIU images %.1f MiB) in %.2f s (checkpoint %.2f s, transfer %.2f s, "
-		       "restore there %.2f s)\n",
-		       mib(res.bytes), res.chunks, res.skipped, mib(res.file_bytes), ctl_now() - t_stop,
-		       ck_secs, t_restore - t_send, ctl_now() - t_restore);
+		       " there already; CRIU images %.1f MiB) over %u stream%s in %.2f s (checkpoint %.2f s, "
+		       "transfer %.2f s, restore there %.2f s)\n",
+		       mib(res.bytes), res.chunks, res.skipped, mib(res.file_bytes), m.round_streams,
+		       m.round_streams > 1 ? "s" : "", ctl_now() - t_stop, ck_secs, t_restore - t_send,
+		       ctl_now() - t_restore);
 		printf("migrate: pid %d runs on %s: downtime %.3f s, total %.2f s, %.1f MiB sent; %s\n",
 		       (int)m.pid, m.to, ctl_now() - t_stop, ctl_now() - t_start, mib(m.sent), (char *)p);
 		free(p);
@@ -1705,6 +2039,9 @@ out:
 	}
 	if (m.fd >= 0)
 		close(m.fd);
+	/* Only now: their checkpoints there held the chunks until the last one, committed, named them. */
+	for (unsigned k = 0; k < m.ndata; k++)
+		close(m.data_fd[k]);
 	drop_local(&m, local, nlocal);
 	fflush(NULL);
 	sigprocmask(SIG_UNBLOCK, &stop_sigs, NULL); /* one that came meanwhile ends us now */

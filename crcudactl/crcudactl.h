@@ -43,6 +43,7 @@ int ctl_suspended_query(pid_t pid, struct crc_suspend_reply *r);
 /* ---- cmd_export.c: the export stream, also over a migration's connection ---- */
 #include <stdint.h>
 struct crc_hash;
+struct crc_store;
 struct ctl_export_opts {
 	/* A migration's pre-copy round: metadata, regions and chunks only (no journal, module images
 	 * or CRIU images); the checkpoint it makes cannot be restored, it carries the chunks over. */
@@ -67,6 +68,15 @@ struct ctl_export_result {
 /* Writes checkpoint id of store to fd. 0, or -1 with a reason in why. */
 int ctl_export_fd(const char *store, uint64_t id, int fd, const struct ctl_export_opts *o,
 		  struct ctl_export_result *res, char *why, size_t len);
+/* Writes a chunks-only export of the n distinct chunks hashes[i] (lens[i] bytes each) of the open
+ * store st (path store, for the stream's origin) to fd: one region that lists exactly them, in that
+ * order; INFO names checkpoint id. The import makes a pre-copy-like checkpoint that holds them (a
+ * migration's stripe). Reads through a chunk reader of its own: several threads may call it at once
+ * on one store handle while the handle does nothing else. o: only its test hooks count. 0, or -1
+ * with a reason in why. */
+int ctl_export_chunks_fd(struct crc_store *st, const char *store, uint64_t id, const struct crc_hash *hashes,
+			 const uint64_t *lens, size_t n, int fd, const struct ctl_export_opts *o,
+			 struct ctl_export_result *res, char *why, size_t len);
 struct ctl_import_opts {
 	bool known_ok;	   /* chunks not sent may be in the store (named, not put); else it fails */
 	bool more_follows; /* the connection goes on after the trailer (no end of file expected) */

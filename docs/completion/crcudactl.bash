@@ -33,7 +33,7 @@ _crcudactl()
 	restore) opts="-s --store --remote --token-file --daemon --backend --gpu --timeout --progress --json -h --help" ;;
 	export) opts="-s --store -o --output --json -h --help" ;;
 	import) opts="-s --store -i --input --json -h --help" ;;
-	migrate) opts="-t --to --token-file -n --rounds --max-downtime -s --store --daemon --timeout --send-files --insecure --tls-cert --tls-key --tls-ca -h --help" ;;
+	migrate) opts="-t --to --token-file -n --rounds --max-downtime -s --store --daemon --timeout --send-files --streams --insecure --tls-cert --tls-key --tls-ca -h --help" ;;
 	receive) opts="-l --listen --token-file -s --store --daemon --backend --timeout --once --insecure --tls-cert --tls-key --tls-ca -h --help" ;;
 	ls) opts="-s --store --daemon --json -h --help" ;;
 	inspect) opts="-s --store --chunks --json -h --help" ;;

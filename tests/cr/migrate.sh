@@ -28,6 +28,16 @@
 #       certs          receive --tls-cert/--tls-key/--tls-ca: a source with the token only, and one
 #                      whose certificate another CA signed, refused (the program runs on); one with
 #                      the CA's certificate migrated, over TLS
+#       streams        --streams 3 with 96 MiB of device memory: every round's chunks (the pre-copy
+#                      ones and the last) go over 3 data connections, each imported by a receiver
+#                      process of its own (both sides say so; the receiver runs with --once); it
+#                      finishes with the uninterrupted checksum, the receiver exits, the destination
+#                      keeps only the last checkpoint and verifies
+#       stream-corrupt, stream-truncated
+#                      the same, with one bit of data stream 2's stream flipped (or that stream cut
+#                      short) in the first round: migrate fails naming the stream and the destination's
+#                      reason, the program runs on at the source and finishes right, the destination
+#                      keeps no checkpoint
 # Where network namespaces cannot be made, both sides use loopback ports in this one (said so).
 # Needs root and CRIU: exit 77 otherwise.
 set -u
@@ -54,7 +64,10 @@ tmp=$(mktemp -d /tmp/crcuda-mig.XXXXXX)
 export CRCUDA_SIM_KERNELS=$progs/libcrcuda_test_kernels.so CRCUDA_CRIU=$criu
 unset CRCUDA_REMOTE CRCUDA_TOKEN CRCUDA_TOKEN_FILE CRCUDA_DAEMON CRCUDA_STORE CRCUDA_SOCKET
 [ -n "${MIGRATE_CTL:-}" ] || unset CRCUDA_LIBDIR CRCUDAD
-app_args=(--mb 8 --chunks 4 --steps 250 --step-ms 40 --ready-at 3)
+app_size=(--mb 8 --chunks 4 --steps 250)
+# Striped from 64 MiB on; a step of 96 MiB takes the simulated device longer.
+case $case in streams | stream-*) app_size=(--mb 96 --chunks 4 --steps 120) ;; esac
+app_args=("${app_size[@]}" --step-ms 40 --ready-at 3)
 echo "tok-$RANDOM$RANDOM$RANDOM" >"$tmp/token"
 chmod 600 "$tmp/token"
 pids=()
@@ -111,7 +124,7 @@ start_receive() {
 
 # The reference: the same program, never interrupted, on the source's daemon.
 ref=$(CRCUDA_SOCKET=$tmp/a/crcudad.sock timeout 120 "${inA[@]}" "$ctl" run --backend sim -- "$progs/state_app" \
-	--mb 8 --chunks 4 --steps 250 --ready-at 3 | checksum /dev/stdin)
+	"${app_size[@]}" --ready-at 3 | checksum /dev/stdin)
 [ -n "$ref" ] || fail "the uninterrupted reference run failed"
 
 # The program on the source, in a session of its own (CRIU needs no --shell-job), running.
@@ -303,6 +316,42 @@ certs)
 	[ "$rc" = 0 ] || fail "migrate with the CA's certificates failed"
 	grep -q ": TLS (" "$tmp/receive.log" || fail "no TLS in the receiver's log"
 	finish "migrated over TLS with certificates"
+	;;
+streams)
+	# --once: the receiver takes the data connections that come while it serves the main one.
+	start_receive -- --once
+	start_app
+	mig_opts="--streams 3 --max-downtime 1" migrate
+	[ "$rc" = 0 ] || fail "migrate --streams 3 failed"
+	grep -q "^migrate: pid $app to $addrB:$port (3 streams)" "$tmp/migrate.out" || fail "no word of 3 streams"
+	grep -q "^migrate: round 1: sent .* MiB .* over 3 streams in" "$tmp/migrate.out" ||
+		fail "the first round did not go over 3 streams"
+	grep -q "^migrate: stop: sent .* MiB .* over 3 streams in" "$tmp/migrate.out" ||
+		fail "the last round did not go over 3 streams"
+	for k in 1 2 3; do
+		grep -q ": round 1, stream $k: checkpoint [0-9]* (.* MiB) (pre-copy, a stripe" "$tmp/receive.log" ||
+			fail "the receiver did not import stream $k of the first round: $(cat "$tmp/receive.log")"
+	done
+	[ "$(grep -c ": TLS (" "$tmp/receive.log")" = 4 ] || fail "not 4 TLS connections: $(cat "$tmp/receive.log")"
+	finish "migrated over 3 streams while it ran"
+	wait_for 30 gone "$recv" || fail "receive --once did not exit after the migration"
+	wait_for 30 test "$(dest_ckpts)" = 1 ||
+		fail "the destination keeps $(dest_ckpts) checkpoints: $(CRCUDA_STORE=$tmp/b/store "$ctl" store ls)"
+	CRCUDA_STORE=$tmp/b/store "$ctl" store verify >/dev/null || fail "store verify at the destination"
+	;;
+stream-corrupt | stream-truncated)
+	start_receive
+	start_app
+	hook=CRCUDA_TEST_MIGRATE_FLIP=300000 want="the export is corrupt"
+	[ "$case" = stream-truncated ] && hook=CRCUDA_TEST_MIGRATE_CUT=300000 want="the export is truncated"
+	mig_opts="--streams 3" migrate CRCUDA_TEST_MIGRATE_STREAM=2 "$hook"
+	grep -q "round 1: stream 2 of 3: the destination says: $want" "$tmp/migrate.err" || fail "no clear reason"
+	grep -q "the program runs on here" "$tmp/migrate.err" || fail "no word that the program runs on"
+	grep -q ": round 1, stream 2: $want" "$tmp/receive.log" || fail "the receiver did not say why"
+	runs_here "a damaged data stream"
+	finish "data stream 2 damaged ($case), the program ran on at the source"
+	wait_for 30 test "$(dest_ckpts)" = 0 ||
+		fail "the destination keeps checkpoints after a damaged data stream: $(CRCUDA_STORE=$tmp/b/store "$ctl" store ls)"
 	;;
 token)
 	start_receive
