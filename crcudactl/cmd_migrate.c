@@ -727,13 +727,17 @@ static int serve(const struct recv_cfg *cfg, int c, const char *peer)
 					;
 				break;
 			}
-			fprintf(stderr,
-				"crcudactl receive: %s: %s: checkpoint %" PRIu64
-				" (%.1f MiB; module images kept from earlier rounds: %" PRIu64 ")%s\n",
-				peer, round, id, mib(bytes), kept_images,
-				put_flags & MIG_PUT_STRIPE ? " (pre-copy, a stripe of the round's chunks)"
-				: o.precopy		   ? " (pre-copy)"
-							   : "");
+			if (put_flags & MIG_PUT_STRIPE)
+				fprintf(stderr,
+					"crcudactl receive: %s: %s: checkpoint %" PRIu64
+					" (%.1f MiB) (pre-copy, a stripe of the round's chunks)\n",
+					peer, round, id, mib(bytes));
+			else
+				fprintf(
+				    stderr,
+				    "crcudactl receive: %s: %s: checkpoint %" PRIu64
+				    " (%.1f MiB; module images kept from earlier rounds: %" PRIu64 ")%s\n",
+				    peer, round, id, mib(bytes), kept_images, o.precopy ? " (pre-copy)" : "");
 			if (o.precopy && nprecopy < sizeof(precopy) / sizeof(precopy[0]))
 				precopy[nprecopy++] = id;
 			if (!o.precopy)
