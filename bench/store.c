@@ -79,7 +79,7 @@ static bool drop_caches(void)
 	return ok;
 }
 
-static void die(const char *what, int rc)
+_Noreturn static void die(const char *what, int rc)
 {
 	fprintf(stderr, "bench/store: %s: %s\n", what,
 		rc < 0 && rc > -4096 ? strerror(-rc) : crc_strerror(rc));

@@ -298,16 +298,25 @@ int ctl_action_script(void)
 		if (strrchr(dir, '/'))
 			*strrchr(dir, '/') = 0;
 		rc = ctl_shm_save((pid_t)atoi(root), dir);
+		/* The link remaps the dump made (CRIU's images are complete): they go with the checkpoint. */
+		const char *what = "saving the files the tree maps in /dev/shm";
+		if (!rc && (rc = ctl_link_remaps_record(dir)) == -EBADMSG) {
+			/* Images we do not read: the checkpoint is good, its remaps outlive it. */
+			fprintf(stderr,
+				"crcudactl: post-dump: CRIU's images in %s do not read as expected: "
+				"its link remaps will stay after the checkpoint is removed\n",
+				dir);
+			rc = 0;
+		} else if (rc) {
+			what = "listing CRIU's link remaps";
+		}
 		if (rc) {
 			const char *report = getenv("CRCUDA_PLUGIN_REPORT");
 			FILE *f = report && *report ? fopen(report, "ae") : NULL;
 
-			fprintf(stderr,
-				"crcudactl: post-dump: saving the files the tree maps in /dev/shm: %s\n",
-				strerror(-rc));
+			fprintf(stderr, "crcudactl: post-dump: %s: %s\n", what, strerror(-rc));
 			if (f) {
-				fprintf(f, "error saving the files the tree maps in /dev/shm: %s\n",
-					strerror(-rc));
+				fprintf(f, "error %s: %s\n", what, strerror(-rc));
 				fclose(f);
 			}
 			return 1;
@@ -496,6 +505,14 @@ static void rm_tree(const char *dir)
 		}
 	closedir(d);
 	rmdir(dir);
+}
+
+/* An image directory of a checkpoint not made: CRIU's link remaps of it go too (a dump that failed
+ * removed its own; one that succeeded before the checkpoint failed kept them). */
+static void discard_images(const char *dir)
+{
+	ctl_link_remaps_remove(dir);
+	rm_tree(dir);
 }
 
 /* CRIU's log into the image directory, in place of the link to it (best effort: it is not an image). */
@@ -788,7 +805,7 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 		 getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
 	if (!mkdtemp(work)) {
 		ctl_error("checkpoint: mkdtemp %s: %s", work, strerror(errno));
-		rm_tree(dir);
+		discard_images(dir);
 		goto out;
 	}
 	work_made = true;
@@ -938,7 +955,7 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	} else if (tree_n && !tcp && align_collectives(daemon, NULL, timeout * 2000, true)) {
 		ctl_progress_end(NULL);
 		fprintf(stderr, "crcudactl: nothing was checkpointed; the processes run on\n");
-		rm_tree(dir);
+		discard_images(dir);
 		goto out;
 	} else {
 		aligned = tree_n && !tcp;
@@ -975,7 +992,7 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 	if (cancel.state == CTL_CANCELLED && !id) {
 		/* CRIU let the process go (or was killed): the session resumes, as after a failure. */
 		undo(daemon, tcp ? token : NULL, pid);
-		rm_tree(dir);
+		discard_images(dir);
 		fprintf(stderr,
 			"crcudactl: checkpoint of %d cancelled: nothing was committed, the previous "
 			"checkpoints are untouched%s\n",
@@ -993,7 +1010,7 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 			ctl_error("checkpoint of %d failed: %s", (int)pid, val);
 			fprintf(stderr, "crcudactl: nothing was committed; the previous checkpoints are "
 					"untouched and the process runs on\n");
-			rm_tree(dir);
+			discard_images(dir);
 			goto out;
 		}
 		secs = ctl_now() - t0;
@@ -1029,7 +1046,7 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 			snprintf(keep, sizeof(keep), "/tmp/crcuda-dump-%d-%ld.log", (int)pid, (long)now);
 			if (rename(dlog, keep) == 0)
 				fprintf(stderr, "crcudactl: CRIU's log: %s\n", keep);
-			rm_tree(dir);
+			discard_images(dir);
 			fprintf(stderr,
 				"crcudactl: nothing was committed; the previous checkpoints are "
 				"untouched%s\n",

@@ -587,6 +587,12 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 		rc = ctl_run_criu(args, env, outlog, report, "restore", a.timeout, a.progress, NULL);
 	}
 	ctl_progress_end(NULL);
+	/* CRIU removed the link remaps it used (all of them once it succeeded): the checkpoint owns them no
+	 * more, and a later dump may take their names. */
+	int prc = ctl_link_remaps_prune(imgdir);
+	if (prc)
+		fprintf(stderr, "crcudactl: restore: %s/crcuda-link-remaps.list: %s\n", imgdir,
+			strerror(-prc));
 	double secs = ctl_now() - t0;
 	early_stage_end(&stage);
 	FILE *pf = fopen(pidfile, "r");

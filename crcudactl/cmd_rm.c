@@ -1,9 +1,10 @@
 /* crcudactl rm ID..., and the retention that `store prune --keep N` and `run --keep N` share.
  *
  * A checkpoint goes with its manifest, its CRIU image directory (<store>/criu/<name>; images named
- * elsewhere are not the store's and stay) and, through gc, the chunks no other checkpoint needs. The
- * image directory is locked first, as gc does: a checkpoint still being written, or a restore reading
- * it (restore holds a shared lock while CRIU runs), keeps it, and then nothing of it is removed.
+ * elsewhere are not the store's and stay), the link remaps its dump kept for a restore (link_remaps.c)
+ * and, through gc, the chunks no other checkpoint needs. The image directory is locked first, as gc
+ * does: a checkpoint still being written, or a restore reading it (restore holds a shared lock while
+ * CRIU runs), keeps it, and then nothing of it is removed.
  *
  * Retention counts per program: checkpoints of one crcuda.lineage (CRCUDA_LINEAGE of the program, which
  * `crcudactl run` sets and a restored process keeps), the newest (highest id) kept. Checkpoints made
@@ -114,6 +115,8 @@ static int remove_one(struct crc_store *st, uint64_t id, char *why, size_t len, 
 		goto out;
 	}
 	if (dir[0]) {
+		/* CRIU's link remaps the dump kept for a restore (none left once one succeeded). */
+		ctl_link_remaps_remove(dir);
 		rm_bytes = 0;
 		if (nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS))
 			fprintf(stderr,
@@ -226,8 +229,9 @@ static void rm_usage(FILE *f)
 {
 	fprintf(f, "Usage: crcudactl rm [--store DIR] [--json] ID...\n"
 		   "\n"
-		   "Removes checkpoints: each one's manifest and CRIU images, then the chunks no other\n"
-		   "checkpoint needs (gc). A checkpoint whose images a restore is reading is left.\n"
+		   "Removes checkpoints: each one's manifest and CRIU images (and the link remaps CRIU\n"
+		   "kept beside a file for a restore not made), then the chunks no other checkpoint\n"
+		   "needs (gc). A checkpoint whose images a restore is reading is left.\n"
 		   "\n"
 		   "Options:\n"
 		   "  -s, --store DIR  the store (default $CRCUDA_STORE, else ~/.local/share/crcuda/store)\n"

@@ -35,7 +35,8 @@ static void store_usage(FILE *f)
 		"  inspect ID   show a checkpoint's manifest: regions, chunks, metadata\n"
 		"  verify       read every chunk and check its hash, and that every checkpoint is whole\n"
 		"               (exit 1 when anything is damaged or missing)\n"
-		"  gc           remove chunks and pack files no checkpoint needs\n"
+		"  gc           remove chunks and pack files no checkpoint needs, and the CRIU images\n"
+		"               (with their link remaps) of checkpoints that failed or were killed\n"
 		"  prune --keep N [-n|--dry-run]\n"
 		"               keep the newest N checkpoints of each program (its CRCUDA_LINEAGE, which\n"
 		"               `crcudactl run` sets and a restore keeps) and remove the others, as rm does\n"
@@ -269,6 +270,12 @@ static int store_verify(struct store_args *a)
 	return rc ? CTL_EXIT_FAILURE : CTL_EXIT_OK;
 }
 
+/* A failed or killed checkpoint's dump may have kept CRIU link remaps for a restore that never comes. */
+static void discard_link_remaps(const char *dir)
+{
+	ctl_link_remaps_remove(dir);
+}
+
 static int store_gc(struct store_args *a)
 {
 	struct crc_store *st;
@@ -283,7 +290,7 @@ static int store_gc(struct store_args *a)
 	int rc = crc_store_gc(st, &rep);
 	/* And the CRIU image directories of checkpoints that never committed. */
 	if (!rc)
-		rc = crc_store_gc_criu(st, &criu_dirs, &criu_bytes);
+		rc = crc_store_gc_criu(st, discard_link_remaps, &criu_dirs, &criu_bytes);
 	crc_store_close(st);
 	if (rc) {
 		ctl_error("gc failed: %s", crc_strerror(rc));

@@ -116,6 +116,13 @@ int ctl_action_script(void);
 int ctl_shm_save(pid_t root, const char *imgdir);
 /* Writes them back before CRIU restores from imgdir (none saved: nothing to do). 0 or -errno. */
 int ctl_shm_restore(const char *imgdir);
+/* ---- link_remaps.c: CRIU's link remaps a dump left, removed with its checkpoint ---- */
+/* At post-dump: lists the link remaps the dump into imgdir made (from its images). 0 or -errno. */
+int ctl_link_remaps_record(const char *imgdir);
+/* After a restore from imgdir: forgets those CRIU used up (removed). 0 or -errno. */
+int ctl_link_remaps_prune(const char *imgdir);
+/* With imgdir's removal: removes those still there. How many, or -errno. */
+int ctl_link_remaps_remove(const char *imgdir);
 
 /* Prints "crcudactl: " + message on stderr. */
 void ctl_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -259,24 +259,44 @@ fail:
 }
 
 /* A child forked from a client shares its connection (and rings): it may not use them, nor say goodbye
- * for the parent's session when it exits. Its CUDA calls fail, as the driver's do in such a child. */
+ * for the parent's session when it exits. Its CUDA calls fail, as the driver's do in such a child. So
+ * does one forked while another thread of the parent was connecting (its half-made connection is the
+ * parent's); one forked from a process that never connected makes a session of its own.
+ * Only the forking thread lives on in the child: a lock another thread held stays held there for ever,
+ * and a child that took one would hang. A non-client takes none (crc_connect answers it without its
+ * lock); the channel and pinned-region locks, which some hooks take before they look at the session,
+ * are made anew: nothing they guard is the child's. */
 static void forked_child(void)
 {
+	if (crc_client.state == 0 && pthread_mutex_trylock(&connect_lock) == 0) {
+		pthread_mutex_unlock(&connect_lock);
+		return;
+	}
 	__atomic_store_n(&crc_client.state, -1, __ATOMIC_RELEASE);
+	crc_client.lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+	crc_client.pinned_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+}
+
+/* At load, not at the first connection: a fork between that and the registration gave a child that
+ * used its parent's session. */
+__attribute__((constructor)) static void forked_child_register(void)
+{
+	if (pthread_atfork(NULL, NULL, forked_child))
+		pr_warn("pthread_atfork failed: a child forked from a CUDA process would use its session");
 }
 
 CUresult crc_connect(void)
 {
-	static bool atfork;
-	int state;
+	int state = __atomic_load_n(&crc_client.state, __ATOMIC_ACQUIRE);
 
+	/* Lost for good (or a forked child, where the lock may be held by a thread that is not there). */
+	if (state == -1)
+		return CRC_CU_DAEMON_GONE;
 	pthread_mutex_lock(&connect_lock);
 	state = crc_client.state;
 	if (state == 0) {
 		state = handshake() ? -1 : 1;
 		__atomic_store_n(&crc_client.state, state, __ATOMIC_RELEASE);
-		if (state == 1 && !atfork)
-			atfork = !pthread_atfork(NULL, NULL, forked_child);
 	}
 	pthread_mutex_unlock(&connect_lock);
 	return state == 1 ? CUDA_SUCCESS : CRC_CU_DAEMON_GONE;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: sets everything up, builds crcuda twice (plain, and with ASan+UBSan)
-# and runs the tests that need no GPU, then the fuzz targets briefly (clang; fuzz/README.md).
+# and runs the tests that need no GPU, builds it with clang, then runs the fuzz targets briefly (clang;
+# fuzz/README.md).
 # gpu-labelled tests run on the GPU machine: tests/gpu/run-on-gpu.sh.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,6 +36,11 @@ build "$top/build-asan" -DCRCUDA_SANITIZE=ON
 echo "== tests (ASan+UBSan): unit, sim"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	ctest --test-dir "$top/build-asan" -L 'unit|sim' --output-on-failure -j "$jobs"
+
+# clang warns where gcc does not (-Wsometimes-uninitialized: a value read on a path that never set it),
+# and -Werror makes that a failed build.
+echo "== build (clang): the whole tree"
+CC=clang build "$top/build-clang"
 
 echo "== fuzz (clang, libFuzzer): every committed input of fuzz/corpus, then 3 s of fuzzing per target"
 CC=clang cmake -S "$top" -B "$top/build-fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCRCUDA_FUZZ=ON \

@@ -424,9 +424,12 @@ int crc_store_gc(struct crc_store *st, struct crc_gc_report *out);
 /** Removes CRIU image directories (<store>/criu/<name>) that no manifest names in its
  * "criu.images_dir" (a failed or killed checkpoint's), except those locked by a checkpoint in progress
  * (flock on the directory, held until after its commit) or younger than a minute.
+ * @param before_remove called with each directory's path before it is removed (may be NULL): what
+ *        the dump made outside it (crcudactl's CRIU link remaps) goes with it
  * @param[out] dirs_removed, bytes_freed counts (may be NULL)
  * @retval CRC_EINVAL, CRC_ENOMEM, or a manifest read error (then nothing is removed) */
-int crc_store_gc_criu(struct crc_store *st, uint64_t *dirs_removed, uint64_t *bytes_freed);
+int crc_store_gc_criu(struct crc_store *st, void (*before_remove)(const char *dir), uint64_t *dirs_removed,
+		      uint64_t *bytes_freed);
 
 struct crc_store_stat {
 	uint64_t sessions;

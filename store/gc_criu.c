@@ -54,7 +54,8 @@ static int rm_tree(int parent, const char *name, uint64_t *bytes)
 	return rc;
 }
 
-int crc_store_gc_criu(struct crc_store *st, uint64_t *dirs_removed, uint64_t *bytes_freed)
+int crc_store_gc_criu(struct crc_store *st, void (*before_remove)(const char *dir), uint64_t *dirs_removed,
+		      uint64_t *bytes_freed)
 {
 	char path[PATH_MAX];
 	struct cand {
@@ -126,6 +127,12 @@ int crc_store_gc_criu(struct crc_store *st, uint64_t *dirs_removed, uint64_t *by
 	for (size_t k = 0; k < n; k++) {
 		if (!c[k].name)
 			continue;
+		if (before_remove) {
+			char dir[PATH_MAX + 256];
+
+			snprintf(dir, sizeof(dir), "%s/%s", path, c[k].name);
+			before_remove(dir);
+		}
 		int r = rm_tree(dfd, c[k].name, &bytes);
 
 		if (r)

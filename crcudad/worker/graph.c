@@ -1505,7 +1505,8 @@ static int describe_node(struct crc_session *s, CUgraphNode node, struct gbuf *b
 		CUDA_MEMSET_NODE_PARAMS p;
 
 		res = CALL(cuGraphMemsetNodeGetParams, node, &p);
-		gbuf_put(b, &p, sizeof(p));
+		if (res == CUDA_SUCCESS) /* else p was not written: said below */
+			gbuf_put(b, &p, sizeof(p));
 		break;
 	}
 	case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
@@ -1530,7 +1531,9 @@ static int describe_node(struct crc_session *s, CUgraphNode node, struct gbuf *b
 		uint64_t fn, data;
 
 		res = CALL(cuGraphHostNodeGetParams, node, &p);
-		if (res == CUDA_SUCCESS && !crc_hostfn_of(&p, &fn, &data)) {
+		if (res != CUDA_SUCCESS)
+			break; /* said below: nothing of the node is written */
+		if (!crc_hostfn_of(&p, &fn, &data)) {
 			snprintf(why, len, "a host node whose function is not the application's");
 			return -1;
 		}

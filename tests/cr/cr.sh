@@ -18,6 +18,15 @@
 #                      checkpoint (its remap stays), then checkpoint, kill, restore, finish exact with
 #                      the semaphore's count carried (once: CRIU removes its link at the restore, so a
 #                      second restore fails and says why); then the first restores and finishes too
+#       named-sem-rm   the link remaps of named-sem's checkpoints go with them: a --leave-running
+#                      checkpoint and a checkpoint of the program, the first removed (`crcudactl rm`,
+#                      never restored): its remap goes, the second's and the semaphore stay, and the
+#                      second restores and finishes exact; its remap used up, a --leave-running
+#                      checkpoint of the restored program, and a link of the semaphore under the freed
+#                      remap's name (as a later dump may make), then rm of the restored checkpoint:
+#                      both stay; a checkpoint of another program
+#                      whose crcudactl and criu are killed before the commit leaves an image directory
+#                      no checkpoint names, with a remap: `store gc` removes both, and no other remap
 #       child          a program with a child process without CUDA (state_app --child, as a
 #                      DataLoader's CPU workers): the checkpoint names every pid of the dumped tree
 #                      (crcuda.tree.pids), which the restore waits to be free; the child is restored
@@ -160,6 +169,7 @@ backend=${CR_BACKEND:-sim} # CR_BACKEND=cuda: the basic, twice, capture and faul
 run_opts=(--backend "$backend" --idle-exit 60) # start_app's daemon
 pids=() # the programs (original and restored share a pid)
 extra_daemons=()
+shm_inodes=() # files of /dev/shm (a semaphore and CRIU's link remaps of it) that go at the end
 ns=""
 ok=0
 
@@ -177,6 +187,7 @@ cleanup() {
 	for p in $(daemon_pids) "${extra_daemons[@]}"; do kill -9 "$p" 2>/dev/null; done
 	[ -n "$ns" ] && ip netns del "$ns" 2>/dev/null
 	mountpoint -q "$tmp/fs" 2>/dev/null && umount -l "$tmp/fs"
+	for i in "${shm_inodes[@]}"; do find /dev/shm -maxdepth 1 -inum "$i" -delete; done
 	if [ $ok = 1 ]; then rm -rf "$tmp"; else echo "cr: logs kept in $tmp" >&2; fi
 }
 trap cleanup EXIT
@@ -536,6 +547,70 @@ named-sem)
 	grep -q "used up" "$tmp/restore2.err" || fail "the second restore does not say why: $(cat "$tmp/restore2.err")"
 	pid=$(restore "$id1")
 	finish "$pid" "the --leave-running checkpoint $id1 taken before it"
+	;;
+named-sem-rm)
+	# The remaps of one program's semaphore (other tests' programs may have some in /dev/shm too).
+	sem_remaps() { find /dev/shm -maxdepth 1 -name 'link_remap.*' -inum "$1" -printf '%f\n' | sort | tr '\n' ' '; }
+	rm_ckpt() { "$ctl" rm "$1" >"$tmp/rm.out" 2>&1 || fail "rm $1: $(cat "$tmp/rm.out")"; }
+	start_app named_sem_rm --named-sem
+	sem=/dev/shm/sem.crcuda-state-app-$app
+	ino=$(stat -c %i "$sem") || fail "no semaphore $sem"
+	shm_inodes+=("$ino")
+	id1=$(checkpoint "$app" --leave-running)
+	r1=$(sem_remaps "$ino")
+	[ "$(echo $r1 | wc -w)" = 1 ] || fail "checkpoint $id1 made not one link remap of $sem: '$r1'"
+	id2=$(checkpoint "$app")
+	wait_for 30 gone "$app" || fail "the program still runs after the checkpoint"
+	r2=$(sem_remaps "$ino")
+	[ "$(echo $r2 | wc -w)" = 2 ] || fail "checkpoints $id1 and $id2 left not two link remaps: '$r2'"
+	rm_ckpt "$id1"
+	r=$(sem_remaps "$ino")
+	[ "$r" = "${r2/$r1/}" ] || fail "rm $id1 (never restored) left link remaps '$r' of '$r2' ($id1's: $r1)"
+	[ -e "$sem" ] || fail "rm $id1 removed the program's semaphore $sem"
+	pid=$(restore "$id2")
+	[ -z "$(sem_remaps "$ino")" ] || fail "the restore of $id2 left link remaps: $(sem_remaps "$ino")"
+	# The restored program's next dump may name its remap as $id2's was (CRIU's ids restart at each
+	# dump; whether they meet depends on the names taken in /dev/shm): such a remap, made here as a
+	# link of the same file under $id2's remap's name, is not $id2's.
+	id3=$(checkpoint "$pid" --leave-running)
+	r3=$(sem_remaps "$ino")
+	[ "$(echo $r3 | wc -w)" = 1 ] || fail "checkpoint $id3 made not one link remap: '$r3'"
+	reused=/dev/shm/$(echo ${r2/$r1/}) made=""
+	if [ ! -e "$reused" ]; then ln "$sem" "$reused" && made=$reused || fail "ln $sem $reused"; fi
+	r=$(sem_remaps "$ino")
+	rm_ckpt "$id2"
+	[ "$(sem_remaps "$ino")" = "$r" ] || fail "rm $id2 (restored) took some of '$r': '$(sem_remaps "$ino")' left"
+	[ -z "$made" ] || rm "$made"
+	finish "$pid" "checkpoint $id2 restored after rm $id1"
+	# Another program's checkpoint killed (crcudactl and criu) at its commit: its images stay,
+	# named by no checkpoint, and its remap with them, until store gc.
+	start_app named_sem_gc --named-sem
+	ino2=$(stat -c %i "/dev/shm/sem.crcuda-state-app-$app") || fail "no semaphore of $app"
+	shm_inodes+=("$ino2")
+	ids=$(store_ids)
+	dirs=$(ls "$store/criu" | sort)
+	export CRCUDA_PLUGIN_TEST_PAUSE_FILE=$tmp/paused
+	CRCUDA_PLUGIN_TEST_PAUSE=commit timeout 120 "$ctl" checkpoint --leave-running "$app" >"$tmp/k.out" 2>&1 &
+	tpid=$!
+	wait_for 60 test -s "$CRCUDA_PLUGIN_TEST_PAUSE_FILE" || fail "the commit never reached: $(cat "$tmp/k.out")"
+	read -r criu_pid _ <"$CRCUDA_PLUGIN_TEST_PAUSE_FILE"
+	kill -9 "$(pgrep -P "$tpid" | head -1)" "$criu_pid"
+	wait "$tpid" 2>/dev/null
+	rm -f "$CRCUDA_PLUGIN_TEST_PAUSE_FILE"
+	unset CRCUDA_PLUGIN_TEST_PAUSE_FILE
+	wait_for 30 gone "$criu_pid" || fail "criu $criu_pid does not die"
+	gone "$app" || reap "$app"
+	[ "$(store_ids)" = "$ids" ] || fail "the killed checkpoint was committed: '$ids' -> '$(store_ids)'"
+	orphan=$(comm -13 <(echo "$dirs") <(ls "$store/criu" | sort))
+	[ -n "$orphan" ] || fail "the killed checkpoint left no image directory"
+	[ -n "$(sem_remaps "$ino2")" ] || fail "the killed checkpoint left no link remap"
+	touch -d '-5 minutes' "$store/criu/$orphan" # gc leaves directories younger than a minute
+	"$ctl" store gc >"$tmp/gc.out" 2>&1 || fail "store gc: $(cat "$tmp/gc.out")"
+	[ ! -e "$store/criu/$orphan" ] || fail "store gc left $orphan: $(cat "$tmp/gc.out")"
+	[ -z "$(sem_remaps "$ino2")" ] || fail "store gc left the link remaps $(sem_remaps "$ino2") of $orphan"
+	[ "$(sem_remaps "$ino")" = "$r3" ] || fail "store gc took $id3's link remap: '$r3' -> '$(sem_remaps "$ino")'"
+	rm_ckpt "$id3"
+	[ -z "$(sem_remaps "$ino")" ] || fail "rm $id3 (never restored) left link remaps $(sem_remaps "$ino")"
 	;;
 netns)
 	command -v ip >/dev/null || skip "no ip(8)"

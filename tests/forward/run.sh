@@ -24,6 +24,8 @@
 #                                    user's, or writable by others
 #       other-daemon                 a client does not use a socket served by another user's process
 #                                    (root only; else skipped)
+#       fork-connecting              a fork while another thread's first CUDA call connects (the connect
+#                                    lock held): the child's CUDA calls fail at once, no hang
 #       daemon-killed                SIGKILL the daemon mid-run: the client gets errors and exits
 #       killed-in-sync front|worker  SIGKILL the daemon (its front), or the client's worker, while the
 #                                    client waits in cuCtxSynchronize for a 30 s kernel: it gets a CUDA
@@ -540,6 +542,15 @@ other-daemon)
 	grep -q "the process serving $tmp/theirs/crcudad.sock (pid [0-9]*) runs as uid 65534, neither this process's uid 0 nor root: not using it" \
 		"$tmp/out" || fail "no clear refusal on the client side"
 	grep -q "session .* uid 0 -> worker" "$tmp/daemon.log" && fail "the client started a session there"
+	;;
+fork-connecting)
+	# A fork while another thread's first CUDA call is connecting (it holds libcrcuda's connect lock;
+	# the "daemon" is fork_locked itself, silent): the child's calls fail at once (fork_locked).
+	env LD_LIBRARY_PATH="$lib" CRCUDA_SOCKET="$tmp/silent.sock" timeout 90 \
+		"$build/tests/forward/fork_locked" >"$tmp/out" 2>&1
+	rc=$?
+	cat "$tmp/out"
+	[ $rc = 0 ] || fail "fork_locked: exit $rc"
 	;;
 daemon-killed)
 	start_daemon

@@ -13,7 +13,9 @@
 #                                codes); crcudad --version answers
 #       netns                    --remote across two network namespaces (root), right and wrong token
 #       status                   crcudactl status PID: a running program's session is "running" (text
-#                                and --json); a process without a session and a missing pid exit 1
+#                                and --json); a process without a session and a missing pid exit 1;
+#                                the program is found as the run's own descendant, not by its name (an
+#                                older process named like it runs beside it)
 #       supervise                --checkpoint-on without a checkpoint: the program runs as crcudactl's
 #                                child in a process group of its own with CRCUDA_LINEAGE (a given one
 #                                kept), its exit status and signal death (128+N) are crcudactl's,
@@ -61,6 +63,16 @@ daemon_pids() {
 	[ -f "$log" ] && sed -n 's/^([^)]*) \([0-9]*\) crcudad: serving on.*/\1/p' "$log"
 }
 alive() { [ -n "$1" ] && kill -0 "$1" 2>/dev/null; }
+# descendant_running PID PROGRAM: the pid of the first descendant of PID whose executable is PROGRAM.
+descendant_running() {
+	local kid want
+	want=$(readlink -f "$2")
+	for kid in $(pgrep -P "$1"); do
+		[ "$(readlink "/proc/$kid/exe" 2>/dev/null)" = "$want" ] && { echo "$kid"; return 0; }
+		descendant_running "$kid" "$2" && return 0
+	done
+	return 1
+}
 run() { timeout 60 "$ctl" run "$@"; }
 
 case $case in
@@ -180,13 +192,17 @@ exec-fails)
 	grep -q "^crcudad [0-9][0-9.]* (protocol [0-9]*)$" "$tmp/out" || fail "crcudad --version: $(cat "$tmp/out")"
 	;;
 status)
+	# Another state_app of the machine (another test's) started first: not the one to ask about.
+	(exec -a "$progs/state_app" sleep 120) &
+	pids_to_kill+=($!)
 	run --backend sim -- "$progs/state_app" --mb 8 --chunks 2 --steps 4 --ready-at 1 \
 		--ready-file "$tmp/ready" --go-file "$tmp/go" >"$tmp/out" 2>&1 &
 	p=$!
 	pids_to_kill+=("$p")
 	for _ in $(seq 300); do [ -e "$tmp/ready" ] && break; sleep 0.1; done
 	[ -e "$tmp/ready" ] || fail "state_app did not get ready: $(cat "$tmp/out")"
-	app=$(pgrep -f "^$progs/state_app" | head -1)
+	app=$(descendant_running "$p" "$progs/state_app")
+	[ -n "$app" ] || fail "no state_app under the run (pid $p)"
 	out=$("$ctl" status "$app") || fail "status of a running program: exit $?: $out"
 	echo "$out" | grep -q "^pid $app: running (session" || fail "status says: $out"
 	"$ctl" --json status "$app" | grep -q '"state": "running"' || fail "status --json: $("$ctl" --json status "$app")"
