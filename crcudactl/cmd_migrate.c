@@ -1323,6 +1323,81 @@ static int check_files_there(struct mig *m, bool send_missing)
 	return 0;
 }
 
+/* Whether pid descends from root (its parents, up to init). */
+static bool descends_from(pid_t pid, pid_t root)
+{
+	for (int depth = 0; pid > 1 && depth < 64; depth++) {
+		char path[64], buf[512], *p;
+		FILE *f;
+
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+		if (!(f = fopen(path, "r")))
+			return false;
+		p = fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
+		fclose(f);
+		if (!p || sscanf(p + 1, " %*c %d", &pid) != 1)
+			return false;
+		if (pid == root)
+			return true;
+	}
+	return false;
+}
+
+/* A pre-copy round of the device alone (quiesce, a checkpoint drained in the background, commit,
+ * resume; as crcudactl suspend does): the process is neither frozen nor dumped, only its CUDA calls
+ * wait, for the snapshot; its CRIU images go in the stop alone. A whole checkpoint each round dumped
+ * all of the process's host memory (PyTorch's: 415 MiB, 0.7 s a round) only to leave it unsent. Its
+ * id; 0 where the round takes a whole checkpoint instead: a process tree (its clients are checkpointed
+ * together), a session this daemon does not hold (a remote GPU's), or any failure (the program runs
+ * on, resumed). */
+static uint64_t mig_device_round(struct mig *m, double *secs)
+{
+	int ms = (int)(m->timeout ? m->timeout : MIG_TIMEOUT_DEFAULT) * 1000;
+	char addr[PATH_MAX], pidmeta[32];
+	const char *meta[] = {"crcuda.migrate_round=1", pidmeta, NULL};
+	struct crc_ctl_session sess, *list = NULL;
+	struct crc_ctl_ckpt_stats st;
+	struct crc_ctl *c = NULL;
+	struct crc_store *store = NULL;
+	unsigned n = 0;
+	uint64_t id = 0;
+	double t0 = ctl_now();
+
+	*secs = 0;
+	if (getenv("CRCUDA_MIGRATE_WHOLE_ROUNDS") || ctl_daemon_addr(m->daemon, addr, sizeof(addr)) ||
+	    crc_ctl_find_pid(addr, m->pid, 0, &sess) || crc_ctl_open(addr, NULL, &c))
+		return 0;
+	if (crc_ctl_sessions(c, &list, &n))
+		goto out;
+	for (unsigned i = 0; i < n; i++)
+		if (list[i].pid != m->pid && descends_from(list[i].pid, m->pid))
+			goto out; /* a tree */
+	/* The daemon opens the store itself: made first, as checkpoint does. */
+	if (crc_store_open(m->store, CRC_STORE_CREATE, &store))
+		goto out;
+	crc_store_close(store);
+	snprintf(pidmeta, sizeof(pidmeta), "crcuda.pid=%d", (int)m->pid);
+	if (crc_ctl_quiesce(c, m->pid, ms))
+		goto resume;
+	if (crc_ctl_checkpoint_flags(c, m->pid, m->store, CRC_CTL_CKPT_BACKGROUND, &st) ||
+	    crc_ctl_commit(c, m->pid, "", meta, &id)) {
+		crc_ctl_abort(c, m->pid);
+		id = 0;
+		goto resume;
+	}
+	crc_ctl_resume(c, m->pid);
+	if (!id && crc_ctl_commit_wait(c, m->pid, ms, &id))
+		id = 0;
+	goto out;
+resume:
+	crc_ctl_resume(c, m->pid);
+out:
+	free(list);
+	crc_ctl_close(c);
+	*secs = ctl_now() - t0;
+	return id;
+}
+
 /* A checkpoint of the process (mode: "--leave-running" or "--leave-stopped"): its id, or 0 with
  * m->why; *secs: how long it took. */
 static uint64_t mig_checkpoint(struct mig *m, const char *mode, double *secs)
@@ -1918,8 +1993,11 @@ int cmd_migrate(int argc, char **argv, struct ctl_opts *opts)
 	for (unsigned r = 1; r <= rounds; r++) {
 		struct ctl_export_result res;
 		double t0 = ctl_now(), t_send, secs;
-		uint64_t id = mig_checkpoint(&m, "--leave-running", &ck_secs);
+		uint64_t id = mig_device_round(&m, &ck_secs);
 		char what[64];
+
+		if (!id)
+			id = mig_checkpoint(&m, "--leave-running", &ck_secs);
 
 		if (!id) {
 			char why[sizeof(m.why)];
