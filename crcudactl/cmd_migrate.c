@@ -1994,6 +1994,7 @@ int cmd_migrate(int argc, char **argv, struct ctl_opts *opts)
 		struct ctl_export_result res;
 		double t0 = ctl_now(), t_send, secs;
 		uint64_t id = mig_device_round(&m, &ck_secs);
+		bool device_only = id != 0;
 		char what[64];
 
 		if (!id)
@@ -2016,10 +2017,11 @@ int cmd_migrate(int argc, char **argv, struct ctl_opts *opts)
 		if (secs > 0 && res.bytes > (1u << 20))
 			link_bps = res.bytes / secs;
 		printf("migrate: round %u: sent %.1f MiB (%" PRIu64 " chunks changed, %" PRIu64
-		       " there already) over %u stream%s in %.2f s (checkpoint %.2f s, transfer %.2f s); "
+		       " there already) over %u stream%s in %.2f s (checkpoint%s %.2f s, transfer %.2f s); "
 		       "dirty rate ",
 		       r, mib(res.bytes), res.chunks, res.skipped, m.round_streams,
-		       m.round_streams > 1 ? "s" : "", ctl_now() - t0, ck_secs, secs);
+		       m.round_streams > 1 ? "s" : "", ctl_now() - t0, device_only ? " of the device" : "",
+		       ck_secs, secs);
 		if (r > 1)
 			printf("%.1f MiB/s\n", mib(res.chunk_bytes) / (t0 - prev_start));
 		else

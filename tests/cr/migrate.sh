@@ -170,6 +170,9 @@ live)
 	[ "$rc" = 0 ] || fail "migrate failed"
 	grep -q "^migrate: round 1: sent .* MiB" "$tmp/migrate.out" || fail "no round line"
 	grep -q "^migrate: round 2: sent .* MiB .*; dirty rate [0-9.]* MiB/s" "$tmp/migrate.out" || fail "no second round with a dirty rate"
+	# Pre-copy rounds checkpoint the device alone (the process is not dumped until the stop).
+	grep -q "^migrate: round 1: .*(checkpoint of the device [0-9.]* s" "$tmp/migrate.out" ||
+		fail "the first round was a whole checkpoint: $(grep "^migrate: round 1" "$tmp/migrate.out")"
 	grep -q "^migrate: pid $app runs on $addrB:$port: downtime [0-9.]* s, total [0-9.]* s" "$tmp/migrate.out" ||
 		fail "no downtime line"
 	grep -q ": TLS (" "$tmp/receive.log" || fail "the migration did not go over TLS: $(cat "$tmp/receive.log")"
