@@ -3,7 +3,7 @@
 # real driver, live-migrated mid-run (`crcudactl migrate` to a `crcudactl receive`) between two
 # crcudads of this machine in two network namespaces, each with a store of its own. Its loss
 # sequence must equal an uninterrupted run's under the layer, bit for bit; prints the migration's
-# rounds and downtime. Needs root, CRIU and a GPU. TORCH_STEPS (default 1500): steps of the training
+# rounds and downtime. Needs root, CRIU and a GPU. TORCH_STEPS (default 3000): steps of the training
 # (enough to outlast the migration); TORCH_MIGRATE_AT (default 50): the step after which it begins.
 set -u
 build=$(cd "${1:?usage: torch-migrate.sh BUILD}" && pwd)
@@ -12,7 +12,7 @@ tmp=$(mktemp -d /tmp/crcuda-torch-mig.XXXXXX)
 ctl=$build/crcudactl/crcudactl
 crcudad=$build/crcudad/crcudad
 py=${PYTHON:-python3}
-steps=${TORCH_STEPS:-1500}
+steps=${TORCH_STEPS:-3000}
 at=${TORCH_MIGRATE_AT:-50}
 export CRCUDA_CRIU=${CRCUDA_CRIU:-$top/.deps/criu/bin/criu}
 unset CRCUDA_STORE CRCUDA_SOCKET CRCUDA_REMOTE CRCUDA_TOKEN CRCUDA_TOKEN_FILE
