@@ -113,15 +113,16 @@ static void *early_stage_main(void *arg)
  * runs on while its memory uploads, where a staged restore would wait for the upload), nor with
  * CRCUDA_RESTORE_STAGE=0. */
 static void early_stage_start(struct early_stage *es, const char *daemon, const char *store, uint64_t id,
-			      const char *gpu, unsigned timeout_s)
+			      pid_t pid, const char *gpu, unsigned timeout_s)
 {
 	const char *off = getenv("CRCUDA_RESTORE_STAGE"), *lazy = getenv("CRCUDA_RESTORE_LAZY");
 	char why[256];
 
 	if ((off && !strcmp(off, "0")) || (lazy && !strcmp(lazy, "1")) || getenv("CRCUDA_RESTORE_STAGE_KEY"))
 		return;
+	/* The pid the restored process will have: --progress finds the worker by it. */
 	es->o = (struct crc_ctl_restore_opts){
-	    .store_dir = store, .ckpt_id = id, .gpu = -1, .timeout_ms = (int)timeout_s * 1000};
+	    .store_dir = store, .ckpt_id = id, .gpu = -1, .pid = pid, .timeout_ms = (int)timeout_s * 1000};
 	/* The same device choices as the plugin's request (CRCUDA_GPU): else they differ and the staged
 	 * worker restores afresh. */
 	if (gpu && *gpu && strcmp(gpu, "-1") && crc_ctl_parse_gpus(gpu, &es->o, why, sizeof(why)))
@@ -515,7 +516,7 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 		env[ne++] = e_daemon;
 		unsetenv("CRCUDA_REMOTE");
 		if (!tree)
-			early_stage_start(&stage, daemon, store, a.id, a.gpu, a.timeout);
+			early_stage_start(&stage, daemon, store, a.id, pid, a.gpu, a.timeout);
 		if (stage.started)
 			env[ne++] = stage.env;
 	}
