@@ -353,10 +353,16 @@ static int upload_all(struct crc_session *s, struct crc_store *st, const struct 
 	uint64_t total = 0;
 	int rc = 0;
 
-	for (uint32_t r = 0; r < mf->nregions; r++)
-		if (mf->regions[r].kind == CRC_REGION_DEVICE_ALLOC ||
-		    mf->regions[r].kind == CRC_REGION_DEVICE_GLOBAL)
-			total += mf->regions[r].size;
+	for (uint32_t r = 0; r < mf->nregions; r++) {
+		const struct crc_region *rg = &mf->regions[r];
+
+		if (rg->kind != CRC_REGION_DEVICE_ALLOC && rg->kind != CRC_REGION_DEVICE_GLOBAL)
+			continue;
+		for (uint32_t c = 0; c < rg->nchunks; c++)
+			if (!base || memcmp(base->regions[r].chunks[c].hash.bytes, rg->chunks[c].hash.bytes,
+					    sizeof(rg->chunks[c].hash.bytes)))
+				total += rg->chunks[c].length; /* what goes up */
+	}
 	crc_progress_start(CRC_CTL_PROGRESS_RESTORE, total);
 	for (int g = any ? 0 : -1; g < CRC_MAX_DEVICES && !rc; g++)
 		if (g < 0 || dctx[g])
@@ -1053,6 +1059,12 @@ static int rst_advance(struct rst *r, const struct crc_ctl_restore_wire *w, bool
 	if (strcmp(store_dir, r->store_dir)) {
 		snprintf(why, why_len, "another store");
 		return CRC_EBUSY;
+	}
+	/* The very checkpoint staged (crcudactl restore staged it ahead): on the device already. */
+	if (w->ckpt_id == r->w.ckpt_id && w->gpu == r->w.gpu && w->ngpus == r->w.ngpus &&
+	    !memcmp(w->gpus, r->w.gpus, sizeof(w->gpus))) {
+		r->w = *w;
+		return 0;
 	}
 	next.st = r->st;
 	rc = rst_load(&next, w->ckpt_id, tcp, peer, why, why_len);
