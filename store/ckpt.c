@@ -588,6 +588,19 @@ fail:
 	return rc;
 }
 
+/* Pins bytes the store holds (hash, len long) to a session: gc keeps them while it stands. */
+static int blob_pin(struct crc_store *st, MDB_txn *txn, uint64_t session, const struct crc_hash *hash,
+		    uint64_t len)
+{
+	uint8_t key[24], val[8];
+	put_be64(key, session);
+	memcpy(key + 8, hash->bytes, 16);
+	put_le64(val, len);
+	MDB_val k = {sizeof(key), key}, v = {sizeof(val), val};
+	int rc = mdb_put(txn, st->dbi_blobs, &k, &v, 0);
+	return rc ? crc__mdb_err(rc, "pinning a blob") : 0;
+}
+
 int crc_store_blob_put(struct crc_store *st, uint64_t session, const void *data, size_t len,
 		       struct crc_hash *out_hash)
 {
@@ -611,16 +624,8 @@ int crc_store_blob_put(struct crc_store *st, uint64_t session, const void *data,
 	rc = commit_chunks(ck, txn);
 	if (rc)
 		goto fail;
-	uint8_t key[24], val[8];
-	put_be64(key, session);
-	memcpy(key + 8, hash.bytes, 16);
-	put_le64(val, len);
-	MDB_val k = {sizeof(key), key}, v = {sizeof(val), val};
-	rc = mdb_put(txn, st->dbi_blobs, &k, &v, 0);
-	if (rc) {
-		rc = crc__mdb_err(rc, "pinning a blob");
+	if ((rc = blob_pin(st, txn, session, &hash, len)))
 		goto fail;
-	}
 	rc = mdb_txn_commit(txn);
 	txn = NULL;
 	if (rc) {
@@ -655,7 +660,6 @@ int crc_store_blob_pin(struct crc_store *st, uint64_t session, const struct crc_
 		return CRC_EINVAL;
 	struct chunk_loc loc;
 	MDB_txn *txn = NULL;
-	uint8_t key[24], val[8];
 	int rc = mdb_txn_begin(st->env, NULL, 0, &txn);
 	if (rc)
 		return crc__mdb_err(rc, "mdb_txn_begin");
@@ -665,15 +669,8 @@ int crc_store_blob_pin(struct crc_store *st, uint64_t session, const struct crc_
 		rc = CRC_EINVAL; /* another object under that hash: never pinned under a wrong length */
 		goto fail;
 	}
-	put_be64(key, session);
-	memcpy(key + 8, hash->bytes, 16);
-	put_le64(val, len);
-	MDB_val k = {sizeof(key), key}, v = {sizeof(val), val};
-	rc = mdb_put(txn, st->dbi_blobs, &k, &v, 0);
-	if (rc) {
-		rc = crc__mdb_err(rc, "pinning a blob");
+	if ((rc = blob_pin(st, txn, session, hash, len)))
 		goto fail;
-	}
 	rc = mdb_txn_commit(txn);
 	return rc ? crc__mdb_err(rc, "committing a blob") : 0;
 fail:

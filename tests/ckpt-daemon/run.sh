@@ -118,27 +118,20 @@ checkpoint() { # checkpoint: quiesce, checkpoint, commit; prints the id
 	"$ctl" "$CRCUDA_SOCKET" commit "$pid" || fail "commit"
 }
 
-# restore_elsewhere ID: the client makes a call (it parks, quiesced), its daemon dies, a new daemon
-# (log daemon2) restores checkpoint ID and the client finishes there.
+# restore_elsewhere ID [SID]: the client makes a call (it parks, quiesced), its daemon dies, a new
+# daemon (log daemon2) restores checkpoint ID (having staged checkpoint SID first, under the key the
+# restore then gives) and the client finishes there.
 restore_elsewhere() {
 	touch "$tmp/go"
 	sleep 0.3
 	kill -9 "$daemon_pid"
 	wait "$daemon_pid" 2>/dev/null
 	start_daemon daemon2
-	"$ctl" "$CRCUDA_SOCKET" restore "$store" "$1" "$pid" "$tmp/swap.sock" || fail "restore"
-	finish_client
-}
-
-# stage_restore_elsewhere SID ID: as restore_elsewhere, the new daemon staging SID first and
-# restoring ID under its key.
-stage_restore_elsewhere() {
-	touch "$tmp/go"
-	sleep 0.3
-	kill -9 "$daemon_pid"
-	wait "$daemon_pid" 2>/dev/null
-	start_daemon daemon2
-	"$ctl" "$CRCUDA_SOCKET" stage-restore "$store" "$1" "$2" "$pid" "$tmp/swap.sock" || fail "stage-restore"
+	if [ $# = 2 ]; then
+		"$ctl" "$CRCUDA_SOCKET" stage-restore "$store" "$2" "$1" "$pid" "$tmp/swap.sock" || fail "stage-restore"
+	else
+		"$ctl" "$CRCUDA_SOCKET" restore "$store" "$1" "$pid" "$tmp/swap.sock" || fail "restore"
+	fi
 	finish_client
 }
 
@@ -277,7 +270,7 @@ staged)
 	for _ in $(seq 100); do [ -f "$tmp/mutate.done" ] && break; sleep 0.1; done
 	[ -f "$tmp/mutate.done" ] || fail "the client did not change its memory"
 	id2=$(checkpoint) || exit 1
-	stage_restore_elsewhere "$id1" "$id2"
+	restore_elsewhere "$id2" "$id1"
 	grep -q "staged checkpoint $id1 " "$tmp/daemon2.log" || fail "checkpoint $id1 was not staged"
 	grep -q "restored checkpoint $id2 (staged ahead) " "$tmp/daemon2.log" || fail "the restore did not take the staged worker"
 	# The staged upload had all of device memory; the restore's, the one changed chunk.
@@ -294,7 +287,7 @@ staged-other)
 	rm -f "$tmp/go" "$tmp/ready"
 	start_client
 	id2=$(checkpoint) || exit 1
-	stage_restore_elsewhere "$id1" "$id2"
+	restore_elsewhere "$id2" "$id1"
 	grep -q "staged checkpoint $id1 " "$tmp/daemon2.log" || fail "checkpoint $id1 was not staged"
 	grep -q "checkpoint $id2 does not continue the staged one (.*journal records.*): restored afresh" "$tmp/daemon2.log" ||
 		fail "the restore did not say it restored afresh: $(grep "session" "$tmp/daemon2.log" | tail -3)"
