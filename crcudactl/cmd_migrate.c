@@ -559,6 +559,18 @@ static void stage_round(const struct recv_cfg *cfg, struct stager *sg, uint64_t 
 	}
 	fprintf(stderr, "crcudactl receive: %s: checkpoint %" PRIu64 " staged on the daemon in %.2f s\n",
 		peer, id, ctl_now() - t0);
+	const char *hold = getenv("CRCUDA_TEST_RECEIVE_STAGED_FILE");
+
+	if (hold && access(hold, F_OK)) {
+		/* Tests: once staged, FILE says so and the receiver waits (up to a minute) for FILE.go: the
+		 * test kills the staged worker meanwhile. */
+		char go[PATH_MAX + 8];
+
+		close(open(hold, O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+		snprintf(go, sizeof(go), "%s.go", hold);
+		for (int i = 0; i < 6000 && access(go, F_OK); i++)
+			usleep(10000);
+	}
 }
 
 /* Restores checkpoint id here and answers with what crcudactl restore said; *ok: whether it did. */

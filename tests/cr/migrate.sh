@@ -8,6 +8,8 @@
 # CASE: live           migrated mid-run: rounds, downtime and total printed; it finishes on the
 #                      destination (in its network namespace) with the uninterrupted checksum; the
 #                      destination's store keeps only the last checkpoint (pre-copy ones removed)
+#       stage-killed   the destination's staged worker is killed (-9) after the first round: the
+#                      restore does it all in a fresh worker and the program finishes right there
 #       stop-and-copy  --rounds 0: no pre-copy round, everything goes over in the stop
 #       dest-dies      the destination is killed (-9) during the last round, while the program is
 #                      stopped: migrate fails saying why, the program runs on at the source and
@@ -194,6 +196,28 @@ live)
 	# The source keeps its last checkpoint only (the pre-copy rounds' are removed).
 	[ "$(CRCUDA_STORE=$tmp/a/store "$ctl" store ls 2>/dev/null | tail -n +2 | grep -c .)" = 1 ] ||
 		fail "the source keeps: $(CRCUDA_STORE=$tmp/a/store "$ctl" store ls)"
+	;;
+stage-killed)
+	# The destination's staged worker dies (-9) after the first round: staging is an optimisation, so
+	# the next stage says it failed, the restore does it all in a fresh worker, and the program
+	# finishes right there.
+	start_receive CRCUDA_TEST_RECEIVE_STAGED_FILE="$tmp/staged"
+	start_app
+	(
+		wait_for 120 test -e "$tmp/staged" || exit 1
+		w=$(sed -n 's/^([0-9.]*) \([0-9]*\) crcudad: session [0-9]*: staged checkpoint .*/\1/p' "$tmp/b.log" | head -n 1)
+		[ -n "$w" ] && kill -9 "$w" && echo "$w" >"$tmp/killed"
+		touch "$tmp/staged.go"
+	) &
+	killer=$!
+	mig_opts="--max-downtime 1" migrate
+	wait "$killer"
+	[ -s "$tmp/killed" ] || fail "the staged worker was not found and killed: $(grep -i stag "$tmp/b.log")"
+	[ "$rc" = 0 ] || fail "migrate failed after the staged worker died"
+	grep -q "restored checkpoint [0-9]* (staged ahead)" "$tmp/b.log" &&
+		fail "a restore took a staged worker that had been killed"
+	grep -q "restored checkpoint [0-9]* from" "$tmp/b.log" || fail "no restore in the destination's log"
+	finish "migrated after its staged worker $(cat "$tmp/killed") was killed"
 	;;
 stop-and-copy)
 	start_receive
