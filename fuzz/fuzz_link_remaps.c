@@ -17,6 +17,19 @@ int ctl_link_remaps_prune(const char *imgdir);
 
 static char dir[64];
 
+/* The scratch directory goes with the fuzzer. */
+static void remove_dir(void)
+{
+	static const char *const names[] = {"remap-fpath.img", "files.img", "crcuda-link-remaps.list"};
+	char path[128];
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+		unlink(path);
+	}
+	rmdir(dir);
+}
+
 static void put_file(const char *name, const uint8_t *p, size_t n)
 {
 	char path[128];
@@ -37,6 +50,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!dir[0]) {
 		snprintf(dir, sizeof(dir), "/tmp/crcuda-fuzz-remaps.XXXXXX");
 		FUZZ_CHECK(mkdtemp(dir) != NULL);
+		atexit(remove_dir);
 	}
 	if (size < 4)
 		return 0;
