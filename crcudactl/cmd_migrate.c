@@ -1630,6 +1630,15 @@ static int mig_stripe(struct mig *m, uint64_t id, const char *what, const struct
 	return rc ? -1 : 0;
 }
 
+/* MIG_STRIPE_MIN, or (tests: CRCUDA_TEST_MIGRATE_STRIPE_MIN bytes) less, so that a small program on the
+ * simulated device stripes (its large steps are slow, and under load it ended before the stop). */
+static uint64_t stripe_min(void)
+{
+	const char *v = getenv("CRCUDA_TEST_MIGRATE_STRIPE_MIN");
+
+	return v && *v ? strtoull(v, NULL, 0) : MIG_STRIPE_MIN;
+}
+
 /* Sends checkpoint id: the destination's chunks are asked for first and left out; where those it
  * lacks are many and there are data connections, they go over those first (mig_stripe). 0 with
  * *dest_id, or -1 with m->why. */
@@ -1709,7 +1718,7 @@ static int mig_put(struct mig *m, uint64_t id, bool precopy, const char *what, s
 		nlack = d;
 		qsort(lack, nlack, sizeof(*lack), lack_by_pos);
 	}
-	if (m->ndata >= 2 && lack_bytes >= MIG_STRIPE_MIN) {
+	if (m->ndata >= 2 && lack_bytes >= stripe_min()) {
 		if (mig_stripe(m, id, what, lack, nlack, known, &nknown, &m->round_streams, &striped)) {
 			rc = -1;
 			goto out;
