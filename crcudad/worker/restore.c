@@ -344,6 +344,14 @@ int crc_events_rerecord(struct crc_session *s, const char *list, char *why, size
 static int upload(struct crc_session *s, struct crc_store *st, const struct crc_manifest *mf,
 		  const struct crc_manifest *base, int group, CUcontext *dctx, char *why, size_t why_len);
 
+/* Whether chunk c of region r is on the device already: base (a staged restore's checkpoint, with the
+ * same regions) holds the same bytes there. */
+static bool chunk_on_device(const struct crc_manifest *base, uint32_t r, uint32_t c,
+			    const struct crc_chunk_ref *ch)
+{
+	return base && !memcmp(base->regions[r].chunks[c].hash.bytes, ch->hash.bytes, sizeof(ch->hash.bytes));
+}
+
 /* Every device's memory, each in a context of its own device (any: the session has one; else the
  * one group -1). base: the checkpoint whose memory is on the device already (a staged restore, with
  * the same regions): only the chunks that differ from its go up; NULL: all. */
@@ -359,8 +367,7 @@ static int upload_all(struct crc_session *s, struct crc_store *st, const struct 
 		if (rg->kind != CRC_REGION_DEVICE_ALLOC && rg->kind != CRC_REGION_DEVICE_GLOBAL)
 			continue;
 		for (uint32_t c = 0; c < rg->nchunks; c++)
-			if (!base || memcmp(base->regions[r].chunks[c].hash.bytes, rg->chunks[c].hash.bytes,
-					    sizeof(rg->chunks[c].hash.bytes)))
+			if (!chunk_on_device(base, r, c, &rg->chunks[c]))
 				total += rg->chunks[c].length; /* what goes up */
 	}
 	crc_progress_start(CRC_CTL_PROGRESS_RESTORE, total);
@@ -703,8 +710,7 @@ static int upload(struct crc_session *s, struct crc_store *st, const struct crc_
 		if (crc_addr_group(addr, dctx) != group)
 			continue;
 		for (uint32_t c = 0; c < rg->nchunks; c++) {
-			if (base && !memcmp(base->regions[i].chunks[c].hash.bytes, rg->chunks[c].hash.bytes,
-					    sizeof(rg->chunks[c].hash.bytes))) {
+			if (chunk_on_device(base, i, c, &rg->chunks[c])) {
 				off += rg->chunks[c].length; /* on the device already */
 				continue;
 			}
@@ -991,21 +997,22 @@ static bool same_text(const char *a, const char *b)
 	return a == b || (a && b && !strcmp(a, b));
 }
 
-/* Whether checkpoint next can take over from cur's replayed session: the same journal (record for
- * record: the same calls made the same objects at the same addresses), regions, device range and
- * devices. Else why says what differs. */
+/* Whether two restore requests ask for the same GPUs. */
+static bool same_gpus(const struct crc_ctl_restore_wire *a, const struct crc_ctl_restore_wire *b)
+{
+	return a->gpu == b->gpu && a->ngpus == b->ngpus && !memcmp(a->gpus, b->gpus, sizeof(a->gpus));
+}
+
+/* Whether checkpoint next (of the same store: rst_advance checks) can take over from cur's replayed
+ * session: the same journal (record for record: the same calls made the same objects at the same
+ * addresses), regions, device range and devices. Else why says what differs. */
 static bool rst_same_state(const struct rst *cur, const struct rst *next, char *why, size_t why_len)
 {
 	static const char *const keys[] = {"crcuda.va_base", "crcuda.va_size", "crcuda.devices",
 					   "crcuda.device"};
 	const struct crc_manifest *a = cur->mf, *b = next->mf;
 
-	if (strcmp(cur->store_dir, next->store_dir)) {
-		snprintf(why, why_len, "another store");
-		return false;
-	}
-	if (cur->w.gpu != next->w.gpu || cur->w.ngpus != next->w.ngpus ||
-	    memcmp(cur->w.gpus, next->w.gpus, sizeof(cur->w.gpus))) {
+	if (!same_gpus(&cur->w, &next->w)) {
 		snprintf(why, why_len, "other GPUs asked for");
 		return false;
 	}
@@ -1061,8 +1068,7 @@ static int rst_advance(struct rst *r, const struct crc_ctl_restore_wire *w, bool
 		return CRC_EBUSY;
 	}
 	/* The very checkpoint staged (crcudactl restore staged it ahead): on the device already. */
-	if (w->ckpt_id == r->w.ckpt_id && w->gpu == r->w.gpu && w->ngpus == r->w.ngpus &&
-	    !memcmp(w->gpus, r->w.gpus, sizeof(w->gpus))) {
+	if (w->ckpt_id == r->w.ckpt_id && same_gpus(w, &r->w)) {
 		r->w = *w;
 		return 0;
 	}

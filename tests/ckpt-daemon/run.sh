@@ -135,6 +135,13 @@ restore_elsewhere() {
 	finish_client
 }
 
+# mutate_client STEP WHY: a --mutate client flips its byte; waited for 100 x STEP seconds, else fail WHY.
+mutate_client() {
+	touch "$tmp/mutate"
+	for _ in $(seq 100); do [ -f "$tmp/mutate.done" ] && break; sleep "$1"; done
+	[ -f "$tmp/mutate.done" ] || fail "$2"
+}
+
 # copied: the bytes the last checkpoint copied off the device (its stats in $tmp/stats)
 ckpt_copied() {
 	"$ctl" "$CRCUDA_SOCKET" quiesce "$pid" || fail "quiesce"
@@ -225,9 +232,7 @@ background)
 	grep -q " snapshot " "$tmp/stats" && ! grep -q " 0 snapshot " "$tmp/stats" || fail "nothing was snapshotted"
 	[ "$("$ctl" "$CRCUDA_SOCKET" commit "$pid")" = 0 ] || fail "the commit did not wait for the drain (id not 0)"
 	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume"
-	touch "$tmp/mutate"
-	for _ in $(seq 100); do [ -f "$tmp/mutate.done" ] && break; sleep 0.05; done
-	[ -f "$tmp/mutate.done" ] || fail "the client did not run on while the checkpoint drained"
+	mutate_client 0.05 "the client did not run on while the checkpoint drained"
 	[ "$("$ctl" - count "$store")" = 0 ] || fail "committed before the drain"
 	id=$("$ctl" "$CRCUDA_SOCKET" commit-wait "$pid") || fail "commit-wait"
 	[ "$id" -gt 0 ] || fail "commit-wait gave id $id"
@@ -247,9 +252,7 @@ incremental)
 	start_client --mutate "$tmp/mutate"
 	c1=$(ckpt_copied) || exit 1
 	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume"
-	touch "$tmp/mutate"
-	for _ in $(seq 100); do [ -f "$tmp/mutate.done" ] && break; sleep 0.1; done
-	[ -f "$tmp/mutate.done" ] || fail "the client did not change its memory"
+	mutate_client 0.1 "the client did not change its memory"
 	c2=$(ckpt_copied) || exit 1
 	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume"
 	c3=$(ckpt_copied) || exit 1
@@ -266,9 +269,7 @@ staged)
 	start_client --mutate "$tmp/mutate"
 	id1=$(checkpoint) || exit 1
 	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume"
-	touch "$tmp/mutate"
-	for _ in $(seq 100); do [ -f "$tmp/mutate.done" ] && break; sleep 0.1; done
-	[ -f "$tmp/mutate.done" ] || fail "the client did not change its memory"
+	mutate_client 0.1 "the client did not change its memory"
 	id2=$(checkpoint) || exit 1
 	restore_elsewhere "$id2" "$id1"
 	grep -q "staged checkpoint $id1 " "$tmp/daemon2.log" || fail "checkpoint $id1 was not staged"
