@@ -1367,23 +1367,29 @@ static uint64_t mig_device_round(struct mig *m, double *secs)
 	int ms = (int)(m->timeout ? m->timeout : MIG_TIMEOUT_DEFAULT) * 1000;
 	char addr[PATH_MAX], pidmeta[32];
 	const char *meta[] = {"crcuda.migrate_round=1", pidmeta, NULL};
-	struct crc_ctl_session sess, *list = NULL;
+	struct crc_ctl_session *list = NULL;
 	struct crc_ctl_ckpt_stats st;
 	struct crc_ctl *c = NULL;
 	struct crc_store *store = NULL;
 	unsigned n = 0;
 	uint64_t id = 0;
 	double t0 = ctl_now();
+	bool ours = false;
 
 	*secs = 0;
 	if (getenv("CRCUDA_MIGRATE_WHOLE_ROUNDS") || ctl_daemon_addr(m->daemon, addr, sizeof(addr)) ||
-	    crc_ctl_find_pid(addr, m->pid, 0, &sess) || crc_ctl_open(addr, NULL, &c))
+	    crc_ctl_open(addr, NULL, &c))
 		return 0;
 	if (crc_ctl_sessions(c, &list, &n))
 		goto out;
-	for (unsigned i = 0; i < n; i++)
-		if (list[i].pid != m->pid && descends_from(list[i].pid, m->pid))
+	for (unsigned i = 0; i < n; i++) {
+		if (list[i].pid == m->pid)
+			ours = true;
+		else if (descends_from(list[i].pid, m->pid))
 			goto out; /* a tree */
+	}
+	if (!ours)
+		goto out; /* its session is another daemon's */
 	/* The daemon opens the store itself: made first, as checkpoint does. */
 	if (crc_store_open(m->store, CRC_STORE_CREATE, &store))
 		goto out;
