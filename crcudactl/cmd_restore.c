@@ -197,39 +197,80 @@ static int ensure_local_daemon(const char *sock, const char *backend)
 #define TIME_WAIT_RETRY_S      65 /* the kernel's TIME_WAIT (60 s), and a little */
 #define TIME_WAIT_RETRY_STEP_S 5
 
-static bool pid_free(pid_t pid)
+/* The name of the program that holds pid now ("" if none can be read). */
+static void pid_comm(pid_t pid, char *comm, size_t size)
 {
+	char path[64];
+	FILE *f;
+
+	comm[0] = 0;
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+	if ((f = fopen(path, "r"))) {
+		if (fgets(comm, (int)size, f))
+			comm[strcspn(comm, "\n")] = 0;
+		fclose(f);
+	}
+}
+
+/* comm: the checkpointed program's name, or NULL where unknown. A live holder of that name is the
+ * program itself (or an earlier restore of it): no wait. One of another name took the number after the
+ * program ended (pid numbers wrap at kernel.pid_max, 32768 by default): mostly a short-lived one, so it
+ * is waited for as a zombie is. */
+static bool pid_free(pid_t pid, const char *comm, char *holder, size_t size)
+{
+	bool said = false;
+
+	holder[0] = 0;
 	for (int i = 0; i < PID_FREE_WAIT_S * 20; i++) {
 		if (kill(pid, 0) && errno == ESRCH)
 			return true;
-		if (!ctl_pid_gone(pid)) /* alive, neither a zombie nor exiting */
-			return false;
-		/* A zombie's parent (init, for a process an earlier restore detached) reaps it: criu_stress
-		 * saw this take more than 5 s on a loaded machine. */
-		if (i == 40)
-			ctl_error(
-			    "restore: waiting for pid %d to be free (it has ended; its parent has not reaped "
-			    "it yet)",
-			    (int)pid);
+		if (!ctl_pid_gone(pid)) { /* alive, neither a zombie nor exiting */
+			pid_comm(pid, holder, size);
+			if (!comm || !comm[0] || !holder[0] || !strcmp(holder, comm))
+				return false;
+			if (i >= 40 && !said) {
+				ctl_error(
+				    "restore: pid %d is held by another program (%s), not the checkpointed "
+				    "%s (pid numbers wrap at kernel.pid_max): waiting up to %d s for it to "
+				    "end",
+				    (int)pid, holder, comm, PID_FREE_WAIT_S);
+				said = true;
+			}
+		} else if (i == 40 && !said) {
+			/* A zombie's parent (init, for a process an earlier restore detached) reaps it:
+			 * criu_stress saw this take more than 5 s on a loaded machine. */
+			ctl_error("restore: waiting for pid %d to be free (it has ended; its parent has not "
+				  "reaped it yet)",
+				  (int)pid);
+			said = true;
+		}
 		usleep(50000);
 	}
 	return false;
 }
 
 /* The checkpointed pid and, for a tree, every pid of it ("p1,p2,..."), free: CRIU restores each
- * process with its own pid. */
-static bool pids_free(pid_t pid, const char *tree_pids)
+ * process with its own pid. comm: the checkpointed program's name (the tree's others are not known). */
+static bool pids_free(pid_t pid, const char *tree_pids, const char *comm)
 {
-	if (pid > 0 && !pid_free(pid)) {
-		ctl_error("restore: pid %d is in use (is the checkpointed process, or an earlier restore of "
-			  "it, still running?): CRIU restores the process with its own pid",
-			  (int)pid);
+	char holder[64];
+
+	if (pid > 0 && !pid_free(pid, comm, holder, sizeof(holder))) {
+		if (comm && comm[0] && holder[0] && strcmp(holder, comm))
+			ctl_error("restore: pid %d is held by another program (%s, still running after %d "
+				  "s): CRIU restores the process with its own pid",
+				  (int)pid, holder, PID_FREE_WAIT_S);
+		else
+			ctl_error(
+			    "restore: pid %d is in use (is the checkpointed process, or an earlier "
+			    "restore of it, still running?): CRIU restores the process with its own pid",
+			    (int)pid);
 		return false;
 	}
 	for (const char *p = tree_pids; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : "") {
 		pid_t q = (pid_t)atoi(p);
 
-		if (q > 0 && q != pid && !pid_free(q)) {
+		if (q > 0 && q != pid && !pid_free(q, NULL, holder, sizeof(holder))) {
 			ctl_error(
 			    "restore: pid %d of the process tree of %d is in use (the checkpointed tree, or "
 			    "an earlier restore of it, still running?)",
@@ -445,7 +486,8 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 		goto out;
 	}
 	pid = pidm ? (pid_t)atoi(pidm) : 0;
-	if (!pids_free(pid, crc_manifest_meta_get(m, "crcuda.tree.pids")))
+	if (!pids_free(pid, crc_manifest_meta_get(m, "crcuda.tree.pids"),
+		       crc_manifest_meta_get(m, "crcuda.comm")))
 		goto out;
 	if (!va_base || !va_size) {
 		ctl_error("restore: checkpoint %" PRIu64
@@ -583,7 +625,8 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 			"s\n",
 			TIME_WAIT_RETRY_STEP_S);
 		sleep(TIME_WAIT_RETRY_STEP_S);
-		if (!pids_free(pid, crc_manifest_meta_get(m, "crcuda.tree.pids")))
+		if (!pids_free(pid, crc_manifest_meta_get(m, "crcuda.tree.pids"),
+			       crc_manifest_meta_get(m, "crcuda.comm")))
 			break;
 		rc = ctl_run_criu(args, env, outlog, report, "restore", a.timeout, a.progress, NULL);
 	}

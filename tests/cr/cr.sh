@@ -27,6 +27,8 @@
 #                      both stay; a checkpoint of another program
 #                      whose crcudactl and criu are killed before the commit leaves an image directory
 #                      no checkpoint names, with a remap: `store gc` removes both, and no other remap
+#       pid-taken      the checkpointed pid taken by another program (a sleep started under it) when
+#                      the restore begins: the restore names it, waits for its end and restores exact
 #       child          a program with a child process without CUDA (state_app --child, as a
 #                      DataLoader's CPU workers): the checkpoint names every pid of the dumped tree
 #                      (crcuda.tree.pids), which the restore waits to be free; the child is restored
@@ -501,6 +503,29 @@ restore-twice)
 		pid=$(restore "$id")
 		finish "$pid" "restore $n of checkpoint $id"
 	done
+	;;
+pid-taken)
+	start_app pid_taken
+	id=$(checkpoint "$app")
+	wait_for 30 gone "$app" || fail "the program still runs after the checkpoint"
+	# Another program takes the freed pid (as pid numbers wrapping at kernel.pid_max make happen): the
+	# restore waits for it to end, saying so, and restores.
+	decoy=
+	for _ in $(seq 50); do
+		echo $((app - 1)) >/proc/sys/kernel/ns_last_pid
+		sleep 3 &
+		[ $! = "$app" ] && { decoy=$!; break; }
+		kill $! 2>/dev/null
+		wait $! 2>/dev/null
+	done
+	[ -n "$decoy" ] || fail "could not start a program under the freed pid $app"
+	t0=$(date +%s)
+	pid=$(restore "$id")
+	[ "$pid" = "$app" ] || fail "restored pid '$pid', checkpointed $app"
+	grep -q "pid $app is held by another program (sleep), not the checkpointed .*: waiting" "$tmp/restore.err" ||
+		fail "the restore did not say whose the pid was: $(cat "$tmp/restore.err")"
+	[ $(($(date +%s) - t0)) -ge 2 ] || fail "the restore did not wait for the decoy"
+	finish "$pid" "restored once the pid's other holder ended"
 	;;
 child)
 	start_app child --child
