@@ -3,8 +3,10 @@
  * "register" (the file's pages mapped and registered read-only, copied from there: no CPU copy), or
  * "piece:KIB" / "hpiece:KIB" (read and copied KIB at a time through a ring of four pinned slots per
  * thread, small enough that the device may read them from the CPU's cache; "h": each piece hashed
- * with XXH3 too, as a restore checks it). Prints GB/s. A probe for restore's upload design
- * (bench/checkpoint.sh's "upload" line); needs a GPU. */
+ * with XXH3 too, as a restore checks it), "mmap" / "mmapnt" (the file mapped once; each chunk copied from
+ * the mapping into pinned staging by memcpy, or by non-temporal stores that leave the CPU's cache
+ * alone), "thp" (pread into staging on 2 MiB pages, registered). Prints GB/s. A probe for restore's upload
+ * design (bench/checkpoint.sh's "upload" line); needs a GPU. */
 #include <cuda.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -17,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
+#include <emmintrin.h>
 
 #define CHUNK (4u << 20)
 
@@ -28,6 +31,9 @@ static CUcontext ctx;
 static int mode_register;
 static size_t piece; /* 0: whole chunks */
 static int hash_pieces;
+static const char *map; /* mmap modes: the whole file */
+static int nontemporal; /* mmapnt */
+static int thp;		/* staging on huge pages */
 #define SLOTS 4
 
 static double now(void)
@@ -49,6 +55,39 @@ static double now(void)
 
 static _Atomic unsigned long long sink;
 
+/* dst and src 16-byte aligned, len a multiple of 64. */
+static void copy_nt(void *dst, const void *src, size_t len)
+{
+	__m128i *d = dst;
+	const __m128i *s = src;
+
+	for (size_t i = 0; i < len / 16; i += 4) {
+		__m128i a = _mm_load_si128(s + i), b = _mm_load_si128(s + i + 1),
+			c = _mm_load_si128(s + i + 2), e = _mm_load_si128(s + i + 3);
+
+		_mm_stream_si128(d + i, a);
+		_mm_stream_si128(d + i + 1, b);
+		_mm_stream_si128(d + i + 2, c);
+		_mm_stream_si128(d + i + 3, e);
+	}
+	_mm_sfence();
+}
+
+static void staging_alloc(void **out, size_t len)
+{
+	if (!thp) {
+		CK(cuMemAllocHost(out, len));
+		return;
+	}
+	if (posix_memalign(out, 2u << 20, len)) {
+		perror("posix_memalign");
+		exit(1);
+	}
+	madvise(*out, len, MADV_HUGEPAGE);
+	memset(*out, 0, len);
+	CK(cuMemHostRegister(*out, len, 0));
+}
+
 static void *reader(void *arg)
 {
 	CUstream s;
@@ -60,7 +99,7 @@ static void *reader(void *arg)
 	CK(cuCtxSetCurrent(ctx));
 	CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
 	for (int b = 0; b < 2; b++)
-		CK(cuMemAllocHost(&buf[b], piece ? piece * SLOTS : CHUNK));
+		staging_alloc(&buf[b], piece ? piece * SLOTS : CHUNK);
 	for (int b = 0; b < SLOTS; b++)
 		CK(cuEventCreate(&ev[b], CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC));
 	for (size_t i; (i = atomic_fetch_add(&next, 1)) < nchunks;) {
@@ -95,7 +134,11 @@ static void *reader(void *arg)
 			munmap(p, CHUNK);
 		} else {
 			CK(cuEventSynchronize(ev[k]));
-			if (pread(fd, buf[k], CHUNK, off) != CHUNK) {
+			if (map && nontemporal)
+				copy_nt(buf[k], map + off, CHUNK);
+			else if (map)
+				memcpy(buf[k], map + off, CHUNK);
+			else if (pread(fd, buf[k], CHUNK, off) != CHUNK) {
 				perror("pread");
 				exit(1);
 			}
@@ -129,6 +172,15 @@ int main(int argc, char **argv)
 	if (fd < 0 || fstat(fd, &st) || n < 1 || n > 64)
 		return 2;
 	nchunks = (size_t)st.st_size / CHUNK;
+	thp = !strcmp(argv[3], "thp");
+	nontemporal = !strcmp(argv[3], "mmapnt");
+	if (!strncmp(argv[3], "mmap", 4)) {
+		map = mmap(NULL, nchunks * CHUNK, PROT_READ, MAP_SHARED, fd, 0);
+		if (map == MAP_FAILED) {
+			perror("mmap");
+			return 1;
+		}
+	}
 	CK(cuInit(0));
 	CK(cuDevicePrimaryCtxRetain(&ctx, 0));
 	CK(cuCtxSetCurrent(ctx));

@@ -441,7 +441,7 @@ static CUresult staging_get(struct crc_session *s, CUcontext ctx, unsigned n, vo
 		crc_staging_free(s);
 	CALL(cuCtxSetCurrent, ctx);
 	while (g->n < n && res == CUDA_SUCCESS) {
-		res = CALL(cuMemHostAlloc, &g->buf[g->n], STAGING_BYTES, CU_MEMHOSTALLOC_PORTABLE);
+		res = crc_pinned_alloc(&g->buf[g->n], STAGING_BYTES);
 		if (res == CUDA_SUCCESS)
 			g->n++;
 	}
@@ -463,7 +463,7 @@ void crc_staging_free(struct crc_session *s)
 		return;
 	CALL(cuCtxSetCurrent, g->ctx);
 	for (unsigned b = 0; b < g->n; b++)
-		CALL(cuMemFreeHost, g->buf[b]);
+		crc_pinned_free(g->buf[b]);
 	g->n = 0;
 	g->ctx = NULL;
 }

@@ -235,8 +235,7 @@ static void *staged_make(void *arg)
 		return NULL;
 	if (CALL(cuCtxSetCurrent, ctx) == CUDA_SUCCESS)
 		for (unsigned i = 0; i < want && !atomic_load(&staged.cancel); i++) {
-			if (CALL(cuMemHostAlloc, &staged.buf[staged.n], STAGED_BYTES,
-				 CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS)
+			if (crc_pinned_alloc(&staged.buf[staged.n], STAGED_BYTES) != CUDA_SUCCESS)
 				break;
 			staged.n++;
 		}
@@ -270,7 +269,7 @@ void crc_upload_staging_release(void)
 	pthread_mutex_lock(&staged.lock);
 	staged_join(true);
 	for (unsigned i = staged.taken; i < staged.n; i++)
-		CALL(cuMemFreeHost, staged.buf[i]);
+		crc_pinned_free(staged.buf[i]);
 	staged.n = staged.taken = 0;
 	pthread_mutex_unlock(&staged.lock);
 }
@@ -304,7 +303,7 @@ static CUresult staged_take(size_t len, void **out)
 		return CUDA_SUCCESS;
 	}
 	pthread_mutex_unlock(&staged.lock);
-	return CALL(cuMemAllocHost_v2, out, len);
+	return crc_pinned_alloc(out, len);
 }
 
 /* Records again, in their order, the events that were recorded before the checkpoint (list from
@@ -564,8 +563,7 @@ static void *up_reader(void *arg)
 		if (ev[b] && (res = CALL(cuEventSynchronize, ev[b])) != CUDA_SUCCESS)
 			up_fail(j, CRC_ECUDA, "uploading the checkpoint's data: CUDA error %d", res);
 	for (int b = 0; b < 2; b++) {
-		if (buf[b])
-			CALL(cuMemFreeHost, buf[b]);
+		crc_pinned_free(buf[b]);
 		if (ev[b])
 			CALL(cuEventDestroy_v2, ev[b]);
 	}

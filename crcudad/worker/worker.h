@@ -391,6 +391,10 @@ bool crc_bg_release(struct crc_session *s);
 int crc_bg_wait(struct crc_session *s, int timeout_ms, uint64_t *id, char *why, size_t why_len);
 /* Shared by checkpoint and restore (ckpt.c). */
 double crc_now_s(void);
+/* Pinned staging of len bytes, portable across contexts, on 2 MiB pages where it can be (pinned.c);
+ * a context current. Freed by crc_pinned_free only. */
+CUresult crc_pinned_alloc(void **out, size_t len);
+void crc_pinned_free(void *p);
 /* Chunk digests (digest.h) of n chunks {addr, len} (desc[2i], desc[2i + 1],
  * addresses 16-byte aligned, memory accessible in ctx) on the device, into out[2i], out[2i + 1]: 0,
  * CRC_ENOTSUP (no kernel in this build) or CRC_ECUDA, said in why. */
