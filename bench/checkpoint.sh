@@ -149,14 +149,15 @@ for mb in "${sizes[@]}"; do
 		up=$(grep -h "uploaded [0-9]* MiB in" "$work"/*.log 2>/dev/null | tail -1 | sed 's/.*: uploaded/uploaded/')
 		[ -n "$up" ] && results+=("$(awk -v h="${h2d:-0}" -v up="$up" -v label="$label" 'BEGIN {
 			g = up; sub(/.*\(/, "", g); sub(/ GB\/s.*/, "", g)
-			printf "upload   %-13s %s = %.0f%% of pinned H2D", label, up, (h > 0 ? 100 * g / h : 0) }')")
-		# Durable: against the disk's fsync'd write bandwidth; restores: against pinned H2D and the
-		# cold read bandwidth.
+			printf "upload   %-13s %s = %.0f%% of pinned H2D (goal >= 70%%)", label, up, (h > 0 ? 100 * g / h : 0) }')")
+		# Durable: against the disk's fsync'd write bandwidth; restores: against pinned H2D (issue 15's
+		# goal is the upload's rate, above; the whole restore's is shown beside it) and the cold read
+		# bandwidth.
 		results+=("$(awk -v mb="$mb" -v c="$crc_ck" -v w="$disk_w" -v r="$([ "$sync" = lazy ] && elapsed "$t2" "$t4" || echo "$crc_rs")" -v h="${h2d:-0}" -v dr="$disk_r" -v label="$label" 'BEGIN {
 			gb = mb * 1048576 / 1e9
 			if (label == "crcuda") printf "durable  %6s MiB  ckpt %.2fx of bytes / fsync bandwidth (goal <= 1.2)", mb, c / (gb / w)
 			else if (label == "crcuda-cold") printf "cold     %6s MiB  restore at %.2f GB/s = %.0f%% of the disk read bandwidth (goal >= 80%%)", mb, gb / r, 100 * gb / r / dr
-			else printf "restore  %6s MiB  %s: %.2f GB/s (restore%s) = %.0f%% of pinned H2D (goal >= 70%%)", mb, label, gb / r, label == "crcuda-lazy" ? " to the program'"'"'s end" : "", (h > 0 ? 100 * gb / r / h : 0) }')")
+			else printf "restore  %6s MiB  %s: %.2f GB/s (the whole restore%s, CRIU and the upload) = %.0f%% of pinned H2D", mb, label, gb / r, label == "crcuda-lazy" ? " to the program'"'"'s end" : "", (h > 0 ? 100 * gb / r / h : 0) }')")
 		results+=("$(awk -v c="$crc_ck" -v n="$nv_ck" -v r="$crc_rs" -v nr="$nv_rs" -v mb="$mb" -v label="$label" 'BEGIN {
 			if (n > 0) printf "ratio    %6s MiB  %s  ckpt %.3fx of nvidia (goal <= 0.2 at 8 GiB)  restore %.3fx of nvidia, %.2f s (goal <= 1.5 s)", mb, label, c / n, r / nr, r }')")
 		pkill -f "crcudad.*$CRCUDA_SOCKET" 2>/dev/null
