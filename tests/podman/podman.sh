@@ -97,7 +97,8 @@ export PATH="$(dirname "$criu"):\$PATH" CRIU_LIBS_DIR="$plugin_dir" CRCUDA_PLUGI
 exec "$runc" "\$@"
 EOF
 chmod +x "$tmp/bin/runc"
-pod() { timeout 120 podman --runtime "$tmp/bin/runc" "$@"; }
+# podman asks CRIU its version itself (by PATH) before it has runc checkpoint: the project's CRIU.
+pod() { PATH="$(dirname "$criu"):$PATH" timeout 120 podman --runtime "$tmp/bin/runc" "$@"; }
 for l in bin lib lib64 sbin; do ln -s "usr/$l" "$tmp/root/$l"; done
 tar -C "$tmp/root" -cf "$tmp/root.tar" . || fail "tar of the image's root"
 podman import "$tmp/root.tar" "$image" >"$tmp/import.out" 2>&1 || fail "podman import: $(tail -3 "$tmp/import.out")"
