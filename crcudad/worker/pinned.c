@@ -4,6 +4,7 @@
  * cuMemAllocHost's 4 KiB pages and 50.4 GB/s through 2 MiB ones (bench/upload-probe.sh, "pread"
  * against "thp"): the copy engine's and the CPU's address translations, one per 2 MiB instead of one
  * per 4 KiB. CRCUDA_PINNED_HUGE=0: cuMemHostAlloc, as before. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -15,14 +16,15 @@
 
 static bool huge_pages(void)
 {
-	static int huge = -1; /* decided once: crc_pinned_free must free as crc_pinned_alloc made */
+	/* Decided once (crc_pinned_free frees as crc_pinned_alloc made); readers ask at once. */
+	static atomic_int huge = -1;
 
-	if (huge < 0) {
+	if (atomic_load(&huge) < 0) {
 		const char *v = getenv("CRCUDA_PINNED_HUGE");
 
-		huge = !(v && !strcmp(v, "0"));
+		atomic_store(&huge, !(v && !strcmp(v, "0")));
 	}
-	return huge;
+	return atomic_load(&huge);
 }
 
 CUresult crc_pinned_alloc(void **out, size_t len)

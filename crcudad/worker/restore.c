@@ -425,7 +425,6 @@ static void *upload_main(void *arg)
 void crc_upload_wait(struct crc_session *s)
 {
 	struct crc_upload *u = s->upload;
-
 	double t0;
 
 	if (!u)
