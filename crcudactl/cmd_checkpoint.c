@@ -832,13 +832,7 @@ int cmd_checkpoint(int argc, char **argv, struct ctl_opts *opts)
 
 	daemon_backend(daemon, backend, sizeof(backend));
 	gethostname(host, sizeof(host) - 1);
-	snprintf(val, sizeof(val), "/proc/%d/comm", (int)pid);
-	FILE *cf = fopen(val, "r");
-	if (cf) {
-		if (fgets(comm, sizeof(comm), cf))
-			comm[strcspn(comm, "\n")] = 0;
-		fclose(cf);
-	}
+	ctl_pid_comm(pid, comm, sizeof(comm));
 	/* Not a session leader: its terminal and session belong to someone else (--shell-job). */
 	bool shell_job = getsid(pid) != pid;
 	const char *rel = dir + strlen(store) + 1;

@@ -197,23 +197,9 @@ static int ensure_local_daemon(const char *sock, const char *backend)
 #define TIME_WAIT_RETRY_S      65 /* the kernel's TIME_WAIT (60 s), and a little */
 #define TIME_WAIT_RETRY_STEP_S 5
 
-/* The name of the program that holds pid now ("" if none can be read). */
-static void pid_comm(pid_t pid, char *comm, size_t size)
-{
-	char path[64];
-	FILE *f;
-
-	comm[0] = 0;
-	snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
-	if ((f = fopen(path, "r"))) {
-		if (fgets(comm, (int)size, f))
-			comm[strcspn(comm, "\n")] = 0;
-		fclose(f);
-	}
-}
-
 /* comm: the checkpointed program's name, or NULL where unknown. A live holder of that name is the
- * program itself (or an earlier restore of it): no wait. One of another name took the number after the
+ * program itself (or an earlier restore of it): no wait. holder: the name of another program that holds
+ * pid still when it gives up, else "". One of another name took the number after the
  * program ended (pid numbers wrap at kernel.pid_max, 32768 by default): mostly a short-lived one, so it
  * is waited for as a zombie is. */
 static bool pid_free(pid_t pid, const char *comm, char *holder, size_t size)
@@ -225,9 +211,11 @@ static bool pid_free(pid_t pid, const char *comm, char *holder, size_t size)
 		if (kill(pid, 0) && errno == ESRCH)
 			return true;
 		if (!ctl_pid_gone(pid)) { /* alive, neither a zombie nor exiting */
-			pid_comm(pid, holder, size);
-			if (!comm || !comm[0] || !holder[0] || !strcmp(holder, comm))
+			ctl_pid_comm(pid, holder, size);
+			if (!comm || !comm[0] || !holder[0] || !strcmp(holder, comm)) {
+				holder[0] = 0; /* not known to be another program */
 				return false;
+			}
 			if (i >= 40 && !said) {
 				ctl_error(
 				    "restore: pid %d is held by another program (%s), not the checkpointed "
@@ -256,7 +244,7 @@ static bool pids_free(pid_t pid, const char *tree_pids, const char *comm)
 	char holder[64];
 
 	if (pid > 0 && !pid_free(pid, comm, holder, sizeof(holder))) {
-		if (comm && comm[0] && holder[0] && strcmp(holder, comm))
+		if (holder[0])
 			ctl_error("restore: pid %d is held by another program (%s, still running after %d "
 				  "s): CRIU restores the process with its own pid",
 				  (int)pid, holder, PID_FREE_WAIT_S);

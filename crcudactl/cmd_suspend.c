@@ -266,15 +266,8 @@ int cmd_suspend(int argc, char **argv, struct ctl_opts *opts)
 		goto fail_resume;
 	}
 	{
-		FILE *f;
-
 		snprintf(pidmeta, sizeof(pidmeta), "crcuda.pid=%d", (int)pid);
-		snprintf(commmeta, sizeof(commmeta), "/proc/%d/comm", (int)pid);
-		if ((f = fopen(commmeta, "r"))) {
-			if (fgets(comm, sizeof(comm), f))
-				comm[strcspn(comm, "\n")] = 0;
-			fclose(f);
-		}
+		ctl_pid_comm(pid, comm, sizeof(comm));
 		snprintf(commmeta, sizeof(commmeta), "crcuda.comm=%s", comm);
 		const char *meta[] = {"crcuda.suspend=1", pidmeta, commmeta, NULL};
 

@@ -542,6 +542,20 @@ int ctl_exit_status(int status)
 	return CTL_EXIT_FAILURE;
 }
 
+void ctl_pid_comm(pid_t pid, char *comm, size_t size)
+{
+	char path[64];
+	FILE *f;
+
+	comm[0] = 0;
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+	if ((f = fopen(path, "r"))) {
+		if (fgets(comm, (int)size, f))
+			comm[strcspn(comm, "\n")] = 0;
+		fclose(f);
+	}
+}
+
 bool ctl_pid_gone(pid_t pid)
 {
 	char path[64], line[1024], state = 0;

@@ -137,6 +137,8 @@ int ctl_json_print(json_t *v);
 double ctl_now(void);
 /* No such process, a zombie (ended, not reaped yet), or a process that is exiting. */
 bool ctl_pid_gone(pid_t pid);
+/* The name of the program pid runs (/proc/PID/comm), "" where it cannot be read. */
+void ctl_pid_comm(pid_t pid, char *comm, size_t size);
 /* --timeout SEC of command cmd: 0, or -1 with a usage message. */
 int ctl_parse_timeout(const char *cmd, const char *arg, unsigned *out);
 /* --store DIR, else $CRCUDA_STORE, else ~/.local/share/crcuda/store. 0 or -1 (message printed). */
