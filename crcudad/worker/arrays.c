@@ -25,8 +25,6 @@
 /* After cuda.h: define and call entry points by their ABI names. */
 #include "crcuda/cuda_api_undef.h"
 
-#define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
-
 /* ---- copies ------------------------------------------------------------------------------------------ */
 struct real_side {
 	CUmemorytype type;

@@ -23,8 +23,6 @@
 /* After cuda.h: define and call entry points by their ABI names. */
 #include "crcuda/cuda_api_undef.h"
 
-#define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
-
 #define STAGING_BYTES		 (64u << 20) /* one device-to-host copy */
 #define STAGING_BUFS_MIN	 4
 #define STAGING_BUFS_MAX	 8

@@ -11,8 +11,6 @@
 
 #include "crcuda/cuda_api_undef.h"
 
-#define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
-
 /* The simulated device runs the kernel here (it finds the process's own crcuda_sim_kernel_*). */
 CRCUDA_SIM_KERNEL(crc_chunk_digest)
 {

@@ -12,8 +12,6 @@
 
 #include "crcuda/cuda_api_undef.h"
 
-#define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
-
 _Static_assert(sizeof(CUkernelNodeAttrValue) == CRC_KNODE_ATTR_BYTES,
 	       "crc_knode_attr carries CUkernelNodeAttrValue");
 

@@ -17,8 +17,6 @@
 #include "crcuda/cuda_api_undef.h"
 
 #define BE(sym) (crc_be.sym##_fn ? crc_be.sym##_fn : NULL)
-/* Calls an entry point the backend may lack. */
-#define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
 
 static uint64_t round_up(uint64_t v, uint64_t a)
 {

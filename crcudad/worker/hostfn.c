@@ -17,8 +17,6 @@
 
 #include "crcuda/cuda_api_undef.h"
 
-#define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
-
 /* What a trampoline runs: the application's function and argument. Kept for the session's life (a
  * graph node may run it any number of times), except a launch's own, freed once it ran. */
 struct crc_hostfn_arg {

@@ -42,8 +42,6 @@
 /* After cuda.h: define and call entry points by their ABI names. */
 #include "crcuda/cuda_api_undef.h"
 
-#define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
-
 /* The application's CUipcMemHandle. */
 struct ipc_mem_wire {
 	char magic[8];

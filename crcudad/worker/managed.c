@@ -21,8 +21,6 @@
 /* After cuda.h: define and call entry points by their ABI names. */
 #include "crcuda/cuda_api_undef.h"
 
-#define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
-
 static struct crc_pin *managed_pin(struct crc_session *s, const struct crc_managed_req *r)
 {
 	for (struct crc_pin *p = s->pins; p; p = p->next)

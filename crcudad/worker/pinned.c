@@ -11,8 +11,7 @@
 
 #include "worker.h"
 
-#define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
-#define HUGE_PAGE      (2u << 20)
+#define HUGE_PAGE (2u << 20)
 
 static bool huge_pages(void)
 {

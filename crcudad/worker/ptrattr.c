@@ -20,8 +20,6 @@
 
 #include "crcuda/cuda_api_undef.h"
 
-#define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
-
 #define ATTR_MAX	  32 /* above CUDA 13's highest, CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE (21) */
 #define REF_REQUEST	  ((2u << 20) + 5) /* an odd size: its range size shows how the driver rounds */
 #define MAX_ARRAY	  64

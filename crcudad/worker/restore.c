@@ -27,7 +27,6 @@
 /* After cuda.h: define and call entry points by their ABI names. */
 #include "crcuda/cuda_api_undef.h"
 
-#define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
 /* How long a restored process tree's session waits for a peer's restore to export the IPC memory it
  * had open (the tree's processes are restored side by side). */
 #define IPC_TREE_WAIT_S 60.0

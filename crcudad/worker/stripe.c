@@ -16,8 +16,6 @@
 #include "crcuda/tls.h"
 #include "worker.h"
 
-#define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
-
 /* ---- the connections ---------------------------------------------------------------------------- */
 static void bulk_close_locked(struct crc_session *s)
 {

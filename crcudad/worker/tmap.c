@@ -6,8 +6,6 @@
 /* After cuda.h: define and call entry points by their ABI names. */
 #include "crcuda/cuda_api_undef.h"
 
-#define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
-
 CUresult crc_raw_tmap(struct crc_session *s, const struct crc_call_hdr *h, const uint8_t *args, size_t len)
 {
 	const struct crc_tmap_req *r = (const void *)args;

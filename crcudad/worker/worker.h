@@ -26,6 +26,8 @@ struct crc_backend {
 #undef CRC_CU_API
 };
 extern struct crc_backend crc_be;
+/* Calls an entry point the backend may lack (sym unexpanded: the table's own name). */
+#define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
 /* dlopens path and resolves every symbol; 0 or a negative CRC_E*. */
 int crc_backend_load(const char *path);
 /* Reserves the session's device VA range at exactly [base, base + size) (main.c). */
