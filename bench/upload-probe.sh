@@ -12,9 +12,9 @@ trap 'rm -f "$f"' EXIT
 lscpu | grep -E "^(Model name|Socket|L3|NUMA node)" || true
 uname -r
 cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || true
-# The GPU's PCI function, its NUMA node and the CPUs near it.
-bdf=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader | head -1 | tr 'A-F' 'a-f' | sed 's/^0000//; s/^/0000/')
-[ -e "/sys/bus/pci/devices/$bdf" ] || bdf=$(echo "$bdf" | sed 's/^00000000/0000/')
+# The GPU's PCI function (nvidia-smi's 8-digit domain as sysfs's 4), its NUMA node and the CPUs near it.
+bdf=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader | head -1 | tr 'A-F' 'a-f' |
+	sed 's/^0000\([0-9a-f]\{4\}:\)/\1/')
 near=$(cat "/sys/bus/pci/devices/$bdf/local_cpulist" 2>/dev/null || echo "")
 echo "GPU $bdf: numa node $(cat "/sys/bus/pci/devices/$bdf/numa_node" 2>/dev/null), near CPUs $near; this process may use $(taskset -pc $$ | sed 's/.*: //')"
 dd if=/dev/zero of="$f" bs=4M count=$((mb / 4)) status=none
