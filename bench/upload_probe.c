@@ -5,8 +5,10 @@
  * thread, small enough that the device may read them from the CPU's cache; "h": each piece hashed
  * with XXH3 too, as a restore checks it), "mmap" / "mmapnt" (the file mapped once; each chunk copied from
  * the mapping into pinned staging by memcpy, or by non-temporal stores that leave the CPU's cache
- * alone), "thp" (pread into staging on 2 MiB pages, registered). Prints GB/s. A probe for restore's upload
- * design (bench/checkpoint.sh's "upload" line); needs a GPU. */
+ * alone), "thp" (pread into staging on 2 MiB pages, registered); MODE@N reads each chunk N bytes past its 4
+ * MiB boundary (as a store whose chunk data does not start on a page). FILE may be a directory (a store's
+ * packs directory): its files are read one after the other (pread and thp modes). Prints GB/s. A probe for
+ * restore's upload design (bench/checkpoint.sh's "upload" line); needs a GPU. */
 #include <cuda.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -14,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -24,6 +27,10 @@
 #define CHUNK (4u << 20)
 
 static int fd;
+/* FILE a directory: its files' 4 MiB chunks one after the other (pread and thp modes only). */
+#define FILES_MAX 256
+static int nfiles, fds[FILES_MAX];
+static size_t first_chunk[FILES_MAX + 1];
 static size_t nchunks;
 static atomic_size_t next;
 static CUdeviceptr dev;
@@ -34,6 +41,7 @@ static int hash_pieces;
 static const char *map; /* mmap modes: the whole file */
 static int nontemporal; /* mmapnt */
 static int thp;		/* staging on huge pages */
+static off_t shift;	/* MODE@N: every chunk read N bytes past its 4 MiB boundary (a store's layout) */
 #define SLOTS 4
 
 static double now(void)
@@ -105,7 +113,16 @@ static void *reader(void *arg)
 	for (size_t i; (i = atomic_fetch_add(&next, 1)) < nchunks;) {
 		off_t off = (off_t)i * CHUNK;
 
-		if (piece) {
+		if (shift) {
+			CK(cuEventSynchronize(ev[k]));
+			if (pread(fd, buf[k], CHUNK, off + shift) != CHUNK) {
+				perror("pread");
+				exit(1);
+			}
+			CK(cuMemcpyHtoDAsync(dev + off, buf[k], CHUNK, s));
+			CK(cuEventRecord(ev[k], s));
+			k ^= 1;
+		} else if (piece) {
 			for (size_t o = 0; o < CHUNK; o += piece) {
 				char *b = (char *)buf[0] + (k % SLOTS) * piece;
 
@@ -138,7 +155,17 @@ static void *reader(void *arg)
 				copy_nt(buf[k], map + off, CHUNK);
 			else if (map)
 				memcpy(buf[k], map + off, CHUNK);
-			else if (pread(fd, buf[k], CHUNK, off) != CHUNK) {
+			else if (nfiles) {
+				int f = 0;
+
+				while (first_chunk[f + 1] <= i)
+					f++;
+				if (pread(fds[f], buf[k], CHUNK, (off_t)(i - first_chunk[f]) * CHUNK) !=
+				    CHUNK) {
+					perror("pread");
+					exit(1);
+				}
+			} else if (pread(fd, buf[k], CHUNK, off) != CHUNK) {
 				perror("pread");
 				exit(1);
 			}
@@ -157,9 +184,15 @@ int main(int argc, char **argv)
 	pthread_t t[64];
 	int n;
 	double t0;
+	char *label;
 
 	if (argc != 4)
 		return 2;
+	label = strdup(argv[3]);
+	if (strchr(argv[3], '@')) {
+		shift = atol(strchr(argv[3], '@') + 1);
+		*strchr(argv[3], '@') = 0;
+	}
 	fd = open(argv[1], O_RDONLY);
 	n = atoi(argv[2]);
 	mode_register = !strcmp(argv[3], "register");
@@ -171,7 +204,27 @@ int main(int argc, char **argv)
 	}
 	if (fd < 0 || fstat(fd, &st) || n < 1 || n > 64)
 		return 2;
-	nchunks = (size_t)st.st_size / CHUNK;
+	nchunks = (size_t)st.st_size / CHUNK - (shift > 0);
+	if (S_ISDIR(st.st_mode)) {
+		DIR *d = fdopendir(fd);
+		struct dirent *de;
+
+		nchunks = 0;
+		while (d && (de = readdir(d)) && nfiles < FILES_MAX) {
+			struct stat fs;
+			int f = de->d_name[0] == '.' ? -1 : openat(fd, de->d_name, O_RDONLY);
+
+			if (f < 0 || fstat(f, &fs) || fs.st_size < CHUNK) {
+				if (f >= 0)
+					close(f);
+				continue;
+			}
+			fds[nfiles] = f;
+			first_chunk[nfiles] = nchunks;
+			nchunks += (size_t)fs.st_size / CHUNK;
+			first_chunk[++nfiles] = nchunks;
+		}
+	}
 	thp = !strcmp(argv[3], "thp");
 	nontemporal = !strcmp(argv[3], "mmapnt");
 	if (!strncmp(argv[3], "mmap", 4)) {
@@ -190,7 +243,7 @@ int main(int argc, char **argv)
 		pthread_create(&t[i], NULL, reader, NULL);
 	for (int i = 0; i < n; i++)
 		pthread_join(t[i], NULL);
-	printf("%-12s %2d threads: %.1f GB/s%s\n", argv[3], n, nchunks * (double)CHUNK / (now() - t0) / 1e9,
+	printf("%-12s %2d threads: %.1f GB/s%s\n", label, n, nchunks * (double)CHUNK / (now() - t0) / 1e9,
 	       atomic_load(&sink) == 1 ? " " : "");
 	return 0;
 }
