@@ -58,7 +58,8 @@ enum crc_worker_phase {
 /* How far the worker's checkpoint or restore is (crcudactl's progress lines): bytes of device memory
  * handled (copied or found unchanged; uploaded) of total, in ns since it began (frozen at its end). */
 struct crc_worker_progress {
-	_Atomic uint32_t op; /* enum crc_ctl_progress_op; 0: none yet */
+	_Atomic uint32_t op;	 /* enum crc_ctl_progress_op; 0: none yet */
+	_Atomic uint32_t active; /* 1 while it moves device memory (the front starts no worker then) */
 	_Atomic uint64_t done, total, ns;
 };
 

@@ -187,6 +187,7 @@ void crc_progress_start(unsigned op, uint64_t total)
 	atomic_store(&status->progress.ns, 0);
 	atomic_store(&status->progress.total, total);
 	atomic_store(&status->progress.op, op);
+	atomic_store(&status->progress.active, 1);
 	atomic_store(&progress_on, true);
 }
 
@@ -201,6 +202,7 @@ void crc_progress_end(void)
 {
 	if (atomic_exchange(&progress_on, false))
 		atomic_store(&status->progress.ns, (uint64_t)((crc_now_s() - progress_t0) * 1e9));
+	atomic_store(&status->progress.active, 0);
 }
 
 /* Called by the session thread the moment its session is over, before it frees anything: the front
