@@ -109,16 +109,16 @@ static void *early_stage_main(void *arg)
 
 /* Starts it for checkpoint id of a single client on the local daemon: not for a process tree (the
  * plugin restores each client afresh), nor where the caller staged one already (a migration's
- * destination: CRCUDA_RESTORE_STAGE_KEY), nor for a lazy restore (CRCUDA_RESTORE_LAZY=1: the program
- * runs on while its memory uploads, where a staged restore would wait for the upload), nor with
- * CRCUDA_RESTORE_STAGE=0. */
+ * destination: CRCUDA_RESTORE_STAGE_KEY), nor with CRCUDA_RESTORE_STAGE=0. A daemon that restores
+ * lazily (CRCUDA_RESTORE_LAZY=1) answers the stage once it has replayed the journal, its upload going
+ * on while CRIU restores the process. */
 static void early_stage_start(struct early_stage *es, const char *daemon, const char *store, uint64_t id,
 			      pid_t pid, const char *gpu, unsigned timeout_s)
 {
-	const char *off = getenv("CRCUDA_RESTORE_STAGE"), *lazy = getenv("CRCUDA_RESTORE_LAZY");
+	const char *off = getenv("CRCUDA_RESTORE_STAGE");
 	char why[256];
 
-	if ((off && !strcmp(off, "0")) || (lazy && !strcmp(lazy, "1")) || getenv("CRCUDA_RESTORE_STAGE_KEY"))
+	if ((off && !strcmp(off, "0")) || getenv("CRCUDA_RESTORE_STAGE_KEY"))
 		return;
 	/* The pid the restored process will have: --progress finds the worker by it. */
 	es->o = (struct crc_ctl_restore_opts){

@@ -339,116 +339,6 @@ int crc_events_rerecord(struct crc_session *s, const char *list, char *why, size
 	return 0;
 }
 
-static int upload(struct crc_session *s, struct crc_store *st, const struct crc_manifest *mf,
-		  const struct crc_manifest *base, int group, CUcontext *dctx, char *why, size_t why_len);
-
-/* Whether chunk c of region r is on the device already: base (a staged restore's checkpoint, with the
- * same regions) holds the same bytes there. */
-static bool chunk_on_device(const struct crc_manifest *base, uint32_t r, uint32_t c,
-			    const struct crc_chunk_ref *ch)
-{
-	return base && !memcmp(base->regions[r].chunks[c].hash.bytes, ch->hash.bytes, sizeof(ch->hash.bytes));
-}
-
-/* Every device's memory, each in a context of its own device (any: the session has one; else the
- * one group -1). base: the checkpoint whose memory is on the device already (a staged restore, with
- * the same regions): only the chunks that differ from its go up; NULL: all. */
-static int upload_all(struct crc_session *s, struct crc_store *st, const struct crc_manifest *mf,
-		      const struct crc_manifest *base, CUcontext *dctx, bool any, char *why, size_t why_len)
-{
-	uint64_t total = 0;
-	int rc = 0;
-
-	for (uint32_t r = 0; r < mf->nregions; r++) {
-		const struct crc_region *rg = &mf->regions[r];
-
-		if (rg->kind != CRC_REGION_DEVICE_ALLOC && rg->kind != CRC_REGION_DEVICE_GLOBAL)
-			continue;
-		for (uint32_t c = 0; c < rg->nchunks; c++)
-			if (!chunk_on_device(base, r, c, &rg->chunks[c]))
-				total += rg->chunks[c].length; /* what goes up */
-	}
-	crc_progress_start(CRC_CTL_PROGRESS_RESTORE, total);
-	for (int g = any ? 0 : -1; g < CRC_MAX_DEVICES && !rc; g++)
-		if (g < 0 || dctx[g])
-			rc = upload(s, st, mf, base, g, dctx, why, why_len);
-	crc_progress_end();
-	crc_upload_staging_release();
-	return rc;
-}
-
-/* ---- lazy upload: device memory goes up while the restored process comes back ------------------- */
-/* With CRCUDA_RESTORE_LAZY=1 the restore answers once the journal is replayed, and a thread uploads
- * device memory meanwhile (while CRIU restores the rest of the process); the session's first request
- * waits for it (crc_upload_wait: every request, since the layer cannot tell which memory a kernel
- * touches). An upload that fails then (a chunk corrupt or gone) leaves the session lost: every later
- * call fails, as after a lost context, and the worker's log says why. */
-struct crc_upload {
-	pthread_t tid;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	struct crc_session *s;
-	struct crc_store *st;
-	struct crc_manifest *mf;
-	CUcontext dctx[CRC_MAX_DEVICES];
-	bool any;
-	bool done;
-	int rc;
-	double t0, seconds;
-	char why[CRC_CTL_MSG_MAX];
-};
-
-static bool restore_lazy(void)
-{
-	const char *v = getenv("CRCUDA_RESTORE_LAZY");
-
-	return v && !strcmp(v, "1");
-}
-
-static void *upload_main(void *arg)
-{
-	struct crc_upload *u = arg;
-	int rc = 0;
-
-	/* The session thread serves nothing before this is done (crc_upload_wait). */
-	rc = upload_all(u->s, u->st, u->mf, NULL, u->dctx, u->any, u->why, sizeof(u->why));
-	pthread_mutex_lock(&u->lock);
-	u->rc = rc;
-	u->seconds = crc_now_s() - u->t0;
-	u->done = true;
-	pthread_cond_broadcast(&u->cond);
-	pthread_mutex_unlock(&u->lock);
-	return NULL;
-}
-
-void crc_upload_wait(struct crc_session *s)
-{
-	struct crc_upload *u = s->upload;
-	double t0;
-
-	if (!u)
-		return;
-	t0 = crc_now_s();
-	pthread_join(u->tid, NULL);
-	if (u->rc) {
-		pr_err("session %llu: uploading the restored device memory failed: %s: the session is lost",
-		       (unsigned long long)s->id, u->why);
-		s->sticky = CUDA_ERROR_ILLEGAL_STATE;
-	} else {
-		pr_info("session %llu: restored device memory resident %.3f s after the replay; the "
-			"session's first request waited %.3f s for all of it (the layer cannot tell which "
-			"memory a kernel touches)",
-			(unsigned long long)s->id, u->seconds, crc_now_s() - t0);
-	}
-	crc_manifest_free(u->mf);
-	crc_store_close(u->st);
-	pthread_mutex_destroy(&u->lock);
-	pthread_cond_destroy(&u->cond);
-	free(u);
-	s->upload = NULL;
-	s->cur_ctx = UINT64_MAX;
-}
-
 /* One chunk to upload: where it goes, which chunk, and for messages where it is in the manifest. */
 struct up_chunk {
 	CUdeviceptr dst;
@@ -476,7 +366,8 @@ struct up_job {
 	pthread_mutex_t lock; /* the first failure's message */
 	char *why;
 	size_t why_len;
-	double staging_s; /* the slowest reader's staging set-up, under lock */
+	double staging_s;      /* the slowest reader's staging set-up, under lock */
+	double read_s, wait_s; /* the readers' time in the store's reads, and waiting for their copies */
 };
 
 /* Records the first failure (its code and message); later ones only stop the readers. */
@@ -503,7 +394,7 @@ static void *up_reader(void *arg)
 	CUevent ev[2] = {NULL, NULL};
 	CUstream stream = NULL;
 	struct crc_chunk_reader *rd = NULL;
-	double t0 = crc_now_s();
+	double t0 = crc_now_s(), t, read_s = 0, wait_s = 0;
 	CUresult res = CUDA_SUCCESS;
 	int k = 0;
 
@@ -534,13 +425,17 @@ static void *up_reader(void *arg)
 		int rc;
 
 		/* The copy out of this buffer two chunks ago is done before the buffer is refilled. */
+		t = crc_now_s();
 		res = CALL(cuEventSynchronize, ev[k]);
+		wait_s += crc_now_s() - t;
+		t = crc_now_s();
 		if (res != CUDA_SUCCESS) {
 			up_fail(j, CRC_ECUDA, "uploading region %u: CUDA error %d", c->region, res);
 			break;
 		}
 		rc = c->digest ? crc_chunk_reader_read_unverified(rd, c->hash, buf[k], j->max, &len)
 			       : crc_chunk_reader_read(rd, c->hash, buf[k], j->max, &len);
+		read_s += crc_now_s() - t;
 		if (!rc && len != c->length)
 			rc = CRC_ECORRUPT;
 		if (rc) {
@@ -562,9 +457,15 @@ static void *up_reader(void *arg)
 		}
 		k ^= 1;
 	}
+	t = crc_now_s();
 	for (int b = 0; b < 2; b++)
 		if (ev[b] && (res = CALL(cuEventSynchronize, ev[b])) != CUDA_SUCCESS)
 			up_fail(j, CRC_ECUDA, "uploading the checkpoint's data: CUDA error %d", res);
+	wait_s += crc_now_s() - t;
+	pthread_mutex_lock(&j->lock);
+	j->read_s += read_s;
+	j->wait_s += wait_s;
+	pthread_mutex_unlock(&j->lock);
 	for (int b = 0; b < 2; b++) {
 		crc_pinned_free(buf[b]);
 		if (ev[b])
@@ -601,7 +502,7 @@ static int check_on_host(const struct up_chunk *c, uint64_t max, char *why, size
 }
 
 /* The uploaded chunks that were read unhashed, checked against their digests on the device. */
-static int check_uploaded(struct crc_session *s, const struct up_job *j, double *seconds, char *why,
+static int check_uploaded(unsigned long long session, const struct up_job *j, double *seconds, char *why,
 			  size_t why_len)
 {
 	size_t n = 0, k = 0;
@@ -629,10 +530,8 @@ static int check_uploaded(struct crc_session *s, const struct up_job *j, double 
 			k++;
 		}
 	rc = crc_digest_device(j->ctx, desc, n, got, seconds, why, why_len);
-	s->cur_ctx = UINT64_MAX;
 	if (rc) {
-		pr_warn("session %llu: %s: the upload is checked on the host", (unsigned long long)s->id,
-			why);
+		pr_warn("session %llu: %s: the upload is checked on the host", session, why);
 		why[0] = 0;
 		by_host = true;
 		rc = 0;
@@ -661,21 +560,48 @@ static int check_uploaded(struct crc_session *s, const struct up_job *j, double 
 	return rc;
 }
 
-static int upload(struct crc_session *s, struct crc_store *st, const struct crc_manifest *mf,
-		  const struct crc_manifest *base, int group, CUcontext *dctx, char *why, size_t why_len)
+/* Whether chunk c of region r is on the device already: base (a staged restore's checkpoint, with the
+ * same regions) holds the same bytes there. */
+static bool chunk_on_device(const struct crc_manifest *base, uint32_t r, uint32_t c,
+			    const struct crc_chunk_ref *ch)
 {
-	struct up_job j = {.st = st, .why = why, .why_len = why_len};
-	struct up_chunk *items = NULL;
-	size_t n = 0, cap = 0;
-	uint64_t bytes = 0;
-	pthread_t tids[UPLOAD_READERS_MAX];
-	unsigned readers, started = 0;
-	double t0 = crc_now_s(), check_s = 0;
-	bool on_device = verify_on_device();
-	size_t unhashed = 0;
-	int rc = 0;
+	return base && !memcmp(base->regions[r].chunks[c].hash.bytes, ch->hash.bytes, sizeof(ch->hash.bytes));
+}
 
-	for (uint32_t i = 0; i < mf->nregions && !rc; i++) {
+/* What goes up to one device (a group, see crc_addr_group), in a context of that device. */
+struct up_group {
+	struct up_chunk *items; /* pointing into the manifest, which outlives the plan */
+	size_t n, cap, unhashed;
+	uint64_t max, bytes;
+	CUcontext ctx;
+};
+
+/* What an upload does, made while the session is at hand (the addresses of module globals, the
+ * devices' contexts), so that the upload itself needs nothing of the session and may run beside its
+ * restore (a staged lazy one). */
+struct up_plan {
+	unsigned long long session; /* for messages */
+	struct crc_store *st;
+	uint64_t total;
+	unsigned ngroups;
+	struct up_group g[CRC_MAX_DEVICES + 1];
+};
+
+static void upload_plan_free(struct up_plan *p)
+{
+	for (unsigned i = 0; i < p->ngroups; i++)
+		free(p->g[i].items);
+	p->ngroups = 0;
+}
+
+/* The chunks of every region of one device (group; dctx: the session's context on each device), but
+ * those already there (base, as chunk_on_device). */
+static int upload_plan_group(struct crc_session *s, const struct crc_manifest *mf,
+			     const struct crc_manifest *base, int group, CUcontext *dctx, bool on_device,
+			     struct up_group *ug, char *why, size_t why_len)
+{
+	*ug = (struct up_group){.ctx = group >= 0 ? dctx[group] : crc_session_ctx(s)};
+	for (uint32_t i = 0; i < mf->nregions; i++) {
 		const struct crc_region *rg = &mf->regions[i];
 		uint64_t addr = rg->addr, off = 0;
 
@@ -689,8 +615,7 @@ static int upload(struct crc_session *s, struct crc_store *st, const struct crc_
 
 			if (!at || (size_t)(at - rg->name) >= sizeof(sym)) {
 				snprintf(why, why_len, "region %u: bad global name", i);
-				rc = CRC_ECORRUPT;
-				break;
+				return CRC_ECORRUPT;
 			}
 			memcpy(sym, rg->name, (size_t)(at - rg->name));
 			sym[at - rg->name] = 0;
@@ -701,8 +626,7 @@ static int upload(struct crc_session *s, struct crc_store *st, const struct crc_
 				    "device global %s: not found after reloading its module (CUDA error %d, "
 				    "%zu bytes, %" PRIu64 " expected)",
 				    rg->name, res, gsize, rg->size);
-				rc = CRC_ENOTFOUND;
-				break;
+				return CRC_ENOTFOUND;
 			}
 			addr = gaddr;
 		} else if (rg->kind != CRC_REGION_DEVICE_ALLOC) {
@@ -711,71 +635,259 @@ static int upload(struct crc_session *s, struct crc_store *st, const struct crc_
 		if (crc_addr_group(addr, dctx) != group)
 			continue;
 		for (uint32_t c = 0; c < rg->nchunks; c++) {
-			if (chunk_on_device(base, i, c, &rg->chunks[c])) {
-				off += rg->chunks[c].length; /* on the device already */
+			const struct crc_chunk_ref *ch = &rg->chunks[c];
+
+			if (chunk_on_device(base, i, c, ch)) {
+				off += ch->length; /* on the device already */
 				continue;
 			}
-			if (n == cap) {
-				struct up_chunk *more =
-				    realloc(items, (cap = cap ? 2 * cap : 256) * sizeof(*items));
+			if (ug->n == ug->cap) {
+				size_t cap = ug->cap ? 2 * ug->cap : 256;
+				struct up_chunk *more = realloc(ug->items, cap * sizeof(*more));
 
 				if (!more) {
 					snprintf(why, why_len, "out of memory");
-					rc = CRC_ENOMEM;
-					break;
+					return CRC_ENOMEM;
 				}
-				items = more;
+				ug->items = more;
+				ug->cap = cap;
 			}
-			const uint64_t *dig = rg->chunks[c].digest;
-
-			items[n++] = (struct up_chunk){.dst = addr + off,
-						       .hash = &rg->chunks[c].hash,
-						       .digest = on_device && (dig[0] | dig[1]) ? dig : NULL,
-						       .length = rg->chunks[c].length,
-						       .region = i,
-						       .chunk = c};
-			unhashed += items[n - 1].digest != NULL;
-			off += rg->chunks[c].length;
-			bytes += rg->chunks[c].length;
-			if (rg->chunks[c].length > j.max)
-				j.max = rg->chunks[c].length;
+			ug->items[ug->n++] = (struct up_chunk){
+			    .dst = addr + off,
+			    .hash = &ch->hash,
+			    .digest = on_device && (ch->digest[0] | ch->digest[1]) ? ch->digest : NULL,
+			    .length = ch->length,
+			    .region = i,
+			    .chunk = c};
+			ug->unhashed += ug->items[ug->n - 1].digest != NULL;
+			off += ch->length;
+			ug->bytes += ch->length;
+			if (ch->length > ug->max)
+				ug->max = ch->length;
 		}
 	}
-	if (rc || !n || !j.max) {
-		free(items);
-		return rc;
+	return 0;
+}
+
+/* Every device's memory, each in a context of its own device (any: the session has one; else the one
+ * group -1). base: the checkpoint whose memory is on the device already (a staged restore, with the
+ * same regions): only the chunks that differ from its go up; NULL: all. */
+static int upload_plan(struct crc_session *s, struct crc_store *st, const struct crc_manifest *mf,
+		       const struct crc_manifest *base, CUcontext *dctx, bool any, struct up_plan *p,
+		       char *why, size_t why_len)
+{
+	bool on_device = verify_on_device();
+	int rc = 0;
+
+	*p = (struct up_plan){.session = (unsigned long long)s->id, .st = st};
+	for (int g = any ? 0 : -1; g < CRC_MAX_DEVICES && !rc; g++) {
+		struct up_group *ug = &p->g[p->ngroups];
+
+		if (g >= 0 && !dctx[g])
+			continue;
+		rc = upload_plan_group(s, mf, base, g, dctx, on_device, ug, why, why_len);
+		p->ngroups++;
+		p->total += ug->bytes;
+		if (g < 0)
+			break;
 	}
+	if (rc)
+		upload_plan_free(p);
+	return rc;
+}
+
+/* One device's chunks: reader threads, each taking the next chunk, reading it into one of its two
+ * pinned staging buffers and copying it to the device on a stream of its own while it reads the
+ * next; then the digests of those read unhashed, checked on the device. */
+static int upload_group(const struct up_plan *p, const struct up_group *ug, char *why, size_t why_len)
+{
+	struct up_job j = {.items = ug->items,
+			   .n = ug->n,
+			   .max = ug->max,
+			   .ctx = ug->ctx,
+			   .st = p->st,
+			   .why = why,
+			   .why_len = why_len};
+	pthread_t tids[UPLOAD_READERS_MAX];
+	unsigned readers, started = 0;
+	double t0 = crc_now_s(), check_s = 0, t_readers, t_joined;
+	int rc;
+
+	if (!ug->n || !ug->max)
+		return 0;
 	/* Buffers being made ahead are waited for (making them again would cost the same). */
 	pthread_mutex_lock(&staged.lock);
 	staged_join(false);
 	pthread_mutex_unlock(&staged.lock);
-	j.items = items;
-	j.n = n;
-	j.ctx = group >= 0 ? dctx[group] : crc_session_ctx(s);
+	t_readers = crc_now_s();
 	pthread_mutex_init(&j.lock, NULL);
 	readers = upload_readers();
-	for (unsigned t = 0; t < readers && t < n; t++)
+	for (unsigned t = 0; t < readers && t < ug->n; t++)
 		if (!pthread_create(&tids[started], NULL, up_reader, &j))
 			started++;
 	if (!started)
 		up_reader(&j);
 	for (unsigned t = 0; t < started; t++)
 		pthread_join(tids[t], NULL);
+	t_joined = crc_now_s();
 	rc = atomic_load(&j.rc);
 	if (!rc)
-		rc = check_uploaded(s, &j, &check_s, why, why_len);
+		rc = check_uploaded(p->session, &j, &check_s, why, why_len);
 	if (!rc) {
-		double secs = crc_now_s() - t0;
+		double secs = crc_now_s() - t0, busy = j.read_s + j.wait_s;
 
+		/* Where the time went: what the readers waited on says whether the store's reads (the CPU's
+		 * copies out of the page cache, or the disk) or the copies to the device held the upload. */
 		pr_info("session %llu: uploaded %" PRIu64 " MiB in %.3f s (%.1f GB/s; %u readers, staging "
-			"set up in %.3f s; %zu of %zu chunks checked on the device, in %.3f s)",
-			(unsigned long long)s->id, bytes >> 20, secs,
-			secs > 0 ? (double)bytes / secs / 1e9 : 0, started ? started : 1, j.staging_s,
-			unhashed, n, check_s);
+			"set up in %.3f s, %.3f s waiting for staging made ahead; readers %.3f s, %.0f%% of "
+			"their time reading the store, %.0f%% waiting for their copies; %zu of %zu chunks "
+			"checked on the device, in %.3f s)",
+			p->session, ug->bytes >> 20, secs, secs > 0 ? (double)ug->bytes / secs / 1e9 : 0,
+			started ? started : 1, j.staging_s, t_readers - t0, t_joined - t_readers,
+			busy > 0 ? 100 * j.read_s / busy : 0, busy > 0 ? 100 * j.wait_s / busy : 0,
+			ug->unhashed, ug->n, check_s);
 	}
 	pthread_mutex_destroy(&j.lock);
-	free(items);
 	return rc;
+}
+
+/* Runs the plan: what the session's thread or a lazy restore's upload thread does. */
+static int upload_run(const struct up_plan *p, char *why, size_t why_len)
+{
+	int rc = 0;
+
+	crc_progress_start(CRC_CTL_PROGRESS_RESTORE, p->total);
+	for (unsigned i = 0; i < p->ngroups && !rc; i++)
+		rc = upload_group(p, &p->g[i], why, why_len);
+	crc_progress_end();
+	crc_upload_staging_release();
+	return rc;
+}
+
+/* Plans and runs it here, on the session's thread. */
+static int upload_all(struct crc_session *s, struct crc_store *st, const struct crc_manifest *mf,
+		      const struct crc_manifest *base, CUcontext *dctx, bool any, char *why, size_t why_len)
+{
+	struct up_plan p;
+	int rc = upload_plan(s, st, mf, base, dctx, any, &p, why, why_len);
+
+	if (!rc)
+		rc = upload_run(&p, why, why_len);
+	upload_plan_free(&p);
+	s->cur_ctx = UINT64_MAX; /* the digest kernel's context may be current now */
+	return rc;
+}
+
+/* ---- lazy upload: device memory goes up while the restored process comes back ------------------- */
+/* With CRCUDA_RESTORE_LAZY=1 a restore answers once the journal is replayed, and a thread uploads
+ * device memory meanwhile (while CRIU restores the rest of the process); the session's first request
+ * waits for it (crc_upload_wait: every request, since the layer cannot tell which memory a kernel
+ * touches). A restore that crcudactl stages ahead starts that thread at once, before CRIU has begun.
+ * An upload that fails (a chunk corrupt or gone) leaves the session lost: every later call fails, as
+ * after a lost context, and the worker's log says why. */
+struct crc_upload {
+	pthread_t tid;
+	struct up_plan plan;
+	struct crc_store *st;
+	struct crc_manifest *mf;
+	bool owns; /* st and mf are freed with the upload; else they are a staged restore's (struct rst) */
+	int rc;
+	double t0, seconds;
+	char why[CRC_CTL_MSG_MAX];
+};
+
+/* Whether mf's memory goes up lazily. A session that exported memory uploads it before exporting it
+ * again: another process may open and read it at once, which the lazy upload's wait (the client's
+ * first call) would not cover. */
+static bool restore_lazy(const struct crc_manifest *mf)
+{
+	const char *v = getenv("CRCUDA_RESTORE_LAZY");
+	const char *exports = crc_manifest_meta_get(mf, "crcuda.ipc_exports");
+
+	return v && !strcmp(v, "1") && !(exports && *exports);
+}
+
+static void *upload_main(void *arg)
+{
+	struct crc_upload *u = arg;
+
+	u->rc = upload_run(&u->plan, u->why, sizeof(u->why));
+	u->seconds = crc_now_s() - u->t0;
+	return NULL;
+}
+
+/* Starts uploading s's device memory on a thread of its own (s->upload). owns: st and mf go with it.
+ * Where the plan fails, CRC_* with why; where no thread starts, it uploads here. */
+static int upload_lazy_start(struct crc_session *s, struct crc_store *st, struct crc_manifest *mf, bool owns,
+			     char *why, size_t why_len)
+{
+	CUcontext dctx[CRC_MAX_DEVICES];
+	struct crc_upload *u = calloc(1, sizeof(*u));
+	bool any = crc_session_dev_ctxs(s, dctx) > 0;
+	int rc;
+
+	if (!u)
+		return upload_all(s, st, mf, NULL, dctx, any, why, why_len);
+	rc = upload_plan(s, st, mf, NULL, dctx, any, &u->plan, why, why_len);
+	if (rc) {
+		free(u);
+		return rc;
+	}
+	u->st = st;
+	u->mf = mf;
+	u->owns = owns;
+	u->t0 = crc_now_s();
+	if (pthread_create(&u->tid, NULL, upload_main, u)) {
+		rc = upload_run(&u->plan, why, why_len);
+		upload_plan_free(&u->plan);
+		free(u);
+		s->cur_ctx = UINT64_MAX;
+		return rc;
+	}
+	s->upload = u;
+	return 0;
+}
+
+/* Waits for s's upload to end (when one is going on) and drops it: its result (why: its message). */
+static int upload_join(struct crc_session *s, double *seconds, char *why, size_t why_len)
+{
+	struct crc_upload *u = s->upload;
+	int rc;
+
+	if (!u)
+		return 0;
+	pthread_join(u->tid, NULL);
+	rc = u->rc;
+	*seconds = u->seconds;
+	if (rc)
+		snprintf(why, why_len, "%s", u->why);
+	upload_plan_free(&u->plan);
+	if (u->owns) {
+		crc_manifest_free(u->mf);
+		crc_store_close(u->st);
+	}
+	free(u);
+	s->upload = NULL;
+	s->cur_ctx = UINT64_MAX;
+	return rc;
+}
+
+void crc_upload_wait(struct crc_session *s)
+{
+	char why[CRC_CTL_MSG_MAX];
+	double t0 = crc_now_s(), resident = 0;
+
+	if (!s->upload)
+		return;
+	if (upload_join(s, &resident, why, sizeof(why))) {
+		pr_err("session %llu: uploading the restored device memory failed: %s: the session is lost",
+		       (unsigned long long)s->id, why);
+		s->sticky = CUDA_ERROR_ILLEGAL_STATE;
+		return;
+	}
+	pr_info("session %llu: restored device memory resident %.3f s after the replay; the session's first "
+		"request waited %.3f s for all of it (the layer cannot tell which memory a kernel touches)",
+		(unsigned long long)s->id, resident, crc_now_s() - t0);
 }
 
 int crc_restore_gpus_by_uuid(struct crc_ctl_restore_wire *w, const char *uuids, char *why, size_t why_len)
@@ -1073,6 +1185,9 @@ static int rst_advance(struct rst *r, const struct crc_ctl_restore_wire *w, bool
 		r->w = *w;
 		return 0;
 	}
+	/* Another one: on top of the staged one's memory, all of it up first. */
+	if ((rc = upload_join(r->s, &(double){0}, why, why_len)))
+		return rc;
 	next.st = r->st;
 	rc = rst_load(&next, w->ckpt_id, tcp, peer, why, why_len);
 	if (!rc && !rst_same_state(r, &next, why, why_len))
@@ -1175,15 +1290,19 @@ int crc_restore_stage(bool tcp, const struct crc_peer *peer, const struct crc_ct
 	if (!r.s) {
 		/* No process yet: the session has no connection of its own (the restore gives it one). */
 		rc = rst_replay(&r, -1, tcp, peer, w, store_dir, why, why_len);
-		if (!rc)
+		/* Lazily: the restore that takes it goes on while the upload does. */
+		if (!rc && restore_lazy(r.mf))
+			rc = upload_lazy_start(r.s, r.st, r.mf, false, why, why_len);
+		else if (!rc)
 			rc = upload_all(r.s, r.st, r.mf, NULL, dctx, crc_session_dev_ctxs(r.s, dctx) > 0, why,
 					why_len);
 	}
 	if (rc)
 		rst_free(&r);
 	else
-		pr_info("session %llu: %s checkpoint %" PRIu64 " from %s in %.3f s",
-			(unsigned long long)r.s->id, how, w->ckpt_id, store_dir, crc_now_s() - t0);
+		pr_info("session %llu: %s checkpoint %" PRIu64 " from %s in %.3f s%s",
+			(unsigned long long)r.s->id, how, w->ckpt_id, store_dir, crc_now_s() - t0,
+			r.s->upload ? ", its device memory still uploading" : "");
 	stage_done(w->stage_key, &r);
 	return rc;
 }
@@ -1249,10 +1368,8 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 		if (*handles == ',')
 			handles++;
 	}
-	/* A session that exported memory uploads it before exporting it again: another process may open
-	 * and read it at once, which the lazy upload's wait (the client's first call) would not cover. */
 	exports = crc_manifest_meta_get(mf, "crcuda.ipc_exports");
-	lazy = !staged && restore_lazy() && !(exports && *exports);
+	lazy = !staged && restore_lazy(mf);
 	if (!lazy && !staged) {
 		CUcontext dctx[CRC_MAX_DEVICES];
 
@@ -1360,33 +1477,21 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 	jload_free(&rs.j);
 	if (lazy) {
 		/* The upload goes on: the store and the manifest are its until crc_upload_wait. */
-		struct crc_upload *u = calloc(1, sizeof(*u));
-
-		if (u) {
-			*u = (struct crc_upload){.s = s, .st = st, .mf = mf, .t0 = crc_now_s()};
-			u->any = crc_session_dev_ctxs(s, u->dctx) > 0;
-			pthread_mutex_init(&u->lock, NULL);
-			pthread_cond_init(&u->cond, NULL);
-			if (!pthread_create(&u->tid, NULL, upload_main, u)) {
-				s->upload = u;
-				st = NULL;
-				mf = NULL;
-			} else {
-				free(u);
-			}
+		rc = upload_lazy_start(s, st, mf, true, why, why_len);
+		if (rc) {
+			pr_err("session %llu: uploading the restored device memory failed: %s",
+			       (unsigned long long)s->id, why);
+			s->sticky = CUDA_ERROR_ILLEGAL_STATE;
 		}
-		if (st) {
-			/* No thread: uploaded here, before the session serves anything. */
-			CUcontext dctx[CRC_MAX_DEVICES];
-
-			rc = upload_all(s, st, mf, NULL, dctx, crc_session_dev_ctxs(s, dctx) > 0, why,
-					why_len);
-			if (rc) {
-				pr_err("session %llu: uploading the restored device memory failed: %s",
-				       (unsigned long long)s->id, why);
-				s->sticky = CUDA_ERROR_ILLEGAL_STATE;
-			}
+		if (s->upload) {
+			st = NULL;
+			mf = NULL;
 		}
+	} else if (s->upload) {
+		/* Staged lazily: the upload started then goes on, and now owns them. */
+		s->upload->owns = true;
+		st = NULL;
+		mf = NULL;
 	}
 	crc_manifest_free(mf);
 	crc_store_close(st);

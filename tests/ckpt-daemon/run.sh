@@ -40,6 +40,10 @@
 #                 (replay and upload ahead, as a migration's destination does during pre-copy) and
 #                 restores the second under the same key: the staged worker uploads that chunk alone,
 #                 and the client finds its memory as at the second checkpoint
+#       staged-lazy  staged as above by a daemon with CRCUDA_RESTORE_LAZY=1: the stage answers once the
+#                 journal is replayed, its upload going on; the restore of the second checkpoint waits
+#                 for that upload, then uploads the changed chunk alone, and the client finds its
+#                 memory as at the second checkpoint
 #       staged-other  the staged checkpoint is another session's (more journal records): the restore
 #                 says it does not continue it and restores afresh, exactly
 # CKPT_BACKEND=cuda runs a case on the GPU machine's driver instead of the simulated device.
@@ -264,20 +268,27 @@ incremental)
 	grep -q "digests" "$tmp/daemon1.log" || fail "no digest line in the daemon log"
 	restore_elsewhere "$id"
 	;;
-staged)
+staged | staged-lazy)
 	start_daemon daemon1
 	start_client --mutate "$tmp/mutate"
 	id1=$(checkpoint) || exit 1
 	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume"
 	mutate_client 0.1 "the client did not change its memory"
 	id2=$(checkpoint) || exit 1
+	[ "$case" = staged-lazy ] && export CRCUDA_RESTORE_LAZY=1 # the second daemon's
 	restore_elsewhere "$id2" "$id1"
 	grep -q "staged checkpoint $id1 " "$tmp/daemon2.log" || fail "checkpoint $id1 was not staged"
 	grep -q "restored checkpoint $id2 (staged ahead) " "$tmp/daemon2.log" || fail "the restore did not take the staged worker"
 	# The staged upload had all of device memory; the restore's, the one changed chunk.
+	grep "uploaded" "$tmp/daemon2.log" | sed 's/^/the uploads: /'
+	[ "$(grep -c "uploaded" "$tmp/daemon2.log")" = 2 ] || fail "not two uploads (the staged one's and the restore's)"
 	last=$(grep "uploaded" "$tmp/daemon2.log" | tail -1)
-	echo "the restore's upload: $last"
 	case $last in *" of 1 chunks "*) ;; *) fail "the restore uploaded more than the changed chunk: $last" ;; esac
+	if [ "$case" = staged-lazy ]; then
+		# The stage answered with its upload going on.
+		grep -q "staged checkpoint $id1 .*, its device memory still uploading" "$tmp/daemon2.log" ||
+			fail "the stage waited for its upload: $(grep "staged checkpoint" "$tmp/daemon2.log")"
+	fi
 	;;
 staged-other)
 	start_daemon daemon1

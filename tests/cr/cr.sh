@@ -12,6 +12,10 @@
 #                      copied to the store while it rewrites it); the original finishes; then the
 #                      earlier and the later one are each restored and finish
 #       restore-twice  one checkpoint restored twice (one after the other)
+#       lazy           a daemon that restores lazily (CRCUDA_RESTORE_LAZY=1): crcudactl restore stages
+#                      the checkpoint, the worker answers the stage once the journal is replayed and
+#                      uploads while CRIU restores the process; the plugin's restore takes that worker
+#                      and the program finishes exactly
 #       named-sem      a program holding a POSIX named semaphore under its name (state_app --named-sem,
 #                      as Python's spawned multiprocessing workers do): its mapping is glibc's unlinked
 #                      temporary file, which CRIU dumps only as a link remap; a --leave-running
@@ -503,6 +507,20 @@ restore-twice)
 		pid=$(restore "$id")
 		finish "$pid" "restore $n of checkpoint $id"
 	done
+	;;
+lazy)
+	restart_daemon CRCUDA_RESTORE_LAZY=1
+	start_app lazy
+	id=$(checkpoint "$app")
+	wait_for 30 gone "$app" || fail "the program still runs after the checkpoint"
+	pid=$(restore "$id")
+	grep -q "session .* staged checkpoint $id .*, its device memory still uploading" "$log" ||
+		fail "the stage waited for its upload: $(grep "checkpoint $id" "$log" | tail -3)"
+	grep -q "session .* restored checkpoint $id (staged ahead) " "$log" ||
+		fail "the restore did not take the worker staged ahead: $(grep "checkpoint $id" "$log" | tail -3)"
+	finish "$pid" "restored lazily, staged ahead"
+	grep -q "session .* restored device memory resident .* after the replay" "$log" ||
+		fail "the program's first call did not wait for the upload: $(grep "session" "$log" | tail -3)"
 	;;
 pid-taken)
 	start_app pid_taken
