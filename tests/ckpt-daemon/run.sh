@@ -44,6 +44,9 @@
 #                 journal is replayed, its upload going on; the restore of the second checkpoint waits
 #                 for that upload, then uploads the changed chunk alone, and the client finds its
 #                 memory as at the second checkpoint
+#       pool-held  no worker is started while another moves device memory: a second client takes the
+#                 pool's worker while the first one's background checkpoint drains (held 5 s), and the
+#                 pool gets its next worker only once the drain is done
 #       staged-other  the staged checkpoint is another session's (more journal records): the restore
 #                 says it does not continue it and restores afresh, exactly
 # CKPT_BACKEND=cuda runs a case on the GPU machine's driver instead of the simulated device.
@@ -250,6 +253,33 @@ background)
 	finish_client
 	for _ in $(seq 100); do [ "$("$ctl" - count "$store")" = 2 ] && break; sleep 0.1; done
 	[ "$("$ctl" - count "$store")" = 2 ] || fail "the second checkpoint was lost when its client ended"
+	;;
+pool-held)
+	export CRCUDA_TEST_DRAIN_DELAY_MS=5000
+	start_daemon daemon1
+	start_client
+	ready_workers() { grep -c "worker: ready in" "$tmp/daemon1.log"; }
+	# The client's worker, and the pool's beside it.
+	for _ in $(seq 100); do [ "$(ready_workers)" -ge 2 ] && break; sleep 0.05; done
+	[ "$(ready_workers)" = 2 ] || fail "$(ready_workers) workers ready, expected the client's and the pool's"
+	"$ctl" "$CRCUDA_SOCKET" quiesce "$pid" || fail "quiesce"
+	"$ctl" "$CRCUDA_SOCKET" checkpoint-bg "$pid" "$store" >/dev/null || fail "checkpoint"
+	"$ctl" "$CRCUDA_SOCKET" commit "$pid" >/dev/null || fail "commit"
+	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume"
+	preload=$(ldd "$build/libcrcuda/libcuda.so.1" 2>/dev/null | awk '/lib(asan|ubsan)\.so/ {print $3}' | paste -sd: -)
+	env LD_PRELOAD="$preload" ASAN_OPTIONS=detect_leaks=0 LD_LIBRARY_PATH="$build/libcrcuda" \
+		timeout 120 "$client" "$tmp/ready2" "$tmp/go2" >"$tmp/client2.log" 2>&1 &
+	second=$!
+	for _ in $(seq 100); do [ -f "$tmp/ready2" ] && break; sleep 0.05; done
+	[ -f "$tmp/ready2" ] || fail "the second client did not start: $(cat "$tmp/client2.log")"
+	sleep 1 # two turns of the front's tending (every 0.5 s)
+	[ "$(ready_workers)" = 2 ] || fail "a worker was started while the checkpoint drained"
+	"$ctl" "$CRCUDA_SOCKET" commit-wait "$pid" >/dev/null || fail "commit-wait"
+	for _ in $(seq 60); do [ "$(ready_workers)" = 3 ] && break; sleep 0.05; done
+	[ "$(ready_workers)" = 3 ] || fail "the pool was not topped up after the drain ($(ready_workers) workers ready)"
+	touch "$tmp/go2"
+	wait "$second" || fail "the second client failed: $(cat "$tmp/client2.log")"
+	finish_client
 	;;
 incremental)
 	start_daemon daemon1
