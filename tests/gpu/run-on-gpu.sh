@@ -100,7 +100,7 @@ echo "== benchmarks"
 : >"$out/bench.txt"
 # Each benchmark script runs its native reference and crcuda in the same call. The crcuda side uses
 # its own daemon on the real driver here.
-bsock=$(mktemp -u /tmp/crcuda-bench.XXXXXX).sock
+bsock=$(mktemp -d /tmp/crcuda-bench.XXXXXX)/crcudad.sock # a directory of its own: crcudad refuses /tmp
 build-gpu/crcudad/crcudad --backend cuda --socket "$bsock" --foreground >"$out/bench-daemon.log" 2>&1 &
 bench_daemon=$!
 for _ in $(seq 200); do grep -q ready "$out/bench-daemon.log" && break; sleep 0.05; done
@@ -120,7 +120,7 @@ if [ -n "${BASELINE:-}" ] && [ -d "$BASELINE" ]; then
 		-DCMAKE_INCLUDE_PATH="$deps/include" -DCMAKE_LIBRARY_PATH="$deps/lib" \
 		-DCMAKE_BUILD_RPATH="$deps/lib" >/dev/null 2>&1 && cmake --build build-gpu -j "$jobs" >/dev/null 2>&1) ||
 		echo "baseline build failed" | tee -a "$out/bench.txt"
-	bsock=$(mktemp -u /tmp/crcuda-base.XXXXXX).sock
+	bsock=$(mktemp -d /tmp/crcuda-base.XXXXXX)/crcudad.sock
 	"$BASELINE"/build-gpu/crcudad/crcudad --backend cuda --socket "$bsock" --foreground >"$out/base-daemon.log" 2>&1 &
 	base_daemon=$!
 	for _ in $(seq 200); do grep -q ready "$out/base-daemon.log" && break; sleep 0.05; done
