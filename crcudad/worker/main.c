@@ -310,7 +310,7 @@ int main(int argc, char **argv)
 	};
 	const char *lib = NULL;
 	uint64_t va_base = CRC_DEFAULT_VA_BASE, va_size = CRC_DEFAULT_VA_SESSION;
-	bool probe = false, assigned = false;
+	bool probe = false, assigned = false, front_gone = false;
 	size_t cap = sizeof(struct crc_link_msg) + CRC_LINK_MAX_REQ;
 	uint8_t *buf = malloc(cap);
 	char why[256] = "";
@@ -380,8 +380,10 @@ int main(int argc, char **argv)
 		if (poll(&p, 1, 100) > 0) {
 			int r = serve_link(buf, cap);
 
-			if (r < 0)
+			if (r < 0) {
+				front_gone = true;
 				break;
+			}
 			assigned |= r > 0;
 		}
 		crc_worker_publish();
@@ -392,7 +394,11 @@ int main(int argc, char **argv)
 		if (assigned && idle)
 			break;
 	}
-	crc_upload_staging_release();
+	/* Without its front the worker ends at once, its session with it (the client must hear of it
+	 * within a second): freeing the staging could wait for the session's thread, which may hold the
+	 * driver in a long synchronise. The process's end frees it. */
+	if (!front_gone)
+		crc_upload_staging_release();
 	atomic_store(&status->phase, CRC_WORKER_ENDED);
 	free(buf);
 	return 0;

@@ -524,6 +524,8 @@ lazy)
 	;;
 pid-taken)
 	start_app pid_taken
+	# The program's threads get their ids back too: the forks after the decoy's go past them.
+	last_tid=$(ls "/proc/$app/task" | sort -n | tail -1)
 	id=$(checkpoint "$app")
 	wait_for 30 gone "$app" || fail "the program still runs after the checkpoint"
 	# Another program takes the freed pid (as pid numbers wrapping at kernel.pid_max make happen): the
@@ -537,6 +539,7 @@ pid-taken)
 		wait $! 2>/dev/null
 	done
 	[ -n "$decoy" ] || fail "could not start a program under the freed pid $app"
+	echo "$last_tid" >/proc/sys/kernel/ns_last_pid
 	t0=$(date +%s)
 	pid=$(restore "$id")
 	[ "$pid" = "$app" ] || fail "restored pid '$pid', checkpointed $app"
