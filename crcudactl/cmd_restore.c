@@ -269,6 +269,65 @@ static bool pids_free(pid_t pid, const char *tree_pids, const char *comm)
 	return true;
 }
 
+/* Whether id is one of pid and tree_pids ("p1,p2,..."). */
+static bool in_pids(pid_t id, pid_t pid, const char *tree_pids)
+{
+	if (id == pid)
+		return true;
+	for (const char *p = tree_pids; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : "")
+		if (atoi(p) == id)
+			return true;
+	return false;
+}
+
+/* The ids of the checkpointed threads (CRIU's core-TID.img in imgdir, the processes' own ids aside),
+ * free: CRIU gives every thread its id back ("Unable to create a thread: -17" otherwise). The
+ * processes are gone (pids_free), so a live holder is another program that took the number; it is
+ * waited for as pid_free waits for one. */
+static bool tids_free(const char *imgdir, pid_t pid, const char *tree_pids)
+{
+	DIR *d = opendir(imgdir);
+	struct dirent *de;
+	bool ok = true;
+
+	if (!d)
+		return true; /* CRIU says what is wrong with the images */
+	while (ok && (de = readdir(d))) {
+		char holder[64], tail[8];
+		int tid;
+		bool said = false;
+
+		if (sscanf(de->d_name, "core-%d%7s", &tid, tail) != 2 || strcmp(tail, ".img") || tid <= 0 ||
+		    in_pids(tid, pid, tree_pids))
+			continue;
+		for (int i = 0;; i++) {
+			if ((kill(tid, 0) && errno == ESRCH) || ctl_pid_gone(tid))
+				break;
+			ctl_pid_comm(tid, holder, sizeof(holder));
+			if (i == PID_FREE_WAIT_S * 20) {
+				ctl_error(
+				    "restore: thread id %d of the checkpointed process %d is held by another "
+				    "program (%s, still running after %d s): CRIU restores every thread with "
+				    "its own id",
+				    tid, (int)pid, holder, PID_FREE_WAIT_S);
+				ok = false;
+				break;
+			}
+			if (i == 40 && !said) {
+				ctl_error(
+				    "restore: thread id %d of the checkpointed process %d is held by another "
+				    "program (%s; ids wrap at kernel.pid_max): waiting up to %d s for it to "
+				    "end",
+				    tid, (int)pid, holder, PID_FREE_WAIT_S);
+				said = true;
+			}
+			usleep(50000);
+		}
+	}
+	closedir(d);
+	return ok;
+}
+
 /* CRIU could not bind a socket to its port again, the port in use. */
 static bool port_taken(const char *rlog)
 {
@@ -475,7 +534,8 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 	}
 	pid = pidm ? (pid_t)atoi(pidm) : 0;
 	if (!pids_free(pid, crc_manifest_meta_get(m, "crcuda.tree.pids"),
-		       crc_manifest_meta_get(m, "crcuda.comm")))
+		       crc_manifest_meta_get(m, "crcuda.comm")) ||
+	    !tids_free(imgdir, pid, crc_manifest_meta_get(m, "crcuda.tree.pids")))
 		goto out;
 	if (!va_base || !va_size) {
 		ctl_error("restore: checkpoint %" PRIu64

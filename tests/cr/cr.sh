@@ -31,8 +31,9 @@
 #                      both stay; a checkpoint of another program
 #                      whose crcudactl and criu are killed before the commit leaves an image directory
 #                      no checkpoint names, with a remap: `store gc` removes both, and no other remap
-#       pid-taken      the checkpointed pid taken by another program (a sleep started under it) when
-#                      the restore begins: the restore names it, waits for its end and restores exact
+#       pid-taken      the checkpointed pid and its last thread's id each taken by another program (a
+#                      sleep started under it) when the restore begins: the restore names both, waits
+#                      for their end and restores exact (CRIU gives every thread its id back)
 #       child          a program with a child process without CUDA (state_app --child, as a
 #                      DataLoader's CPU workers): the checkpoint names every pid of the dumped tree
 #                      (crcuda.tree.pids), which the restore waits to be free; the child is restored
@@ -524,29 +525,38 @@ lazy)
 	;;
 pid-taken)
 	start_app pid_taken
-	# The program's threads get their ids back too: the forks after the decoy's go past them.
+	# The program's threads get their ids back too (its last thread's id is taken below).
 	last_tid=$(ls "/proc/$app/task" | sort -n | tail -1)
+	[ "$last_tid" != "$app" ] || fail "the program under the layer has no thread besides its main one"
 	id=$(checkpoint "$app")
 	wait_for 30 gone "$app" || fail "the program still runs after the checkpoint"
-	# Another program takes the freed pid (as pid numbers wrapping at kernel.pid_max make happen): the
-	# restore waits for it to end, saying so, and restores.
-	decoy=
-	for _ in $(seq 50); do
-		echo $((app - 1)) 2>/dev/null >/proc/sys/kernel/ns_last_pid || skip "cannot write kernel.ns_last_pid"
-		sleep 3 &
-		[ $! = "$app" ] && { decoy=$!; break; }
-		kill $! 2>/dev/null
-		wait $! 2>/dev/null
-	done
-	[ -n "$decoy" ] || fail "could not start a program under the freed pid $app"
+	# Other programs take the freed pid and a thread's id (as ids wrapping at kernel.pid_max make
+	# happen): the restore waits for them to end, saying so, and restores.
+	take_id() { # take_id ID SECONDS: a sleep of SECONDS started under ID; its pid
+		local p
+		for _ in $(seq 50); do
+			echo $(($1 - 1)) 2>/dev/null >/proc/sys/kernel/ns_last_pid || skip "cannot write kernel.ns_last_pid"
+			sleep "$2" &
+			p=$!
+			[ "$p" = "$1" ] && { echo "$p"; return 0; }
+			kill "$p" 2>/dev/null
+			wait "$p" 2>/dev/null
+		done
+		return 1
+	}
+	take_id "$app" 3 >/dev/null || fail "could not start a program under the freed pid $app"
+	take_id "$last_tid" 6 >/dev/null || fail "could not start a program under the freed thread id $last_tid"
+	# The restore's own processes after them.
 	echo "$last_tid" >/proc/sys/kernel/ns_last_pid
 	t0=$(date +%s)
 	pid=$(restore "$id")
 	[ "$pid" = "$app" ] || fail "restored pid '$pid', checkpointed $app"
 	grep -q "pid $app is held by another program (sleep), not the checkpointed .*: waiting" "$tmp/restore.err" ||
 		fail "the restore did not say whose the pid was: $(cat "$tmp/restore.err")"
-	[ $(($(date +%s) - t0)) -ge 2 ] || fail "the restore did not wait for the decoy"
-	finish "$pid" "restored once the pid's other holder ended"
+	grep -q "thread id $last_tid of the checkpointed process $app is held by another program (sleep; .*: waiting" "$tmp/restore.err" ||
+		fail "the restore did not say whose the thread id was: $(cat "$tmp/restore.err")"
+	[ $(($(date +%s) - t0)) -ge 5 ] || fail "the restore did not wait for the decoys"
+	finish "$pid" "restored once the other holders of its pid and a thread id ended"
 	;;
 child)
 	start_app child --child
