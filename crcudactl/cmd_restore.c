@@ -300,8 +300,17 @@ static bool tids_free(const char *imgdir, pid_t pid, const char *tree_pids)
 		if (sscanf(de->d_name, "core-%d%7s", &tid, tail) != 2 || strcmp(tail, ".img") || tid <= 0 ||
 		    in_pids(tid, pid, tree_pids))
 			continue;
+		if (tid == getpid()) {
+			ctl_error(
+			    "restore: thread id %d of the checkpointed process %d is this crcudactl's own "
+			    "pid: run it again",
+			    tid, (int)pid);
+			ok = false;
+			break;
+		}
 		for (int i = 0;; i++) {
-			if ((kill(tid, 0) && errno == ESRCH) || ctl_pid_gone(tid))
+			/* Free once no task has it: an ended one not yet reaped still holds it. */
+			if (kill(tid, 0) && errno == ESRCH)
 				break;
 			ctl_pid_comm(tid, holder, sizeof(holder));
 			if (i == PID_FREE_WAIT_S * 20) {
