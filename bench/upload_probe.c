@@ -5,10 +5,10 @@
  * thread, small enough that the device may read them from the CPU's cache; "h": each piece hashed
  * with XXH3 too, as a restore checks it), "mmap" / "mmapnt" (the file mapped once; each chunk copied from
  * the mapping into pinned staging by memcpy, or by non-temporal stores that leave the CPU's cache
- * alone), "thp" (pread into staging on 2 MiB pages, registered); MODE@N reads each chunk N bytes past its 4
- * MiB boundary (as a store whose chunk data does not start on a page). FILE may be a directory (a store's
- * packs directory): its files are read one after the other (pread and thp modes). Prints GB/s. A probe for
- * restore's upload design (bench/checkpoint.sh's "upload" line); needs a GPU. */
+ * alone), "thp" (pread into staging on 2 MiB pages, registered); pread@N and thp@N read each chunk N bytes
+ * past its 4 MiB boundary (as a store whose chunk data does not start on a page). FILE may be a directory (a
+ * store's packs directory): its files are read one after the other (pread and thp modes). Prints GB/s. A
+ * probe for restore's upload design (bench/checkpoint.sh's "upload" line); needs a GPU. */
 #include <cuda.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -41,7 +41,7 @@ static int hash_pieces;
 static const char *map; /* mmap modes: the whole file */
 static int nontemporal; /* mmapnt */
 static int thp;		/* staging on huge pages */
-static off_t shift;	/* MODE@N: every chunk read N bytes past its 4 MiB boundary (a store's layout) */
+static off_t shift; /* pread@N, thp@N: every chunk read N bytes past its 4 MiB boundary (a store's layout) */
 #define SLOTS 4
 
 static double now(void)
@@ -113,16 +113,7 @@ static void *reader(void *arg)
 	for (size_t i; (i = atomic_fetch_add(&next, 1)) < nchunks;) {
 		off_t off = (off_t)i * CHUNK;
 
-		if (shift) {
-			CK(cuEventSynchronize(ev[k]));
-			if (pread(fd, buf[k], CHUNK, off + shift) != CHUNK) {
-				perror("pread");
-				exit(1);
-			}
-			CK(cuMemcpyHtoDAsync(dev + off, buf[k], CHUNK, s));
-			CK(cuEventRecord(ev[k], s));
-			k ^= 1;
-		} else if (piece) {
+		if (piece) {
 			for (size_t o = 0; o < CHUNK; o += piece) {
 				char *b = (char *)buf[0] + (k % SLOTS) * piece;
 
@@ -165,7 +156,7 @@ static void *reader(void *arg)
 					perror("pread");
 					exit(1);
 				}
-			} else if (pread(fd, buf[k], CHUNK, off) != CHUNK) {
+			} else if (pread(fd, buf[k], CHUNK, off + shift) != CHUNK) {
 				perror("pread");
 				exit(1);
 			}
