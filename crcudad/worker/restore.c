@@ -787,10 +787,9 @@ static int upload_all(struct crc_session *s, struct crc_store *st, const struct 
  * after a lost context, and the worker's log says why. */
 struct crc_upload {
 	pthread_t tid;
-	struct up_plan plan;
-	struct crc_store *st;
+	struct up_plan plan; /* its store: plan.st */
 	struct crc_manifest *mf;
-	bool owns; /* st and mf are freed with the upload; else they are a staged restore's (struct rst) */
+	bool owns; /* the store and mf are freed with the upload; else they are a staged restore's */
 	int rc;
 	double t0, seconds;
 	char why[CRC_CTL_MSG_MAX];
@@ -824,28 +823,20 @@ static int upload_lazy_start(struct crc_session *s, struct crc_store *st, struct
 	CUcontext dctx[CRC_MAX_DEVICES];
 	struct crc_upload *u = calloc(1, sizeof(*u));
 	bool any = crc_session_dev_ctxs(s, dctx) > 0;
-	int rc;
+	int rc = 0;
 
-	if (!u)
-		return upload_all(s, st, mf, NULL, dctx, any, why, why_len);
-	rc = upload_plan(s, st, mf, NULL, dctx, any, &u->plan, why, why_len);
-	if (rc) {
-		free(u);
-		return rc;
-	}
-	u->st = st;
-	u->mf = mf;
-	u->owns = owns;
-	u->t0 = crc_now_s();
-	if (pthread_create(&u->tid, NULL, upload_main, u)) {
-		rc = upload_run(&u->plan, why, why_len);
+	if (u && !(rc = upload_plan(s, st, mf, NULL, dctx, any, &u->plan, why, why_len))) {
+		u->mf = mf;
+		u->owns = owns;
+		u->t0 = crc_now_s();
+		if (!pthread_create(&u->tid, NULL, upload_main, u)) {
+			s->upload = u;
+			return 0;
+		}
 		upload_plan_free(&u->plan);
-		free(u);
-		s->cur_ctx = UINT64_MAX;
-		return rc;
 	}
-	s->upload = u;
-	return 0;
+	free(u);
+	return rc ? rc : upload_all(s, st, mf, NULL, dctx, any, why, why_len);
 }
 
 /* Waits for s's upload to end (when one is going on) and drops it: its result (why: its message). */
@@ -861,11 +852,11 @@ static int upload_join(struct crc_session *s, double *seconds, char *why, size_t
 	*seconds = u->seconds;
 	if (rc)
 		snprintf(why, why_len, "%s", u->why);
-	upload_plan_free(&u->plan);
 	if (u->owns) {
 		crc_manifest_free(u->mf);
-		crc_store_close(u->st);
+		crc_store_close(u->plan.st);
 	}
+	upload_plan_free(&u->plan);
 	free(u);
 	s->upload = NULL;
 	s->cur_ctx = UINT64_MAX;
