@@ -237,38 +237,6 @@ static bool pid_free(pid_t pid, const char *comm, char *holder, size_t size)
 	return false;
 }
 
-/* The checkpointed pid and, for a tree, every pid of it ("p1,p2,..."), free: CRIU restores each
- * process with its own pid. comm: the checkpointed program's name (the tree's others are not known). */
-static bool pids_free(pid_t pid, const char *tree_pids, const char *comm)
-{
-	char holder[64];
-
-	if (pid > 0 && !pid_free(pid, comm, holder, sizeof(holder))) {
-		if (holder[0])
-			ctl_error("restore: pid %d is held by another program (%s, still running after %d "
-				  "s): CRIU restores the process with its own pid",
-				  (int)pid, holder, PID_FREE_WAIT_S);
-		else
-			ctl_error(
-			    "restore: pid %d is in use (is the checkpointed process, or an earlier "
-			    "restore of it, still running?): CRIU restores the process with its own pid",
-			    (int)pid);
-		return false;
-	}
-	for (const char *p = tree_pids; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : "") {
-		pid_t q = (pid_t)atoi(p);
-
-		if (q > 0 && q != pid && !pid_free(q, NULL, holder, sizeof(holder))) {
-			ctl_error(
-			    "restore: pid %d of the process tree of %d is in use (the checkpointed tree, or "
-			    "an earlier restore of it, still running?)",
-			    (int)q, (int)pid);
-			return false;
-		}
-	}
-	return true;
-}
-
 /* Whether id is one of pid and tree_pids ("p1,p2,..."). */
 static bool in_pids(pid_t id, pid_t pid, const char *tree_pids)
 {
@@ -282,8 +250,8 @@ static bool in_pids(pid_t id, pid_t pid, const char *tree_pids)
 
 /* The ids of the checkpointed threads (CRIU's core-TID.img in imgdir, the processes' own ids aside),
  * free: CRIU gives every thread its id back ("Unable to create a thread: -17" otherwise). The
- * processes are gone (pids_free), so a live holder is another program that took the number; it is
- * waited for as pid_free waits for one. */
+ * processes are gone (pids_free checks them first), so a live holder is another program that took the
+ * number; it is waited for as pid_free waits for one. */
 static bool tids_free(const char *imgdir, pid_t pid, const char *tree_pids)
 {
 	DIR *d = opendir(imgdir);
@@ -335,6 +303,39 @@ static bool tids_free(const char *imgdir, pid_t pid, const char *tree_pids)
 	}
 	closedir(d);
 	return ok;
+}
+
+/* The checkpointed pid and, for a tree, every pid of it ("p1,p2,..."), free: CRIU restores each
+ * process with its own pid; then their threads' ids (imgdir: the checkpoint's CRIU images). comm: the
+ * checkpointed program's name (the tree's others are not known). */
+static bool pids_free(pid_t pid, const char *tree_pids, const char *comm, const char *imgdir)
+{
+	char holder[64];
+
+	if (pid > 0 && !pid_free(pid, comm, holder, sizeof(holder))) {
+		if (holder[0])
+			ctl_error("restore: pid %d is held by another program (%s, still running after %d "
+				  "s): CRIU restores the process with its own pid",
+				  (int)pid, holder, PID_FREE_WAIT_S);
+		else
+			ctl_error(
+			    "restore: pid %d is in use (is the checkpointed process, or an earlier "
+			    "restore of it, still running?): CRIU restores the process with its own pid",
+			    (int)pid);
+		return false;
+	}
+	for (const char *p = tree_pids; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : "") {
+		pid_t q = (pid_t)atoi(p);
+
+		if (q > 0 && q != pid && !pid_free(q, NULL, holder, sizeof(holder))) {
+			ctl_error(
+			    "restore: pid %d of the process tree of %d is in use (the checkpointed tree, or "
+			    "an earlier restore of it, still running?)",
+			    (int)q, (int)pid);
+			return false;
+		}
+	}
+	return tids_free(imgdir, pid, tree_pids);
 }
 
 /* CRIU could not bind a socket to its port again, the port in use. */
@@ -543,8 +544,7 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 	}
 	pid = pidm ? (pid_t)atoi(pidm) : 0;
 	if (!pids_free(pid, crc_manifest_meta_get(m, "crcuda.tree.pids"),
-		       crc_manifest_meta_get(m, "crcuda.comm")) ||
-	    !tids_free(imgdir, pid, crc_manifest_meta_get(m, "crcuda.tree.pids")))
+		       crc_manifest_meta_get(m, "crcuda.comm"), imgdir))
 		goto out;
 	if (!va_base || !va_size) {
 		ctl_error("restore: checkpoint %" PRIu64
@@ -683,7 +683,7 @@ int cmd_restore(int argc, char **argv, struct ctl_opts *opts)
 			TIME_WAIT_RETRY_STEP_S);
 		sleep(TIME_WAIT_RETRY_STEP_S);
 		if (!pids_free(pid, crc_manifest_meta_get(m, "crcuda.tree.pids"),
-			       crc_manifest_meta_get(m, "crcuda.comm")))
+			       crc_manifest_meta_get(m, "crcuda.comm"), imgdir))
 			break;
 		rc = ctl_run_criu(args, env, outlog, report, "restore", a.timeout, a.progress, NULL);
 	}
