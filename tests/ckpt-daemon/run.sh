@@ -90,13 +90,19 @@ start_daemon() { # start_daemon LOGNAME [DAEMON ARGS...]
 	fail "crcudad not ready"
 }
 
-start_client() { # start_client [ARGS...]
+spawn_client() { # spawn_client READY GO LOG [ARGS...]: a client in the background, its pid in $spawned
 	# An ASan build of libcrcuda needs the sanitizer runtimes first in the uninstrumented client.
-	local preload
+	local preload ready=$1 go=$2 out=$3
+	shift 3
 	preload=$(ldd "$build/libcrcuda/libcuda.so.1" 2>/dev/null | awk '/lib(asan|ubsan)\.so/ {print $3}' | paste -sd: -)
 	env LD_PRELOAD="$preload" ASAN_OPTIONS=detect_leaks=0 LD_LIBRARY_PATH="$build/libcrcuda" CKPT_SWAP_SOCK="$tmp/swap.sock" CRCUDA_REBIND_WAIT_MS=20000 \
-		timeout 120 "$client" "$tmp/ready" "$tmp/go" "$@" >"$tmp/client.log" 2>&1 &
-	client_pid=$!
+		timeout 120 "$client" "$ready" "$go" "$@" >"$out" 2>&1 &
+	spawned=$!
+}
+
+start_client() { # start_client [ARGS...]
+	spawn_client "$tmp/ready" "$tmp/go" "$tmp/client.log" "$@"
+	client_pid=$spawned
 	for _ in $(seq 300); do
 		if [ -f "$tmp/ready" ]; then
 			# The program's own pid (the one above is timeout's): the daemon knows that one.
@@ -266,10 +272,8 @@ pool-held)
 	"$ctl" "$CRCUDA_SOCKET" checkpoint-bg "$pid" "$store" >/dev/null || fail "checkpoint"
 	"$ctl" "$CRCUDA_SOCKET" commit "$pid" >/dev/null || fail "commit"
 	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume"
-	preload=$(ldd "$build/libcrcuda/libcuda.so.1" 2>/dev/null | awk '/lib(asan|ubsan)\.so/ {print $3}' | paste -sd: -)
-	env LD_PRELOAD="$preload" ASAN_OPTIONS=detect_leaks=0 LD_LIBRARY_PATH="$build/libcrcuda" \
-		timeout 120 "$client" "$tmp/ready2" "$tmp/go2" >"$tmp/client2.log" 2>&1 &
-	second=$!
+	spawn_client "$tmp/ready2" "$tmp/go2" "$tmp/client2.log"
+	second=$spawned
 	for _ in $(seq 100); do [ -f "$tmp/ready2" ] && break; sleep 0.05; done
 	[ -f "$tmp/ready2" ] || fail "the second client did not start: $(cat "$tmp/client2.log")"
 	sleep 1 # two turns of the front's tending (every 0.5 s)
