@@ -670,13 +670,15 @@ static struct {
 
 void ctl_progress_line(const char *what, const struct crc_ctl_progress *p, char *out, size_t len)
 {
-	/* Sizes in MiB below a GiB of total, else GiB; the rate in GB/s (10^9 bytes), as disks and links. */
+	/* Sizes in MiB below a GiB of total, else GiB; the rate in GB/s (10^9 bytes), as disks and links,
+	 * with two decimals below 1 GB/s (a slow disk's 40 MB/s is not "0.0"). */
 	double unit = p->total >= (1ull << 30) ? 1073741824.0 : 1048576.0;
 	const char *u = p->total >= (1ull << 30) ? "GiB" : "MiB";
 	double pct = p->total ? 100.0 * (double)p->done / (double)p->total : 100.0;
+	double rate = p->seconds > 0 ? (double)p->done / p->seconds / 1e9 : 0.0;
 
-	snprintf(out, len, "%s: %.1f %s of %.1f %s (%.0f%%), %.1f GB/s", what, (double)p->done / unit, u,
-		 (double)p->total / unit, u, pct, p->seconds > 0 ? (double)p->done / p->seconds / 1e9 : 0.0);
+	snprintf(out, len, "%s: %.1f %s of %.1f %s (%.0f%%), %.*f GB/s", what, (double)p->done / unit, u,
+		 (double)p->total / unit, u, pct, rate < 1 ? 2 : 1, rate);
 }
 
 /* One sample: true when it is of this command's checkpoint or restore (not the one before it). */
