@@ -532,20 +532,20 @@ pid-taken)
 	wait_for 30 gone "$app" || fail "the program still runs after the checkpoint"
 	# Other programs take the freed pid and a thread's id (as ids wrapping at kernel.pid_max make
 	# happen): the restore waits for them to end, saying so, and restores.
-	take_id() { # take_id ID SECONDS: a sleep of SECONDS started under ID; its pid
+	take_id() { # take_id ID SECONDS: a sleep of SECONDS started under ID
 		local p
 		for _ in $(seq 50); do
 			echo $(($1 - 1)) 2>/dev/null >/proc/sys/kernel/ns_last_pid || skip "cannot write kernel.ns_last_pid"
 			sleep "$2" &
 			p=$!
-			[ "$p" = "$1" ] && { echo "$p"; return 0; }
+			[ "$p" = "$1" ] && return 0
 			kill "$p" 2>/dev/null
 			wait "$p" 2>/dev/null
 		done
 		return 1
 	}
-	take_id "$app" 3 >/dev/null || fail "could not start a program under the freed pid $app"
-	take_id "$last_tid" 6 >/dev/null || fail "could not start a program under the freed thread id $last_tid"
+	take_id "$app" 3 || fail "could not start a program under the freed pid $app"
+	take_id "$last_tid" 6 || fail "could not start a program under the freed thread id $last_tid"
 	# The restore's own processes after them.
 	echo "$last_tid" >/proc/sys/kernel/ns_last_pid
 	t0=$(date +%s)
