@@ -66,6 +66,9 @@ struct crc_worker_progress {
 struct crc_worker_status {
 	_Atomic uint32_t phase; /* enum crc_worker_phase */
 	struct crc_worker_progress progress;
+	/* Restores under way (a request's replay and upload, a lazy upload after it): the front starts no
+	 * worker then either, the upload's copies and a starting worker sharing the CPUs and memory bus. */
+	_Atomic uint32_t restores;
 	_Atomic uint32_t seq; /* seqlock over session: odd while it is written */
 	struct crc_ctl_session_wire session;
 	char error[256];

@@ -210,13 +210,14 @@ void crc_workers_tend(void)
 			continue;
 		}
 		idle += !w->gone && !w->assigned;
-		moving |= !w->gone && atomic_load(&w->st->progress.active);
+		moving |= !w->gone && (atomic_load(&w->st->progress.active) || atomic_load(&w->st->restores));
 		pp = &w->next;
 	}
-	/* Not while a worker moves device memory: a worker making itself ready (cuInit, its context, its
-	 * pinned staging) beside a restore's upload held it to 66-72% of pinned H2D on an H200 host, where
-	 * the same upload a moment later reached 77-81% (bench/checkpoint.sh). An application that comes
-	 * meanwhile gets a worker started for it (crc_worker_take). */
+	/* Not while a worker moves device memory or restores: a worker making itself ready (cuInit, its
+	 * context, its pinned staging) beside a restore's upload held it to 66-72% of pinned H2D on an H200
+	 * host, where the same upload a moment later reached 77-81% (bench/checkpoint.sh). A restore counts
+	 * from its request: the pool's worker it takes is replaced only once it is done. An application
+	 * that comes meanwhile gets a worker started for it (crc_worker_take). */
 	while (!moving && idle < fr.pool && now_s() - spawn_failed_at > 5 && spawn(&rc))
 		idle++;
 	pthread_mutex_unlock(&reg_lock);

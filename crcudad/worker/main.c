@@ -205,6 +205,11 @@ void crc_progress_end(void)
 	atomic_store(&status->progress.active, 0);
 }
 
+void crc_worker_restoring(int delta)
+{
+	atomic_fetch_add(&status->restores, (uint32_t)delta);
+}
+
 /* Called by the session thread the moment its session is over, before it frees anything: the front
  * stops listing it at once. */
 void crc_worker_session_ended(void)

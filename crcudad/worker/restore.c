@@ -812,6 +812,7 @@ static void *upload_main(void *arg)
 
 	u->rc = upload_run(&u->plan, u->why, sizeof(u->why));
 	u->seconds = crc_now_s() - u->t0;
+	crc_worker_restoring(-1);
 	return NULL;
 }
 
@@ -829,10 +830,12 @@ static int upload_lazy_start(struct crc_session *s, struct crc_store *st, struct
 		u->mf = mf;
 		u->owns = owns;
 		u->t0 = crc_now_s();
+		crc_worker_restoring(1); /* until upload_main is done */
 		if (!pthread_create(&u->tid, NULL, upload_main, u)) {
 			s->upload = u;
 			return 0;
 		}
+		crc_worker_restoring(-1);
 		upload_plan_free(&u->plan);
 	}
 	free(u);
@@ -1064,6 +1067,10 @@ static int rst_replay(struct rst *r, int fd, bool tcp, const struct crc_peer *pe
 	bool ok = true;
 	int rc;
 
+	const char *delay = getenv("CRCUDA_TEST_REPLAY_DELAY_MS"); /* tests: a long replay */
+
+	if (delay && atoi(delay) > 0)
+		usleep((useconds_t)atoi(delay) * 1000);
 	snprintf(r->store_dir, sizeof(r->store_dir), "%s", store_dir);
 	r->w = *w;
 	rc = crc_store_open(store_dir, 0, &r->st);
@@ -1262,6 +1269,7 @@ int crc_restore_stage(bool tcp, const struct crc_peer *peer, const struct crc_ct
 	const char *how = "staged";
 	int rc = 0;
 
+	crc_worker_restoring(1);
 	/* One per worker: the front sends only that key's requests here, and a worker staged under
 	 * another key has its session (crc_session_create refuses a second). */
 	if (stage_take(w->stage_key, &r, true)) {
@@ -1295,6 +1303,7 @@ int crc_restore_stage(bool tcp, const struct crc_peer *peer, const struct crc_ct
 			(unsigned long long)r.s->id, how, w->ckpt_id, store_dir, crc_now_s() - t0,
 			r.s->upload ? ", its device memory still uploading" : "");
 	stage_done(w->stage_key, &r);
+	crc_worker_restoring(-1);
 	return rc;
 }
 
@@ -1320,6 +1329,7 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 	const char *handles, *exports, *how = "";
 	bool lazy, staged = false;
 
+	crc_worker_restoring(1);
 	if (w->stage_key && stage_take(w->stage_key, &rs, false)) {
 		/* Staged here: only what changed since goes up, then the session is this process's. */
 		char stale[CRC_CTL_MSG_MAX];
@@ -1486,6 +1496,7 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 	}
 	crc_manifest_free(mf);
 	crc_store_close(st);
+	crc_worker_restoring(-1);
 	rc = crc_session_run(s);
 	if (rc) {
 		/* Too late for a clean reply: the client sees the socket close. */
@@ -1498,5 +1509,6 @@ fail:
 	if (memfd >= 0)
 		close(memfd);
 	rst_free(&rs);
+	crc_worker_restoring(-1);
 	return rc;
 }

@@ -47,6 +47,8 @@
 #       pool-held  no worker is started while another moves device memory: a second client takes the
 #                 pool's worker while the first one's background checkpoint drains (held 5 s), and the
 #                 pool gets its next worker only once the drain is done
+#       pool-restore  nor while a restore replays (held 2 s) and uploads: the restore takes the new
+#                 daemon's pool worker, and the pool gets its next one only once the restore is done
 #       staged-other  the staged checkpoint is another session's (more journal records): the restore
 #                 says it does not continue it and restores afresh, exactly
 # CKPT_BACKEND=cuda runs a case on the GPU machine's driver instead of the simulated device.
@@ -283,6 +285,27 @@ pool-held)
 	[ "$(ready_workers)" = 3 ] || fail "the pool was not topped up after the drain ($(ready_workers) workers ready)"
 	touch "$tmp/go2"
 	wait "$second" || fail "the second client failed: $(cat "$tmp/client2.log")"
+	finish_client
+	;;
+pool-restore)
+	start_daemon daemon1
+	start_client
+	id=$(checkpoint) || exit 1
+	touch "$tmp/go"
+	sleep 0.3
+	kill -9 "$daemon_pid"
+	wait "$daemon_pid" 2>/dev/null
+	CRCUDA_TEST_REPLAY_DELAY_MS=2000 start_daemon daemon2
+	ready_workers() { grep -c "worker: ready in" "$tmp/daemon2.log"; }
+	for _ in $(seq 100); do [ "$(ready_workers)" -ge 1 ] && break; sleep 0.05; done
+	[ "$(ready_workers)" = 1 ] || fail "$(ready_workers) workers ready, expected the pool's"
+	"$ctl" "$CRCUDA_SOCKET" restore "$store" "$id" "$pid" "$tmp/swap.sock" &
+	restorer=$!
+	sleep 1.2 # two turns of the front's tending (every 0.5 s), the replay still held
+	[ "$(ready_workers)" = 1 ] || fail "a worker was started while a restore replayed"
+	wait "$restorer" || fail "restore"
+	for _ in $(seq 60); do [ "$(ready_workers)" = 2 ] && break; sleep 0.05; done
+	[ "$(ready_workers)" = 2 ] || fail "the pool was not topped up after the restore ($(ready_workers) workers ready)"
 	finish_client
 	;;
 incremental)
