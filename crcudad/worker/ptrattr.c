@@ -203,10 +203,11 @@ static struct answer answer(struct crc_session *s, const struct crc_alloc *m, un
 		return pinned_answer(s, pin, a, ptr, array);
 	/* cuMemAlloc memory: what the allocation and the reference buffer say, without asking the
 	 * driver about the VMM mapping behind it. */
-	/* Unset, cuMemAlloc memory answers 0 (measured, H200, driver 580), where the VMM mapping behind
-	 * it would answer 1. */
-	if (m && a == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
-		return (struct answer){.v = {m->sync_set && m->sync_memops}};
+	/* SYNC_MEMOPS as set; unset, as the reference buffer answers: the VMM mapping behind the
+	 * allocation answers 1, where cuMemAlloc memory answered 0 on one H200 host and 1 on another
+	 * (driver 580.159.04 both). */
+	if (m && a == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS && m->sync_set)
+		return (struct answer){.v = {m->sync_memops}};
 	if (m && a < ATTR_MAX && (dev = ref_device()) >= 0) {
 		if (kind_attribute(a) && __atomic_load_n(&ref[dev].done, __ATOMIC_ACQUIRE))
 			return array ? ref[dev].array[a] : ref[dev].single[a];
@@ -217,6 +218,8 @@ static struct answer answer(struct crc_session *s, const struct crc_alloc *m, un
 		if (a == CU_POINTER_ATTRIBUTE_RANGE_SIZE)
 			return (struct answer){.v = {range_size(dev, m->req)}};
 	}
+	if (m && a == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
+		return (struct answer){.v = {0}}; /* no reference buffer: the documented default */
 	struct answer r = client_view(s, a, query(a, ptr, array));
 
 	return m ? r : reserved_answer(s, a, ptr, r);
