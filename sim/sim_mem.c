@@ -840,8 +840,12 @@ static CUresult pointer_attribute(void *data, CUpointer_attribute attr, const st
 		    (CUDA_POINTER_ATTRIBUTE_P2P_TOKENS){.p2pToken = r->buffer_id, .vaSpaceToken = 1};
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
-		/* Unset: 1 for VMM mappings, 0 for the rest (measured, H200, driver 580). */
-		*(int *)data = r->sync_set ? (int)r->sync_memops : r->kind == SIM_RANGE_VMM;
+		/* Unset: 1 for VMM mappings and cuMemAlloc memory of 2 MiB or more, 0 for the rest
+		 * (measured on an H100 and an H200 host, driver 580.159.04: 1 MiB answers 0, 3 MiB 1;
+		 * another H200 host answered 0 for both). */
+		*(int *)data = r->sync_set ? (int)r->sync_memops
+					   : r->kind == SIM_RANGE_VMM ||
+						 (r->kind == SIM_RANGE_DEVICE && r->requested >= (2u << 20));
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_BUFFER_ID:
 		*(unsigned long long *)data = r->buffer_id;

@@ -148,9 +148,9 @@ static const struct crc_pin *pin_of(struct crc_session *s, uint64_t ptr)
 	return NULL;
 }
 
-static const struct crc_alloc *alloc_of(struct crc_session *s, uint64_t ptr, enum crc_alloc_kind kind)
+static struct crc_alloc *alloc_of(struct crc_session *s, uint64_t ptr, enum crc_alloc_kind kind)
 {
-	for (const struct crc_alloc *a = s->allocs; a; a = a->next)
+	for (struct crc_alloc *a = s->allocs; a; a = a->next)
 		if (a->kind == kind && ptr - a->ptr < a->size)
 			return a;
 	return NULL;
@@ -158,9 +158,9 @@ static const struct crc_alloc *alloc_of(struct crc_session *s, uint64_t ptr, enu
 
 /* cuMemAlloc memory, or another session's opened with cuIpcOpenMemHandle (which natively is such
  * memory too). */
-static const struct crc_alloc *mem_of(struct crc_session *s, uint64_t ptr)
+static struct crc_alloc *mem_of(struct crc_session *s, uint64_t ptr)
 {
-	const struct crc_alloc *m = alloc_of(s, ptr, CRC_ALLOC_MEM);
+	struct crc_alloc *m = alloc_of(s, ptr, CRC_ALLOC_MEM);
 
 	return m ? m : alloc_of(s, ptr, CRC_ALLOC_IPC);
 }
@@ -192,9 +192,30 @@ static int ref_device(void)
 	return dev;
 }
 
+/* SYNC_MEMOPS of cuMemAlloc memory never set: what a native cuMemAlloc of m's size answers, asked of a
+ * buffer of that size (at most SYNC_PROBE_MAX) once per allocation. The driver's answer depends on
+ * the size (1 MiB: 0, 3 MiB: 1 on an H100 and an H200 host, driver 580.159.04; another H200 host
+ * answered 0 for both), while the VMM mapping behind the allocation answers 1. */
+#define SYNC_PROBE_MAX (64ull << 20)
+static unsigned native_sync_memops(struct crc_alloc *m)
+{
+	uint64_t bytes = m->req ? m->req : m->size, v[2] = {0, 0};
+	CUdeviceptr p;
+
+	if (m->sync_probed)
+		return m->sync_native;
+	/* Where no buffer can be had (device memory full), the documented default, asked again later. */
+	if (CALL(cuMemAlloc_v2, &p, bytes < SYNC_PROBE_MAX ? bytes : SYNC_PROBE_MAX) != CUDA_SUCCESS)
+		return 0;
+	if (CALL(cuPointerGetAttribute, v, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, p) == CUDA_SUCCESS)
+		m->sync_native = v[0] != 0;
+	CALL(cuMemFree_v2, p);
+	m->sync_probed = true;
+	return m->sync_native;
+}
+
 /* The answer for attribute a of ptr, which lies in allocation m (NULL: not cuMemAlloc memory). */
-static struct answer answer(struct crc_session *s, const struct crc_alloc *m, unsigned a, uint64_t ptr,
-			    bool array)
+static struct answer answer(struct crc_session *s, struct crc_alloc *m, unsigned a, uint64_t ptr, bool array)
 {
 	const struct crc_pin *pin = m ? NULL : pin_of(s, ptr);
 	int dev;
@@ -203,11 +224,8 @@ static struct answer answer(struct crc_session *s, const struct crc_alloc *m, un
 		return pinned_answer(s, pin, a, ptr, array);
 	/* cuMemAlloc memory: what the allocation and the reference buffer say, without asking the
 	 * driver about the VMM mapping behind it. */
-	/* SYNC_MEMOPS as set; unset, as the reference buffer answers: the VMM mapping behind the
-	 * allocation answers 1, where cuMemAlloc memory answered 0 on one H200 host and 1 on another
-	 * (driver 580.159.04 both). */
-	if (m && a == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS && m->sync_set)
-		return (struct answer){.v = {m->sync_memops}};
+	if (m && a == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
+		return (struct answer){.v = {m->sync_set ? m->sync_memops : native_sync_memops(m)}};
 	if (m && a < ATTR_MAX && (dev = ref_device()) >= 0) {
 		if (kind_attribute(a) && __atomic_load_n(&ref[dev].done, __ATOMIC_ACQUIRE))
 			return array ? ref[dev].array[a] : ref[dev].single[a];
@@ -218,8 +236,6 @@ static struct answer answer(struct crc_session *s, const struct crc_alloc *m, un
 		if (a == CU_POINTER_ATTRIBUTE_RANGE_SIZE)
 			return (struct answer){.v = {range_size(dev, m->req)}};
 	}
-	if (m && a == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
-		return (struct answer){.v = {0}}; /* no reference buffer: the documented default */
 	struct answer r = client_view(s, a, query(a, ptr, array));
 
 	return m ? r : reserved_answer(s, a, ptr, r);
@@ -245,7 +261,7 @@ CUresult crc_raw_ptrattrs(struct crc_session *s, const struct crc_call_hdr *h, c
 			  size_t len)
 {
 	uint64_t w[2], *out;
-	const struct crc_alloc *m;
+	struct crc_alloc *m;
 	CUresult res = CUDA_SUCCESS;
 
 	(void)h;
