@@ -22,6 +22,7 @@
 
 #define ATTR_MAX	  32 /* above CUDA 13's highest, CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE (21) */
 #define REF_REQUEST	  ((2u << 20) + 5) /* an odd size: its range size shows how the driver rounds */
+#define REF_SMALL	  (1u << 20)	   /* below 2 MiB: SYNC_MEMOPS may answer otherwise (below) */
 #define MAX_ARRAY	  64
 #define HOST_MAPPING_UNIT (2u << 20) /* measured: cuMemAllocHost(1 MiB) has a 2 MiB mapping */
 
@@ -30,10 +31,16 @@ struct answer {
 	uint64_t v[2];
 };
 
-/* What a real cuMemAlloc buffer of REF_REQUEST bytes answers, per device. */
+/* What a real cuMemAlloc buffer of REF_REQUEST bytes answers, per device; and SYNC_MEMOPS of one of
+ * REF_SMALL bytes made beside it. Unset, the driver's SYNC_MEMOPS depends on the allocation: 1 MiB
+ * answered 0 and 3 MiB 1 on an H100 and an H200 host, both 0 on another H200 host (driver 580.159.04
+ * all), and a buffer carved from a freed one answered 0 where a fresh one of the same size answered 1.
+ * So both are made once, together, and an allocation answers by its size (2 MiB and more: the large
+ * one's answer); the VMM mapping behind it would answer 1. */
 static struct {
 	bool done;
 	struct answer single[ATTR_MAX], array[ATTR_MAX];
+	uint64_t sync_small;
 } ref[CRC_MAX_DEVICES];
 static pthread_mutex_t ref_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -73,7 +80,7 @@ static struct answer query(unsigned a, uint64_t ptr, bool array)
 
 static void ref_init(int dev)
 {
-	CUdeviceptr p;
+	CUdeviceptr p, small;
 
 	if (__atomic_load_n(&ref[dev].done, __ATOMIC_ACQUIRE))
 		return;
@@ -82,6 +89,10 @@ static void ref_init(int dev)
 		for (unsigned a = 1; a < ATTR_MAX; a++) {
 			ref[dev].single[a] = query(a, p, false);
 			ref[dev].array[a] = query(a, p, true);
+		}
+		if (CALL(cuMemAlloc_v2, &small, REF_SMALL) == CUDA_SUCCESS) {
+			ref[dev].sync_small = query(CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, small, false).v[0];
+			CALL(cuMemFree_v2, small);
 		}
 		CALL(cuMemFree_v2, p);
 		__atomic_store_n(&ref[dev].done, true, __ATOMIC_RELEASE);
@@ -148,9 +159,9 @@ static const struct crc_pin *pin_of(struct crc_session *s, uint64_t ptr)
 	return NULL;
 }
 
-static struct crc_alloc *alloc_of(struct crc_session *s, uint64_t ptr, enum crc_alloc_kind kind)
+static const struct crc_alloc *alloc_of(struct crc_session *s, uint64_t ptr, enum crc_alloc_kind kind)
 {
-	for (struct crc_alloc *a = s->allocs; a; a = a->next)
+	for (const struct crc_alloc *a = s->allocs; a; a = a->next)
 		if (a->kind == kind && ptr - a->ptr < a->size)
 			return a;
 	return NULL;
@@ -158,9 +169,9 @@ static struct crc_alloc *alloc_of(struct crc_session *s, uint64_t ptr, enum crc_
 
 /* cuMemAlloc memory, or another session's opened with cuIpcOpenMemHandle (which natively is such
  * memory too). */
-static struct crc_alloc *mem_of(struct crc_session *s, uint64_t ptr)
+static const struct crc_alloc *mem_of(struct crc_session *s, uint64_t ptr)
 {
-	struct crc_alloc *m = alloc_of(s, ptr, CRC_ALLOC_MEM);
+	const struct crc_alloc *m = alloc_of(s, ptr, CRC_ALLOC_MEM);
 
 	return m ? m : alloc_of(s, ptr, CRC_ALLOC_IPC);
 }
@@ -192,30 +203,9 @@ static int ref_device(void)
 	return dev;
 }
 
-/* SYNC_MEMOPS of cuMemAlloc memory never set: what a native cuMemAlloc of m's size answers, asked of a
- * buffer of that size (at most SYNC_PROBE_MAX) once per allocation. The driver's answer depends on
- * the size (1 MiB: 0, 3 MiB: 1 on an H100 and an H200 host, driver 580.159.04; another H200 host
- * answered 0 for both), while the VMM mapping behind the allocation answers 1. */
-#define SYNC_PROBE_MAX (64ull << 20)
-static unsigned native_sync_memops(struct crc_alloc *m)
-{
-	uint64_t bytes = m->req ? m->req : m->size, v[2] = {0, 0};
-	CUdeviceptr p;
-
-	if (m->sync_probed)
-		return m->sync_native;
-	/* Where no buffer can be had (device memory full), the documented default, asked again later. */
-	if (CALL(cuMemAlloc_v2, &p, bytes < SYNC_PROBE_MAX ? bytes : SYNC_PROBE_MAX) != CUDA_SUCCESS)
-		return 0;
-	if (CALL(cuPointerGetAttribute, v, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, p) == CUDA_SUCCESS)
-		m->sync_native = v[0] != 0;
-	CALL(cuMemFree_v2, p);
-	m->sync_probed = true;
-	return m->sync_native;
-}
-
 /* The answer for attribute a of ptr, which lies in allocation m (NULL: not cuMemAlloc memory). */
-static struct answer answer(struct crc_session *s, struct crc_alloc *m, unsigned a, uint64_t ptr, bool array)
+static struct answer answer(struct crc_session *s, const struct crc_alloc *m, unsigned a, uint64_t ptr,
+			    bool array)
 {
 	const struct crc_pin *pin = m ? NULL : pin_of(s, ptr);
 	int dev;
@@ -224,10 +214,14 @@ static struct answer answer(struct crc_session *s, struct crc_alloc *m, unsigned
 		return pinned_answer(s, pin, a, ptr, array);
 	/* cuMemAlloc memory: what the allocation and the reference buffer say, without asking the
 	 * driver about the VMM mapping behind it. */
-	if (m && a == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
-		return (struct answer){.v = {m->sync_set ? m->sync_memops : native_sync_memops(m)}};
+	if (m && a == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS && m->sync_set)
+		return (struct answer){.v = {m->sync_memops}};
 	if (m && a < ATTR_MAX && (dev = ref_device()) >= 0) {
-		if (kind_attribute(a) && __atomic_load_n(&ref[dev].done, __ATOMIC_ACQUIRE))
+		bool done = __atomic_load_n(&ref[dev].done, __ATOMIC_ACQUIRE);
+
+		if (a == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS && done && (m->req ? m->req : m->size) < (2u << 20))
+			return (struct answer){.v = {ref[dev].sync_small}};
+		if (kind_attribute(a) && done)
 			return array ? ref[dev].array[a] : ref[dev].single[a];
 		if (a == CU_POINTER_ATTRIBUTE_CONTEXT)
 			return (struct answer){.v = {m->vhandle}};
@@ -236,6 +230,8 @@ static struct answer answer(struct crc_session *s, struct crc_alloc *m, unsigned
 		if (a == CU_POINTER_ATTRIBUTE_RANGE_SIZE)
 			return (struct answer){.v = {range_size(dev, m->req)}};
 	}
+	if (m && a == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
+		return (struct answer){.v = {0}}; /* no reference buffer: the documented default */
 	struct answer r = client_view(s, a, query(a, ptr, array));
 
 	return m ? r : reserved_answer(s, a, ptr, r);
@@ -261,7 +257,7 @@ CUresult crc_raw_ptrattrs(struct crc_session *s, const struct crc_call_hdr *h, c
 			  size_t len)
 {
 	uint64_t w[2], *out;
-	struct crc_alloc *m;
+	const struct crc_alloc *m;
 	CUresult res = CUDA_SUCCESS;
 
 	(void)h;

@@ -87,7 +87,6 @@ struct crc_alloc {
 	bool in_window; /* a reservation inside the session range (else the backend's own) */
 	bool sync_set;	/* cuPointerSetAttribute(SYNC_MEMOPS) named this allocation: sync_memops answers */
 	unsigned sync_memops;
-	bool sync_probed, sync_native; /* unset, what a native cuMemAlloc of its size answers (ptrattr.c) */
 	uint64_t ipc_key;  /* MEM, HANDLE: exported under this key (cuIpcGetMemHandle, a shareable handle);
 			      IPC, and HANDLE or MAP with ipc_imported: the export opened */
 	bool ipc_imported; /* HANDLE: imported from a shareable handle; MAP: a mapping of such a handle */
