@@ -4,11 +4,13 @@
  * cuMemAllocHost's 4 KiB pages and 50.4 GB/s through 2 MiB ones (bench/upload-probe.sh, "pread"
  * against "thp"): the copy engine's and the CPU's address translations, one per 2 MiB instead of one
  * per 4 KiB. CRCUDA_PINNED_HUGE=0: cuMemHostAlloc, as before. */
+#define LOG_PREFIX "pinned: "
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
+#include "crcuda/log.h"
 #include "worker.h"
 
 #define HUGE_PAGE (2u << 20)
@@ -58,6 +60,13 @@ void crc_pinned_free(void *p)
 		CALL(cuMemFreeHost, p);
 		return;
 	}
-	CALL(cuMemHostUnregister, p);
+	/* Still registered, it must not go back to the heap (the next buffer made there would be refused,
+	 * or the device would write into reused memory): kept. */
+	CUresult res = CALL(cuMemHostUnregister, p);
+
+	if (res != CUDA_SUCCESS) {
+		pr_warn("cannot unregister pinned staging %p (%d): kept", p, (int)res);
+		return;
+	}
 	free(p);
 }
