@@ -408,6 +408,9 @@ bool sim_capture_wait_event(struct CUstream_st *stream, struct CUevent_st *event
 /* A synchronous call using stream: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (invalidating the capture)
  * when stream captures, or when the thread may not make unsafe calls under the capture modes. */
 CUresult sim_capture_check_sync(struct CUstream_st *stream);
+/* A potentially unsafe call (allocating, registering or freeing memory) during a stream capture:
+ * CUDA_SUCCESS, or the error the call returns, the capture it breaks invalidated. */
+CUresult sim_capture_check_unsafe(void);
 /* Work on ctx's legacy stream while a blocking stream of ctx captures:
  * CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, invalidating that capture. */
 CUresult sim_capture_check_legacy(struct CUctx_st *ctx);

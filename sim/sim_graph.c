@@ -3214,6 +3214,27 @@ CUresult sim_capture_check_sync(struct CUstream_st *s)
 	return res;
 }
 
+/* As sim_capture_check_sync, except that another thread's GLOBAL capture is invalidated too: the
+ * driver did that when a thread of the process unregistered host memory during it (H100, driver
+ * 580.159.04: the capture's end answered CUDA_ERROR_STREAM_CAPTURE_INVALIDATED). */
+CUresult sim_capture_check_unsafe(void)
+{
+	CUresult res = CUDA_SUCCESS;
+	pthread_t self = pthread_self();
+
+	if (!atomic_load(&capture_count) || thread_capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
+		return CUDA_SUCCESS;
+	pthread_mutex_lock(&graph_lock);
+	for (struct sim_capture *c = captures; c; c = c->next)
+		if ((pthread_equal(c->thread, self) && c->mode != CU_STREAM_CAPTURE_MODE_RELAXED) ||
+		    c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL) {
+			capture_invalidate(c);
+			res = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+		}
+	pthread_mutex_unlock(&graph_lock);
+	return res;
+}
+
 CUresult sim_capture_check_legacy(struct CUctx_st *ctx)
 {
 	CUresult res = CUDA_SUCCESS;

@@ -338,6 +338,8 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 	CUresult res;
 
 	SIM_ENTER(cuMemAlloc_v2);
+	if ((res = sim_capture_check_unsafe()))
+		return res;
 	if (!dptr)
 		return CUDA_ERROR_INVALID_VALUE;
 	res = sim_ctx_require(&ctx);
@@ -391,6 +393,8 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
 	CUresult res;
 
 	SIM_ENTER(cuMemFree_v2);
+	if ((res = sim_capture_check_unsafe()))
+		return res;
 	if (!dptr)
 		return CUDA_SUCCESS;
 	if (sim_graph_mem_owns(dptr))
@@ -691,13 +695,15 @@ void sim_mem_free_managed(CUdeviceptr p)
 CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
 {
 	SIM_ENTER(cuMemAllocHost_v2);
-	return host_alloc(pp, bytesize, 0);
+	CUresult res = sim_capture_check_unsafe();
+	return res ? res : host_alloc(pp, bytesize, 0);
 }
 
 CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags)
 {
 	SIM_ENTER(cuMemHostAlloc);
-	return host_alloc(pp, bytesize, flags);
+	CUresult res = sim_capture_check_unsafe();
+	return res ? res : host_alloc(pp, bytesize, flags);
 }
 
 /* Removes the pinned range starting at p of the given kind; its copy goes to *out. */
@@ -723,6 +729,8 @@ CUresult cuMemFreeHost(void *p)
 	CUresult res;
 
 	SIM_ENTER(cuMemFreeHost);
+	if ((res = sim_capture_check_unsafe()))
+		return res;
 	if (sim_mem_find((uintptr_t)p, 1, &r) && r.ctx && r.ctx->active)
 		sim_ctx_wait_idle(r.ctx);
 	res = host_range_take(p, SIM_RANGE_HOST_ALLOC, &r);
@@ -740,6 +748,8 @@ CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int flags)
 	ssize_t i;
 
 	SIM_ENTER(cuMemHostRegister_v2);
+	if ((res = sim_capture_check_unsafe()))
+		return res;
 	if (!p || !bytesize)
 		return CUDA_ERROR_INVALID_VALUE;
 	res = sim_ctx_require(&ctx);
@@ -770,6 +780,9 @@ CUresult cuMemHostUnregister(void *p)
 	struct sim_range r;
 
 	SIM_ENTER(cuMemHostUnregister);
+	CUresult res = sim_capture_check_unsafe();
+	if (res)
+		return res;
 	if (sim_mem_find((uintptr_t)p, 1, &r) && r.ctx && r.ctx->active)
 		sim_ctx_wait_idle(r.ctx);
 	if (host_range_take(p, SIM_RANGE_HOST_REGISTERED, &r) != CUDA_SUCCESS)

@@ -9,6 +9,13 @@
 
 struct crc_backend crc_be;
 
+void crc_thread_capture_relaxed(void)
+{
+	CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+
+	CALL(cuThreadExchangeStreamCaptureMode, &mode);
+}
+
 int crc_backend_load(const char *path)
 {
 	unsigned missing = 0;

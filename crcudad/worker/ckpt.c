@@ -352,6 +352,7 @@ static void *writer_main(void *arg)
 	struct writer *w = arg;
 	struct pipeline *p = w->p;
 
+	crc_thread_capture_relaxed();
 	CALL(cuCtxSetCurrent, p->ctx);
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
@@ -808,6 +809,7 @@ static void *bg_main(void *arg)
 	const char *delay = getenv("CRCUDA_TEST_DRAIN_DELAY_MS"); /* tests: the application runs first */
 	int rc = 0;
 
+	crc_thread_capture_relaxed();
 	if (delay && atoi(delay) > 0)
 		usleep((useconds_t)atoi(delay) * 1000);
 	for (unsigned i = 0; i < bg->ng; i++) {

@@ -392,6 +392,7 @@ static void *control_main(void *arg)
 	struct crc_msg_hdr h;
 	size_t len;
 
+	crc_thread_capture_relaxed();
 	while (next_request(c, &h, &buf, &len))
 		if (!serve_request(c, &h, buf, len)) {
 			keep_fd = true;

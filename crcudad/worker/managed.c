@@ -202,6 +202,7 @@ static void *drain_main(void *arg)
 	struct drain_wait *w = arg;
 	CUresult res = CUDA_SUCCESS;
 
+	crc_thread_capture_relaxed();
 	for (int i = 0; i < w->n && res == CUDA_SUCCESS; i++) {
 		res = CALL(cuCtxSetCurrent, w->ctx[i]);
 		if (res == CUDA_SUCCESS)

@@ -228,6 +228,7 @@ static void *staged_make(void *arg)
 	CUcontext ctx;
 
 	(void)arg;
+	crc_thread_capture_relaxed();
 	/* Device 0's primary context, which the worker keeps for good (crc_va_window); portable
 	 * buffers serve any context. */
 	if (CALL(cuDevicePrimaryCtxRetain, &ctx, 0) != CUDA_SUCCESS)
@@ -275,7 +276,13 @@ void crc_upload_staging_release(void)
 
 static void *staged_release_main(void *arg)
 {
+	const char *delay =
+	    getenv("CRCUDA_TEST_STAGING_RELEASE_DELAY_MS"); /* tests: while the session runs */
+
 	(void)arg;
+	crc_thread_capture_relaxed();
+	if (delay && atoi(delay) > 0)
+		usleep((useconds_t)atoi(delay) * 1000);
 	crc_upload_staging_release();
 	return NULL;
 }
@@ -398,6 +405,7 @@ static void *up_reader(void *arg)
 	CUresult res = CUDA_SUCCESS;
 	int k = 0;
 
+	crc_thread_capture_relaxed();
 	if (crc_chunk_reader_open(j->st, &rd)) {
 		up_fail(j, CRC_ENOMEM, "out of memory");
 		return NULL;
@@ -810,6 +818,7 @@ static void *upload_main(void *arg)
 {
 	struct crc_upload *u = arg;
 
+	crc_thread_capture_relaxed();
 	u->rc = upload_run(&u->plan, u->why, sizeof(u->why));
 	u->seconds = crc_now_s() - u->t0;
 	crc_worker_restoring(-1);

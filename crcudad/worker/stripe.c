@@ -191,6 +191,7 @@ static void *stripe_conn_run(void *arg)
 	struct stripe_job *j = sc->job;
 	int fd = j->fd[sc->index];
 
+	crc_thread_capture_relaxed();
 	for (uint64_t k = sc->index; k < j->npieces; k += j->streams) {
 		struct crc_stripe_piece h = {.magic = CRC_STRIPE_MAGIC, .copy_id = j->copy_id};
 		uint64_t len = piece_len(j, k);

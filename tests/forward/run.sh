@@ -200,14 +200,15 @@ ipc-unexportable)
 	grep -q "cuMemCreate of exportable memory failed" "$tmp/daemon.log" || fail "no warning in the daemon log"
 	echo "ipc-unexportable: programs run; IPC refused with CUDA_ERROR_NOT_SUPPORTED"
 	;;
-same-output)
+same-output) # same-output PROGRAM [ARGS...]
 	start_daemon
-	prog=$build/tests/programs/$1
-	LD_LIBRARY_PATH=$build/sim/lib timeout 60 "$prog" >"$tmp/native" 2>&1 || fail "$1 natively: exit $?"
-	client -- "$prog" >"$tmp/layer" 2>&1 || fail "$1 through the layer: exit $?: $(tail -2 "$tmp/layer")"
-	cmp -s "$tmp/native" "$tmp/layer" || fail "$1 answers differently through the layer:
+	name=$1 prog=$build/tests/programs/$1
+	shift
+	LD_LIBRARY_PATH=$build/sim/lib timeout 60 "$prog" "$@" >"$tmp/native" 2>&1 || fail "$name natively: exit $?"
+	client -- "$prog" "$@" >"$tmp/layer" 2>&1 || fail "$name through the layer: exit $?: $(tail -2 "$tmp/layer")"
+	cmp -s "$tmp/native" "$tmp/layer" || fail "$name answers differently through the layer:
 $(diff "$tmp/native" "$tmp/layer" | head -60)"
-	echo "$1: $(wc -l <"$tmp/native") lines, the same natively and through the layer"
+	echo "$name: $(wc -l <"$tmp/native") lines, the same natively and through the layer"
 	;;
 striped)
 	# Large copies of a TCP session striped over 4 bulk connections (tests/programs/big_copies: both

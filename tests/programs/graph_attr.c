@@ -2,6 +2,8 @@
  * a graph and replayed --steps times (--sleep-ms between replays, for random-instant checkpoints). The
  * kernel folds the cluster size it sees into its output, so a replay (or a graph rebuilt by a restore)
  * that lost the attribute gives another checksum; the program checks every block against the CPU.
+ * --capture-hold-ms holds the capture open that long (in CU_STREAM_CAPTURE_MODE_GLOBAL: another thread's
+ * unsafe call meanwhile breaks it; under the layer, the daemon's own threads must not).
  * The simulated device has no clusters: its host kernel uses the size the launch asked for. */
 #include <string.h>
 #include <time.h>
@@ -16,7 +18,7 @@ extern const unsigned char graph_attr_fatbin[];
 
 int main(int argc, char **argv)
 {
-	unsigned steps = 50, sleep_ms = 0;
+	unsigned steps = 50, sleep_ms = 0, hold_ms = 0;
 	CUcontext ctx;
 	CUdevice dev;
 	CUmodule mod;
@@ -34,6 +36,8 @@ int main(int argc, char **argv)
 			steps = (unsigned)strtoul(argv[i + 1], NULL, 0);
 		else if (!strcmp(argv[i], "--sleep-ms"))
 			sleep_ms = (unsigned)strtoul(argv[i + 1], NULL, 0);
+		else if (!strcmp(argv[i], "--capture-hold-ms"))
+			hold_ms = (unsigned)strtoul(argv[i + 1], NULL, 0);
 	}
 	cu_test_init("graph_attr");
 	CU_CHECK(cuDeviceGet(&dev, 0));
@@ -66,6 +70,10 @@ int main(int argc, char **argv)
 	void *params[] = {&acc, &salt};
 	CU_CHECK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
 	CU_CHECK(cuLaunchKernelEx(&cfg, probe, params, NULL));
+	if (hold_ms) {
+		struct timespec ts = {hold_ms / 1000, (long)(hold_ms % 1000) * 1000000L};
+		nanosleep(&ts, NULL);
+	}
 	CU_CHECK(cuStreamEndCapture(s, &g));
 	CU_CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
 	CU_CHECK(cuGraphDestroy(g));
