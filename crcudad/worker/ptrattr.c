@@ -34,9 +34,9 @@ struct answer {
 /* What a real cuMemAlloc buffer of REF_REQUEST bytes answers, per device; and SYNC_MEMOPS of one of
  * REF_SMALL bytes made beside it. Unset, the driver's SYNC_MEMOPS depends on the allocation: 1 MiB
  * answered 0 and 3 MiB 1 on an H100 and an H200 host, both 0 on another H200 host (driver 580.159.04
- * all), and a buffer carved from a freed one answered 0 where a fresh one of the same size answered 1.
- * So both are made once, together, and an allocation answers by its size (2 MiB and more: the large
- * one's answer); the VMM mapping behind it would answer 1. */
+ * all), and a 3 MiB probe made after the reference was freed answered 0 where the program's fresh one
+ * answered 1 (carved from the freed one, it seems). So both are made once, together, and an allocation
+ * answers by its size (2 MiB and more: the large one's answer); the VMM mapping behind it answers 1. */
 static struct {
 	bool done;
 	struct answer single[ATTR_MAX], array[ATTR_MAX];
