@@ -2,7 +2,9 @@
 # Runs on the GPU machine, from the repository root: builds crcuda with the local CUDA toolkit and
 # the libraries carried in .deps/gpu (scripts/gpu-carry.sh), runs the gpu-labelled tests, then the
 # benchmarks, and prints a short table last. Output files go to $OUT when set (the device tool).
-# PARTS=tests, PARTS=stress or PARTS=bench runs one part (each fits the device tool's 10 minutes a call).
+# PARTS=tests (ctest, tests/gpu/layer.sh, the call trace), PARTS=apps (PyTorch, IPC, DataLoader, DDP,
+# rings, stripes, NVML, isolation, the criu label), PARTS=stress or PARTS=bench runs one part (each fits
+# the device tool's 10 minutes a call; tests and apps together did not, on an H200 host).
 # PARTS=conformance runs tests/gpu/conformance.sh (NVIDIA's cuda-samples natively, under the layer and
 # checkpointed mid-run; CONF_PARTS splits it over several calls), never by default. PARTS=migrate runs
 # tests/gpu/torch-migrate.sh and bench/migrate.sh (MIGRATE_MB, default 8192), never by default.
@@ -32,7 +34,7 @@ if ! cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCRCUDA_WERROR=O
 	exit 1
 fi
 
-parts=${PARTS:-tests,stress,bench}
+parts=${PARTS:-tests,apps,stress,bench}
 if [[ $parts == *tests* ]]; then
 echo "== gpu tests"
 ctest --test-dir build-gpu -L gpu --output-on-failure -j 1 --timeout 300 >"$out/ctest-gpu.log" 2>&1
@@ -44,6 +46,8 @@ tests/gpu/layer.sh build-gpu 2>&1 | tee "$out/layer.txt"
 echo "== driver calls natively and under the layer (calltrace: cuBLAS SGEMM, 6 PyTorch steps)"
 CALLTRACE_MAX=0 timeout 300 tests/gpu/calltrace.sh build-gpu sgemm torch >"$out/calltrace.txt" 2>&1
 grep -E "^(==|sgemm|torch|summary|  +[0-9]+ )" "$out/calltrace.txt" | head -60
+fi
+if [[ $parts == *apps* ]]; then
 echo "== checkpoint/restore of PyTorch training under crcuda"
 tests/gpu/torch-cr.sh build-gpu 2>&1 | tee -a "$out/layer.txt"
 echo "== CUDA IPC between two processes (driver API, PyTorch), natively and under the layer"
