@@ -61,7 +61,7 @@ if [ $n_rc != 77 ]; then
 	for _ in $(seq 600); do [ -s "$tmp/hold" ] && break; sleep 0.1; done
 	verdict=PASS detail="importer and exporter refused, both ran on"
 	if b=$(cat "$tmp/hold" 2>/dev/null) && a=$(awk '/^PPid:/ {print $2}' "/proc/$b/status"); then
-		for who in "$b:has another process's interprocess event open" "$a:exported an interprocess event other processes may have open"; do
+		for who in "$b:has another process's interprocess event open" "$a:exported an interprocess event a process not checkpointed with it has open"; do
 			pid=${who%%:*}
 			"$ctl" "$CRCUDA_SOCKET" quiesce "$pid" >/dev/null 2>&1 || { verdict=FAIL detail="quiesce of $pid failed"; }
 			if "$ctl" "$CRCUDA_SOCKET" checkpoint "$pid" "$tmp/store" >"$tmp/ckpt.txt" 2>&1; then
