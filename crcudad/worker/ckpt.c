@@ -806,12 +806,10 @@ static void *bg_main(void *arg)
 	struct crc_bg *bg = arg;
 	struct crc_session *s = bg->s;
 	double t0 = crc_now_s(), secs;
-	const char *delay = getenv("CRCUDA_TEST_DRAIN_DELAY_MS"); /* tests: the application runs first */
 	int rc = 0;
 
 	crc_thread_capture_relaxed();
-	if (delay && atoi(delay) > 0)
-		usleep((useconds_t)atoi(delay) * 1000);
+	crc_test_delay("CRCUDA_TEST_DRAIN_DELAY_MS"); /* the application runs first */
 	for (unsigned i = 0; i < bg->ng; i++) {
 		if (!rc && !bg->abort)
 			rc = copy_runs(s, bg->ck, bg->g[i].ctx, bg->g[i].runs, bg->g[i].nruns, &secs, bg->why,

@@ -205,6 +205,14 @@ void crc_progress_end(void)
 	atomic_store(&status->progress.active, 0);
 }
 
+void crc_test_delay(const char *env)
+{
+	const char *ms = getenv(env);
+
+	if (ms && atoi(ms) > 0)
+		usleep((useconds_t)atoi(ms) * 1000);
+}
+
 void crc_worker_restoring(int delta)
 {
 	atomic_fetch_add(&status->restores, (uint32_t)delta);

@@ -276,13 +276,9 @@ void crc_upload_staging_release(void)
 
 static void *staged_release_main(void *arg)
 {
-	const char *delay =
-	    getenv("CRCUDA_TEST_STAGING_RELEASE_DELAY_MS"); /* tests: while the session runs */
-
 	(void)arg;
 	crc_thread_capture_relaxed();
-	if (delay && atoi(delay) > 0)
-		usleep((useconds_t)atoi(delay) * 1000);
+	crc_test_delay("CRCUDA_TEST_STAGING_RELEASE_DELAY_MS"); /* while the session runs */
 	crc_upload_staging_release();
 	return NULL;
 }
@@ -1076,10 +1072,7 @@ static int rst_replay(struct rst *r, int fd, bool tcp, const struct crc_peer *pe
 	bool ok = true;
 	int rc;
 
-	const char *delay = getenv("CRCUDA_TEST_REPLAY_DELAY_MS"); /* tests: a long replay */
-
-	if (delay && atoi(delay) > 0)
-		usleep((useconds_t)atoi(delay) * 1000);
+	crc_test_delay("CRCUDA_TEST_REPLAY_DELAY_MS"); /* a long replay */
 	snprintf(r->store_dir, sizeof(r->store_dir), "%s", store_dir);
 	r->w = *w;
 	rc = crc_store_open(store_dir, 0, &r->st);

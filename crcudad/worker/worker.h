@@ -47,6 +47,8 @@ void crc_worker_session_ended(void);
 void crc_progress_start(unsigned op, uint64_t total);
 void crc_progress_add(uint64_t bytes);
 void crc_progress_end(void);
+/* Tests: sleeps the milliseconds the environment variable env names (none where it is unset). */
+void crc_test_delay(const char *env);
 /* A restore (or its lazy upload) begins (+1) or ends (-1): the front starts no worker meanwhile. */
 void crc_worker_restoring(int delta);
 
