@@ -3189,10 +3189,29 @@ bool sim_capture_wait_event(struct CUstream_st *s, struct CUevent_st *e, unsigne
 	return true;
 }
 
-CUresult sim_capture_check_sync(struct CUstream_st *s)
+/* Under graph_lock, for a thread not in the relaxed mode: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED where
+ * a capture forbids it potentially unsafe calls (its own, unless relaxed; another thread's global one),
+ * its own capture invalidated, and another thread's too where invalidate_others. */
+static CUresult captures_forbid(bool invalidate_others)
 {
 	CUresult res = CUDA_SUCCESS;
 	pthread_t self = pthread_self();
+
+	for (struct sim_capture *c = captures; c; c = c->next) {
+		bool own = pthread_equal(c->thread, self) && c->mode != CU_STREAM_CAPTURE_MODE_RELAXED;
+
+		if (own || c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL) {
+			if (own || invalidate_others)
+				capture_invalidate(c);
+			res = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+		}
+	}
+	return res;
+}
+
+CUresult sim_capture_check_sync(struct CUstream_st *s)
+{
+	CUresult res = CUDA_SUCCESS;
 
 	if (!atomic_load(&capture_count))
 		return CUDA_SUCCESS;
@@ -3201,14 +3220,7 @@ CUresult sim_capture_check_sync(struct CUstream_st *s)
 		capture_invalidate(s->capture->cap);
 		res = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 	} else if (thread_capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
-		for (struct sim_capture *c = captures; c; c = c->next) {
-			if (pthread_equal(c->thread, self) && c->mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
-				capture_invalidate(c);
-				res = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-			} else if (c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL) {
-				res = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-			}
-		}
+		res = captures_forbid(false);
 	}
 	pthread_mutex_unlock(&graph_lock);
 	return res;
@@ -3219,18 +3231,12 @@ CUresult sim_capture_check_sync(struct CUstream_st *s)
  * 580.159.04: the capture's end answered CUDA_ERROR_STREAM_CAPTURE_INVALIDATED). */
 CUresult sim_capture_check_unsafe(void)
 {
-	CUresult res = CUDA_SUCCESS;
-	pthread_t self = pthread_self();
+	CUresult res;
 
 	if (!atomic_load(&capture_count) || thread_capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
 		return CUDA_SUCCESS;
 	pthread_mutex_lock(&graph_lock);
-	for (struct sim_capture *c = captures; c; c = c->next)
-		if ((pthread_equal(c->thread, self) && c->mode != CU_STREAM_CAPTURE_MODE_RELAXED) ||
-		    c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL) {
-			capture_invalidate(c);
-			res = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-		}
+	res = captures_forbid(true);
 	pthread_mutex_unlock(&graph_lock);
 	return res;
 }
