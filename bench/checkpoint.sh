@@ -116,8 +116,11 @@ for mb in "${sizes[@]}"; do
 		# crcuda: the app under the layer (its own daemon on the real driver), crcudactl checkpoint
 		# (quiesce, device copy into the store, CRIU dump of a process without GPU state, commit) and
 		# crcudactl restore (replay + upload, CRIU restore).
-		d=$work/crc-$mb-$sync
-		export CRCUDA_SOCKET=$work/crcudad-$mb-$sync.sock CRCUDA_STORE=$work/store-$mb-$sync
+		# Named per run: a mode may come again (CRCUDA_BENCH_SYNC_MODES="1 0 1 0"), and the run before
+		# it left its daemon's socket behind.
+		run=$((${run:-0} + 1))
+		d=$work/crc-$mb-$sync-$run
+		export CRCUDA_SOCKET=$work/crcudad-$mb-$sync-$run.sock CRCUDA_STORE=$work/store-$mb-$sync-$run
 		start_app "$d" "$mb" "$crcudactl" run --backend "${CRCUDA_BENCH_BACKEND:-cuda}" -- || exit 1
 		t0=$(now)
 		"$crcudactl" checkpoint --json "$app_pid" >"$d/ckpt.json" || { cat "$d/ckpt.json"; exit 1; }
