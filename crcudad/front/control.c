@@ -166,6 +166,7 @@ static bool restore(struct control *c, const struct crc_msg_hdr *h, const uint8_
 	struct crc_peer client = c->peer;
 	char why[CRC_CTL_MSG_MAX];
 	struct worker *w;
+	uint64_t stage_key = 0;
 	uint8_t *req;
 	int rc;
 
@@ -188,7 +189,7 @@ static bool restore(struct control *c, const struct crc_msg_hdr *h, const uint8_
 	}
 	if (!w && (w = crc_worker_take(&client, c->tcp, true, why, sizeof(why))) &&
 	    (rw->flags & CRC_RESTORE_STAGE))
-		w->stage_key = rw->stage_key;
+		stage_key = rw->stage_key;
 	if (!w) {
 		crc_ctl_reply_send(c->fd, h, CRC_EDAEMON, why, NULL, 0);
 		return true;
@@ -206,6 +207,9 @@ static bool restore(struct control *c, const struct crc_msg_hdr *h, const uint8_
 		close(c->fd);
 	else
 		rc = crc_worker_hand(w, &m, c->fd, req, sizeof(*h) + len);
+	/* Only now: a restore under the key, handed before the stage, would reach the worker first. */
+	if (!rc && stage_key)
+		crc_worker_set_stage_key(w, stage_key);
 	free(req);
 	crc_worker_put(w);
 	if (rc)

@@ -69,6 +69,9 @@ struct worker *crc_worker_find(pid_t pid, uint64_t session_id);
 /* The worker that staged a restore under key for user uid (root: any), held (crc_worker_put); NULL
  * when none. take: the restore for pid is now its (the key is used up). */
 struct worker *crc_worker_find_staged(uint64_t key, uid_t uid, bool take, pid_t pid);
+/* Makes w the one a restore under key goes to: once the stage request is handed to it, so that the
+ * worker always gets the stage before that restore. */
+void crc_worker_set_stage_key(struct worker *w, uint64_t key);
 void crc_worker_put(struct worker *w);
 /* Hands a connection (fd, closed here either way) to a worker, with a message and trailing bytes. */
 int crc_worker_hand(struct worker *w, struct crc_link_msg *m, int fd, const void *extra, size_t extra_len);

@@ -311,6 +311,13 @@ struct worker *crc_worker_find_staged(uint64_t key, uid_t uid, bool take, pid_t 
 	return found;
 }
 
+void crc_worker_set_stage_key(struct worker *w, uint64_t key)
+{
+	pthread_mutex_lock(&reg_lock);
+	w->stage_key = key;
+	pthread_mutex_unlock(&reg_lock);
+}
+
 void crc_worker_put(struct worker *w)
 {
 	pthread_mutex_lock(&reg_lock);

@@ -24,9 +24,18 @@ struct control {
 	struct crc_msg_hdr pending_h;
 	uint8_t *pending;
 	size_t pending_len;
-	uint64_t stage_key; /* a restore staged on this connection: dropped when it closes */
-	bool restoring;	    /* counted in crcd.restoring (its restore is pending, or it stages) */
+	uint64_t stage_key;  /* a restore staged on this connection: dropped when it closes */
+	bool restoring;	     /* counted in crcd.restoring (its restore is pending, or it stages) */
+	bool stage_expected; /* its handed-over request stages: counted (crc_restore_stage_expect) */
 };
+
+/* The handed-over stage request will not come to stage (or has): not waited for any more. */
+static void stage_expected_done(struct control *c)
+{
+	if (c->stage_expected)
+		crc_restore_stage_expect(-1);
+	c->stage_expected = false;
+}
 
 /* This connection's restore is done: the worker may go idle (unless it stages: then when it closes). */
 static void restoring_done(struct control *c)
@@ -272,7 +281,9 @@ static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const 
 			if (!rc && (w.flags & CRC_RESTORE_STAGE)) {
 				/* Staged: the connection stays, and what is staged lives as long as it does.
 				 */
-				rc = crc_restore_stage(c->tcp, &c->peer, &w, store, why, sizeof(why));
+				rc = crc_restore_stage(c->tcp, &c->peer, &w, store, c->stage_expected, why,
+						       sizeof(why));
+				c->stage_expected = false;
 				if (!rc)
 					c->stage_key = w.stage_key;
 				/* The worker stays while the stager does (even where this failed): the
@@ -283,6 +294,7 @@ static bool serve_request(struct control *c, const struct crc_msg_hdr *h, const 
 			if (!rc)
 				rc = crc_restore(c->fd, c->tcp, &c->peer, h, &w, store, why, sizeof(why));
 		}
+		stage_expected_done(c);
 		if (rc)
 			crc_ctl_reply_send(c->fd, h, rc, why, NULL, 0);
 		restoring_done(c);
@@ -402,12 +414,24 @@ static void *control_main(void *arg)
 	free(c->pending);
 	if (!keep_fd)
 		close(c->fd);
+	stage_expected_done(c);
 	if (c->stage_key)
 		crc_restore_stage_drop(c->stage_key);
 	restoring_done(c);
 	resume_orphan(c);
 	free(c);
 	return NULL;
+}
+
+/* The request handed over with the connection stages a restore. */
+static bool pending_stages(const struct control *c)
+{
+	struct crc_ctl_restore_wire w;
+
+	if (c->pending_h.op != CRC_OP_CTL_RESTORE || c->pending_len < sizeof(w))
+		return false;
+	memcpy(&w, c->pending, sizeof(w));
+	return w.flags & CRC_RESTORE_STAGE;
 }
 
 void crc_control_start(int fd, bool tcp, const struct crc_peer *peer, const void *req, size_t len)
@@ -446,8 +470,15 @@ void crc_control_start(int fd, bool tcp, const struct crc_peer *peer, const void
 		crcd.restoring++;
 		pthread_mutex_unlock(&crcd.lock);
 		c->restoring = true;
+		/* Counted here, in the order the front handed them: a restore handed after the stage
+		 * then waits for it, whichever thread runs first. */
+		if (pending_stages(c)) {
+			crc_restore_stage_expect(1);
+			c->stage_expected = true;
+		}
 	}
 	if (pthread_create(&t, NULL, control_main, c)) {
+		stage_expected_done(c);
 		restoring_done(c);
 		free(c->pending);
 		free(c);

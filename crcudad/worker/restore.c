@@ -1224,19 +1224,25 @@ static struct {
 	pthread_cond_t cond;
 	bool held; /* r holds a staged restore */
 	bool busy; /* a stage request is working on it (r taken out meanwhile) */
+	/* Stage requests handed to this worker whose threads have not come to stage_take: the front
+	 * hands a stage before a restore under its key, but their threads may start in either order. */
+	unsigned expected;
 	uint64_t key;
 	struct rst r;
 } stg = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
-/* Takes the restore staged under key out of stg into *r, once a stage request working on it is done;
- * false when there is none. busy: the caller works on it now (stage_done ends that). */
-static bool stage_take(uint64_t key, struct rst *r, bool busy)
+/* Takes the restore staged under key out of stg into *r, once a stage request working on it (or
+ * handed here before: expected) is done; false when there is none. busy: the caller stages now
+ * (stage_done ends that); expected: it was counted at its hand-over. */
+static bool stage_take(uint64_t key, struct rst *r, bool busy, bool expected)
 {
 	bool got;
 
 	pthread_mutex_lock(&stg.lock);
-	while (stg.busy)
+	while (stg.busy || (!busy && stg.expected))
 		pthread_cond_wait(&stg.cond, &stg.lock);
+	if (expected)
+		stg.expected--;
 	got = stg.held && stg.key == key;
 	if (got) {
 		*r = stg.r;
@@ -1262,8 +1268,16 @@ static void stage_done(uint64_t key, struct rst *r)
 	pthread_mutex_unlock(&stg.lock);
 }
 
+void crc_restore_stage_expect(int n)
+{
+	pthread_mutex_lock(&stg.lock);
+	stg.expected += (unsigned)n;
+	pthread_cond_broadcast(&stg.cond);
+	pthread_mutex_unlock(&stg.lock);
+}
+
 int crc_restore_stage(bool tcp, const struct crc_peer *peer, const struct crc_ctl_restore_wire *w,
-		      const char *store_dir, char *why, size_t why_len)
+		      const char *store_dir, bool expected, char *why, size_t why_len)
 {
 	struct rst r = {0};
 	double t0 = crc_now_s();
@@ -1272,9 +1286,10 @@ int crc_restore_stage(bool tcp, const struct crc_peer *peer, const struct crc_ct
 	int rc = 0;
 
 	crc_worker_restoring(1);
+	crc_test_delay("CRCUDA_TEST_STAGE_DELAY_MS"); /* the restore under its key handed meanwhile */
 	/* One per worker: the front sends only that key's requests here, and a worker staged under
 	 * another key has its session (crc_session_create refuses a second). */
-	if (stage_take(w->stage_key, &r, true)) {
+	if (stage_take(w->stage_key, &r, true, expected)) {
 		char stale[CRC_CTL_MSG_MAX];
 
 		rc = rst_advance(&r, w, tcp, peer, store_dir, stale, sizeof(stale));
@@ -1313,7 +1328,7 @@ void crc_restore_stage_drop(uint64_t key)
 {
 	struct rst r;
 
-	if (!stage_take(key, &r, false))
+	if (!stage_take(key, &r, false, false))
 		return;
 	pr_info("session %llu: the staged restore was not used: dropped", (unsigned long long)r.s->id);
 	rst_free(&r);
@@ -1332,7 +1347,7 @@ int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_
 	bool lazy, staged = false;
 
 	crc_worker_restoring(1);
-	if (w->stage_key && stage_take(w->stage_key, &rs, false)) {
+	if (w->stage_key && stage_take(w->stage_key, &rs, false, false)) {
 		/* Staged here: only what changed since goes up, then the session is this process's. */
 		char stale[CRC_CTL_MSG_MAX];
 

@@ -432,7 +432,11 @@ int crc_restore_gpus_by_uuid(struct crc_ctl_restore_wire *w, const char *uuids, 
  * without a process, kept until crc_restore with the same key takes it (only the chunks that changed go
  * up then) or crc_restore_stage_drop; a second stage with the key moves it on the same way. */
 int crc_restore_stage(bool tcp, const struct crc_peer *peer, const struct crc_ctl_restore_wire *w,
-		      const char *store_dir, char *why, size_t why_len);
+		      const char *store_dir, bool expected, char *why, size_t why_len);
+/* n stage requests handed to this worker (-n: one that will not stage after all): a restore or a
+ * drop waits for them, else a restore whose thread ran first would restore afresh beside the stage.
+ * expected above: the request was counted here. */
+void crc_restore_stage_expect(int n);
 void crc_restore_stage_drop(uint64_t key);
 int crc_restore(int fd, bool tcp, const struct crc_peer *peer, const struct crc_msg_hdr *req,
 		const struct crc_ctl_restore_wire *w, const char *store_dir, char *why, size_t why_len);

@@ -9,12 +9,16 @@
  *   ckpt_ctl SOCK stage-restore STORE SID ID PID SWAP  stages checkpoint SID (crc_ctl_stage), then
  *                                             restores ID with its key, as restore; the staging
  *                                             connection closes last
+ *   ckpt_ctl SOCK stage-race STORE SID ID PID SWAP  the same, the restore sent 50 ms after the stage
+ *                                             without waiting for it, as crcudactl restore sends
+ *                                             CRIU's (both must succeed)
  *   ckpt_ctl SOCK sessions
  *   ckpt_ctl - verify STORE ID READY          device-alloc regions against ckpt_client's pattern
  *   ckpt_ctl - count STORE                    prints the number of checkpoints
  *   ckpt_ctl - drop STORE ID                  deletes a checkpoint and collects what it alone held
  * Exit 0 on success, 1 on failure (the reason on stderr). */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +106,46 @@ static int send_fd(const char *path, int fd)
 	if (connect(s, (struct sockaddr *)&a, sizeof(a)))
 		return 1;
 	return crc_sock_send_fds(s, &byte, 1, &fd, 1) ? 1 : (close(s), 0);
+}
+
+/* Restores checkpoint id for pid under o's stage key, on a connection of its own; the session's
+ * socket goes to the client at swap. o is a copy: a stage may be using the caller's. */
+static int restore_staged(const char *sock, struct crc_ctl_restore_opts o, uint64_t id, int pid,
+			  const char *swap)
+{
+	struct crc_ctl *r = NULL;
+	int fd, rc;
+
+	rc = crc_ctl_open(sock, NULL, &r);
+	if (rc) {
+		fprintf(stderr, "ckpt_ctl: a second connection: %s\n", crc_strerror(rc));
+		return rc;
+	}
+	o.ckpt_id = id;
+	o.pid = pid;
+	rc = crc_ctl_restore(r, &o, &fd);
+	if (rc) {
+		fprintf(stderr, "ckpt_ctl restore: %s\n", crc_ctl_error(r));
+		crc_ctl_close(r);
+		return rc;
+	}
+	rc = send_fd(swap, fd) ? CRC_EIO : 0;
+	close(fd);
+	return rc;
+}
+
+struct stage_arg {
+	struct crc_ctl *c;
+	struct crc_ctl_restore_opts o;
+	int rc;
+};
+
+static void *stage_main(void *arg)
+{
+	struct stage_arg *sa = arg;
+
+	sa->rc = crc_ctl_stage(sa->c, &sa->o);
+	return NULL;
 }
 
 int main(int argc, char **argv)
@@ -203,30 +247,35 @@ int main(int argc, char **argv)
 			close(fd);
 			c = NULL;
 		}
+	} else if (!strcmp(cmd, "stage-race") && argc == 8) {
+		struct stage_arg sa = {.c = c,
+				       .o = {.store_dir = argv[3],
+					     .ckpt_id = strtoull(argv[4], NULL, 0),
+					     .gpu = -1,
+					     .timeout_ms = 30000,
+					     .stage_key = 0x5eed0000u + (uint64_t)getpid()}};
+		pthread_t t;
+
+		rc = pthread_create(&t, NULL, stage_main, &sa) ? CRC_ENOMEM : 0;
+		if (!rc) {
+			usleep(50000);
+			rc =
+			    restore_staged(argv[1], sa.o, strtoull(argv[5], NULL, 0), atoi(argv[6]), argv[7]);
+			pthread_join(t, NULL);
+			if (sa.rc)
+				fprintf(stderr, "ckpt_ctl stage: %s\n", crc_ctl_error(c));
+			rc = rc ? rc : sa.rc;
+		}
 	} else if (!strcmp(cmd, "stage-restore") && argc == 8) {
 		struct crc_ctl_restore_opts o = {.store_dir = argv[3],
 						 .ckpt_id = strtoull(argv[4], NULL, 0),
 						 .gpu = -1,
 						 .timeout_ms = 30000,
 						 .stage_key = 0x5eed0000u + (uint64_t)getpid()};
-		struct crc_ctl *r = NULL;
-		int fd;
 
 		rc = crc_ctl_stage(c, &o);
-		if (!rc && (rc = crc_ctl_open(argv[1], NULL, &r)))
-			fprintf(stderr, "ckpt_ctl: a second connection: %s\n", crc_strerror(rc));
-		if (!rc) {
-			o.ckpt_id = strtoull(argv[5], NULL, 0);
-			o.pid = atoi(argv[6]);
-			rc = crc_ctl_restore(r, &o, &fd);
-			if (rc) {
-				fprintf(stderr, "ckpt_ctl restore: %s\n", crc_ctl_error(r));
-				crc_ctl_close(r);
-			} else {
-				rc = send_fd(argv[7], fd) ? CRC_EIO : 0;
-				close(fd);
-			}
-		}
+		if (!rc)
+			rc = restore_staged(argv[1], o, strtoull(argv[5], NULL, 0), atoi(argv[6]), argv[7]);
 	} else {
 		fprintf(stderr, "ckpt_ctl: unknown command %s\n", cmd);
 		rc = CRC_EINVAL;

@@ -49,6 +49,11 @@
 #                 pool gets its next worker only once the drain is done
 #       pool-restore  nor while a restore replays (held 2 s) and uploads: the restore takes the new
 #                 daemon's pool worker, and the pool gets its next one only once the restore is done
+#       staged-race  staged as crcudactl restore stages (its restore sent 50 ms after the stage, not
+#                 waiting for it) while the worker's stage is held back 1 s before it starts
+#                 (CRCUDA_TEST_STAGE_DELAY_MS): the restore waits for the stage and takes it, rather
+#                 than restoring afresh beside it (the stage then failed: 'this worker serves session
+#                 N already'; a CRIU restore failed so on the GPU)
 #       staged-other  the staged checkpoint is another session's (more journal records): the restore
 #                 says it does not continue it and restores afresh, exactly
 # CKPT_BACKEND=cuda runs a case on the GPU machine's driver instead of the simulated device.
@@ -346,6 +351,24 @@ staged | staged-lazy)
 		grep -q "staged checkpoint $id1 .*, its device memory still uploading" "$tmp/daemon2.log" ||
 			fail "the stage waited for its upload: $(grep "staged checkpoint" "$tmp/daemon2.log")"
 	fi
+	;;
+staged-race)
+	start_daemon daemon1
+	start_client --mutate "$tmp/mutate"
+	id1=$(checkpoint) || exit 1
+	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume"
+	mutate_client 0.1 "the client did not change its memory"
+	id2=$(checkpoint) || exit 1
+	touch "$tmp/go"
+	sleep 0.3
+	kill -9 "$daemon_pid"
+	wait "$daemon_pid" 2>/dev/null
+	CRCUDA_TEST_STAGE_DELAY_MS=1000 start_daemon daemon2
+	"$ctl" "$CRCUDA_SOCKET" stage-race "$store" "$id1" "$id2" "$pid" "$tmp/swap.sock" || fail "stage-race"
+	finish_client
+	grep -q "staged checkpoint $id1 " "$tmp/daemon2.log" || fail "checkpoint $id1 was not staged"
+	grep -q "restored checkpoint $id2 (staged ahead) " "$tmp/daemon2.log" ||
+		fail "the restore did not take the staged worker: $(grep "session" "$tmp/daemon2.log" | tail -3)"
 	;;
 staged-other)
 	start_daemon daemon1
