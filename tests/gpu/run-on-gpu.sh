@@ -2,9 +2,10 @@
 # Runs on the GPU machine, from the repository root: builds crcuda with the local CUDA toolkit and
 # the libraries carried in .deps/gpu (scripts/gpu-carry.sh), runs the gpu-labelled tests, then the
 # benchmarks, and prints a short table last. Output files go to $OUT when set (the device tool).
-# PARTS=tests (ctest, tests/gpu/layer.sh, the call trace), PARTS=apps (PyTorch, IPC, DataLoader, DDP,
-# rings, stripes, NVML, isolation, the criu label), PARTS=stress or PARTS=bench runs one part (each fits
-# the device tool's 10 minutes a call; tests and apps together did not, on an H200 host).
+# PARTS=tests (ctest, tests/gpu/layer.sh, the call trace), PARTS=apps (PyTorch, IPC, DataLoader),
+# PARTS=multi (DDP, rings, stripes, NVML, two devices, isolation, the criu label), PARTS=stress or
+# PARTS=bench runs one part (each should fit the device tool's 10 minutes a call: tests and apps together
+# did not, nor apps and multi, on an H200 host).
 # PARTS=conformance runs tests/gpu/conformance.sh (NVIDIA's cuda-samples natively, under the layer and
 # checkpointed mid-run; CONF_PARTS splits it over several calls), never by default. PARTS=migrate runs
 # tests/gpu/torch-migrate.sh and bench/migrate.sh (MIGRATE_MB, default 8192), never by default.
@@ -34,7 +35,7 @@ if ! cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCRCUDA_WERROR=O
 	exit 1
 fi
 
-parts=${PARTS:-tests,apps,stress,bench}
+parts=${PARTS:-tests,apps,multi,stress,bench}
 if [[ $parts == *tests* ]]; then
 echo "== gpu tests"
 ctest --test-dir build-gpu -L gpu --output-on-failure -j 1 --timeout 300 >"$out/ctest-gpu.log" 2>&1
@@ -58,6 +59,8 @@ echo "== the same with CPU batches passed through shared memory (DataLoader's co
 DL_BATCH_DEVICE=cpu tests/gpu/dataloader-cr.sh build-gpu 2>&1 | grep -v "^ *|" | tail -6 | tee -a "$out/layer.txt"
 echo "== the same with the workers forked from the trainer (DataLoader's default on Linux)"
 DL_BATCH_DEVICE=cpu DL_CONTEXT=fork tests/gpu/dataloader-cr.sh build-gpu 2>&1 | grep -v "^ *|" | tail -6 | tee -a "$out/layer.txt"
+fi
+if [[ $parts == *multi* ]]; then
 echo "== PyTorch DDP over NCCL on every GPU, natively and under the layer (skipped with one GPU)"
 tests/gpu/ddp.sh build-gpu 2>&1 | tee "$out/ddp.txt"
 grep -E "^(PASS|FAIL|SKIP) ddp" "$out/ddp.txt" >>"$out/layer.txt"
