@@ -27,6 +27,9 @@ elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 wait_for_file() { local i; for ((i = 0; i < 6000; i++)); do [ -e "$1" ] && return 0; sleep 0.01; done; return 1; }
 wait_gone() { local i; for ((i = 0; i < 60000; i++)); do [ -e "/proc/$1" ] || return 0; grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null && return 0; sleep 0.01; done; return 1; }
 checksum() { sed -n 's/.*checksum=\([0-9a-f]*\).*/\1/p' "$1"; }
+# The host's transparent huge page counters: pinned staging falls back to 4 KiB pages (a quarter of the
+# upload's speed) where the kernel has no free huge page.
+thp_counts() { awk '/^thp_fault_alloc / {a = $2} /^thp_fault_fallback / {f = $2} /^thp_collapse_alloc / {c = $2} END {print a + 0, f + 0, c + 0}' /proc/vmstat; }
 
 # start_app DIR MB [PREFIX...]: the app in its own session, stdout to DIR/out, waiting at DIR/go.
 start_app() {
@@ -122,6 +125,7 @@ for mb in "${sizes[@]}"; do
 		d=$work/crc-$mb-$sync-$run
 		export CRCUDA_SOCKET=$work/crcudad-$mb-$sync-$run.sock CRCUDA_STORE=$work/store-$mb-$sync-$run
 		start_app "$d" "$mb" "$crcudactl" run --backend "${CRCUDA_BENCH_BACKEND:-cuda}" -- || exit 1
+		thp0=$(thp_counts)
 		t0=$(now)
 		"$crcudactl" checkpoint --json "$app_pid" >"$d/ckpt.json" || { cat "$d/ckpt.json"; exit 1; }
 		t1=$(now)
@@ -131,6 +135,7 @@ for mb in "${sizes[@]}"; do
 		t2=$(now)
 		"$crcudactl" restore --json "$id" >"$d/restore.json" || { cat "$d/restore.json"; exit 1; }
 		t3=$(now)
+		thp1=$(thp_counts)
 		touch "$d/go"
 		wait_gone "$app_pid"
 		t4=$(now)
@@ -150,9 +155,11 @@ for mb in "${sizes[@]}"; do
 			printf "first    %6s MiB  %s: first kernel %.3f s after the restore began (goal <= 0.3 s)", mb, label, b - a }')")
 		# The worker's own measure of the upload (read + check + copy, from the store to the device).
 		up=$(grep -h "uploaded [0-9]* MiB in" "$work"/*.log 2>/dev/null | tail -1 | sed 's/.*: uploaded/uploaded/')
-		[ -n "$up" ] && results+=("$(awk -v h="${h2d:-0}" -v up="$up" -v label="$label" 'BEGIN {
+		[ -n "$up" ] && results+=("$(awk -v h="${h2d:-0}" -v up="$up" -v label="$label" -v t0="$thp0" -v t1="$thp1" 'BEGIN {
 			g = up; sub(/.*\(/, "", g); sub(/ GB\/s.*/, "", g)
-			printf "upload   %-13s %s = %.0f%% of pinned H2D (goal >= 70%%)", label, up, (h > 0 ? 100 * g / h : 0) }')")
+			split(t0, a); split(t1, b)
+			printf "upload   %-13s %s = %.0f%% of pinned H2D (goal >= 70%%); the host'"'"'s huge pages from the checkpoint to the restore'"'"'s end: %d faulted, %d fell back to 4 KiB, %d collapsed",
+				label, up, (h > 0 ? 100 * g / h : 0), b[1] - a[1], b[2] - a[2], b[3] - a[3] }')")
 		# Durable: against the disk's fsync'd write bandwidth; restores: against pinned H2D (issue 15's
 		# goal is the upload's rate, above; the whole restore's is shown beside it) and the cold read
 		# bandwidth.

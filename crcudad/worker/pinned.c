@@ -5,6 +5,7 @@
  * against "thp"): the copy engine's and the CPU's address translations, one per 2 MiB instead of one
  * per 4 KiB. CRCUDA_PINNED_HUGE=0: cuMemHostAlloc, as before. */
 #define LOG_PREFIX "pinned: "
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,9 @@
 #include "worker.h"
 
 #define HUGE_PAGE (2u << 20)
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25 /* Linux 6.1; glibc 2.36 does not name it. Older kernels: EINVAL. */
+#endif
 
 static bool huge_pages(void)
 {
@@ -43,6 +47,11 @@ CUresult crc_pinned_alloc(void **out, size_t len)
 	/* Faulted in by the CPU first: a fault in an advised aligned range takes a whole huge page. */
 	for (size_t o = 0; o < size; o += HUGE_PAGE)
 		((volatile char *)p)[o] = 0;
+	/* Where a fault found no free huge page (memory in small pieces, as after a build) it took 4 KiB
+	 * ones: collapsed now, the kernel compacting as it must. Staging is mostly made ahead of a
+	 * restore, off its path; already huge, this is a walk of the page tables. */
+	if (madvise(p, size, MADV_COLLAPSE) && errno != EINVAL)
+		pr_debug("staging %p (%zu MiB) not on huge pages: %s", p, size >> 20, strerror(errno));
 	res = CALL(cuMemHostRegister_v2, p, size, CU_MEMHOSTREGISTER_PORTABLE);
 	if (res != CUDA_SUCCESS) {
 		free(p);
