@@ -138,18 +138,24 @@ checkpoint() { # checkpoint: quiesce, checkpoint, commit; prints the id
 	"$ctl" "$CRCUDA_SOCKET" commit "$pid" || fail "commit"
 }
 
-# restore_elsewhere ID [SID]: the client makes a call (it parks, quiesced), its daemon dies, a new
+# restore_elsewhere ID [SID [race]]: the client makes a call (it parks, quiesced), its daemon dies, a new
 # daemon (log daemon2) restores checkpoint ID (having staged checkpoint SID first, under the key the
-# restore then gives) and the client finishes there.
+# restore then gives; race: the restore sent while the stage is held back) and the client finishes
+# there.
 restore_elsewhere() {
 	touch "$tmp/go"
 	sleep 0.3
 	kill -9 "$daemon_pid"
 	wait "$daemon_pid" 2>/dev/null
-	start_daemon daemon2
-	if [ $# = 2 ]; then
+	if [ "${3:-}" = race ]; then
+		# The stage held 1 s at the worker; the restore sent 50 ms after it, not waiting (as crcudactl).
+		CRCUDA_TEST_STAGE_DELAY_MS=1000 start_daemon daemon2
+		"$ctl" "$CRCUDA_SOCKET" stage-race "$store" "$2" "$1" "$pid" "$tmp/swap.sock" || fail "stage-race"
+	elif [ -n "${2:-}" ]; then
+		start_daemon daemon2
 		"$ctl" "$CRCUDA_SOCKET" stage-restore "$store" "$2" "$1" "$pid" "$tmp/swap.sock" || fail "stage-restore"
 	else
+		start_daemon daemon2
 		"$ctl" "$CRCUDA_SOCKET" restore "$store" "$1" "$pid" "$tmp/swap.sock" || fail "restore"
 	fi
 	finish_client
@@ -330,7 +336,7 @@ incremental)
 	grep -q "digests" "$tmp/daemon1.log" || fail "no digest line in the daemon log"
 	restore_elsewhere "$id"
 	;;
-staged | staged-lazy)
+staged | staged-lazy | staged-race)
 	start_daemon daemon1
 	start_client --mutate "$tmp/mutate"
 	id1=$(checkpoint) || exit 1
@@ -338,9 +344,10 @@ staged | staged-lazy)
 	mutate_client 0.1 "the client did not change its memory"
 	id2=$(checkpoint) || exit 1
 	[ "$case" = staged-lazy ] && export CRCUDA_RESTORE_LAZY=1 # the second daemon's
-	restore_elsewhere "$id2" "$id1"
+	restore_elsewhere "$id2" "$id1" "${case#staged-}"
 	grep -q "staged checkpoint $id1 " "$tmp/daemon2.log" || fail "checkpoint $id1 was not staged"
-	grep -q "restored checkpoint $id2 (staged ahead) " "$tmp/daemon2.log" || fail "the restore did not take the staged worker"
+	grep -q "restored checkpoint $id2 (staged ahead) " "$tmp/daemon2.log" ||
+		fail "the restore did not take the staged worker: $(grep "session" "$tmp/daemon2.log" | tail -3)"
 	# The staged upload had all of device memory; the restore's, the one changed chunk.
 	grep "uploaded" "$tmp/daemon2.log" | sed 's/^/the uploads: /'
 	[ "$(grep -c "uploaded" "$tmp/daemon2.log")" = 2 ] || fail "not two uploads (the staged one's and the restore's)"
@@ -351,24 +358,6 @@ staged | staged-lazy)
 		grep -q "staged checkpoint $id1 .*, its device memory still uploading" "$tmp/daemon2.log" ||
 			fail "the stage waited for its upload: $(grep "staged checkpoint" "$tmp/daemon2.log")"
 	fi
-	;;
-staged-race)
-	start_daemon daemon1
-	start_client --mutate "$tmp/mutate"
-	id1=$(checkpoint) || exit 1
-	"$ctl" "$CRCUDA_SOCKET" resume "$pid" || fail "resume"
-	mutate_client 0.1 "the client did not change its memory"
-	id2=$(checkpoint) || exit 1
-	touch "$tmp/go"
-	sleep 0.3
-	kill -9 "$daemon_pid"
-	wait "$daemon_pid" 2>/dev/null
-	CRCUDA_TEST_STAGE_DELAY_MS=1000 start_daemon daemon2
-	"$ctl" "$CRCUDA_SOCKET" stage-race "$store" "$id1" "$id2" "$pid" "$tmp/swap.sock" || fail "stage-race"
-	finish_client
-	grep -q "staged checkpoint $id1 " "$tmp/daemon2.log" || fail "checkpoint $id1 was not staged"
-	grep -q "restored checkpoint $id2 (staged ahead) " "$tmp/daemon2.log" ||
-		fail "the restore did not take the staged worker: $(grep "session" "$tmp/daemon2.log" | tail -3)"
 	;;
 staged-other)
 	start_daemon daemon1
