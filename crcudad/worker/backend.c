@@ -2,6 +2,9 @@
  * driver API table resolved into a typed pointer. */
 #define LOG_PREFIX "backend: "
 #include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
 
 #include "crcuda/errno.h"
 #include "crcuda/log.h"
@@ -9,11 +12,40 @@
 
 struct crc_backend crc_be;
 
-void crc_thread_capture_relaxed(void)
+CUstreamCaptureMode crc_thread_capture_relaxed(void)
 {
 	CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
 
 	CALL(cuThreadExchangeStreamCaptureMode, &mode);
+	return mode;
+}
+
+struct thread_start {
+	void *(*fn)(void *);
+	void *arg;
+};
+
+static void *thread_main(void *arg)
+{
+	struct thread_start ts = *(struct thread_start *)arg;
+
+	free(arg);
+	crc_thread_capture_relaxed();
+	return ts.fn(ts.arg);
+}
+
+int crc_thread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
+{
+	struct thread_start *ts = malloc(sizeof(*ts));
+	int rc;
+
+	if (!ts)
+		return ENOMEM;
+	*ts = (struct thread_start){.fn = fn, .arg = arg};
+	rc = pthread_create(t, attr, thread_main, ts);
+	if (rc)
+		free(ts);
+	return rc;
 }
 
 int crc_backend_load(const char *path)

@@ -352,7 +352,6 @@ static void *writer_main(void *arg)
 	struct writer *w = arg;
 	struct pipeline *p = w->p;
 
-	crc_thread_capture_relaxed();
 	CALL(cuCtxSetCurrent, p->ctx);
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
@@ -538,7 +537,7 @@ static int copy_runs(struct crc_session *s, struct crc_ckpt *ck, CUcontext ctx, 
 	}
 	for (unsigned i = 0; !rc && i < nwriters; i++) {
 		w[i] = (struct writer){&p, i};
-		if (!pthread_create(&tids[started], NULL, writer_main, &w[i]))
+		if (!crc_thread_create(&tids[started], NULL, writer_main, &w[i]))
 			started++;
 	}
 	if (!rc && !started)
@@ -808,7 +807,6 @@ static void *bg_main(void *arg)
 	double t0 = crc_now_s(), secs;
 	int rc = 0;
 
-	crc_thread_capture_relaxed();
 	crc_test_delay("CRCUDA_TEST_DRAIN_DELAY_MS"); /* the application runs first */
 	for (unsigned i = 0; i < bg->ng; i++) {
 		if (!rc && !bg->abort)
@@ -1546,7 +1544,7 @@ int crc_ckpt_run(struct crc_session *s, const char *store_dir, unsigned flags)
 	if (s->bg) {
 		s->bg->ck = s->ckpt;
 		s->bg->store = s->store;
-		if (pthread_create(&s->bg->tid, NULL, bg_main, s->bg)) {
+		if (crc_thread_create(&s->bg->tid, NULL, bg_main, s->bg)) {
 			rc = CRC_ENOMEM;
 			snprintf(why, sizeof(why), "cannot start the background drain");
 			goto fail;

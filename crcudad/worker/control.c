@@ -404,7 +404,6 @@ static void *control_main(void *arg)
 	struct crc_msg_hdr h;
 	size_t len;
 
-	crc_thread_capture_relaxed();
 	while (next_request(c, &h, &buf, &len))
 		if (!serve_request(c, &h, buf, len)) {
 			keep_fd = true;
@@ -477,7 +476,7 @@ void crc_control_start(int fd, bool tcp, const struct crc_peer *peer, const void
 			c->stage_expected = true;
 		}
 	}
-	if (pthread_create(&t, NULL, control_main, c)) {
+	if (crc_thread_create(&t, NULL, control_main, c)) {
 		stage_expected_done(c);
 		restoring_done(c);
 		free(c->pending);

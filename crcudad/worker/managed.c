@@ -202,7 +202,6 @@ static void *drain_main(void *arg)
 	struct drain_wait *w = arg;
 	CUresult res = CUDA_SUCCESS;
 
-	crc_thread_capture_relaxed();
 	for (int i = 0; i < w->n && res == CUDA_SUCCESS; i++) {
 		res = CALL(cuCtxSetCurrent, w->ctx[i]);
 		if (res == CUDA_SUCCESS)
@@ -249,7 +248,7 @@ static struct drain_wait *drain_start(struct crc_session *s, bool *mine)
 			w->ctx[w->n++] = t->real[i].ptr;
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	if (pthread_create(&thread, &attr, drain_main, w)) {
+	if (crc_thread_create(&thread, &attr, drain_main, w)) {
 		pthread_attr_destroy(&attr);
 		pthread_mutex_unlock(&drain_lock);
 		drain_wait_put(w);

@@ -81,13 +81,13 @@ static struct answer query(unsigned a, uint64_t ptr, bool array)
 static void ref_init(int dev)
 {
 	CUdeviceptr p, small;
-	/* The session's thread: an application capturing in the global mode must not lose its capture to
-	 * these buffers (its query itself is no unsafe call). */
-	CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+	CUstreamCaptureMode mode;
 
 	if (__atomic_load_n(&ref[dev].done, __ATOMIC_ACQUIRE))
 		return;
-	CALL(cuThreadExchangeStreamCaptureMode, &mode);
+	/* The session's thread: an application capturing in the global mode must not lose its capture to
+	 * these buffers (its query itself is no unsafe call). Its own mode comes back after. */
+	mode = crc_thread_capture_relaxed();
 	pthread_mutex_lock(&ref_lock);
 	if (!ref[dev].done && CALL(cuMemAlloc_v2, &p, REF_REQUEST) == CUDA_SUCCESS) {
 		for (unsigned a = 1; a < ATTR_MAX; a++) {

@@ -228,7 +228,6 @@ static void *staged_make(void *arg)
 	CUcontext ctx;
 
 	(void)arg;
-	crc_thread_capture_relaxed();
 	/* Device 0's primary context, which the worker keeps for good (crc_va_window); portable
 	 * buffers serve any context. */
 	if (CALL(cuDevicePrimaryCtxRetain, &ctx, 0) != CUDA_SUCCESS)
@@ -250,7 +249,7 @@ void crc_upload_staging_prepare(void)
 
 	if ((v && !strcmp(v, "0")) || !crcd.dev_count || staged.started)
 		return;
-	staged.started = !pthread_create(&staged.tid, NULL, staged_make, NULL);
+	staged.started = !crc_thread_create(&staged.tid, NULL, staged_make, NULL);
 }
 
 /* Waits for the maker (under staged.lock, which the maker never takes: one joiner at a time). */
@@ -277,7 +276,6 @@ void crc_upload_staging_release(void)
 static void *staged_release_main(void *arg)
 {
 	(void)arg;
-	crc_thread_capture_relaxed();
 	crc_test_delay("CRCUDA_TEST_STAGING_RELEASE_DELAY_MS"); /* while the session runs */
 	crc_upload_staging_release();
 	return NULL;
@@ -289,7 +287,7 @@ void crc_upload_staging_release_async(void)
 
 	if (!staged.started && !staged.n)
 		return;
-	if (pthread_create(&tid, NULL, staged_release_main, NULL))
+	if (crc_thread_create(&tid, NULL, staged_release_main, NULL))
 		crc_upload_staging_release();
 	else
 		pthread_detach(tid);
@@ -401,7 +399,6 @@ static void *up_reader(void *arg)
 	CUresult res = CUDA_SUCCESS;
 	int k = 0;
 
-	crc_thread_capture_relaxed();
 	if (crc_chunk_reader_open(j->st, &rd)) {
 		up_fail(j, CRC_ENOMEM, "out of memory");
 		return NULL;
@@ -727,7 +724,7 @@ static int upload_group(const struct up_plan *p, const struct up_group *ug, char
 	pthread_mutex_init(&j.lock, NULL);
 	readers = upload_readers();
 	for (unsigned t = 0; t < readers && t < ug->n; t++)
-		if (!pthread_create(&tids[started], NULL, up_reader, &j))
+		if (!crc_thread_create(&tids[started], NULL, up_reader, &j))
 			started++;
 	if (!started)
 		up_reader(&j);
@@ -814,7 +811,6 @@ static void *upload_main(void *arg)
 {
 	struct crc_upload *u = arg;
 
-	crc_thread_capture_relaxed();
 	u->rc = upload_run(&u->plan, u->why, sizeof(u->why));
 	u->seconds = crc_now_s() - u->t0;
 	crc_worker_restoring(-1);
@@ -836,7 +832,7 @@ static int upload_lazy_start(struct crc_session *s, struct crc_store *st, struct
 		u->owns = owns;
 		u->t0 = crc_now_s();
 		crc_worker_restoring(1); /* until upload_main is done */
-		if (!pthread_create(&u->tid, NULL, upload_main, u)) {
+		if (!crc_thread_create(&u->tid, NULL, upload_main, u)) {
 			s->upload = u;
 			return 0;
 		}

@@ -1197,6 +1197,7 @@ int crc_session_run(struct crc_session *s)
 	s->state = CRC_CTL_RUNNING;
 	/* Listed at once: a restore's caller may look for it the moment the restore returns. */
 	crc_worker_publish();
+	/* Not crc_thread_create: this thread makes the application's calls, in the capture modes it sets. */
 	rc = pthread_create(&s->thread, NULL, session_main, s);
 	if (rc)
 		return -rc;

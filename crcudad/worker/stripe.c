@@ -191,7 +191,6 @@ static void *stripe_conn_run(void *arg)
 	struct stripe_job *j = sc->job;
 	int fd = j->fd[sc->index];
 
-	crc_thread_capture_relaxed();
 	for (uint64_t k = sc->index; k < j->npieces; k += j->streams) {
 		struct crc_stripe_piece h = {.magic = CRC_STRIPE_MAGIC, .copy_id = j->copy_id};
 		uint64_t len = piece_len(j, k);
@@ -371,7 +370,7 @@ CUresult crc_stripe_copy(struct crc_session *s, const struct crc_copy_req *r, co
 	pthread_cond_init(&j.cond, NULL);
 	for (unsigned i = 0; i < j.streams; i++) {
 		conns[i] = (struct stripe_conn){.job = &j, .index = i};
-		if (pthread_create(&threads[i], NULL, stripe_conn_run, &conns[i]))
+		if (crc_thread_create(&threads[i], NULL, stripe_conn_run, &conns[i]))
 			break;
 		started++;
 	}

@@ -30,12 +30,14 @@ extern struct crc_backend crc_be;
 #define CALL(sym, ...) (crc_be.sym##_fn ? crc_be.sym##_fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
 /* dlopens path and resolves every symbol; 0 or a negative CRC_E*. */
 int crc_backend_load(const char *path);
-/* Called first by every thread of the worker's own (not the session's thread, which runs the
- * application's calls in its modes): its driver calls never conflict with the application's stream
- * captures. A capture in the global mode forbids every other thread of the process potentially unsafe
- * calls, and the driver invalidates the capture when one is made; natively those threads are not in
- * the application's process. */
-void crc_thread_capture_relaxed(void);
+/* This thread's stream capture mode set to relaxed; returns the one it had. */
+CUstreamCaptureMode crc_thread_capture_relaxed(void);
+/* pthread_create for every thread of the worker's own (not the session's thread, which runs the
+ * application's calls in its modes): fn runs in the relaxed capture mode, so that its driver calls
+ * never conflict with the application's stream captures. A capture in the global mode forbids every
+ * other thread of the process potentially unsafe calls, and the driver invalidates the capture when one
+ * is made; natively those threads are not in the application's process. */
+int crc_thread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
 /* Reserves the session's device VA range at exactly [base, base + size) (main.c). */
 int crc_va_window(uint64_t base, uint64_t size, char *why, size_t why_len);
 /* The session's state, memory or GPUs changed: the front's listing follows (main.c). */
