@@ -16,6 +16,14 @@ extern const unsigned char graph_attr_fatbin[];
 #define CLUSTER 2
 #define SALT	7u
 
+static void pause_ms(unsigned ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+	if (ms)
+		nanosleep(&ts, NULL);
+}
+
 int main(int argc, char **argv)
 {
 	unsigned steps = 50, sleep_ms = 0, hold_ms = 0;
@@ -70,10 +78,7 @@ int main(int argc, char **argv)
 	void *params[] = {&acc, &salt};
 	CU_CHECK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
 	CU_CHECK(cuLaunchKernelEx(&cfg, probe, params, NULL));
-	if (hold_ms) {
-		struct timespec ts = {hold_ms / 1000, (long)(hold_ms % 1000) * 1000000L};
-		nanosleep(&ts, NULL);
-	}
+	pause_ms(hold_ms);
 	CU_CHECK(cuStreamEndCapture(s, &g));
 	CU_CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
 	CU_CHECK(cuGraphDestroy(g));
@@ -82,10 +87,7 @@ int main(int argc, char **argv)
 		CU_CHECK(cuStreamSynchronize(s));
 		for (unsigned b = 0; b < BLOCKS; b++)
 			want[b] = want[b] * 3u + CLUSTER * 1000u + SALT + b;
-		if (sleep_ms) {
-			struct timespec ts = {sleep_ms / 1000, (long)(sleep_ms % 1000) * 1000000L};
-			nanosleep(&ts, NULL);
-		}
+		pause_ms(sleep_ms);
 	}
 	CU_CHECK(cuMemcpyDtoH(host, acc, sizeof(host)));
 	for (unsigned b = 0; b < BLOCKS; b++) {
